@@ -1,0 +1,149 @@
+"""The facade for apps that don't drive LangGraph themselves.
+
+Example:
+    >>> from memstrata import Memstrata
+    >>> mem = Memstrata(path="/tmp/memstrata-demo")                      # doctest: +SKIP
+    >>> mem.ingest([{"speaker": "Ann", "text": "I adopted a cat named Miso."}],
+    ...            user_id="ann")                                        # doctest: +SKIP
+    >>> mem.retrieve("What is the cat called?", user_id="ann").context   # doctest: +SKIP
+    '...Ann: I adopted a cat named Miso...'
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
+
+from memstrata.context import Context, resolve_store
+from memstrata.memory.store import MemoryStore
+from memstrata.result import RetrievalResult
+
+
+class Memstrata:
+    """Long-term memory for one app: ingest conversations, retrieve cited evidence, ask.
+
+    Args:
+        path: embedded Chroma folder (default ``$MEMSTRATA_DATA_DIR`` or ``~/.memstrata``).
+        url: a Chroma server URL instead of the embedded store.
+        embeddings: any LangChain ``Embeddings`` (default: packaged MiniLM).
+        model: a chat model or model name; LLM mode is on only when this is set.
+        **settings: any other :class:`~memstrata.context.Context` field (``level1_k``, ``context_budget``...).
+    """
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        url: str | None = None,
+        embeddings: Embeddings | None = None,
+        model: BaseChatModel | str | None = None,
+        **settings: Any,
+    ) -> None:
+        known = {f.name for f in fields(Context)} - {"user_id"}
+        unknown = set(settings) - known
+        if unknown:
+            msg = f"unknown setting(s) {sorted(unknown)}; valid ones are the Context fields: {sorted(known)}"
+            raise TypeError(msg)
+        self._base = dict(data_dir=str(path) if path else None, chroma_url=url, embeddings=embeddings,
+                          model=model, **settings)
+
+    def context(self, user_id: str, **overrides: Any) -> Context:
+        """The run context for one user, with per-call overrides."""
+        return replace(Context(user_id=user_id, **self._base), **overrides) if overrides else Context(
+            user_id=user_id, **self._base)
+
+    @property
+    def store(self) -> MemoryStore:
+        """The underlying store (shared by every user of this instance)."""
+        return resolve_store(Context(user_id="_", **self._base))
+
+    # ---- ingestion -----------------------------------------------------------
+    async def aingest(
+        self,
+        source: Any,
+        *,
+        user_id: str,
+        conversation_id: str | None = None,
+        only_conversation: str | None = None,
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Ingest a file path, parsed JSON, a message list or LangChain messages; returns stats."""
+        from memstrata.graphs.ingestion import graph
+
+        ctx = self.context(user_id)
+        payload = {"source": str(source) if isinstance(source, Path) else source,
+                   "conversation_id": conversation_id, "only_conversation": only_conversation}
+        final: dict[str, Any] = {}
+        async for mode, chunk in graph.astream(payload, context=ctx, stream_mode=["custom", "values"],
+                                               config={"max_concurrency": ctx.max_fanout}):
+            if mode == "custom" and on_progress:
+                on_progress(chunk)
+            elif mode == "values":
+                final = chunk
+        return final.get("stats", {})
+
+    def ingest(self, source: Any, **kwargs: Any) -> dict[str, Any]:
+        """Blocking twin of :meth:`aingest`."""
+        return _run(self.aingest(source, **kwargs))
+
+    # ---- retrieval -----------------------------------------------------------
+    async def aretrieve(self, query: str, *, user_id: str, **overrides: Any) -> RetrievalResult:
+        """Cited raw-turn evidence for a query, inside ``context_budget`` tokens (no answer)."""
+        return await self._run_retrieval(query, self.context(user_id, model=None, **overrides)
+                                         if "model" not in overrides else self.context(user_id, **overrides))
+
+    def retrieve(self, query: str, *, user_id: str, **overrides: Any) -> RetrievalResult:
+        """Blocking twin of :meth:`aretrieve`."""
+        return _run(self.aretrieve(query, user_id=user_id, **overrides))
+
+    async def aask(self, query: str, *, user_id: str, **overrides: Any) -> RetrievalResult:
+        """Evidence plus an answer when a model is configured (``answer`` is ``None`` offline)."""
+        return await self._run_retrieval(query, self.context(user_id, **overrides))
+
+    def ask(self, query: str, *, user_id: str, **overrides: Any) -> RetrievalResult:
+        """Blocking twin of :meth:`aask`."""
+        return _run(self.aask(query, user_id=user_id, **overrides))
+
+    async def astream(self, query: str, *, user_id: str, **overrides: Any) -> AsyncIterator[tuple[str, Any]]:
+        """Yield ``("progress", event)``, ``("token", text)`` and finally ``("result", RetrievalResult)``."""
+        from memstrata.graphs.retrieval import graph
+
+        ctx = self.context(user_id, **overrides)
+        final: dict[str, Any] = {}
+        async for mode, chunk in graph.astream({"query": query}, context=ctx,
+                                               stream_mode=["custom", "messages", "values"]):
+            if mode == "custom":
+                yield "progress", chunk
+            elif mode == "messages":
+                message, _meta = chunk
+                if message.content:
+                    yield "token", message.content
+            else:
+                final = chunk
+        yield "result", RetrievalResult.from_state(final)
+
+    async def _run_retrieval(self, query: str, ctx: Context) -> RetrievalResult:
+        from memstrata.graphs.retrieval import graph
+
+        state = await graph.ainvoke({"query": query}, context=ctx)
+        return RetrievalResult.from_state(state)
+
+    # ---- housekeeping ----------------------------------------------------------
+    def delete_user(self, user_id: str) -> dict[str, int]:
+        """Remove every trace of a user; returns how many units of each kind went."""
+        return self.store.delete_user(user_id)
+
+
+def _run(coro: Any) -> Any:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    msg = "called the blocking API inside a running event loop; use the async twin (aingest/aretrieve/aask)"
+    raise RuntimeError(msg)

@@ -1,0 +1,1 @@
+"""Graph wiring. ``ingestion`` and ``retrieval`` each export ``builder`` and a compiled ``graph``."""

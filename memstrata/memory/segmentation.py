@@ -1,0 +1,84 @@
+"""Offline episode segmentation: topic shifts, time gaps and a length cap.
+
+A session is cut where the embedding similarity between the turns before and
+after a point dips (TextTiling-style depth scores), where the time gap between
+two turns exceeds ``max_gap``, and whenever an episode reaches ``max_turns``.
+Episodes never cross a session, so appending a session never changes earlier
+episodes. Each episode after the first may start with ``overlap`` turns of its
+predecessor, as HyMem allows, so context at a boundary is never lost.
+
+Example:
+    >>> import numpy as np
+    >>> vecs = np.vstack([np.tile([1.0, 0.0], (4, 1)), np.tile([0.0, 1.0], (4, 1))])
+    >>> segment_session(vecs, min_turns=2, overlap=0)
+    [(0, 3), (4, 7)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+import numpy as np
+
+
+def boundary_scores(vectors: np.ndarray, window: int = 2) -> np.ndarray:
+    """Similarity across each gap ``i`` (between turn ``i-1`` and ``i``); index 0 is unused."""
+    n = len(vectors)
+    sims = np.ones(n)
+    for i in range(1, n):
+        left = vectors[max(0, i - window):i].mean(axis=0)
+        right = vectors[i:i + window].mean(axis=0)
+        denom = float(np.linalg.norm(left) * np.linalg.norm(right)) or 1.0
+        sims[i] = float(left @ right) / denom
+    return sims
+
+
+def depth_cuts(sims: np.ndarray, depth: float = 0.5) -> set[int]:
+    """Gaps whose similarity is a local minimum well below the session's mean."""
+    if len(sims) < 3:
+        return set()
+    inner = sims[1:]
+    cutoff = inner.mean() - depth * inner.std()
+    return {
+        i for i in range(1, len(sims))
+        if sims[i] <= cutoff and sims[i] <= sims[i - 1] and (i + 1 >= len(sims) or sims[i] <= sims[i + 1])
+    }
+
+
+def segment_session(
+    vectors: np.ndarray,
+    times: Sequence[datetime | None] | None = None,
+    *,
+    max_turns: int = 12,
+    min_turns: int = 3,
+    window: int = 2,
+    depth: float = 0.5,
+    max_gap: timedelta = timedelta(minutes=30),
+    overlap: int = 1,
+    forced: set[int] | None = None,
+) -> list[tuple[int, int]]:
+    """Inclusive (start, end) positions of each episode in one session.
+
+    ``forced`` replaces the topic cuts with externally decided ones (an LLM's
+    boundaries); time gaps and the length cap still apply.
+    """
+    n = len(vectors)
+    if n == 0:
+        return []
+    cuts = forced if forced is not None else depth_cuts(boundary_scores(np.asarray(vectors, dtype=float), window), depth)
+    cuts = set(cuts)
+    if times:
+        cuts |= {i for i in range(1, n) if times[i] and times[i - 1] and times[i] - times[i - 1] > max_gap}
+    cores: list[tuple[int, int]] = []
+    start = 0
+    for i in range(1, n):
+        length = i - start
+        if (i in cuts and length >= min_turns) or length >= max_turns:
+            cores.append((start, i - 1))
+            start = i
+    cores.append((start, n - 1))
+    if len(cores) > 1 and cores[-1][1] - cores[-1][0] + 1 < min_turns and cores[-2][1] - cores[-2][0] + 1 < max_turns:
+        tail = cores.pop()
+        cores[-1] = (cores[-1][0], tail[1])
+    return [(max(0, s - overlap) if idx else s, e) for idx, (s, e) in enumerate(cores)]

@@ -1,0 +1,137 @@
+"""Timestamps in the many shapes conversations carry them, plus relative-date resolution.
+
+Fast paths handle ISO 8601, LoCoMo's ``"1:56 pm on 8 May, 2023"`` and
+``"29.12.2023, 22:42:04"``; anything else goes to ``dateparser``. The original
+string is always kept by the caller; an unparseable one yields ``None``.
+
+Example:
+    >>> parse_timestamp("1:56 pm on 8 May, 2023")
+    datetime.datetime(2023, 5, 8, 13, 56)
+    >>> resolve_relative("yesterday", datetime(2023, 5, 8)).date()
+    datetime.date(2023, 5, 7)
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+
+_FORMATS = (
+    "%I:%M %p on %d %B, %Y",
+    "%I:%M %p on %d %b, %Y",
+    "%d.%m.%Y, %H:%M:%S",
+    "%d.%m.%Y %H:%M:%S",
+    "%d.%m.%Y, %H:%M",
+    "%d.%m.%Y",
+    "%Y-%m-%d %H:%M:%S",
+    "%Y-%m-%d %H:%M",
+    "%Y/%m/%d %H:%M:%S",
+    "%d %B %Y",
+    "%d %B, %Y",
+    "%B %d, %Y",
+)
+
+
+def parse_timestamp(raw: object) -> datetime | None:
+    """Parse a timestamp; return a naive datetime (UTC if it had an offset) or ``None``."""
+    if raw is None:
+        return None
+    if isinstance(raw, datetime):
+        return _naive(raw)
+    if isinstance(raw, (int, float)):
+        return _naive(datetime.utcfromtimestamp(float(raw)))
+    text = str(raw).strip()
+    if not text:
+        return None
+    try:
+        return _naive(datetime.fromisoformat(text.replace("Z", "+00:00")))
+    except ValueError:
+        pass
+    for fmt in _FORMATS:
+        try:
+            return datetime.strptime(text, fmt)
+        except ValueError:
+            continue
+    return _dateparser(text)
+
+
+def _dateparser(text: str) -> datetime | None:
+    import dateparser
+
+    # A stray word must not silently become "now": relative parsing is off here.
+    parsed = dateparser.parse(
+        text,
+        settings={"RETURN_AS_TIMEZONE_AWARE": False, "PREFER_DAY_OF_MONTH": "first", "STRICT_PARSING": False},
+    )
+    if parsed is None or not re.search(r"\d", text):
+        return None
+    return _naive(parsed)
+
+
+def _naive(value: datetime) -> datetime:
+    if value.tzinfo is not None:
+        from datetime import timezone
+
+        return value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value
+
+
+_WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+            "seven": 7, "eight": 8, "nine": 9, "ten": 10, "few": 3, "couple of": 2, "a couple of": 2}
+_UNIT_DAYS = {"day": 1, "week": 7, "month": 30, "year": 365}
+
+RELATIVE_PATTERN = re.compile(
+    r"\b(yesterday|today|tonight|this morning|last night|tomorrow|"
+    r"(?:last|this|next|past) (?:week(?:end)?|month|year|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
+    r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|few|a couple of|couple of) "
+    r"(?:day|week|month|year)s? ago)\b",
+    re.IGNORECASE,
+)
+
+
+def resolve_relative(expression: str, anchor: datetime) -> datetime | None:
+    """Resolve a relative date expression against the session time ``anchor``."""
+    expr = expression.lower().strip()
+    fixed = {"yesterday": -1, "last night": -1, "today": 0, "tonight": 0, "this morning": 0, "tomorrow": 1}
+    if expr in fixed:
+        return anchor + timedelta(days=fixed[expr])
+    ago = re.fullmatch(r"(.+?) (day|week|month|year)s? ago", expr)
+    if ago:
+        count = int(ago.group(1)) if ago.group(1).isdigit() else _NUMBERS.get(ago.group(1), 1)
+        return anchor - timedelta(days=count * _UNIT_DAYS[ago.group(2)])
+    rel = re.fullmatch(r"(last|this|next|past) (\w+)", expr)
+    if not rel:
+        return None
+    direction, unit = rel.groups()
+    sign = {"last": -1, "past": -1, "this": 0, "next": 1}[direction]
+    if unit in _WEEKDAYS:
+        delta = _WEEKDAYS.index(unit) - anchor.weekday()
+        if sign < 0 and delta >= 0:
+            delta -= 7
+        if sign > 0 and delta <= 0:
+            delta += 7
+        return anchor + timedelta(days=delta)
+    unit = "week" if unit == "weekend" else unit
+    return anchor + timedelta(days=sign * _UNIT_DAYS[unit])
+
+
+def describe_resolved(expression: str, anchor: datetime) -> str | None:
+    """A human label for a resolved expression, at the granularity it names."""
+    when = resolve_relative(expression, anchor)
+    if when is None:
+        return None
+    expr = expression.lower()
+    if "year" in expr:
+        return str(when.year)
+    if "month" in expr:
+        return when.strftime("%B %Y")
+    if "week" in expr and "ago" not in expr:
+        return f"the week of {when.strftime('%d %B %Y').lstrip('0')}"
+    return when.strftime("%d %B %Y").lstrip("0")
+
+
+def format_date(value: datetime | None) -> str:
+    """``8 May 2023`` style, or an empty string."""
+    return value.strftime("%d %B %Y").lstrip("0") if value else ""

@@ -1,0 +1,50 @@
+"""Token counting with the packaged MiniLM WordPiece tokenizer (offline).
+
+This is exactly the counter ``shared/docs/EVAL.md`` prescribes: no truncation,
+no padding, no special tokens.
+
+Example:
+    >>> counter = TokenCounter()          # doctest: +SKIP
+    >>> counter.count("hello world")      # doctest: +SKIP
+    2
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Protocol
+
+from memstrata.memory.embeddings import minilm_path
+
+
+class CountsTokens(Protocol):
+    def count(self, text: str) -> int: ...
+
+
+@lru_cache(maxsize=1)
+def _tokenizer(path: str):  # type: ignore[no-untyped-def]
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(path)
+    tok.no_truncation()
+    tok.no_padding()
+    return tok
+
+
+class TokenCounter:
+    """Counts WordPiece tokens of the MiniLM tokenizer."""
+
+    def __init__(self, tokenizer_file: str | None = None) -> None:
+        self.tokenizer_file = tokenizer_file or str(Path(minilm_path()) / "tokenizer.json")
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        return len(_tokenizer(self.tokenizer_file).encode(text, add_special_tokens=False).ids)
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        if not texts:
+            return []
+        encs = _tokenizer(self.tokenizer_file).encode_batch(list(texts), add_special_tokens=False)
+        return [len(e.ids) for e in encs]

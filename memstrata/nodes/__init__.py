@@ -1,0 +1,1 @@
+"""Graph nodes: short async functions, one module per stage."""

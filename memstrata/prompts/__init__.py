@@ -1,0 +1,1 @@
+"""Prompt templates as UPPER_SNAKE constants; override any of them through ``Context.prompts``."""

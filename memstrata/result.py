@@ -1,0 +1,44 @@
+"""What a query returns: the answer, cited raw-turn evidence, the rendered context and the trace."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class Evidence(BaseModel):
+    """One cited raw turn."""
+
+    turn_id: str
+    conversation_id: str
+    session_id: str
+    speaker: str
+    text: str
+    time: str | None = None
+    image_caption: str | None = None
+    level: str = Field(description="'level1' (reached through a summary) or 'level2' (raw-turn search / backtrack)")
+    score: float = 0.0
+    score_parts: dict[str, float] = Field(default_factory=dict)
+    episode_id: str | None = None
+
+
+class RetrievalResult(BaseModel):
+    """The result of one query."""
+
+    query: str
+    answer: str | None = None
+    evidence: list[Evidence] = Field(default_factory=list)
+    context: str = ""
+    context_tokens: int = 0
+    trace: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> RetrievalResult:
+        """Build from the retrieval graph's output state."""
+        return cls(
+            query=state.get("query", ""), answer=state.get("answer"),
+            evidence=[Evidence.model_validate(e) for e in state.get("evidence", [])],
+            context=state.get("context", ""), context_tokens=state.get("context_tokens", 0),
+            trace=state.get("trace", {}),
+        )
