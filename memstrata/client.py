@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import fields, replace
 from pathlib import Path
@@ -80,13 +81,17 @@ class Memstrata:
         payload = {"source": str(source) if isinstance(source, Path) else source,
                    "conversation_id": conversation_id, "only_conversation": only_conversation}
         final: dict[str, Any] = {}
+        started = time.perf_counter()
         async for mode, chunk in graph.astream(payload, context=ctx, stream_mode=["custom", "values"],
                                                config={"max_concurrency": ctx.max_fanout}):
             if mode == "custom" and on_progress:
                 on_progress(chunk)
             elif mode == "values":
                 final = chunk
-        return final.get("stats", {})
+        stats = dict(final.get("stats", {}))
+        stats["seconds"] = round(time.perf_counter() - started, 3)
+        stats["turns_per_second"] = round(stats.get("turns_seen", 0) / max(stats["seconds"], 1e-9), 1)
+        return stats
 
     def ingest(self, source: Any, **kwargs: Any) -> dict[str, Any]:
         """Blocking twin of :meth:`aingest`."""
@@ -95,8 +100,7 @@ class Memstrata:
     # ---- retrieval -----------------------------------------------------------
     async def aretrieve(self, query: str, *, user_id: str, **overrides: Any) -> RetrievalResult:
         """Cited raw-turn evidence for a query, inside ``context_budget`` tokens (no answer)."""
-        return await self._run_retrieval(query, self.context(user_id, model=None, **overrides)
-                                         if "model" not in overrides else self.context(user_id, **overrides))
+        return await self._run_retrieval(query, self.context(user_id, **{"generate_answer": False, **overrides}))
 
     def retrieve(self, query: str, *, user_id: str, **overrides: Any) -> RetrievalResult:
         """Blocking twin of :meth:`aretrieve`."""

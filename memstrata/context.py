@@ -53,6 +53,7 @@ class Context:
         w_semantic / w_temporal / w_robustness: H-Mem's score weights.
         decay_tau_days / decay_eta: Ebbinghaus decay of the robustness score.
         now: reference time for decay; the user's latest turn when unset.
+        generate_answer: with a model, write an answer (``retrieve`` turns this off).
         prompts: overrides of prompt constants by name, e.g. ``{"REFLECT_PROMPT": "..."}``.
     """
 
@@ -78,6 +79,7 @@ class Context:
     gate_threshold: float = 0.55
     neighbour_turns: int = 1
     now: datetime | None = None
+    generate_answer: bool = True
     # ingestion
     max_episode_turns: int = 12
     min_episode_turns: int = 3

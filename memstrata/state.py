@@ -58,3 +58,59 @@ class SummaryBatch(TypedDict):
 
 
 __all__ = ["IngestInput", "IngestOutput", "IngestState", "SummaryBatch", "add", "dedupe_by_id", "merge_dicts"]
+
+
+def keep_best(left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """Candidate turns by id; a turn found again keeps its best score, its parts and its best level."""
+    out = {item["id"]: item for item in (left or [])}
+    for item in right or []:
+        old = out.get(item["id"])
+        if old is None or item["score"] > old["score"]:
+            merged = dict(item)
+            if old is not None and old.get("level") == "level1":
+                merged["level"] = "level1"
+            out[item["id"]] = merged
+    return list(out.values())
+
+
+class RetrievalInput(TypedDict):
+    """What a caller passes to the retrieval graph. ``user_id`` and settings come from the context."""
+
+    query: str
+
+
+class RetrievalOutput(TypedDict, total=False):
+    query: str
+    answer: str | None
+    evidence: list[dict[str, Any]]
+    context: str
+    context_tokens: int
+    trace: dict[str, Any]
+
+
+class RetrievalState(TypedDict, total=False):
+    query: str
+    sub_queries: list[dict[str, Any]]
+    active: list[dict[str, Any]]  # the queries searched this round: {"text", "scope", "hint_start", "hint_end", "weight"}
+    iteration: int
+    level1_hits: list[dict[str, Any]]
+    coarse: list[dict[str, Any]]
+    selected_level1: Annotated[list[str], add]
+    candidates: Annotated[list[dict[str, Any]], keep_best]
+    path: str
+    light_answer: str | None
+    answer: str | None
+    evidence: list[dict[str, Any]]
+    context: str
+    context_tokens: int
+    events: Annotated[list[dict[str, Any]], add]
+    llm_calls: Annotated[list[dict[str, Any]], add]
+    trace: dict[str, Any]
+
+
+class SelectBatch(TypedDict):
+    """The payload ``Send`` gives one Level-1 selection branch."""
+
+    query: str
+    entries: list[dict[str, Any]]
+    llm_calls: list[dict[str, Any]]

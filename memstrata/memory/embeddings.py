@@ -41,6 +41,12 @@ def _load_model(path: str, device: str) -> Any:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from sentence_transformers import SentenceTransformer
 
+    try:  # weight-loading progress bars are noise in a CLI
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover
+        pass
     with _LOAD_LOCK:
         return SentenceTransformer(path, device=device)
 

@@ -39,10 +39,12 @@ def depth_cuts(sims: np.ndarray, depth: float = 0.5) -> set[int]:
     if len(sims) < 3:
         return set()
     inner = sims[1:]
+    if inner.std() < 1e-6:  # a flat similarity curve has no topic shift
+        return set()
     cutoff = inner.mean() - depth * inner.std()
     return {
         i for i in range(1, len(sims))
-        if sims[i] <= cutoff and sims[i] <= sims[i - 1] and (i + 1 >= len(sims) or sims[i] <= sims[i + 1])
+        if sims[i] < cutoff and sims[i] <= sims[i - 1] and (i + 1 >= len(sims) or sims[i] <= sims[i + 1])
     }
 
 

@@ -1,0 +1,228 @@
+"""The ``memstrata`` command line: ingest, ask, inspect, reindex, forget, bench.
+
+The data directory is ``--data-dir``, else ``$MEMSTRATA_DATA_DIR``, else
+``~/.memstrata`` (an embedded Chroma store). ``--chroma-url`` (or
+``$MEMSTRATA_CHROMA_URL``) uses a Chroma server instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
+from rich.table import Table  # noqa: E402
+from rich.tree import Tree  # noqa: E402
+
+from memstrata.client import Memstrata  # noqa: E402
+from memstrata.context import default_data_dir  # noqa: E402
+from memstrata.memory.models import UnitKind  # noqa: E402
+from memstrata.memory.normalize import IngestError  # noqa: E402
+from memstrata.memory.store import StoreError  # noqa: E402
+
+app = typer.Typer(help="memstrata: long-term hierarchical memory for LLM agents.", no_args_is_help=True)
+console = Console()
+err = Console(stderr=True)
+
+DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Embedded store folder (default $MEMSTRATA_DATA_DIR "
+                                                                 "or ~/.memstrata).")]
+ChromaUrl = Annotated[str | None, typer.Option("--chroma-url", help="Use a Chroma server instead of the embedded store.")]
+User = Annotated[str, typer.Option("--user", "-u", help="The user whose memory this is (tenant id).")]
+
+
+def _mem(data_dir: Path | None, chroma_url: str | None, **settings: Any) -> Memstrata:
+    return Memstrata(path=data_dir or default_data_dir(), url=chroma_url, **settings)
+
+
+def _fail(exc: Exception) -> None:
+    err.print(f"[bold red]error:[/] {exc}")
+    raise typer.Exit(code=2)
+
+
+@app.command()
+def ingest(
+    path: Annotated[Path, typer.Argument(help="LoCoMo JSON, or a JSON list of {speaker, text, timestamp} messages.")],
+    user: User,
+    conversation: Annotated[str | None, typer.Option("--conversation", "-c", help="Only this conversation "
+                                                     "(LoCoMo sample_id), or the id for a plain message list.")] = None,
+    data_dir: DataDir = None,
+    chroma_url: ChromaUrl = None,
+    model: Annotated[str | None, typer.Option("--model", help="Chat model for LLM mode (else offline).")] = None,
+) -> None:
+    """Ingest conversations into a user's memory (idempotent; new sessions only add)."""
+    mem = _mem(data_dir, chroma_url, model=model)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as bar:
+        task = bar.add_task("reading", total=None)
+
+        def on_progress(event: dict[str, Any]) -> None:
+            if event.get("stage") == "load":
+                bar.update(task, total=event.get("total_turns"), description="embedding turns")
+            elif event.get("stage") == "turns":
+                bar.advance(task, event.get("done", 0))
+            bar.update(task, description=event.get("message", "")[:70])
+
+        try:
+            # For LoCoMo files --conversation selects a sample_id; for message lists it names the conversation.
+            stats = mem.ingest(path, user_id=user, conversation_id=conversation, only_conversation=conversation,
+                               on_progress=on_progress)
+        except (IngestError, StoreError) as exc:
+            _fail(exc)
+        bar.update(task, completed=bar.tasks[0].total or 0)
+    for warning in stats.get("warnings", []):
+        err.print(f"[yellow]warning:[/] {warning}")
+    console.print(_stats_table(stats))
+
+
+def _stats_table(stats: dict[str, Any]) -> Table:
+    table = Table(title="ingest", show_header=False)
+    for key in ("conversations", "turns_seen", "turns_added", "sessions_touched", "episodes_written",
+                "episodes_replaced", "summaries_written", "seconds", "turns_per_second"):
+        if key in stats:
+            table.add_row(key, str(stats[key]))
+    for node, row in (stats.get("llm") or {}).items():
+        table.add_row(f"llm {node}", f"{row.get('calls', 0)} calls, {row.get('prompt_tokens', 0)}+"
+                                     f"{row.get('completion_tokens', 0)} tokens, {row.get('fallbacks', 0)} fallbacks")
+    return table
+
+
+@app.command()
+def ask(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    user: User,
+    conversation: Annotated[str | None, typer.Option("--conversation", "-c")] = None,
+    budget: Annotated[int, typer.Option("--budget", "-b", help="Context budget in tokens.")] = 1500,
+    model: Annotated[str | None, typer.Option("--model", help="Chat model for LLM mode (else offline).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the full result as JSON.")] = False,
+    data_dir: DataDir = None,
+    chroma_url: ChromaUrl = None,
+) -> None:
+    """Answer from memory (with a model) or print the cited evidence (offline)."""
+    mem = _mem(data_dir, chroma_url, model=model)
+    try:
+        result = mem.ask(question, user_id=user, conversation_id=conversation, context_budget=budget)
+    except (StoreError, ValueError) as exc:
+        _fail(exc)
+    if as_json:
+        console.print_json(result.model_dump_json())
+        return
+    if result.answer is not None:
+        console.print(f"[bold]answer:[/] {result.answer}\n")
+    trace = result.trace
+    console.print(f"[dim]path: {trace.get('path')} · iterations: {trace.get('iterations')} · "
+                  f"{len(result.evidence)} turns · {result.context_tokens}/{budget} tokens · "
+                  f"llm calls: {trace.get('llm', {}).get('calls', 0)}[/]")
+    for gate in trace.get("gate", []):
+        console.print(f"[dim]gate {gate['iteration']}: {gate['path']} ({gate['reason']})[/]")
+    console.print(result.context or "[yellow]no evidence found[/]", markup=False)
+
+
+@app.command()
+def inspect(
+    user: User,
+    conversation: Annotated[str | None, typer.Option("--conversation", "-c")] = None,
+    unit: Annotated[str | None, typer.Option("--unit", help="Show one episode/summary/turn id with its raw turns.")] = None,
+    data_dir: DataDir = None,
+    chroma_url: ChromaUrl = None,
+) -> None:
+    """Show a user's memory as a tree: conversations > sessions > episodes > summaries."""
+    store = _mem(data_dir, chroma_url).store
+    try:
+        if unit:
+            _show_unit(store, user, conversation, unit)
+            return
+        console.print(_tree(store, user, conversation))
+    except StoreError as exc:
+        _fail(exc)
+
+
+def _tree(store: Any, user: str, conversation: str | None) -> Tree:
+    turns = store.get(UnitKind.TURN, user_id=user, conversation_id=conversation)
+    episodes = store.get(UnitKind.EPISODE, user_id=user, conversation_id=conversation)
+    summaries = {r.payload["episode_id"]: r for r in store.get(UnitKind.SUMMARY, user_id=user,
+                                                                conversation_id=conversation)}
+    root = Tree(f"[bold]{user}[/] · {len(turns)} turns · {len(episodes)} episodes · {len(summaries)} summaries")
+    by_conv: dict[str, dict[str, list[Any]]] = {}
+    for ep in episodes:
+        by_conv.setdefault(ep.metadata["conversation_id"], {}).setdefault(ep.metadata["session_id"], []).append(ep)
+    for conv_id in sorted(by_conv):
+        sessions = by_conv[conv_id]
+        conv_node = root.add(f"[bold cyan]{conv_id}[/] · {len(sessions)} sessions")
+        for sid in sorted(sessions, key=lambda s: (len(s), s)):
+            eps = sorted(sessions[sid], key=lambda e: e.payload["start_position"])
+            when = eps[0].payload.get("timestamp_raw") or ""
+            s_node = conv_node.add(f"session {sid} [dim]{when}[/] · {len(eps)} episodes")
+            for ep in eps:
+                p = ep.payload
+                e_node = s_node.add(f"[green]{p['id']}[/] · {len(p['turn_ids'])} turns "
+                                    f"({p['turn_ids'][0]} … {p['turn_ids'][-1]})")
+                summary = summaries.get(p["id"])
+                if summary:
+                    e_node.add(f"[magenta]{summary.unit_id}[/] [dim]({summary.payload.get('method')})[/] "
+                               f"{summary.document[:160]}")
+    return root
+
+
+def _show_unit(store: Any, user: str, conversation: str | None, unit: str) -> None:
+    for kind in (UnitKind.SUMMARY, UnitKind.EPISODE, UnitKind.TURN):
+        records = store.get(kind, user_id=user, conversation_id=conversation, unit_ids=[unit])
+        if records:
+            break
+    else:
+        _fail(StoreError(f"no unit {unit!r} for user {user!r}"))
+        return
+    record = records[0]
+    payload = record.payload
+    console.print(f"[bold]{kind.value}[/] {unit} · conversation {payload['conversation_id']}")
+    console.print(record.document, markup=False)
+    if kind is UnitKind.SUMMARY:
+        episode = store.get(UnitKind.EPISODE, user_id=user, conversation_id=payload["conversation_id"],
+                            unit_ids=[payload["episode_id"]])
+        console.print(f"\n[bold]linked episode[/] {payload['episode_id']} (verbatim):")
+        console.print(episode[0].document if episode else "[red]missing[/]", markup=False)
+    elif kind is UnitKind.EPISODE:
+        raws = store.get(UnitKind.TURN, user_id=user, conversation_id=payload["conversation_id"],
+                         unit_ids=payload["turn_ids"])
+        console.print(f"\n[bold]raw turns[/] ({len(raws)}):")
+        for r in sorted(raws, key=lambda r: r.metadata.get("position", 0)):
+            console.print(f"{r.unit_id}  {r.document}", markup=False)
+
+
+@app.command()
+def forget(user: User, data_dir: DataDir = None, chroma_url: ChromaUrl = None,
+           yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False) -> None:
+    """Delete every trace of a user."""
+    if not yes and not typer.confirm(f"Delete all memory of user {user!r}?"):
+        raise typer.Exit(code=1)
+    removed = _mem(data_dir, chroma_url).delete_user(user)
+    console.print(json.dumps(removed))
+
+
+@app.command()
+def reindex(data_dir: DataDir = None, chroma_url: ChromaUrl = None) -> None:
+    """Re-embed every collection with the current embedder (after changing models)."""
+    store = _mem(data_dir, chroma_url).store
+    console.print(json.dumps(store.reindex()))
+
+
+def _mount_bench() -> None:
+    try:
+        from memstrata.bench.cli import bench_app
+    except ImportError as exc:  # pragma: no cover - the bench ships with the package
+        logging.getLogger(__name__).debug("bench unavailable: %s", exc)
+        return
+    app.add_typer(bench_app, name="bench", help="Benchmarks (LoCoMo evidence recall under a token budget).")
+
+
+_mount_bench()
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

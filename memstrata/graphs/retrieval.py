@@ -1,0 +1,47 @@
+"""The retrieval graph: decompose -> predict_scope -> lookup_level1 -> gate -> (select_level1 ->)
+backtrack_level2 -> follow_up -> reflect -> (lookup_level1 again | answer).
+
+Wiring only; the steps live in :mod:`memstrata.nodes`. ``gate`` and ``reflect``
+route with ``Command``; ``select_level1`` is the ``Send`` fan-out of the deep
+module's LLM selection and runs only in LLM mode.
+"""
+
+from __future__ import annotations
+
+from langgraph.graph import END, START, StateGraph
+
+from memstrata.context import Context
+from memstrata.nodes.answer import answer
+from memstrata.nodes.backtrack import backtrack_level2, select_level1
+from memstrata.nodes.decompose import decompose
+from memstrata.nodes.follow_up import follow_up
+from memstrata.nodes.gate import gate
+from memstrata.nodes.lookup import lookup_level1
+from memstrata.nodes.reflect import reflect
+from memstrata.nodes.scope import predict_scope
+from memstrata.state import RetrievalInput, RetrievalOutput, RetrievalState
+
+builder = StateGraph(RetrievalState, context_schema=Context, input_schema=RetrievalInput,
+                     output_schema=RetrievalOutput)
+builder.add_node("decompose", decompose)
+builder.add_node("predict_scope", predict_scope)
+builder.add_node("lookup_level1", lookup_level1)
+builder.add_node("gate", gate)
+builder.add_node("select_level1", select_level1)
+builder.add_node("backtrack_level2", backtrack_level2)
+builder.add_node("follow_up", follow_up)
+builder.add_node("reflect", reflect)
+builder.add_node("answer", answer)
+
+builder.add_edge(START, "decompose")
+builder.add_edge("decompose", "predict_scope")
+builder.add_edge("predict_scope", "lookup_level1")
+builder.add_edge("lookup_level1", "gate")
+builder.add_edge("select_level1", "backtrack_level2")
+builder.add_edge("backtrack_level2", "follow_up")
+builder.add_edge("follow_up", "reflect")
+builder.add_edge("answer", END)
+
+graph = builder.compile(name="memstrata-retrieval")
+
+__all__ = ["builder", "graph"]

@@ -1,0 +1,120 @@
+"""Turning scores into evidence: the light Level-1 lookup, the deep Level-2 backtrack, admission.
+
+These are the pure operations behind the retrieval nodes. A *query* here is a
+dict ``{"text", "scope", "hint_start", "hint_end", "weight"}``; a *candidate*
+is a raw-turn dict ready for the context packer.
+
+Example:
+    >>> q = {"text": "Where does Ann live?", "scope": "Mixed", "hint_start": None, "hint_end": None, "weight": 1.0}
+    >>> light_lookup(index, [q], vectors, level1_k=10, coarse_n=30, weights=Weights(), now=None)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from memstrata.memory.planning import SubQuery
+from memstrata.memory.ranking import Weights, episode_prior, score_summaries, score_turns
+from memstrata.memory.search import MemoryIndex, tokenize
+from memstrata.memory.timeparse import format_date
+
+
+def as_subquery(query: dict[str, Any]) -> SubQuery:
+    start, end = query.get("hint_start"), query.get("hint_end")
+    return SubQuery(
+        id=query.get("id", "q"), text=query["text"], scope=query.get("scope", "Mixed"),
+        hint_start=datetime.fromisoformat(start) if start else None,
+        hint_end=datetime.fromisoformat(end) if end else None,
+    )
+
+
+def turn_item(index: MemoryIndex, i: int, parts: dict[str, np.ndarray], level: str, weight: float) -> dict[str, Any]:
+    """A candidate dict for turn ``i`` with its score breakdown."""
+    t = index.turns[i]
+    return {
+        "id": f"{t.conversation_id}/{t.turn_id}", "turn_id": t.turn_id, "conversation_id": t.conversation_id,
+        "session_id": t.session_id, "position": t.position, "speaker": t.speaker, "text": t.text,
+        "image_caption": t.image_caption, "time": format_date(t.ts) or t.time_raw, "level": level,
+        "score": float(parts["score"][i]) * weight,
+        "score_parts": {k: round(float(v[i]), 4) for k, v in parts.items() if k != "score"},
+    }
+
+
+def summary_item(index: MemoryIndex, s: int, score: float) -> dict[str, Any]:
+    row = index.summaries[s]
+    return {"id": f"{row.conversation_id}/{row.summary_id}", "summary_id": row.summary_id,
+            "episode_id": row.episode_id, "conversation_id": row.conversation_id, "session_id": row.session_id,
+            "text": row.text, "time": format_date(row.ts), "score": round(float(score), 4), "index": int(s)}
+
+
+def _scored(index: MemoryIndex, query: dict[str, Any], qvec: np.ndarray, *, top_summaries: int,
+            weights: Weights, now: datetime | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    tokens = tokenize([query["text"]])[0]
+    sums = score_summaries(index, qvec, tokens)
+    prior = episode_prior(index, sums, top_summaries)
+    return sums, score_turns(index, as_subquery(query), qvec, tokens, prior, weights=weights, now=now)
+
+
+def light_lookup(
+    index: MemoryIndex, queries: Sequence[dict[str, Any]], vectors: np.ndarray, *, level1_k: int, coarse_n: int,
+    weights: Weights, now: datetime | None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """HyMem's light module: top-``level1_k`` summaries, the coarse top-``coarse_n``, and their turns."""
+    hits: dict[str, dict[str, Any]] = {}
+    coarse: dict[str, dict[str, Any]] = {}
+    turns: list[dict[str, Any]] = []
+    for query, qvec in zip(queries, vectors, strict=True):
+        sums, parts = _scored(index, query, qvec, top_summaries=level1_k, weights=weights, now=now)
+        order = np.argsort(-sums)
+        for rank, s in enumerate(order[:coarse_n]):
+            item = summary_item(index, int(s), sums[s] * query.get("weight", 1.0))
+            coarse.setdefault(item["id"], item)
+            if rank < level1_k:
+                hits.setdefault(item["id"], item)
+                turns += [turn_item(index, i, parts, "level1", query.get("weight", 1.0))
+                          for i in index.episode_turns(index.summaries[int(s)])]
+    return list(hits.values()), sorted(coarse.values(), key=lambda c: -c["score"]), turns
+
+
+def backtrack(
+    index: MemoryIndex, queries: Sequence[dict[str, Any]], vectors: np.ndarray, episodes: Sequence[int], *,
+    raw_top: int, weights: Weights, now: datetime | None,
+) -> list[dict[str, Any]]:
+    """HyMem's deep module offline: the turns of the chosen episodes plus the best raw turns, reranked."""
+    out = []
+    for query, qvec in zip(queries, vectors, strict=True):
+        _, parts = _scored(index, query, qvec, top_summaries=max(len(episodes), 1), weights=weights, now=now)
+        chosen = {i for s in episodes for i in index.episode_turns(index.summaries[s])}
+        chosen |= {int(i) for i in np.argsort(-parts["score"])[:raw_top]}
+        out += [turn_item(index, i, parts, "level2", query.get("weight", 1.0)) for i in chosen]
+    return out
+
+
+def admit(candidates: Sequence[dict[str, Any]], index: MemoryIndex, *, max_items: int,
+          duplicate_threshold: float = 0.95) -> tuple[list[dict[str, Any]], int]:
+    """xMemory Stage II, offline: admit by score, skipping turns that add nothing (near-duplicates)."""
+    ranked = sorted(candidates, key=lambda c: -c["score"])
+    kept: list[dict[str, Any]] = []
+    kept_vecs: list[np.ndarray] = []
+    skipped = 0
+    for cand in ranked:
+        i = index.by_key.get((cand["conversation_id"], cand["turn_id"]))
+        vec = index.turn_vecs[i] if i is not None else None
+        if vec is not None and kept_vecs and float(np.max(np.stack(kept_vecs) @ vec)) >= duplicate_threshold:
+            skipped += 1
+            continue
+        kept.append(cand)
+        if vec is not None:
+            kept_vecs.append(vec)
+        if len(kept) >= max_items:
+            break
+    return kept, skipped
+
+
+def coverage_texts(candidates: Sequence[dict[str, Any]], top: int) -> list[str]:
+    """The texts of the best ``top`` candidates (what a reader would see first)."""
+    return [f"{c['speaker']}: {c['text']}" for c in sorted(candidates, key=lambda c: -c["score"])[:top]]

@@ -1,0 +1,110 @@
+"""Scoring raw turns and Level-1 summaries for one sub-query (pure numpy, no LangGraph).
+
+A turn's semantic score fuses its own dense and BM25 ranks (RRF), the score of
+the Level-1 summary that links to it (the hierarchy's prior), and a share of its
+best neighbour's score (answers sit next to questions). H-Mem's fusion then adds
+temporal relevance to the sub-query's hint and Ebbinghaus robustness.
+
+Example:
+    >>> ranks_to_unit(np.array([3.0, 1.0, 2.0])).round(2).tolist()
+    [1.0, 0.98, 0.98]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from memstrata.memory.planning import SubQuery
+from memstrata.memory.scoring import Interval, temporal_relevance
+from memstrata.memory.search import MemoryIndex
+
+RRF_K = 60
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Fusion settings, taken from the run context."""
+
+    semantic: float = 0.70
+    temporal: float = 0.15
+    robustness: float = 0.15
+    tau_days: float = 365.0
+    eta: float = 0.5
+    episode_prior: float = 0.25
+    neighbour: float = 0.6
+
+
+def ranks_to_unit(scores: np.ndarray) -> np.ndarray:
+    """RRF contribution of each item's rank, scaled so rank 1 is 1.0."""
+    if scores.size == 0:
+        return scores
+    order = np.argsort(-scores, kind="stable")
+    ranks = np.empty(len(scores))
+    ranks[order] = np.arange(len(scores))
+    return (RRF_K + 1) / (RRF_K + 1 + ranks)
+
+
+def hybrid_semantic(dense: np.ndarray, lexical: np.ndarray) -> np.ndarray:
+    """Rank fusion of dense and BM25 scores, in [0, 1]; BM25 only counts where it matched."""
+    dense_part = ranks_to_unit(dense)
+    lex_part = np.where(lexical > 0, ranks_to_unit(lexical), 0.0)
+    return (dense_part + lex_part) / 2
+
+
+def score_summaries(index: MemoryIndex, qvec: np.ndarray, qtokens: list[str]) -> np.ndarray:
+    """Semantic score of every Level-1 summary for one sub-query."""
+    if not index.summaries:
+        return np.zeros(0)
+    return hybrid_semantic(index.dense_summaries(qvec), index.summary_bm25.scores(qtokens))
+
+
+def episode_prior(index: MemoryIndex, summary_scores: np.ndarray, top: int) -> np.ndarray:
+    """Per turn: the best normalized score among the top summaries linking to it."""
+    prior = np.zeros(len(index.turns))
+    if summary_scores.size == 0:
+        return prior
+    best = float(summary_scores.max()) or 1.0
+    for s in np.argsort(-summary_scores)[:top]:
+        idx = index.episode_turns(index.summaries[s])
+        prior[idx] = np.maximum(prior[idx], summary_scores[s] / best)
+    return prior
+
+
+def score_turns(
+    index: MemoryIndex, sub: SubQuery, qvec: np.ndarray, qtokens: list[str], prior: np.ndarray,
+    *, weights: Weights, now: datetime | None,
+) -> dict[str, np.ndarray]:
+    """Every turn's fused score for one sub-query, with its parts."""
+    n = len(index.turns)
+    if n == 0:
+        return {"score": np.zeros(0)}
+    own = hybrid_semantic(index.dense_turns(qvec), index.turn_bm25.scores(qtokens))
+    sem = (1 - weights.episode_prior) * own + weights.episode_prior * prior
+    sem = np.maximum(sem, weights.neighbour * _neighbour_max(index, sem))
+    temporal = _temporal(index, sub.hint)
+    robust = robustness_all(index, now, weights)
+    score = weights.semantic * sem + weights.temporal * temporal + weights.robustness * robust
+    return {"score": score, "semantic": sem, "temporal": temporal, "robustness": robust, "own": own}
+
+
+def _neighbour_max(index: MemoryIndex, values: np.ndarray) -> np.ndarray:
+    """For each turn, the larger value of its previous and next turn in the same session."""
+    padded = np.append(values, 0.0)  # index -1 (no neighbour) reads the trailing 0
+    return np.maximum(padded[index.prev_idx], padded[index.next_idx])
+
+
+def robustness_all(index: MemoryIndex, now: datetime | None, weights: Weights) -> np.ndarray:
+    """Vectorized :func:`robustness` (no reinforcement counts yet); 1.0 where times are unknown."""
+    if now is None:
+        return np.ones(len(index.turns))
+    elapsed = np.clip(now.timestamp() - index.ts_seconds, 0, None)
+    return np.where(np.isnan(elapsed), 1.0, np.exp(-elapsed / (weights.tau_days * 86400.0)))
+
+
+def _temporal(index: MemoryIndex, hint: Interval | None) -> np.ndarray:
+    if hint is None:
+        return np.zeros(len(index.turns))
+    return np.array([temporal_relevance(Interval(t.ts, t.ts) if t.ts else None, hint) for t in index.turns])

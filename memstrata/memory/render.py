@@ -1,0 +1,93 @@
+"""Packing ranked evidence into a context of at most ``budget`` tokens, and rendering it.
+
+Turns are admitted in rank order while they fit (a turn that does not fit is
+skipped, so a long turn never starves the rest), then rendered in
+chronological order, grouped under one header per session:
+
+    [session 3 · 8 May 2023]
+    D3:7 Caroline: I went to a LGBTQ support group yesterday.
+
+Each line starts with the turn's citation id; turn text is always verbatim.
+
+Example:
+    >>> class Words:
+    ...     def count(self, text): return len(text.split())
+    >>> items = [{"turn_id": "t1", "conversation_id": "c", "session_id": "1", "position": 0,
+    ...           "speaker": "Ann", "text": "I live in Porto.", "time": None}]
+    >>> pack_context(items, budget=20, counter=Words())[0]
+    '[session 1]\\nt1 Ann: I live in Porto.'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+
+class Counter(Protocol):
+    def count(self, text: str) -> int: ...
+
+
+def _session_key(item: dict[str, Any]) -> tuple[str, tuple[int, str]]:
+    sid = str(item["session_id"])
+    return item["conversation_id"], ((int(sid), "") if sid.isdigit() else (1 << 30, sid))
+
+
+def header(item: dict[str, Any], *, multi_conversation: bool) -> str:
+    """The session header line."""
+    parts = [f"session {item['session_id']}"]
+    if item.get("time"):
+        parts.append(str(item["time"]))
+    if multi_conversation:
+        parts.append(str(item["conversation_id"]))
+    return "[" + " · ".join(parts) + "]"
+
+
+def line(item: dict[str, Any]) -> str:
+    """One evidence line: citation id, speaker, verbatim text, photo caption."""
+    text = f"{item['turn_id']} {item['speaker']}: {item['text']}"
+    if item.get("image_caption"):
+        text += f" [shares a photo: {item['image_caption']}]"
+    return text
+
+
+def render(items: Sequence[dict[str, Any]]) -> str:
+    """Chronological, session-grouped rendering of the chosen items."""
+    multi = len({i["conversation_id"] for i in items}) > 1
+    ordered = sorted(items, key=lambda i: (_session_key(i), i["position"]))
+    lines: list[str] = []
+    current = None
+    for item in ordered:
+        key = _session_key(item)
+        if key != current:
+            lines.append(header(item, multi_conversation=multi))
+            current = key
+        lines.append(line(item))
+    return "\n".join(lines)
+
+
+def pack_context(
+    ranked: Sequence[dict[str, Any]], *, budget: int, counter: Counter
+) -> tuple[str, list[dict[str, Any]], int]:
+    """Admit ranked items while they fit; return (context, admitted items in rank order, tokens)."""
+    chosen: list[dict[str, Any]] = []
+    sessions: set[tuple[str, tuple[int, str]]] = set()
+    used = 0
+    multi = len({i["conversation_id"] for i in ranked}) > 1
+    for item in ranked:
+        cost = counter.count(line(item))
+        key = _session_key(item)
+        if key not in sessions:
+            cost += counter.count(header(item, multi_conversation=multi))
+        if used + cost > budget:
+            continue
+        chosen.append(item)
+        sessions.add(key)
+        used += cost
+    context = render(chosen)
+    tokens = counter.count(context)
+    while chosen and tokens > budget:  # only if joining changed tokenization; keep the promise exact
+        chosen.pop()
+        context = render(chosen)
+        tokens = counter.count(context)
+    return context, chosen, tokens

@@ -1,0 +1,223 @@
+"""Hybrid search over one user's memory: dense (MiniLM) + BM25 (bm25s), turns and summaries.
+
+Chroma is the store of record. For query latency, a read-only snapshot of one
+user's turns and Level-1 summaries (vectors included) is loaded once and kept
+per process; any write through the same store bumps its version and the next
+query rebuilds the snapshot. Writes from another process are picked up after
+``refresh_seconds`` (a cheap count check).
+
+Example:
+    >>> idx = MemoryIndex.load(store, user_id="alice")      # doctest: +SKIP
+    >>> idx.hybrid_turns("where does Ann live?", vec)[:3]   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import bm25s
+import numpy as np
+
+from memstrata.memory.models import UnitKind
+from memstrata.memory.scoring import rrf
+
+_CACHE: dict[tuple[int, str, str | None], MemoryIndex] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _stemmer() -> Any:
+    try:
+        import Stemmer
+
+        return Stemmer.Stemmer("english")
+    except ImportError:  # pragma: no cover - PyStemmer is a declared dependency
+        return None
+
+
+_STEM = _stemmer()
+
+
+def tokenize(texts: list[str]) -> list[list[str]]:
+    """Lower-cased, stop-worded, stemmed word tokens (the BM25 vocabulary)."""
+    return bm25s.tokenize(texts, stopwords="en", stemmer=_STEM, return_ids=False, show_progress=False)
+
+
+@dataclass
+class TurnRow:
+    """A raw turn as search sees it."""
+
+    conversation_id: str
+    turn_id: str
+    session_id: str
+    position: int
+    speaker: str
+    text: str
+    rendered: str
+    image_caption: str | None
+    ts: datetime | None
+    time_raw: str | None
+    source_id: str | None
+
+
+@dataclass
+class SummaryRow:
+    """A Level-1 summary and its links."""
+
+    conversation_id: str
+    summary_id: str
+    episode_id: str
+    session_id: str
+    text: str
+    turn_ids: list[str]
+    ts: datetime | None
+
+
+@dataclass
+class _Bm25:
+    model: bm25s.BM25 | None
+    size: int
+
+    @classmethod
+    def build(cls, texts: list[str]) -> _Bm25:
+        if not texts:
+            return cls(None, 0)
+        model = bm25s.BM25()
+        model.index(bm25s.tokenize(texts, stopwords="en", stemmer=_STEM, show_progress=False), show_progress=False)
+        return cls(model, len(texts))
+
+    def scores(self, query_tokens: list[str]) -> np.ndarray:
+        if self.model is None or not query_tokens:
+            return np.zeros(self.size)
+        vocab = self.model.vocab_dict
+        known = [t for t in query_tokens if t in vocab]
+        return np.asarray(self.model.get_scores(known), dtype=float) if known else np.zeros(self.size)
+
+
+@dataclass
+class MemoryIndex:
+    """A search snapshot of one user's memory (optionally one conversation)."""
+
+    turns: list[TurnRow]
+    turn_vecs: np.ndarray
+    summaries: list[SummaryRow]
+    summary_vecs: np.ndarray
+    version: int = 0
+    loaded_at: float = field(default_factory=time.monotonic)
+    counts: tuple[int, int] = (0, 0)
+
+    def __post_init__(self) -> None:
+        self.turn_bm25 = _Bm25.build([t.rendered for t in self.turns])
+        self.summary_bm25 = _Bm25.build([s.text for s in self.summaries])
+        self.by_key = {(t.conversation_id, t.turn_id): i for i, t in enumerate(self.turns)}
+        self.by_position = {(t.conversation_id, t.session_id, t.position): i for i, t in enumerate(self.turns)}
+        stamps = [t.ts for t in self.turns if t.ts]
+        self.latest: datetime | None = max(stamps) if stamps else None
+        self.speakers = sorted({t.speaker for t in self.turns})
+        self.prev_idx = np.array([self.by_position.get((t.conversation_id, t.session_id, t.position - 1), -1)
+                                  for t in self.turns], dtype=int)
+        self.next_idx = np.array([self.by_position.get((t.conversation_id, t.session_id, t.position + 1), -1)
+                                  for t in self.turns], dtype=int)
+        self.ts_seconds = np.array([t.ts.timestamp() if t.ts else np.nan for t in self.turns], dtype=float)
+
+    # ---- loading -----------------------------------------------------------
+    @classmethod
+    def load(cls, store: Any, *, user_id: str, conversation_id: str | None = None,
+             refresh_seconds: float = 5.0) -> MemoryIndex:
+        """The cached snapshot, rebuilt after writes (this process) or count changes (others)."""
+        key = (id(store), user_id, conversation_id)
+        version = store.versions.get(user_id)
+        with _CACHE_LOCK:
+            cached = _CACHE.get(key)
+        if cached is not None and cached.version == version:
+            if time.monotonic() - cached.loaded_at < refresh_seconds or cached.counts == _counts(
+                    store, user_id, conversation_id):
+                cached.loaded_at = time.monotonic()
+                return cached
+        index = cls._build(store, user_id, conversation_id, version)
+        with _CACHE_LOCK:
+            _CACHE[key] = index
+        return index
+
+    @classmethod
+    def _build(cls, store: Any, user_id: str, conversation_id: str | None, version: int) -> MemoryIndex:
+        turns = store.get(UnitKind.TURN, user_id=user_id, conversation_id=conversation_id, with_vectors=True)
+        sums = store.get(UnitKind.SUMMARY, user_id=user_id, conversation_id=conversation_id, with_vectors=True)
+        turns.sort(key=lambda r: (r.metadata["conversation_id"], _session_key(r.metadata.get("session_id", "")),
+                                  r.metadata.get("position", 0)))
+        turn_rows = [_turn_row(r) for r in turns]
+        sum_rows = [_summary_row(r) for r in sums]
+        dim = len(turns[0].metadata["_vector"]) if turns else 1
+        return cls(
+            turns=turn_rows,
+            turn_vecs=np.asarray([r.metadata["_vector"] for r in turns], dtype=np.float32).reshape(-1, dim),
+            summaries=sum_rows,
+            summary_vecs=np.asarray([r.metadata["_vector"] for r in sums], dtype=np.float32).reshape(-1, dim),
+            version=version, counts=(len(turn_rows), len(sum_rows)),
+        )
+
+    # ---- search --------------------------------------------------------------
+    def dense_turns(self, qvec: np.ndarray) -> np.ndarray:
+        return self.turn_vecs @ qvec if len(self.turns) else np.zeros(0)
+
+    def dense_summaries(self, qvec: np.ndarray) -> np.ndarray:
+        return self.summary_vecs @ qvec if len(self.summaries) else np.zeros(0)
+
+    def hybrid_summaries(self, query_tokens: list[str], qvec: np.ndarray, top: int) -> list[tuple[int, float, float]]:
+        """Top summaries as (index, fused score, dense similarity)."""
+        return _hybrid(self.dense_summaries(qvec), self.summary_bm25.scores(query_tokens), top)
+
+    def hybrid_turns(self, query_tokens: list[str], qvec: np.ndarray, top: int) -> list[tuple[int, float, float]]:
+        """Top raw turns as (index, fused score, dense similarity)."""
+        return _hybrid(self.dense_turns(qvec), self.turn_bm25.scores(query_tokens), top)
+
+    def neighbours(self, index: int, width: int) -> list[int]:
+        """Turns within ``width`` positions of a turn, in the same session."""
+        t = self.turns[index]
+        out = []
+        for d in range(-width, width + 1):
+            j = self.by_position.get((t.conversation_id, t.session_id, t.position + d))
+            if d and j is not None:
+                out.append(j)
+        return out
+
+    def episode_turns(self, summary: SummaryRow) -> list[int]:
+        return [i for tid in summary.turn_ids if (i := self.by_key.get((summary.conversation_id, tid))) is not None]
+
+
+def _hybrid(dense: np.ndarray, lexical: np.ndarray, top: int) -> list[tuple[int, float, float]]:
+    n = len(dense)
+    if n == 0:
+        return []
+    depth = min(n, max(top * 4, 50))
+    dense_rank = np.argsort(-dense)[:depth]
+    lex_rank = [i for i in np.argsort(-lexical)[:depth] if lexical[i] > 0]
+    fused = rrf([dense_rank.tolist(), lex_rank], n)
+    order = np.argsort(-fused)[:top]
+    return [(int(i), float(fused[i]), float(dense[i])) for i in order if fused[i] > 0]
+
+
+def _counts(store: Any, user_id: str, conversation_id: str | None) -> tuple[int, int]:
+    return (store.count(UnitKind.TURN, user_id=user_id, conversation_id=conversation_id),
+            store.count(UnitKind.SUMMARY, user_id=user_id, conversation_id=conversation_id))
+
+
+def _session_key(session_id: str) -> tuple[int, str]:
+    return (int(session_id), "") if session_id.isdigit() else (1 << 30, session_id)
+
+
+def _turn_row(record: Any) -> TurnRow:
+    p = record.payload
+    ts = datetime.fromisoformat(p["timestamp"]) if p.get("timestamp") else None
+    return TurnRow(p["conversation_id"], p["id"], p["session_id"], p["position"], p["speaker"], p["text"],
+                   record.document, p.get("image_caption"), ts, p.get("timestamp_raw"), p.get("source_id"))
+
+
+def _summary_row(record: Any) -> SummaryRow:
+    p = record.payload
+    ts = datetime.fromisoformat(p["timestamp"]) if p.get("timestamp") else None
+    return SummaryRow(p["conversation_id"], p["id"], p["episode_id"], p["session_id"], p["text"],
+                      list(p.get("turn_ids", [])), ts)

@@ -1,0 +1,84 @@
+"""The ingestion graph: example conversation, idempotence, incremental sessions, links, shape."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLE
+from memstrata import Memstrata
+from memstrata.memory.models import UnitKind
+from memstrata.memory.normalize import IngestError
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+
+
+@pytest.fixture
+def mem(data_dir, hash_embeddings) -> Memstrata:
+    return Memstrata(path=data_dir, embeddings=hash_embeddings)
+
+
+def _counts(mem: Memstrata, user: str) -> dict[str, int]:
+    return {k.value: mem.store.count(k, user_id=user) for k in (UnitKind.TURN, UnitKind.EPISODE, UnitKind.SUMMARY)}
+
+
+def test_example_ingests_with_linked_levels(mem: Memstrata) -> None:
+    events: list[dict] = []
+    stats = mem.ingest(EXAMPLE, user_id="u", on_progress=events.append)
+    assert stats["turns_added"] == 36 and stats["episodes_written"] == stats["summaries_written"] > 3
+    assert {e["stage"] for e in events} >= {"load", "turns", "segment", "episodes", "summaries"}
+    store = mem.store
+    episodes = {r.unit_id: r for r in store.get(UnitKind.EPISODE, user_id="u")}
+    turns = {r.unit_id: r for r in store.get(UnitKind.TURN, user_id="u")}
+    for s in store.get(UnitKind.SUMMARY, user_id="u"):
+        ep = episodes[s.payload["episode_id"]]
+        assert ep.payload["summary_id"] == s.unit_id
+        assert s.payload["turn_ids"] == ep.payload["turn_ids"]
+        # Level-2 is verbatim: the episode text is exactly its turns' rendered text.
+        assert ep.document == "\n".join(turns[t].document for t in ep.payload["turn_ids"])
+    covered = {t for ep in episodes.values() for t in ep.payload["turn_ids"]}
+    assert covered == set(turns)
+
+
+def test_reingest_adds_nothing(mem: Memstrata) -> None:
+    mem.ingest(EXAMPLE, user_id="u")
+    before = _counts(mem, "u")
+    stats = mem.ingest(EXAMPLE, user_id="u")
+    assert stats["turns_added"] == 0 and stats["episodes_written"] == 0
+    assert _counts(mem, "u") == before
+
+
+def test_new_session_only_adds(mem: Memstrata) -> None:
+    data = json.loads(EXAMPLE.read_text())
+    first_two = [m for m in data["messages"] if m["timestamp"] < "2024-05"]
+    mem.ingest({"conversation_id": "priya-tom", "messages": first_two}, user_id="u")
+    old = {r.unit_id: r.document for r in mem.store.get(UnitKind.EPISODE, user_id="u")}
+    stats = mem.ingest(EXAMPLE, user_id="u")
+    assert stats["sessions_touched"] == 1 and stats["episodes_replaced"] == 0
+    new = {r.unit_id: r.document for r in mem.store.get(UnitKind.EPISODE, user_id="u")}
+    assert all(new[k] == v for k, v in old.items())
+    assert len(new) > len(old)
+
+
+def test_bad_input_leaves_store_untouched(mem: Memstrata, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"speaker": "A", "text": "fine"}, {"speaker": "B", "text": ""}]))
+    with pytest.raises(IngestError, match=r"bad.json: conversation default, message #1: empty"):
+        mem.ingest(bad, user_id="u")
+    assert _counts(mem, "u") == {"turn": 0, "episode": 0, "summary": 0}
+
+
+def test_users_are_isolated_after_ingest(mem: Memstrata) -> None:
+    mem.ingest(EXAMPLE, user_id="alice")
+    assert _counts(mem, "bob") == {"turn": 0, "episode": 0, "summary": 0}
+    assert mem.delete_user("alice")["turn"] == 36
+    assert _counts(mem, "alice") == {"turn": 0, "episode": 0, "summary": 0}
+
+
+def test_ingestion_graph_shape_snapshot() -> None:
+    from memstrata.graphs.ingestion import graph
+
+    expected = (SNAPSHOTS / "ingestion.mmd").read_text()
+    assert graph.get_graph().draw_mermaid() == expected
