@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
+from pydantic import ConfigDict
+from pydantic.json_schema import SkipJsonSchema
 
 DATA_DIR_ENV = "MEMSTRATA_DATA_DIR"
 CHROMA_URL_ENV = "MEMSTRATA_CHROMA_URL"
@@ -57,12 +60,15 @@ class Context:
         prompts: overrides of prompt constants by name, e.g. ``{"REFLECT_PROMPT": "..."}``.
     """
 
+    # Studio and the LangGraph API build a JSON schema of this class; the embedder is Python-only.
+    __pydantic_config__ = ConfigDict(arbitrary_types_allowed=True)
+
     user_id: str
     conversation_id: str | None = None
     data_dir: str | None = None
     chroma_url: str | None = None
     model: BaseChatModel | str | None = None
-    embeddings: Embeddings | None = None
+    embeddings: SkipJsonSchema[Embeddings | None] = None
     # retrieval
     level1_k: int = 10
     coarse_n: int = 30
@@ -90,6 +96,14 @@ class Context:
     prompts: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if isinstance(self.now, str):  # Studio and the API send JSON strings
+            from memstrata.memory.timeparse import parse_timestamp
+
+            parsed = parse_timestamp(self.now)
+            if parsed is None:
+                msg = f"Context.now: cannot parse {self.now!r} as a time"
+                raise ValueError(msg)
+            self.now = parsed
         if not isinstance(self.user_id, str) or not self.user_id.strip():
             msg = "Context.user_id is required: pass the user whose memory this run reads or writes"
             raise ValueError(msg)
@@ -126,6 +140,11 @@ def resolve_store(ctx: Context) -> Any:
         if key not in _STORES:
             _STORES[key] = MemoryStore(path=path, url=url, embeddings=ctx.embeddings)
         return _STORES[key]
+
+
+async def aresolve_store(ctx: Context) -> Any:
+    """:func:`resolve_store` off the event loop: opening a store creates folders and a Chroma client."""
+    return await asyncio.to_thread(resolve_store, ctx)
 
 
 def resolve_model(ctx: Context) -> BaseChatModel | None:

@@ -1,37 +1,67 @@
-"""Robust structured LLM decisions, metering and the token budget.
+"""Robust structured LLM decisions, streamed answers, metering and the token budget.
 
 Every LLM decision goes through :func:`decide`: a pydantic schema, tool calling
-(``method="function_calling"``), tenacity retries with backoff on transport
-errors, a per-call timeout, one repair attempt on a validation error, and then
-the caller's deterministic fallback. The :class:`Meter` records every call,
-with its tokens and where the counts came from, and enforces
+(the schema bound as the one required tool), tenacity retries with backoff on
+transport errors only, a per-attempt timeout, one repair attempt on a
+validation error, and then the caller's deterministic fallback. The answer
+node streams through :func:`stream_answer`, which bounds the wait for every
+chunk and turns any failure into :class:`LLMError`. The :class:`Meter` records
+every call, with its tokens and where the counts came from, and enforces
 ``Context.llm_token_budget``.
+
+Outcomes recorded in :attr:`CallRecord.outcome`:
+
+- ``ok``: a valid tool call; ``parsed_text``: a valid JSON object in the text;
+- ``invalid``: a first reply that failed validation (a repair follows);
+- ``repaired``: the repair reply was valid;
+- ``fallback``: the repair failed too, the fallback was used;
+- ``error``: the transport failed (after retries) or timed out, the fallback was used;
+- ``skipped_budget``: the token budget could not afford the call, the fallback was used.
 
 Example:
     >>> meter = Meter(budget=100)
     >>> meter.remaining
     100
+    >>> is_transient(TimeoutError()), is_transient(ValueError())
+    (True, False)
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import logging
 import re
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from pydantic import BaseModel, ValidationError
+from langchain_core.messages.ai import UsageMetadata, add_usage
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import BaseModel
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T", bound=BaseModel)
+I = TypeVar("I")
 INTERNAL_TAGS = ["nostream", "memstrata:internal"]
+GOOD_OUTCOMES = ("ok", "parsed_text", "repaired")
+# A validator may index a list with a bad id or read a missing attribute: all of
+# these mean "the model's answer is unusable", never "crash the graph".
+_INVALID = (ValueError, TypeError, LookupError, AttributeError)
+_TRANSPORT_NAMES = {
+    # Provider-neutral errors that LangChain integrations raise (langchain-core >= 1.x).
+    "langchain_core.exceptions": ("ModelConnectionError", "ModelTimeoutError", "ModelAPIError", "ModelRateLimitError"),
+    "openai": ("APIConnectionError", "APITimeoutError", "InternalServerError", "RateLimitError"),
+    "httpx": ("TransportError",),
+    "httpx2": ("TransportError",),  # what recent openai SDKs are built on
+}
 
 
 class LLMError(RuntimeError):
@@ -40,14 +70,15 @@ class LLMError(RuntimeError):
 
 @dataclass
 class CallRecord:
-    """One LLM call as the trace shows it."""
+    """One LLM call as the trace shows it (see the module docstring for outcomes)."""
 
     node: str
-    outcome: str  # ok | parsed_text | repaired | fallback | skipped_budget | error
+    outcome: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
     usage_source: str = "none"  # usage_metadata | local_tokenizer | none
     error: str | None = None
+    seconds: float = 0.0
 
 
 @dataclass
@@ -59,20 +90,29 @@ class Meter:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, record: CallRecord) -> None:
+        """Append one call record (safe from several threads)."""
         with self._lock:
             self.calls.append(record)
 
     @property
     def tokens(self) -> int:
+        """Prompt plus completion tokens spent so far."""
         return sum(c.prompt_tokens + c.completion_tokens for c in self.calls)
 
     @property
     def remaining(self) -> int | None:
+        """Tokens left in the budget, or ``None`` when there is no budget."""
         return None if self.budget is None else max(0, self.budget - self.tokens)
 
     @property
     def exhausted(self) -> bool:
+        """True once the spent tokens reach the budget."""
         return self.budget is not None and self.tokens >= self.budget
+
+    def affords(self, prompt_tokens: int) -> bool:
+        """Whether a call whose prompt alone costs ``prompt_tokens`` fits in the budget."""
+        remaining = self.remaining
+        return remaining is None or (remaining > 0 and prompt_tokens < remaining)
 
     def summary(self) -> dict[str, Any]:
         """Totals per node and overall, for traces and benchmarks."""
@@ -88,10 +128,14 @@ class Meter:
             "prompt_tokens": sum(c.prompt_tokens for c in self.calls),
             "completion_tokens": sum(c.completion_tokens for c in self.calls),
             "fallbacks": sum(r["fallbacks"] for r in per_node.values()),
+            "outcomes": {o: sum(c.outcome == o for c in self.calls) for o in sorted({c.outcome for c in self.calls})},
             "usage_sources": sorted({c.usage_source for c in self.calls if c.usage_source != "none"}),
             "per_node": per_node,
             "records": [asdict(c) for c in self.calls],
         }
+
+
+# ---- token counting -----------------------------------------------------------------
 
 
 def _count_local(text: str) -> int:
@@ -103,32 +147,72 @@ def _count_local(text: str) -> int:
         return max(1, len(text) // 4)
 
 
+def _prompt_text(prompt: Sequence[BaseMessage]) -> str:
+    return "\n".join(m.text for m in prompt)
+
+
 def usage_of(prompt: Sequence[BaseMessage], reply: BaseMessage | None) -> tuple[int, int, str]:
-    """(prompt tokens, completion tokens, source) from usage metadata, else the local tokenizer."""
+    """(prompt tokens, completion tokens, source) from usage metadata, else the local tokenizer.
+
+    Example:
+        >>> usage_of([], AIMessage("hi", usage_metadata={"input_tokens": 3, "output_tokens": 1, "total_tokens": 4}))
+        (3, 1, 'usage_metadata')
+    """
     usage = getattr(reply, "usage_metadata", None) if reply is not None else None
     if usage and (usage.get("input_tokens") or usage.get("output_tokens")):
         return int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)), "usage_metadata"
-    prompt_text = "\n".join(str(m.content) for m in prompt)
-    reply_text = ""
-    if reply is not None:
-        reply_text = str(reply.content) + "".join(json.dumps(t.get("args", {})) for t in getattr(reply, "tool_calls", []))
-    return _count_local(prompt_text), _count_local(reply_text) if reply is not None else 0, "local_tokenizer"
+    if reply is None:
+        return _count_local(_prompt_text(prompt)), 0, "local_tokenizer"
+    calls = [*getattr(reply, "tool_calls", []), *getattr(reply, "invalid_tool_calls", [])]
+    reply_text = reply.text + "".join(json.dumps(t.get("args")) for t in calls)
+    return _count_local(_prompt_text(prompt)), _count_local(reply_text), "local_tokenizer"
+
+
+# ---- error classification -------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    found: list[type[BaseException]] = [TimeoutError, ConnectionError]
+    for module_name, names in _TRANSPORT_NAMES.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        found += [getattr(module, n) for n in names if isinstance(getattr(module, n, None), type)]
+    return tuple(found)
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Transport trouble worth a retry: timeouts, dropped connections, 5xx, 429."""
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
-        return True
-    name = type(exc).__name__
-    if name in {"APIConnectionError", "APITimeoutError", "InternalServerError", "RateLimitError",
-                "ConnectError", "ReadError", "RemoteProtocolError", "ReadTimeout", "ConnectTimeout"}:
+    """Transport trouble worth a retry: timeouts, dropped connections, 5xx, 429.
+
+    Bad requests (4xx), authentication errors and malformed output are not
+    transient: retrying them only burns time.
+    """
+    if isinstance(exc, _transport_errors()):
         return True
     status = getattr(exc, "status_code", None)
     return isinstance(status, int) and (status >= 500 or status == 429)
 
 
+def _describe(exc: BaseException, timeout: float) -> str:
+    if isinstance(exc, TimeoutError) and not str(exc):
+        return f"TimeoutError: no reply within {timeout:g}s"
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+# ---- parsing -------------------------------------------------------------------------
+
+
 def extract_json(text: str) -> Any:
-    """The first JSON object in a string (models often wrap it in prose or fences)."""
+    """The first JSON object in a string (models often wrap it in prose or fences).
+
+    Example:
+        >>> extract_json('Sure! ```json\\n{"a": 1}\\n``` hope it helps')
+        {'a': 1}
+        >>> extract_json("no json here") is None
+        True
+    """
     if not text:
         return None
     fenced = re.search(r"```(?:json)?\s*(\{.*?\})\s*```", text, re.S)
@@ -150,23 +234,76 @@ def extract_json(text: str) -> Any:
     return None
 
 
+def _shapes(data: Any) -> Iterator[Any]:
+    """The object itself, then what small models wrap it in: ``{"Schema": {...}}``, ``{"arguments": "{...}"}``."""
+    yield data
+    if isinstance(data, dict) and len(data) == 1:
+        inner = next(iter(data.values()))
+        if isinstance(inner, str):
+            inner = extract_json(inner)
+        if isinstance(inner, dict):
+            yield inner
+
+
+def _validated(schema: type[T], data: Any) -> T:
+    first: Exception | None = None
+    for shape in _shapes(data):
+        try:
+            return schema.model_validate(shape)
+        except _INVALID as exc:
+            first = first or exc
+    raise first or ValueError("nothing to validate")
+
+
 def _parse(schema: type[T], reply: AIMessage) -> T:
     """Validate a tool call, or a JSON object in the text, against the schema."""
-    for call in getattr(reply, "tool_calls", None) or []:
-        return schema.model_validate(call.get("args") or {})
-    data = extract_json(str(reply.content))
+    for call in reply.tool_calls:
+        return _validated(schema, call.get("args") or {})
+    data = extract_json(reply.text)
+    if data is None and reply.invalid_tool_calls:
+        msg = f"the tool call arguments were not valid JSON: {str(reply.invalid_tool_calls[0].get('args'))[:200]}"
+        raise ValueError(msg)
     if data is None:
         msg = "the reply held no tool call and no JSON object"
         raise ValueError(msg)
-    return schema.model_validate(data)
+    return _validated(schema, data)
+
+
+def _check(schema: type[T], reply: AIMessage, validate: Callable[[T], T] | None) -> T:
+    value = _parse(schema, reply)
+    checked = validate(value) if validate else None
+    return value if checked is None else checked
+
+
+def _repair(messages: list[BaseMessage], reply: AIMessage, exc: Exception, schema: type[BaseModel]) -> list[BaseMessage]:
+    """The conversation plus the bad reply (as plain text) and what was wrong with it."""
+    calls = [*reply.tool_calls, *reply.invalid_tool_calls]
+    shown = (reply.text + "".join(f"\n{c.get('name')}({c.get('args')})" for c in calls)).strip()
+    return [
+        *messages,
+        AIMessage(shown[:2000] or "(no content)"),
+        HumanMessage(f"That output was invalid: {str(exc)[:500]}\n"
+                     f"Reply again with only a valid {schema.__name__} tool call."),
+    ]
+
+
+# ---- calling -------------------------------------------------------------------------
+
+
+def _bind(model: BaseChatModel, schema: type[BaseModel]) -> Any:
+    name = convert_to_openai_tool(schema)["function"]["name"]
+    try:
+        # Naming the one tool (rather than tool_choice="any") is what makes
+        # llama.cpp's server constrain the reply to the schema's grammar.
+        return model.bind_tools([schema], tool_choice=name)
+    except NotImplementedError:  # models without tool calling answer in JSON text
+        return model
 
 
 async def _invoke(model: BaseChatModel, schema: type[BaseModel], messages: list[BaseMessage],
                   *, node: str, timeout: float, retries: int) -> AIMessage:
-    try:
-        bound: Any = model.bind_tools([schema], tool_choice="any")
-    except NotImplementedError:  # models without tool calling answer in JSON text
-        bound = model
+    """One reply, each attempt bounded by ``timeout``; only transport errors are retried."""
+    bound = _bind(model, schema)
     config = {"tags": INTERNAL_TAGS, "run_name": f"memstrata.{node}", "metadata": {"memstrata_node": node}}
     async for attempt in AsyncRetrying(
         stop=stop_after_attempt(retries + 1),
@@ -175,7 +312,8 @@ async def _invoke(model: BaseChatModel, schema: type[BaseModel], messages: list[
         reraise=True,
     ):
         with attempt:
-            return await asyncio.wait_for(bound.ainvoke(messages, config=config), timeout=timeout)
+            reply = await asyncio.wait_for(bound.ainvoke(messages, config=config), timeout=timeout)
+            return reply if isinstance(reply, AIMessage) else AIMessage(str(getattr(reply, "content", reply)))
     msg = "unreachable"
     raise LLMError(msg)  # pragma: no cover
 
@@ -193,38 +331,142 @@ async def decide(
     retries: int = 2,
     validate: Callable[[T], T] | None = None,
 ) -> tuple[T, str]:
-    """One structured decision: the model's, repaired once, or the fallback.
+    """One structured decision: the model's, repaired once, or the fallback. Never raises for model trouble.
 
-    Returns the value and how it was obtained (the ``outcome`` of its
-    :class:`CallRecord`). ``validate`` may raise ``ValueError`` for answers that
-    are well-formed but impossible (e.g. an id that was never offered).
+    Args:
+        model: the chat model; ``None`` means offline (the fallback, outcome ``offline``).
+        schema: the pydantic schema, bound as the one required tool.
+        system: the system prompt.
+        user: the user message (the data).
+        node: the node name, for the trace and the run name.
+        fallback: the deterministic answer when the model fails.
+        meter: records the call(s) and holds the token budget.
+        timeout: seconds per attempt; the worst case is ``2 * (retries + 1) * timeout`` plus backoff.
+        retries: extra attempts on transport errors (never on bad output).
+        validate: may raise ``ValueError`` (or ``LookupError``) for answers that are
+            well-formed but impossible, e.g. an id that was never offered; it may
+            return a corrected value.
+
+    Returns:
+        The value and how it was obtained (the ``outcome`` of its last :class:`CallRecord`).
+
+    Example:
+        >>> import asyncio
+        >>> from memstrata.testing import ScriptedChatModel
+        >>> class Yes(BaseModel):
+        ...     yes: bool
+        >>> asyncio.run(decide(ScriptedChatModel(script=["not json"] * 2), Yes, "s", "u", node="n",
+        ...                    fallback=lambda: Yes(yes=False), meter=Meter()))
+        (Yes(yes=False), 'fallback')
     """
     if model is None:
         return fallback(), "offline"
-    if meter.exhausted:
-        meter.add(CallRecord(node, "skipped_budget"))
-        return fallback(), "skipped_budget"
     messages: list[BaseMessage] = [SystemMessage(system), HumanMessage(user)]
     for attempt in range(2):
+        if not meter.affords(_count_local(_prompt_text(messages)) if meter.budget is not None else 0):
+            meter.add(CallRecord(node, "skipped_budget"))
+            return fallback(), "skipped_budget"
+        started = time.monotonic()
         try:
             reply = await _invoke(model, schema, messages, node=node, timeout=timeout, retries=retries)
         except Exception as exc:  # noqa: BLE001 - any transport failure ends in the fallback
-            meter.add(CallRecord(node, "error", *usage_of(messages, None), error=f"{type(exc).__name__}: {exc}"[:300]))
+            meter.add(CallRecord(node, "error", *usage_of(messages, None), error=_describe(exc, timeout),
+                                 seconds=time.monotonic() - started))
+            logger.warning("memstrata.%s: LLM call failed (%s); using the fallback", node, _describe(exc, timeout))
             return fallback(), "error"
-        p, c, src = usage_of(messages, reply)
+        seconds = time.monotonic() - started
         try:
-            value = _parse(schema, reply)
-            value = validate(value) if validate else value
-        except (ValidationError, ValueError, TypeError) as exc:
-            if attempt == 0 and not meter.exhausted:
-                meter.add(CallRecord(node, "invalid", p, c, src, error=str(exc)[:300]))
-                messages = [*messages, AIMessage(str(reply.content)[:2000] or "(no content)"),
-                            HumanMessage(f"That output was invalid: {str(exc)[:500]}\nReply again with only a valid "
-                                         f"{schema.__name__} tool call.")]
-                continue
-            meter.add(CallRecord(node, "fallback", p, c, src, error=str(exc)[:300]))
-            return fallback(), "fallback"
-        outcome = "repaired" if attempt else ("ok" if getattr(reply, "tool_calls", None) else "parsed_text")
-        meter.add(CallRecord(node, outcome, p, c, src))
+            value = _check(schema, reply, validate)
+        except _INVALID as exc:
+            outcome = "invalid" if attempt == 0 else "fallback"
+            meter.add(CallRecord(node, outcome, *usage_of(messages, reply), error=str(exc)[:300], seconds=seconds))
+            messages = _repair(messages, reply, exc, schema)
+            continue
+        outcome = "repaired" if attempt else ("ok" if reply.tool_calls else "parsed_text")
+        meter.add(CallRecord(node, outcome, *usage_of(messages, reply), seconds=seconds))
         return value, outcome
-    return fallback(), "fallback"  # pragma: no cover
+    logger.info("memstrata.%s: the model's output stayed invalid; using the fallback", node)
+    return fallback(), "fallback"
+
+
+# ---- streaming -----------------------------------------------------------------------
+
+
+async def _idle_bounded(stream: AsyncIterator[I], idle: float) -> AsyncIterator[I]:
+    """Items of ``stream``; ``TimeoutError`` when one takes longer than ``idle`` seconds."""
+    iterator = aiter(stream)
+    try:
+        while True:
+            try:
+                # asyncio.timeout keeps the read in this task: the HTTP stream
+                # underneath must not hop between tasks.
+                async with asyncio.timeout(idle):
+                    item = await anext(iterator)
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+async def stream_answer(
+    model: BaseChatModel,
+    messages: Sequence[BaseMessage],
+    *,
+    node: str = "answer",
+    meter: Meter,
+    timeout: float = 60.0,
+) -> str:
+    """Stream a text answer so LangGraph's ``stream_mode="messages"`` forwards its tokens.
+
+    The call carries no ``nostream`` tag, unlike :func:`decide`. Usage comes from
+    the chunks' ``usage_metadata`` when the server sends it, else from the local
+    tokenizer. The budget is not checked here: the answer node decides whether
+    an exhausted budget still buys an answer.
+
+    Args:
+        model: the chat model.
+        messages: the prompt.
+        node: the node name, for the trace and the run name.
+        meter: records the call.
+        timeout: the longest wait, in seconds, for the first or any next chunk.
+
+    Returns:
+        The full answer text.
+
+    Raises:
+        LLMError: the transport failed, the server went silent, or the model raised.
+
+    Example:
+        >>> import asyncio
+        >>> from memstrata.testing import ScriptedChatModel
+        >>> asyncio.run(stream_answer(ScriptedChatModel(script=["Miso is a cat."]), [], meter=Meter()))
+        'Miso is a cat.'
+    """
+    prompt = list(messages)
+    config = {"run_name": f"memstrata.{node}", "metadata": {"memstrata_node": node}}
+    parts: list[str] = []
+    usage: UsageMetadata | None = None
+    started = time.monotonic()
+    try:
+        async for chunk in _idle_bounded(model.astream(prompt, config=config), timeout):
+            parts.append(chunk.text)
+            usage = add_usage(usage, chunk.usage_metadata) if chunk.usage_metadata else usage
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one clear LLMError
+        return _stream_failed(prompt, "".join(parts), exc, node=node, meter=meter, timeout=timeout, started=started)
+    reply = AIMessage("".join(parts), usage_metadata=usage)
+    meter.add(CallRecord(node, "ok", *usage_of(prompt, reply), seconds=time.monotonic() - started))
+    return reply.text
+
+
+def _stream_failed(prompt: list[BaseMessage], partial: str, exc: Exception, *, node: str, meter: Meter,
+                   timeout: float, started: float) -> str:
+    """Record the failed stream (tokens so far counted locally) and raise :class:`LLMError`."""
+    p, c, src = usage_of(prompt, AIMessage(partial))
+    meter.add(CallRecord(node, "error", p, c, src, error=_describe(exc, timeout), seconds=time.monotonic() - started))
+    kind = "the connection to the model failed" if is_transient(exc) else "the model raised an error"
+    msg = (f"memstrata.{node}: {kind} after {len(partial)} streamed characters "
+           f"({_describe(exc, timeout)})")
+    raise LLMError(msg) from exc

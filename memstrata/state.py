@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from operator import add
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any
+
+from typing_extensions import TypedDict  # pydantic needs it on Python 3.11 to build the API schemas
 
 
 def merge_dicts(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
@@ -20,10 +22,14 @@ def merge_dicts(left: dict[str, Any] | None, right: dict[str, Any] | None) -> di
 
 
 def dedupe_by_id(left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """Append items, replacing any earlier item with the same ``id`` (keeps first position)."""
-    out = {item["id"]: item for item in (left or [])}
+    """Append items, replacing any earlier item with the same (conversation, ``id``); keeps first position."""
+
+    def key(item: dict[str, Any]) -> tuple[str, str]:
+        return item.get("conversation_id", ""), item["id"]
+
+    out = {key(item): item for item in (left or [])}
     for item in right or []:
-        out[item["id"]] = {**out.get(item["id"], {}), **item}
+        out[key(item)] = {**out.get(key(item), {}), **item}
     return list(out.values())
 
 

@@ -82,3 +82,22 @@ def test_ingestion_graph_shape_snapshot() -> None:
 
     expected = (SNAPSHOTS / "ingestion.mmd").read_text()
     assert graph.get_graph().draw_mermaid() == expected
+
+
+def test_interrupted_ingest_is_resumed_without_duplicates(mem: Memstrata) -> None:
+    mem.ingest(EXAMPLE, user_id="u")
+    full = _counts(mem, "u")
+    # Simulate a crash after the turns were written: summaries of one session never landed.
+    lost = [r.unit_id for r in mem.store.get(UnitKind.SUMMARY, user_id="u", where={"session_id": "2"})]
+    mem.store.delete(UnitKind.SUMMARY, user_id="u", conversation_id="priya-tom", unit_ids=lost)
+    stats = mem.ingest(EXAMPLE, user_id="u")
+    assert stats["turns_added"] == 0 and stats["sessions_touched"] == 1
+    assert _counts(mem, "u") == full
+
+
+def test_summaries_of_several_conversations_do_not_collide(mem: Memstrata) -> None:
+    msgs = [{"speaker": "A", "text": f"topic {i} about gardens and roses"} for i in range(6)]
+    stats = mem.ingest([{"conversation": {"session_1": msgs}, "sample_id": "a"},
+                        {"conversation": {"session_1": msgs}, "sample_id": "b"}], user_id="u")
+    assert stats["summaries_written"] == stats["episodes_written"] == 2 * (stats["episodes_written"] // 2) > 0
+    assert mem.store.count(UnitKind.SUMMARY, user_id="u") == mem.store.count(UnitKind.EPISODE, user_id="u")

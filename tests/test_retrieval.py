@@ -133,8 +133,7 @@ async def test_gate_goes_deep_with_parallel_selection(mem: Memstrata) -> None:
     assert result.trace["path"] == "deep" and result.trace["gate"][0]["reason"] == "model self-check: finished=2"
     assert script.seen["select_level1"] >= 2  # fanned out with Send
     back = [e for e in result.trace["events"] if e["node"] == "backtrack_level2"]
-    assert back[0]["how"] == "llm-selection"
-    assert any(e.level == "level2" for e in result.evidence)
+    assert back[0]["how"] == "llm-selection" and back[0]["admitted"] > 0
 
 
 async def test_reflection_rewrites_and_loops(mem: Memstrata) -> None:
@@ -164,7 +163,7 @@ async def test_follow_up_query_runs(mem: Memstrata) -> None:
 
 async def test_llm_budget_exhausted_falls_back(mem: Memstrata) -> None:
     model, script = scripted()
-    result = await _ask(mem, model, llm_token_budget=50)
+    result = await _ask(mem, model, llm_token_budget=300)
     records = result.trace["llm"]["records"]
     assert records[0]["outcome"] == "ok" and any(r["outcome"] == "skipped_budget" for r in records)
     assert script.seen["answer"] == 0 and result.answer is None

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from memstrata.memory.planning import SubQuery
-from memstrata.memory.ranking import Weights, episode_prior, score_summaries, score_turns
+from memstrata.memory.ranking import Weights, episode_prior, score_summaries, score_turns, turn_semantic
 from memstrata.memory.search import MemoryIndex, tokenize
 from memstrata.memory.timeparse import format_date
 
@@ -53,10 +53,14 @@ def summary_item(index: MemoryIndex, s: int, score: float) -> dict[str, Any]:
 
 def _scored(index: MemoryIndex, query: dict[str, Any], qvec: np.ndarray, *, top_summaries: int,
             weights: Weights, now: datetime | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    tokens = tokenize([query["text"]])[0]
-    sums = score_summaries(index, qvec, tokens)
+    """Summary scores and fused turn scores; the query-only parts are memoized on the snapshot."""
+    text = query["text"]
+    if text not in index.memo:
+        tokens = tokenize([text])[0]
+        index.remember(text, (score_summaries(index, qvec, tokens), turn_semantic(index, qvec, tokens)))
+    sums, own = index.memo[text]
     prior = episode_prior(index, sums, top_summaries)
-    return sums, score_turns(index, as_subquery(query), qvec, tokens, prior, weights=weights, now=now)
+    return sums, score_turns(index, as_subquery(query), own, prior, weights=weights, now=now)
 
 
 def light_lookup(
@@ -82,37 +86,44 @@ def light_lookup(
 
 def backtrack(
     index: MemoryIndex, queries: Sequence[dict[str, Any]], vectors: np.ndarray, episodes: Sequence[int], *,
-    raw_top: int, weights: Weights, now: datetime | None,
+    raw_top: int, weights: Weights, now: datetime | None, keep: int | None = None,
 ) -> list[dict[str, Any]]:
-    """HyMem's deep module offline: the turns of the chosen episodes plus the best raw turns, reranked."""
+    """HyMem's deep module offline: the turns of the chosen episodes plus the best raw turns, reranked.
+
+    ``keep`` bounds how many of the best-scored turns per query become candidates.
+    """
+    linked = {i for s in episodes for i in index.episode_turns(index.summaries[s])}
     out = []
     for query, qvec in zip(queries, vectors, strict=True):
         _, parts = _scored(index, query, qvec, top_summaries=max(len(episodes), 1), weights=weights, now=now)
-        chosen = {i for s in episodes for i in index.episode_turns(index.summaries[s])}
-        chosen |= {int(i) for i in np.argsort(-parts["score"])[:raw_top]}
-        out += [turn_item(index, i, parts, "level2", query.get("weight", 1.0)) for i in chosen]
+        chosen = np.fromiter(linked | {int(i) for i in np.argsort(-parts["score"])[:raw_top]}, dtype=int)
+        chosen = chosen[np.argsort(-parts["score"][chosen])][:keep]
+        out += [turn_item(index, int(i), parts, "level2", query.get("weight", 1.0)) for i in chosen]
     return out
 
 
 def admit(candidates: Sequence[dict[str, Any]], index: MemoryIndex, *, max_items: int,
           duplicate_threshold: float = 0.95) -> tuple[list[dict[str, Any]], int]:
     """xMemory Stage II, offline: admit by score, skipping turns that add nothing (near-duplicates)."""
-    ranked = sorted(candidates, key=lambda c: -c["score"])
-    kept: list[dict[str, Any]] = []
-    kept_vecs: list[np.ndarray] = []
+    best: dict[str, dict[str, Any]] = {}
+    for cand in candidates:
+        if cand["id"] not in best or cand["score"] > best[cand["id"]]["score"]:
+            best[cand["id"]] = cand
+    ranked = sorted(best.values(), key=lambda c: -c["score"])[: max_items * 2]
+    rows = [index.by_key.get((c["conversation_id"], c["turn_id"])) for c in ranked]
+    vecs = np.stack([index.turn_vecs[r] if r is not None else np.zeros(index.turn_vecs.shape[1]) for r in rows]) \
+        if ranked else np.zeros((0, 1))
+    sims = vecs @ vecs.T
+    kept: list[int] = []
     skipped = 0
-    for cand in ranked:
-        i = index.by_key.get((cand["conversation_id"], cand["turn_id"]))
-        vec = index.turn_vecs[i] if i is not None else None
-        if vec is not None and kept_vecs and float(np.max(np.stack(kept_vecs) @ vec)) >= duplicate_threshold:
+    for i in range(len(ranked)):
+        if kept and float(sims[i, kept].max()) >= duplicate_threshold:
             skipped += 1
             continue
-        kept.append(cand)
-        if vec is not None:
-            kept_vecs.append(vec)
+        kept.append(i)
         if len(kept) >= max_items:
             break
-    return kept, skipped
+    return [ranked[i] for i in kept], skipped
 
 
 def coverage_texts(candidates: Sequence[dict[str, Any]], top: int) -> list[str]:

@@ -73,15 +73,20 @@ def episode_prior(index: MemoryIndex, summary_scores: np.ndarray, top: int) -> n
     return prior
 
 
+def turn_semantic(index: MemoryIndex, qvec: np.ndarray, qtokens: list[str]) -> np.ndarray:
+    """Each turn's own hybrid (dense + BM25) semantic score for one query."""
+    if not index.turns:
+        return np.zeros(0)
+    return hybrid_semantic(index.dense_turns(qvec), index.turn_bm25.scores(qtokens))
+
+
 def score_turns(
-    index: MemoryIndex, sub: SubQuery, qvec: np.ndarray, qtokens: list[str], prior: np.ndarray,
-    *, weights: Weights, now: datetime | None,
+    index: MemoryIndex, sub: SubQuery, own: np.ndarray, prior: np.ndarray, *, weights: Weights, now: datetime | None,
 ) -> dict[str, np.ndarray]:
-    """Every turn's fused score for one sub-query, with its parts."""
+    """Every turn's fused score for one sub-query, with its parts (``own`` from :func:`turn_semantic`)."""
     n = len(index.turns)
     if n == 0:
         return {"score": np.zeros(0)}
-    own = hybrid_semantic(index.dense_turns(qvec), index.turn_bm25.scores(qtokens))
     sem = (1 - weights.episode_prior) * own + weights.episode_prior * prior
     sem = np.maximum(sem, weights.neighbour * _neighbour_max(index, sem))
     temporal = _temporal(index, sub.hint)

@@ -110,6 +110,7 @@ class MemoryIndex:
     counts: tuple[int, int] = (0, 0)
 
     def __post_init__(self) -> None:
+        self.memo: dict[str, Any] = {}
         self.turn_bm25 = _Bm25.build([t.rendered for t in self.turns])
         self.summary_bm25 = _Bm25.build([s.text for s in self.summaries])
         self.by_key = {(t.conversation_id, t.turn_id): i for i, t in enumerate(self.turns)}
@@ -158,6 +159,12 @@ class MemoryIndex:
             summary_vecs=np.asarray([r.metadata["_vector"] for r in sums], dtype=np.float32).reshape(-1, dim),
             version=version, counts=(len(turn_rows), len(sum_rows)),
         )
+
+    def remember(self, key: str, value: Any, *, limit: int = 512) -> None:
+        """Memoize per-query work on this snapshot (dropped with the snapshot after a write)."""
+        if len(self.memo) >= limit:
+            self.memo.pop(next(iter(self.memo)))
+        self.memo[key] = value
 
     # ---- search --------------------------------------------------------------
     def dense_turns(self, qvec: np.ndarray) -> np.ndarray:

@@ -23,6 +23,11 @@ class CountsTokens(Protocol):
 
 
 @lru_cache(maxsize=1)
+def _default_file() -> str:
+    return str(Path(minilm_path()) / "tokenizer.json")
+
+
+@lru_cache(maxsize=1)
 def _tokenizer(path: str):  # type: ignore[no-untyped-def]
     from tokenizers import Tokenizer
 
@@ -32,16 +37,19 @@ def _tokenizer(path: str):  # type: ignore[no-untyped-def]
     return tok
 
 
+@lru_cache(maxsize=65536)
+def _count(tokenizer_file: str, text: str) -> int:
+    return len(_tokenizer(tokenizer_file).encode(text, add_special_tokens=False).ids)
+
+
 class TokenCounter:
-    """Counts WordPiece tokens of the MiniLM tokenizer."""
+    """Counts WordPiece tokens of the MiniLM tokenizer (memoized: evidence lines repeat across queries)."""
 
     def __init__(self, tokenizer_file: str | None = None) -> None:
-        self.tokenizer_file = tokenizer_file or str(Path(minilm_path()) / "tokenizer.json")
+        self.tokenizer_file = tokenizer_file or _default_file()
 
     def count(self, text: str) -> int:
-        if not text:
-            return 0
-        return len(_tokenizer(self.tokenizer_file).encode(text, add_special_tokens=False).ids)
+        return _count(self.tokenizer_file, text) if text else 0
 
     def count_many(self, texts: list[str]) -> list[int]:
         if not texts:

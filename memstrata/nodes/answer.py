@@ -26,12 +26,12 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     model = resolve_model(ctx)
     text, note = None, "offline: no model configured"
     if model is not None and ctx.generate_answer:
-        if meter.exhausted:
+        messages = [SystemMessage(ctx.prompt("ANSWER_PROMPT", ANSWER_PROMPT)),
+                    HumanMessage(f"<memory>\n{context}\n</memory>\n<question>{state['query']}</question>")]
+        if not meter.affords(TokenCounter().count("\n".join(str(m.content) for m in messages))):
             note = "llm_token_budget exhausted before the answer"
         else:
             progress("answer", "writing the answer")
-            messages = [SystemMessage(ctx.prompt("ANSWER_PROMPT", ANSWER_PROMPT)),
-                        HumanMessage(f"<memory>\n{context}\n</memory>\n<question>{state['query']}</question>")]
             try:
                 text = await llm.stream_answer(model, messages, node="answer", meter=meter, timeout=ctx.llm_timeout_s)
                 note = "streamed"

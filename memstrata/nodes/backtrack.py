@@ -58,9 +58,10 @@ async def backtrack_level2(state: RetrievalState, runtime: Runtime[Context]) -> 
     progress("backtrack_level2", f"going deeper: {len(picked)} episodes ({how})")
     queries = active_queries(state)
     vectors = await embed_queries(ctx, [q["text"] for q in queries])
+    limit = max(ctx.coarse_n * 4, ctx.context_budget // 8)
     found = backtrack(index, queries, vectors, [c["index"] for c in picked], raw_top=ctx.coarse_n * 2,
-                      weights=weights(ctx), now=reference_now(ctx, index))
-    kept, redundant = admit(found, index, max_items=max(ctx.coarse_n * 4, ctx.context_budget // 8))
+                      weights=weights(ctx), now=reference_now(ctx, index), keep=limit)
+    kept, redundant = admit(found, index, max_items=limit)
     return {"candidates": kept, "events": [{
         "node": "backtrack_level2", "iteration": state.get("iteration", 0), "episodes": len(picked), "how": how,
         "admitted": len(kept), "redundant_skipped": redundant}]}

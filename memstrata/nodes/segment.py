@@ -10,7 +10,7 @@ import numpy as np
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
-from memstrata.context import Context, resolve_model, resolve_store
+from memstrata.context import Context, aresolve_store, resolve_model
 from memstrata.llm import Meter, decide
 from memstrata.memory.episodes import build_episodes
 from memstrata.memory.models import Conversation, Session, UnitKind
@@ -29,7 +29,7 @@ class Boundaries(BaseModel):
 async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Segment every touched session (offline cuts, or the model's boundaries in LLM mode)."""
     ctx = runtime.context
-    store = resolve_store(ctx)
+    store = await aresolve_store(ctx)
     model = resolve_model(ctx)
     meter = Meter()
     touched = {tuple(p) for p in state.get("touched", [])}

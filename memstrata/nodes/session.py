@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from memstrata.context import Context, resolve_store
+from memstrata.context import Context, aresolve_store
 from memstrata.memory.ranking import Weights
 from memstrata.memory.search import MemoryIndex
 
@@ -21,13 +21,13 @@ _VECTOR_CACHE_SIZE = 2048
 
 async def open_index(ctx: Context) -> MemoryIndex:
     """The user's search snapshot (loaded once per process, refreshed after writes)."""
-    store = resolve_store(ctx)
+    store = await aresolve_store(ctx)
     return await asyncio.to_thread(MemoryIndex.load, store, user_id=ctx.user_id, conversation_id=ctx.conversation_id)
 
 
 async def embed_queries(ctx: Context, texts: list[str]) -> np.ndarray:
     """Query vectors in one batch; repeated texts come from a small in-process cache."""
-    store = resolve_store(ctx)
+    store = await aresolve_store(ctx)
     key_of = id(store.embeddings)
     with _VECTORS_LOCK:
         missing = [t for t in dict.fromkeys(texts) if (key_of, t) not in _VECTORS]

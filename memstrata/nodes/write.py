@@ -7,7 +7,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from memstrata.context import Context, resolve_store
+from memstrata.context import Context, aresolve_store
 from memstrata.memory.episodes import changed_turns, episode_vector, turn_metadata
 from memstrata.memory.models import Conversation, Episode, EventSummary, UnitKind
 from memstrata.memory.store import MemoryStore
@@ -19,7 +19,7 @@ _EMBED_BATCH = 256
 
 async def write_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Embed and store new or changed turns; report which sessions they touch."""
-    store = resolve_store(runtime.context)
+    store = await aresolve_store(runtime.context)
     touched: list[list[str]] = []
     added = 0
     for raw in state["conversations"]:
@@ -35,8 +35,23 @@ async def write_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
             added += len(batch)
             progress("turns", f"{conv.conversation_id}: embedded {start + len(batch)}/{len(fresh)} new turns",
                      conversation_id=conv.conversation_id, done=len(batch))
-        touched += [[conv.conversation_id, s] for s in dict.fromkeys(t.session_id for t in fresh)]
+        unfinished = await asyncio.to_thread(incomplete_sessions, store, conv)
+        sessions = dict.fromkeys([*(t.session_id for t in fresh), *unfinished])
+        touched += [[conv.conversation_id, s] for s in sessions]
     return {"touched": touched, "stats": {"turns_added": added, "sessions_touched": len(touched)}}
+
+
+def incomplete_sessions(store: MemoryStore, conv: Conversation) -> list[str]:
+    """Sessions whose episodes do not cover every turn or lack a summary (an interrupted ingest)."""
+    key = {"user_id": conv.user_id, "conversation_id": conv.conversation_id}
+    episodes = store.get(UnitKind.EPISODE, **key)
+    summaries = {r.unit_id for r in store.get(UnitKind.SUMMARY, **key)}
+    covered: dict[str, set[str]] = {}
+    for ep in episodes:
+        p = ep.payload
+        if p["summary_id"] in summaries:
+            covered.setdefault(p["session_id"], set()).update(p["turn_ids"])
+    return [s.session_id for s in conv.sessions if covered.get(s.session_id, set()) != {t.id for t in s.turns}]
 
 
 def _stored_turns(store: MemoryStore, conv: Conversation) -> dict[str, str]:
@@ -47,7 +62,7 @@ def _stored_turns(store: MemoryStore, conv: Conversation) -> dict[str, str]:
 async def write_episodes(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Store Level-2 episodes of the touched sessions and drop any they replace."""
     ctx = runtime.context
-    store = resolve_store(ctx)
+    store = await aresolve_store(ctx)
     episodes = [Episode.model_validate(e) for e in state.get("episodes", [])]
     by_session: dict[tuple[str, str], list[Episode]] = {}
     for ep in episodes:
@@ -89,7 +104,7 @@ def _drop_stale(store: MemoryStore, user_id: str, conv_id: str, session_id: str,
 
 async def write_summaries(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Embed and store the Level-1 summaries, each linked to its episode."""
-    store = resolve_store(runtime.context)
+    store = await aresolve_store(runtime.context)
     summaries = [EventSummary.model_validate(s) for s in state.get("summaries", [])]
     for start in range(0, len(summaries), _EMBED_BATCH):
         batch = summaries[start:start + _EMBED_BATCH]

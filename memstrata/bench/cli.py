@@ -1,0 +1,99 @@
+"""``memstrata bench``: benchmark commands (mounted by the main CLI as a sub-app).
+
+Example:
+    $ python -m memstrata.bench.cli locomo ../shared/data/locomo/locomo10.json \\
+        --methods bm25,dense,hybrid_rrf,random
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from memstrata.bench.report import plot_recall, results_tables
+from memstrata.bench.runner import DEFAULT_BUDGETS, METHOD_NAMES, run_locomo
+
+bench_app = typer.Typer(name="bench", help="Benchmarks: evidence recall under a token budget.",
+                        no_args_is_help=True)
+
+
+def _split(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _budgets(value: str) -> tuple[int, ...]:
+    try:
+        parsed = tuple(int(b) for b in _split(value) or [])
+    except ValueError as exc:
+        msg = f"--budgets must be comma-separated positive integers, got {value!r}"
+        raise typer.BadParameter(msg) from exc
+    if not parsed or min(parsed) < 1:
+        msg = f"--budgets must be comma-separated positive integers, got {value!r}"
+        raise typer.BadParameter(msg)
+    return parsed
+
+
+def _methods(value: str | None) -> list[str] | None:
+    names = _split(value)
+    unknown = sorted(set(names or []) - set(METHOD_NAMES))
+    if unknown:
+        msg = f"--methods: unknown {unknown}; choose from {','.join(METHOD_NAMES)}"
+        raise typer.BadParameter(msg)
+    return names
+
+
+@bench_app.callback()
+def bench() -> None:
+    """Benchmarks: evidence recall under a token budget."""
+
+
+def command_line() -> str:
+    """This process's command line, as a user would type it."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    program = f"python -m {spec.name}" if spec is not None and spec.name else Path(sys.argv[0]).name
+    return " ".join([program, *(shlex.quote(a) for a in sys.argv[1:])])
+
+
+@bench_app.command("locomo")
+def locomo(
+    path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="locomo10.json")],
+    conversations: Annotated[str | None, typer.Option(help="comma-separated sample ids, e.g. conv-26,conv-30")] = None,
+    methods: Annotated[str | None, typer.Option(help=f"comma-separated, from {','.join(METHOD_NAMES)}")] = None,
+    out: Annotated[Path, typer.Option(help="results JSON")] = Path("benchmarks/results/locomo.json"),
+    plot: Annotated[Path, typer.Option(help="recall_all vs budget PNG")] = Path(
+        "benchmarks/results/locomo_recall.png"),
+    budgets: Annotated[str, typer.Option(help="comma-separated token budgets")] = ",".join(
+        map(str, DEFAULT_BUDGETS)),
+    limit: Annotated[int | None, typer.Option(help="first N questions of each conversation only")] = None,
+    torch_threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's own)")] = None,
+    progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
+) -> None:
+    """Evidence recall@B of memstrata and the baselines on LoCoMo, measured in one run."""
+    if torch_threads is not None:
+        import torch
+
+        torch.set_num_threads(torch_threads)
+    result = run_locomo(path, conversations=_split(conversations), budgets=_budgets(budgets),
+                        methods=_methods(methods), progress=progress, questions_per_conversation=limit,
+                        command=command_line())
+    result["torch_threads"] = torch_threads
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    plot_recall(result, plot)
+    console = Console()
+    for table in results_tables(result):
+        console.print(table)
+    console.print(f"{result['questions']} questions in {result['runtime_seconds']:.0f} s; "
+                  f"peak memory {result['peak_memory_mb']:.0f} MB; wrote {out} and {plot}")
+
+
+if __name__ == "__main__":
+    bench_app()

@@ -1,0 +1,89 @@
+"""Presenting a LoCoMo run: ``rich`` tables and a recall-vs-budget plot.
+
+Both read only the results dict that :func:`memstrata.bench.runner.run_locomo`
+returns (or its JSON file), so old runs can be re-rendered.
+
+Example:
+    >>> tables = results_tables(result)                     # doctest: +SKIP
+    >>> plot_recall(result, "benchmarks/results/locomo_recall.png")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from memstrata.bench.locomo import CATEGORY_NAMES, HEADLINE_CATEGORIES
+
+
+def _pct(value: float) -> str:
+    return f"{100.0 * value:.1f}"
+
+
+def recall_table(result: dict[str, Any]) -> Table:
+    """Methods by budget; each cell is ``recall_all / recall_frac`` in %, plus latency."""
+    budgets = [str(b) for b in result["budgets"]]
+    table = Table(title=f"LoCoMo evidence recall, categories 1-4 ({result['questions']} questions): all / frac %")
+    table.add_column("method", style="bold")
+    for budget in budgets:
+        table.add_column(f"B={budget}", justify="right")
+    table.add_column(f"p50 / p95 ms @{result.get('latency_budget', '')}", justify="right")
+    table.add_column("prepare s", justify="right")
+    for name, stats in _by_recall(result):
+        cells = [f"{_pct(stats['recall_all'][b])} / {_pct(stats['recall_frac'][b])}" for b in budgets]
+        latency = stats["latency_ms"]
+        table.add_row(name, *cells, f"{latency['p50']:.0f} / {latency['p95']:.0f}",
+                      f"{stats.get('prepare_seconds', 0.0):.1f}")
+    return table
+
+
+def category_table(result: dict[str, Any], *, budget: int | None = None) -> Table:
+    """recall_all per category at one budget (the latency budget by default), category 5 included."""
+    key = str(budget or result.get("latency_budget", result["budgets"][len(result["budgets"]) // 2]))
+    counts = result.get("questions_per_category", {})
+    table = Table(title=f"recall_all @{key} by category, %")
+    table.add_column("method", style="bold")
+    for cat in (*HEADLINE_CATEGORIES, 5):
+        table.add_column(f"{cat} {CATEGORY_NAMES[cat]} ({counts.get(str(cat), '?')})", justify="right")
+    for name, stats in _by_recall(result):
+        cells = [_pct(stats["per_category"][str(c)]["recall_all"][key]) for c in HEADLINE_CATEGORIES]
+        cells.append(_pct(stats["category_5"]["recall_all"][key]) if "category_5" in stats else "-")
+        table.add_row(name, *cells)
+    return table
+
+
+def results_tables(result: dict[str, Any]) -> list[Table]:
+    """The tables the CLI prints, in order."""
+    return [recall_table(result), category_table(result)]
+
+
+def plot_recall(result: dict[str, Any], path: str | Path) -> Path:
+    """Write a PNG of recall_all against budget, one line per method; returns the path."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    budgets = list(result["budgets"])
+    figure = Figure(figsize=(7.0, 4.5), dpi=120)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    for name, stats in _by_recall(result):
+        axes.plot(budgets, [100.0 * stats["recall_all"][str(b)] for b in budgets], marker="o", label=name)
+    axes.set_xlabel("context budget (MiniLM tokens)")
+    axes.set_ylabel("recall_all (%)")
+    axes.set_title(f"LoCoMo evidence recall, categories 1-4 ({result['questions']} questions)")
+    axes.set_xticks(budgets)
+    axes.set_ylim(0, 100)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, bbox_inches="tight")
+    return out
+
+
+def _by_recall(result: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Methods, best recall_all at the latency budget first."""
+    key = str(result.get("latency_budget", result["budgets"][0]))
+    return sorted(result["methods"].items(), key=lambda item: -item[1]["recall_all"].get(key, 0.0))

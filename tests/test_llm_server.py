@@ -1,0 +1,197 @@
+"""The wire path against a REAL OpenAI-compatible server (llama.cpp serving SmolLM2-135M on loopback).
+
+A 135M model is often wrong in content: these tests assert on form and on the
+trace, never on what the model says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any, TypedDict
+
+import pytest
+from langchain_core.callbacks import AsyncCallbackHandler
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langgraph.graph import END, START, StateGraph
+from pydantic import BaseModel, Field
+
+from memstrata.llm import GOOD_OUTCOMES, LLMError, Meter, decide, stream_answer
+from memstrata.memory.models import UnitKind
+from plugins.llm_server import make_chat_model
+
+pytestmark = pytest.mark.llm_server
+logger = logging.getLogger(__name__)
+FINAL_OUTCOMES = {*GOOD_OUTCOMES, "fallback"}
+
+
+class Verdict(BaseModel):
+    """Whether the context answers the question."""
+
+    answerable: bool = Field(description="true if the context contains the answer")
+    evidence_ids: list[int] = Field(default_factory=list, description="ids of the lines that hold the answer")
+
+
+CONTEXT = "[1] Priya: I adopted a cat named Miso.\n[2] Tom: I started learning the cello.\n[3] Priya: I move to Lisbon."
+QUESTIONS = ["What is Priya's cat called?", "What instrument does Tom play?", "Where does Priya move?"]
+FALLBACK = Verdict(answerable=False, evidence_ids=[])
+
+
+def offered(verdict: Verdict) -> Verdict:
+    if any(i not in (1, 2, 3) for i in verdict.evidence_ids):
+        msg = "evidence_ids must be among 1, 2, 3"
+        raise ValueError(msg)
+    return verdict
+
+
+def assert_trace_consistent(meter: Meter) -> dict[str, Any]:
+    summary = meter.summary()
+    assert summary["calls"] == len(meter.calls) > 0
+    assert summary["prompt_tokens"] > 0 and summary["completion_tokens"] > 0
+    assert summary["prompt_tokens"] + summary["completion_tokens"] == meter.tokens
+    assert set(summary["usage_sources"]) <= {"usage_metadata", "local_tokenizer"} and summary["usage_sources"]
+    assert all(c.usage_source != "none" and c.seconds > 0 for c in meter.calls)
+    return summary
+
+
+async def test_decide_against_the_real_server(chat_model: Any) -> None:
+    meter = Meter()
+    results = []
+    for question in QUESTIONS:
+        value, outcome = await decide(
+            chat_model, Verdict, "Decide whether the numbered context answers the question.",
+            f"<context>\n{CONTEXT}\n</context>\n<question>{question}</question>", node="gate",
+            fallback=lambda: FALLBACK, meter=meter, timeout=120, retries=1, validate=offered,
+        )
+        assert isinstance(value, Verdict) and outcome in FINAL_OUTCOMES
+        assert value == FALLBACK or outcome in GOOD_OUTCOMES
+        results.append(outcome)
+    summary = assert_trace_consistent(meter)
+    # Each decision leaves one final record, plus an "invalid" one when it needed a repair.
+    assert [c.outcome for c in meter.calls if c.outcome != "invalid"] == results
+    assert summary["outcomes"].get("invalid", 0) == sum(o in ("repaired", "fallback") for o in results)
+    logger.warning("decide outcomes from SmolLM2: %s", json.dumps(summary["outcomes"]))
+
+
+class Answer(TypedDict, total=False):
+    question: str
+    answer: str
+
+
+async def test_stream_answer_streams_tokens_from_the_real_server(chat_model: Any) -> None:
+    meter = Meter()
+
+    async def answer(state: Answer) -> Answer:
+        prompt = [SystemMessage("Answer in one short sentence."), HumanMessage(state["question"])]
+        return {"answer": await stream_answer(chat_model, prompt, meter=meter, timeout=60)}
+
+    builder = StateGraph(Answer)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "answer")
+    builder.add_edge("answer", END)
+    tokens: list[str] = []
+    final: dict[str, Any] = {}
+    async for mode, chunk in builder.compile().astream({"question": "What colour is the sky?"},
+                                                        stream_mode=["messages", "values"]):
+        if mode == "messages":
+            tokens.append(chunk[0].content)
+        else:
+            final = chunk
+    assert final["answer"].strip() and "".join(tokens) == final["answer"]
+    assert len([t for t in tokens if t]) > 1, "the answer arrived in one piece, not streamed"
+    call = meter.calls[0]
+    assert (call.node, call.outcome) == ("answer", "ok")
+    assert call.usage_source in ("usage_metadata", "local_tokenizer") and call.completion_tokens > 0
+    logger.warning("stream usage source: %s", call.usage_source)
+
+
+def small_conversation() -> list[dict[str, str]]:
+    return [
+        {"speaker": "Priya", "text": "I finally signed the lease. I'm moving to Lisbon at the end of April.",
+         "timestamp": "2024-03-02T18:05:00"},
+        {"speaker": "Tom", "text": "Congratulations! Which neighbourhood did you pick?",
+         "timestamp": "2024-03-02T18:07:00"},
+        {"speaker": "Priya", "text": "Alfama, close to the castle, with a balcony over the river.",
+         "timestamp": "2024-03-02T18:09:00"},
+        {"speaker": "Tom", "text": "Are you taking Miso with you?", "timestamp": "2024-03-02T18:11:00"},
+        {"speaker": "Priya", "text": "Of course, the cat flies in the cabin with me.",
+         "timestamp": "2024-03-02T18:13:00"},
+        {"speaker": "Tom", "text": "By the way, I started learning the cello last week.",
+         "timestamp": "2024-03-02T20:40:00"},
+        {"speaker": "Priya", "text": "Nice! Who is your teacher?", "timestamp": "2024-03-02T20:42:00"},
+        {"speaker": "Tom", "text": "A retired orchestra player called Ines, on Thursdays.",
+         "timestamp": "2024-03-02T20:44:00"},
+    ]
+
+
+async def test_ingestion_in_llm_mode(chat_model: Any, tmp_path: Any) -> None:
+    from memstrata import Memstrata
+
+    mem = Memstrata(path=tmp_path / "chroma", model=chat_model)
+    stats = await mem.aingest(small_conversation(), user_id="u", conversation_id="priya-tom")
+    episodes = mem.store.count(UnitKind.EPISODE, user_id="u")
+    summaries = mem.store.count(UnitKind.SUMMARY, user_id="u")
+    assert episodes > 0 and summaries == episodes
+    llm = stats["llm"]
+    assert set(llm) >= {"segment", "summarize"}, f"LLM stats of a node are missing: {sorted(llm)}"
+    assert llm["segment"]["calls"] >= 1
+    assert llm["summarize"]["calls"] >= episodes
+    for node_stats in llm.values():
+        assert node_stats["prompt_tokens"] > 0 and node_stats["usage_sources"]
+    logger.warning("ingestion LLM outcomes: %s", {n: s["outcomes"] for n, s in llm.items()})
+
+
+class FirstToken(AsyncCallbackHandler):
+    """Sets an event when the model starts, and when the first token arrives."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.first_token = asyncio.Event()
+
+    async def on_chat_model_start(self, serialized: Any, messages: list[list[BaseMessage]], **kwargs: Any) -> None:
+        self.started.set()
+
+    async def on_llm_new_token(self, token: str, **kwargs: Any) -> None:
+        self.first_token.set()
+
+
+class Story(BaseModel):
+    """A long story."""
+
+    title: str
+    story: str = Field(description="a story of at least 500 words")
+
+
+async def test_a_server_killed_mid_call_ends_in_the_fallback_and_llm_error(llama_server_factory: Any) -> None:
+    server = llama_server_factory()
+    events = FirstToken()
+    model = make_chat_model(server.base_url, max_tokens=4000, callbacks=[events])
+    meter = Meter()
+
+    call = asyncio.create_task(decide(
+        model, Story, "You are a novelist.", "Write a very long story about a cat who moves to Lisbon.",
+        node="story", fallback=lambda: Story(title="fallback", story=""), meter=meter, timeout=60, retries=2,
+    ))
+    await asyncio.wait_for(events.started.wait(), 30)
+    await asyncio.sleep(0.5)  # the request is on the wire and the server is generating
+    started = time.monotonic()
+    server.process.kill()
+    value, outcome = await asyncio.wait_for(call, 60)
+    assert (value.title, outcome) == ("fallback", "error")
+    assert meter.calls[-1].outcome == "error" and "Connection" in (meter.calls[-1].error or "")
+    assert time.monotonic() - started < 30
+
+    server = llama_server_factory()
+    events = FirstToken()
+    model = make_chat_model(server.base_url, max_tokens=4000, callbacks=[events])
+    prompt = [HumanMessage("Write a very long story about a cat who moves to Lisbon.")]
+    answer = asyncio.create_task(stream_answer(model, prompt, meter=meter, timeout=30))
+    await asyncio.wait_for(events.first_token.wait(), 60)
+    started = time.monotonic()
+    server.process.kill()
+    with pytest.raises(LLMError, match="connection to the model failed after [1-9][0-9]* streamed characters"):
+        await asyncio.wait_for(answer, 60)
+    assert time.monotonic() - started < 30
+    assert meter.calls[-1].outcome == "error" and meter.calls[-1].completion_tokens > 0

@@ -1,0 +1,51 @@
+"""Integration: the real packaged MiniLM and embedded Chroma on one LoCoMo conversation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memstrata import Memstrata
+from memstrata.memory.models import UnitKind
+
+pytestmark = pytest.mark.integration
+CONV = "conv-26"
+
+
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory, locomo_path, minilm):
+    path = tmp_path_factory.mktemp("locomo") / "chroma"
+    mem = Memstrata(path=path, embeddings=minilm)
+    stats = mem.ingest(locomo_path, user_id="u1", only_conversation=CONV)
+    return mem, stats
+
+
+def test_one_conversation_ingests_under_its_sample_id(ingested, locomo_path) -> None:
+    mem, stats = ingested
+    data = json.loads(locomo_path.read_text())
+    conv = next(c for c in data if c["sample_id"] == CONV)
+    n_turns = sum(len(v) for k, v in conv["conversation"].items() if k.startswith("session_") and isinstance(v, list))
+    assert stats["conversations"] == 1 and stats["turns_added"] == n_turns
+    assert mem.store.count(UnitKind.TURN, user_id="u1", conversation_id=CONV) == n_turns
+    turn = mem.store.get(UnitKind.TURN, user_id="u1", conversation_id=CONV, unit_ids=["D1:3"])[0]
+    assert turn.payload["text"] == conv["conversation"]["session_1"][2]["text"]
+    assert turn.payload["timestamp_raw"] == conv["conversation"]["session_1_date_time"]
+
+
+def test_reingest_adds_zero_and_other_user_sees_none(ingested, locomo_path) -> None:
+    mem, _ = ingested
+    before = {k: mem.store.count(k, user_id="u1") for k in UnitKind}
+    again = mem.ingest(locomo_path, user_id="u1", only_conversation=CONV)
+    assert again["turns_added"] == 0 and again["episodes_written"] == 0 and again["summaries_written"] == 0
+    assert {k: mem.store.count(k, user_id="u1") for k in UnitKind} == before
+    assert all(mem.store.count(k, user_id="u2") == 0 for k in UnitKind)
+    assert mem.retrieve("What did Caroline research?", user_id="u2").evidence == []
+
+
+def test_offline_retrieval_finds_gold_evidence(ingested) -> None:
+    mem, _ = ingested
+    result = mem.retrieve("When did Caroline go to the LGBTQ support group?", user_id="u1", context_budget=1500)
+    assert result.context_tokens <= 1500
+    assert "D1:3" in [e.turn_id for e in result.evidence]
+    assert result.trace["path"] in ("light", "deep")
