@@ -30,6 +30,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from memstrata import Context, Memstrata
 from memstrata.context import MODEL_ENV, resolve_model
 from memstrata.integrations.langchain import memory_search_tool
+from memstrata.memory.render import parse_context
 from memstrata.testing import ScriptedChatModel
 
 EXAMPLE = Path(__file__).resolve().parent / "conversation.json"
@@ -63,11 +64,11 @@ def quote_memory(question: str, messages: list[BaseMessage]) -> str:
     """The cited memory lines sharing the most words with the question."""
     tool_output = next((str(m.content) for m in reversed(messages) if isinstance(m, ToolMessage)), "")
     words = set(_words(question))
-    lines = [ln for ln in tool_output.splitlines() if re.match(r"^\S+:\S+ ", ln)]
-    best = sorted(lines, key=lambda ln: -len(words & set(_words(ln))))[:2]
+    lines = parse_context(tool_output)
+    best = sorted(lines, key=lambda ln: -len(words & set(_words(ln[1]))))[:2]
     if not best:
         return "I could not find that in my memory."
-    quotes = "; ".join(f'{ln.split(" ", 1)[1]} [{ln.split(" ", 1)[0]}]' for ln in best)
+    quotes = "; ".join(f"{text} [{cite}]" for cite, text in best)
     return f"From my memory: {quotes}"
 
 

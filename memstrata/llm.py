@@ -38,7 +38,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
@@ -190,6 +190,10 @@ def is_transient(exc: BaseException) -> bool:
     transient: retrying them only burns time.
     """
     if isinstance(exc, _transport_errors()):
+        return True
+    if isinstance(exc, RuntimeError) and "Event loop is closed" in str(exc):
+        # A pooled HTTP connection from an event loop that has since closed (each
+        # asyncio.run() makes a new loop): the client drops it, and a retry connects afresh.
         return True
     status = getattr(exc, "status_code", None)
     return isinstance(status, int) and (status >= 500 or status == 429)
@@ -418,6 +422,7 @@ async def stream_answer(
     node: str = "answer",
     meter: Meter,
     timeout: float = 60.0,
+    retries: int = 2,
 ) -> str:
     """Stream a text answer so LangGraph's ``stream_mode="messages"`` forwards its tokens.
 
@@ -432,6 +437,8 @@ async def stream_answer(
         node: the node name, for the trace and the run name.
         meter: records the call.
         timeout: the longest wait, in seconds, for the first or any next chunk.
+        retries: extra attempts on a transport error before the first chunk; once
+            tokens have streamed to the user a failure is final.
 
     Returns:
         The full answer text.
@@ -445,24 +452,35 @@ async def stream_answer(
         >>> asyncio.run(stream_answer(ScriptedChatModel(script=["Miso is a cat."]), [], meter=Meter()))
         'Miso is a cat.'
     """
-    prompt = list(messages)
-    config = {"run_name": f"memstrata.{node}", "metadata": {"memstrata_node": node}}
-    parts: list[str] = []
-    usage: UsageMetadata | None = None
+    prompt, parts, usage = list(messages), list[str](), None
     started = time.monotonic()
-    try:
-        async for chunk in _idle_bounded(model.astream(prompt, config=config), timeout):
-            parts.append(chunk.text)
-            usage = add_usage(usage, chunk.usage_metadata) if chunk.usage_metadata else usage
-    except Exception as exc:  # noqa: BLE001 - every failure becomes one clear LLMError
-        return _stream_failed(prompt, "".join(parts), exc, node=node, meter=meter, timeout=timeout, started=started)
+    for attempt in range(retries + 1):
+        try:
+            usage = await _stream_into(parts, model, prompt, node=node, timeout=timeout)
+            break
+        except Exception as exc:  # noqa: BLE001 - every failure becomes one clear LLMError
+            # A silent server is not retried: the user is already waiting on the stream.
+            if parts or attempt == retries or not is_transient(exc) or isinstance(exc, TimeoutError):
+                _stream_failed(prompt, "".join(parts), exc, node=node, meter=meter, timeout=timeout, started=started)
+            await asyncio.sleep(min(2.0, 0.2 * 2**attempt))
     reply = AIMessage("".join(parts), usage_metadata=usage)
     meter.add(CallRecord(node, "ok", *usage_of(prompt, reply), seconds=time.monotonic() - started))
     return reply.text
 
 
+async def _stream_into(parts: list[str], model: BaseChatModel, prompt: list[BaseMessage], *, node: str,
+                       timeout: float) -> UsageMetadata | None:
+    """Append the streamed text to ``parts``; return the summed usage, if the server sent any."""
+    config = {"run_name": f"memstrata.{node}", "metadata": {"memstrata_node": node}}
+    usage: UsageMetadata | None = None
+    async for chunk in _idle_bounded(model.astream(prompt, config=config), timeout):
+        parts.append(chunk.text)
+        usage = add_usage(usage, chunk.usage_metadata) if chunk.usage_metadata else usage
+    return usage
+
+
 def _stream_failed(prompt: list[BaseMessage], partial: str, exc: Exception, *, node: str, meter: Meter,
-                   timeout: float, started: float) -> str:
+                   timeout: float, started: float) -> NoReturn:
     """Record the failed stream (tokens so far counted locally) and raise :class:`LLMError`."""
     p, c, src = usage_of(prompt, AIMessage(partial))
     meter.add(CallRecord(node, "error", p, c, src, error=_describe(exc, timeout), seconds=time.monotonic() - started))

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from langchain_core.embeddings import Embeddings
 
 from memstrata.bench.baselines import RandomMethod, reciprocal_rank_fusion
 from memstrata.bench.locomo import LocomoConversation, LocomoTurn, load_locomo, normalize_evidence, parse_conversation
@@ -235,10 +236,29 @@ def test_cli_rejects_unknown_method(tiny_path: Path) -> None:
 
 
 # ---- integration: the real baselines on a slice of conv-26 -------------------------------
+class MemoEmbeddings(Embeddings):
+    """Real MiniLM vectors, computed once per text: dense and hybrid embed the same turns."""
+
+    name = "memo-minilm"
+    dimension = 384
+
+    def __init__(self, inner: Embeddings) -> None:
+        self.inner = inner
+        self.cache: dict[str, list[float]] = {}
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        missing = [t for t in dict.fromkeys(texts) if t not in self.cache]
+        self.cache.update(zip(missing, self.inner.embed_documents(missing), strict=True))
+        return [self.cache[t] for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.inner.embed_query(text)
+
+
 @pytest.mark.integration
 def test_baselines_on_conv26(locomo_path: Path, minilm) -> None:  # type: ignore[no-untyped-def]
     result = run_locomo(locomo_path, conversations=["conv-26"], methods=["bm25", "dense", "hybrid_rrf", "random"],
-                        questions_per_conversation=8, embeddings=minilm, progress=False)
+                        questions_per_conversation=8, embeddings=MemoEmbeddings(minilm), progress=False)
     assert result["conversations"] == ["conv-26"]
     assert result["questions"] == sum(result["questions_per_category"][c] for c in "1234")
     for name, stats in result["methods"].items():

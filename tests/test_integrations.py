@@ -15,6 +15,8 @@ from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.utils.function_calling import convert_to_openai_tool
+
+from memstrata.memory.render import parse_context
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
 from conftest import EXAMPLE, REPO, HashEmbeddings
@@ -157,7 +159,7 @@ def test_tool_returns_the_cited_context(memory: Memstrata) -> None:
     content = tool.invoke({"query": QUERY})
     expected = memory.retrieve(QUERY, user_id="u", context_budget=200)
     assert content == expected.context and TokenCounter().count(content) <= 200
-    assert "s2:t2 Tom: " in content
+    assert "[s2 · " in content and "\nt2 Tom: " in content
     message = tool.invoke({"type": "tool_call", "name": tool.name, "args": {"query": QUERY}, "id": "call_1"})
     assert isinstance(message, ToolMessage) and message.content == content
     assert len(message.artifact) == 3 and all(isinstance(d, Document) for d in message.artifact)
@@ -171,8 +173,8 @@ async def test_tool_async_and_empty_memory(memory: Memstrata) -> None:
 def _agent_model(question: str) -> ScriptedChatModel:
     def answer(messages: list[BaseMessage]) -> str:
         tool_output = next(str(m.content) for m in reversed(messages) if isinstance(m, ToolMessage))
-        cited = next(ln for ln in tool_output.splitlines() if "Brighton" in ln)
-        return f"Two weeks before 14 April 2024 [{cited.split(' ')[0]}]."
+        cited = next(cite for cite, text in parse_context(tool_output) if "Brighton" in text)
+        return f"Two weeks before 14 April 2024 [{cited}]."
 
     return ScriptedChatModel(script=[{"query": question}, answer])
 
@@ -181,7 +183,7 @@ def _check_agent_run(messages: list[BaseMessage]) -> None:
     calls = [c for m in messages if isinstance(m, AIMessage) for c in m.tool_calls]
     assert [(c["name"], c["args"]) for c in calls] == [("memory_search", {"query": QUERY})]
     tool_message = next(m for m in messages if isinstance(m, ToolMessage))
-    assert "s2:t2 Tom: Nice. I have news too: I ran the Brighton half marathon" in tool_message.content
+    assert "\nt2 Tom: Nice. I have news too: I ran the Brighton half marathon" in tool_message.content
     assert messages[-1].content == "Two weeks before 14 April 2024 [s2:t2]."
 
 
@@ -213,5 +215,5 @@ def test_agent_example_runs_on_the_scripted_model(tmp_path: Path) -> None:
     out = proc.stdout
     assert "NOTICE: no chat model configured" in out and "SCRIPTED model" in out
     assert "agent -> memory_search({'query': \"Who is Priya's manager at her new job?\"})" in out
-    assert "s3:t2 Priya: Intense but fun. My manager, Rui" in out
+    assert "Priya: Intense but fun. My manager, Rui" in out and "[s3:t2]" in out
     assert "agent: From my memory:" in out and "[s3:t2]" in out.split("agent: ", 1)[1]

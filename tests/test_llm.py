@@ -298,6 +298,8 @@ async def test_concurrent_decisions_share_one_meter() -> None:
     (ValueError("bad json"), False),
     (KeyError("x"), False),
     (ModelConnectionError("provider-neutral"), True),
+    (RuntimeError("Event loop is closed"), True),
+    (RuntimeError("something else"), False),
 ])
 def test_is_transient(error: BaseException, transient: bool) -> None:
     assert is_transient(error) is transient
@@ -339,9 +341,30 @@ async def test_stream_answer_raises_llm_error_when_the_server_goes_silent() -> N
     assert time.monotonic() - started < 2
 
 
-async def test_stream_answer_wraps_an_error_before_the_first_token() -> None:
-    with pytest.raises(LLMError, match="APIConnectionError"):
-        await stream_answer(ScriptedChatModel(script=[conn_error()]), [HumanMessage("q")], meter=Meter(), timeout=1)
+async def test_stream_answer_retries_a_transport_error_before_the_first_token() -> None:
+    meter = Meter()
+    model = ScriptedChatModel(script=[conn_error(), "Recovered answer."])
+    assert await stream_answer(model, [HumanMessage("q")], meter=meter, timeout=1) == "Recovered answer."
+    assert [c.outcome for c in meter.calls] == ["ok"] and len(model.calls) == 2
+
+
+async def test_stream_answer_raises_llm_error_when_the_transport_stays_down() -> None:
+    meter = Meter()
+    model = ScriptedChatModel(script=[conn_error()] * 3)
+    with pytest.raises(LLMError, match="connection to the model failed after 0 streamed characters.*APIConnection"):
+        await stream_answer(model, [HumanMessage("q")], meter=meter, timeout=1, retries=2)
+    assert len(model.calls) == 3 and [c.outcome for c in meter.calls] == ["error"]
+
+
+async def test_stream_answer_does_not_retry_a_model_error_or_silence() -> None:
+    model = ScriptedChatModel(script=[ValueError("bad request"), "never"])
+    with pytest.raises(LLMError, match="the model raised an error.*bad request"):
+        await stream_answer(model, [HumanMessage("q")], meter=Meter(), timeout=1)
+    assert len(model.calls) == 1
+    started = time.monotonic()
+    with pytest.raises(LLMError, match="no reply within 0.2s"):
+        await stream_answer(StreamModel(chunks=[], then=30.0), [HumanMessage("q")], meter=Meter(), timeout=0.2)
+    assert time.monotonic() - started < 2
 
 
 class AnswerState(TypedDict, total=False):

@@ -11,6 +11,7 @@ from langchain_core.messages import BaseMessage
 
 from conftest import EXAMPLE
 from memstrata import Memstrata
+from memstrata.memory.render import split_id
 from memstrata.memory.tokens import TokenCounter
 from memstrata.testing import ScriptedChatModel
 
@@ -33,7 +34,9 @@ def test_offline_returns_cited_raw_turns_inside_budget(mem: Memstrata) -> None:
     texts = [e.text for e in result.evidence]
     assert any("Brighton half marathon" in t for t in texts)
     for ev in result.evidence:
-        assert ev.text in result.context and f"{ev.turn_id} {ev.speaker}: " in result.context
+        session_part, turn_part = split_id(ev.turn_id)  # the citation is the header's id + ":" + the line's
+        assert f"[{session_part} · " in result.context
+        assert f"\n{turn_part} {ev.speaker}: {ev.text}" in result.context
         assert ev.level in ("level1", "level2") and "semantic" in ev.score_parts
     assert result.trace["path"] in ("light", "deep") and result.trace["gate"]
     assert result.trace["llm"]["calls"] == 0

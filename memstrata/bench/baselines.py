@@ -37,7 +37,7 @@ def reciprocal_rank_fusion(rankings: list[np.ndarray], *, k: int = RRF_K) -> np.
 
     Example:
         >>> reciprocal_rank_fusion([np.array([0, 1, 2]), np.array([2, 1, 0])]).tolist()
-        [1, 0, 2]
+        [0, 2, 1]
     """
     fused = np.zeros(len(rankings[0]), dtype=np.float64)
     for ranking in rankings:
@@ -98,7 +98,12 @@ class RankedTurnsMethod:
 
 
 class BM25Method(RankedTurnsMethod):
-    """BM25 (``bm25s``, Lucene scoring) with English stopwords over rendered turns."""
+    """BM25 (``bm25s``, Lucene scoring) with English stopwords over rendered turns.
+
+    The order is the one ``bm25s.BM25.retrieve`` returns for ``k`` = every turn,
+    including its (deterministic) order among equal scores, which decides where
+    the many zero-score turns land in the hybrid fusion.
+    """
 
     name = "bm25"
 
@@ -114,17 +119,12 @@ class BM25Method(RankedTurnsMethod):
         self._retriever = bm25s.BM25()
         self._retriever.index(tokens, show_progress=False)
 
-    def scores(self, question: str) -> np.ndarray:
-        """BM25 score of every turn; all zero when the query has no indexed term."""
+    def rank(self, question: str) -> np.ndarray:
         import bm25s
 
-        query = bm25s.tokenize([question], stopwords=self.stopwords, return_ids=False, show_progress=False)[0]
-        if not query:
-            return np.zeros(len(self.lines))
-        return np.asarray(self._retriever.get_scores(query))
-
-    def rank(self, question: str) -> np.ndarray:
-        return order_by_score(self.scores(question))
+        query = bm25s.tokenize([question], stopwords=self.stopwords, return_ids=False, show_progress=False)
+        documents, _scores = self._retriever.retrieve(query, k=len(self.lines), show_progress=False)
+        return np.asarray(documents[0])
 
 
 class DenseMethod(RankedTurnsMethod):

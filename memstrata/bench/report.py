@@ -23,19 +23,30 @@ def _pct(value: float) -> str:
 
 
 def recall_table(result: dict[str, Any]) -> Table:
-    """Methods by budget; each cell is ``recall_all / recall_frac`` in %, plus latency."""
+    """Methods by budget; each cell is ``recall_all/recall_frac`` in %."""
     budgets = [str(b) for b in result["budgets"]]
-    table = Table(title=f"LoCoMo evidence recall, categories 1-4 ({result['questions']} questions): all / frac %")
-    table.add_column("method", style="bold")
+    table = Table(title=f"LoCoMo evidence recall, categories 1-4 ({result['questions']} questions): all/frac %")
+    table.add_column("method", style="bold", no_wrap=True)
     for budget in budgets:
-        table.add_column(f"B={budget}", justify="right")
-    table.add_column(f"p50 / p95 ms @{result.get('latency_budget', '')}", justify="right")
-    table.add_column("prepare s", justify="right")
+        table.add_column(f"B={budget}", justify="right", no_wrap=True)
     for name, stats in _by_recall(result):
-        cells = [f"{_pct(stats['recall_all'][b])} / {_pct(stats['recall_frac'][b])}" for b in budgets]
+        table.add_row(name, *(f"{_pct(stats['recall_all'][b])}/{_pct(stats['recall_frac'][b])}" for b in budgets))
+    return table
+
+
+def cost_table(result: dict[str, Any]) -> Table:
+    """Per-query latency, preparation (indexing or ingestion) time and budget overruns."""
+    key = str(result.get("latency_budget", ""))
+    table = Table(title=f"cost (latency at B={key}, per query)")
+    table.add_column("method", style="bold", no_wrap=True)
+    for header in ("p50 ms", "p95 ms", "prepare s", f"tokens@{key}", "over budget"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for name, stats in _by_recall(result):
         latency = stats["latency_ms"]
-        table.add_row(name, *cells, f"{latency['p50']:.0f} / {latency['p95']:.0f}",
-                      f"{stats.get('prepare_seconds', 0.0):.1f}")
+        table.add_row(name, f"{latency['p50']:.0f}", f"{latency['p95']:.0f}",
+                      f"{stats.get('prepare_seconds', 0.0):.1f}",
+                      f"{stats.get('mean_context_tokens', {}).get(key, 0.0):.0f}",
+                      str(stats.get("budget_violations", 0)))
     return table
 
 
@@ -44,9 +55,9 @@ def category_table(result: dict[str, Any], *, budget: int | None = None) -> Tabl
     key = str(budget or result.get("latency_budget", result["budgets"][len(result["budgets"]) // 2]))
     counts = result.get("questions_per_category", {})
     table = Table(title=f"recall_all @{key} by category, %")
-    table.add_column("method", style="bold")
+    table.add_column("method", style="bold", no_wrap=True)
     for cat in (*HEADLINE_CATEGORIES, 5):
-        table.add_column(f"{cat} {CATEGORY_NAMES[cat]} ({counts.get(str(cat), '?')})", justify="right")
+        table.add_column(f"{CATEGORY_NAMES[cat]}\n({counts.get(str(cat), '?')})", justify="right", no_wrap=True)
     for name, stats in _by_recall(result):
         cells = [_pct(stats["per_category"][str(c)]["recall_all"][key]) for c in HEADLINE_CATEGORIES]
         cells.append(_pct(stats["category_5"]["recall_all"][key]) if "category_5" in stats else "-")
@@ -56,7 +67,7 @@ def category_table(result: dict[str, Any], *, budget: int | None = None) -> Tabl
 
 def results_tables(result: dict[str, Any]) -> list[Table]:
     """The tables the CLI prints, in order."""
-    return [recall_table(result), category_table(result)]
+    return [recall_table(result), category_table(result), cost_table(result)]
 
 
 def plot_recall(result: dict[str, Any], path: str | Path) -> Path:

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -35,6 +36,7 @@ class Weights:
     eta: float = 0.5
     episode_prior: float = 0.25
     neighbour: float = 0.6
+    speaker: float = 0.7
 
 
 def ranks_to_unit(scores: np.ndarray) -> np.ndarray:
@@ -88,11 +90,25 @@ def score_turns(
     if n == 0:
         return {"score": np.zeros(0)}
     sem = (1 - weights.episode_prior) * own + weights.episode_prior * prior
+    sem = sem * (1 + weights.speaker * speaker_match(index, sub.text))
     sem = np.maximum(sem, weights.neighbour * _neighbour_max(index, sem))
     temporal = _temporal(index, sub.hint)
     robust = robustness_all(index, now, weights)
     score = weights.semantic * sem + weights.temporal * temporal + weights.robustness * robust
     return {"score": score, "semantic": sem, "temporal": temporal, "robustness": robust, "own": own}
+
+
+def speaker_match(index: MemoryIndex, text: str) -> np.ndarray:
+    """1 for turns spoken by a speaker the query names (people ask about what someone said), else 0."""
+    named = {s for s in index.speakers if _names(text, s)}
+    if not named or len(named) == len(index.speakers):
+        return np.zeros(len(index.turns))
+    return np.array([t.speaker in named for t in index.turns], dtype=float)
+
+
+def _names(text: str, speaker: str) -> bool:
+    first = speaker.split()[0]
+    return len(first) > 1 and re.search(rf"\b{re.escape(first)}\b", text, re.IGNORECASE) is not None
 
 
 def _neighbour_max(index: MemoryIndex, values: np.ndarray) -> np.ndarray:

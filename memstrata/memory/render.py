@@ -7,7 +7,11 @@ chronological order, grouped under one header per session:
     [session 3 · 8 May 2023]
     D3:7 Caroline: I went to a LGBTQ support group yesterday.
 
-Each line starts with the turn's citation id; turn text is always verbatim.
+Turn ids of the form ``<session part>:<turn part>`` (``D3:7``, ``s3:t7``) are
+split: the header carries the session part and each line starts with the turn
+part, so the citation is ``header part + ":" + line part`` and no line repeats
+the session. Other ids are written in full on their line. Turn text is always
+verbatim.
 
 Example:
     >>> class Words:
@@ -16,10 +20,13 @@ Example:
     ...           "speaker": "Ann", "text": "I live in Porto.", "time": None}]
     >>> pack_context(items, budget=20, counter=Words())[0]
     '[session 1]\\nt1 Ann: I live in Porto.'
+    >>> render([{**items[0], "turn_id": "D1:3", "time": "8 May 2023"}])
+    '[D1 · 8 May 2023]\\n3 Ann: I live in Porto.'
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -28,14 +35,22 @@ class Counter(Protocol):
     def count(self, text: str) -> int: ...
 
 
-def _session_key(item: dict[str, Any]) -> tuple[str, tuple[int, str]]:
+def _session_key(item: dict[str, Any]) -> tuple[str, tuple[int, str], str]:
     sid = str(item["session_id"])
-    return item["conversation_id"], ((int(sid), "") if sid.isdigit() else (1 << 30, sid))
+    prefix = split_id(item["turn_id"])[0] or ""
+    return item["conversation_id"], ((int(sid), "") if sid.isdigit() else (1 << 30, sid)), prefix
+
+
+def split_id(turn_id: str) -> tuple[str | None, str]:
+    """``"D3:7"`` -> ``("D3", "7")``; ids without a session part stay whole."""
+    head, sep, tail = turn_id.rpartition(":")
+    return (head, tail) if sep and head and tail else (None, turn_id)
 
 
 def header(item: dict[str, Any], *, multi_conversation: bool) -> str:
-    """The session header line."""
-    parts = [f"session {item['session_id']}"]
+    """The session header line; it names the id prefix its lines' citations share."""
+    prefix, _ = split_id(item["turn_id"])
+    parts = [prefix or f"session {item['session_id']}"]
     if item.get("time"):
         parts.append(str(item["time"]))
     if multi_conversation:
@@ -44,8 +59,8 @@ def header(item: dict[str, Any], *, multi_conversation: bool) -> str:
 
 
 def line(item: dict[str, Any]) -> str:
-    """One evidence line: citation id, speaker, verbatim text, photo caption."""
-    text = f"{item['turn_id']} {item['speaker']}: {item['text']}"
+    """One evidence line: the citation's turn part, speaker, verbatim text, photo caption."""
+    text = f"{split_id(item['turn_id'])[1]} {item['speaker']}: {item['text']}"
     if item.get("image_caption"):
         text += f" [shares a photo: {item['image_caption']}]"
     return text
@@ -71,7 +86,7 @@ def pack_context(
 ) -> tuple[str, list[dict[str, Any]], int]:
     """Admit ranked items while they fit; return (context, admitted items in rank order, tokens)."""
     chosen: list[dict[str, Any]] = []
-    sessions: set[tuple[str, tuple[int, str]]] = set()
+    sessions: set[tuple[str, tuple[int, str], str]] = set()
     used = 0
     multi = len({i["conversation_id"] for i in ranked}) > 1
     for item in ranked:
@@ -91,3 +106,28 @@ def pack_context(
         context = render(chosen)
         tokens = counter.count(context)
     return context, chosen, tokens
+
+
+_HEADER = re.compile(r"^\[(?P<label>[^\]·]+?)(?: · [^\]]*)?\]$")
+
+
+def parse_context(context: str) -> list[tuple[str, str]]:
+    """Read a rendered context back into ``(citation id, "speaker: text")`` pairs, in order.
+
+    Example:
+        >>> parse_context("[D1 · 8 May 2023]\\n3 Ann: I live in Porto.")
+        [('D1:3', 'Ann: I live in Porto.')]
+    """
+    out: list[tuple[str, str]] = []
+    prefix: str | None = None
+    for raw in context.splitlines():
+        match = _HEADER.match(raw)
+        if match:
+            label = match.group("label").strip()
+            prefix = None if label.startswith("session ") else label
+            continue
+        part, _, rest = raw.partition(" ")
+        if rest:
+            out.append((f"{prefix}:{part}" if prefix else part, rest))
+    return out
+

@@ -61,7 +61,9 @@ evidence answers every part, set finished to true.
 
 ANSWER_PROMPT = f"""<role>You answer questions about past conversations using the retrieved memory.</role>
 <task>
-Answer the question from the memory below. Cite the turns you rely on by their ids in square brackets, e.g. [D3:7].
+Answer the question from the memory below. Each session header starts with a session id (e.g. [D3 · 8 May 2023]) and
+each line with a turn number; cite the turns you rely on as session id, colon, turn number in square brackets, e.g.
+[D3:7].
 Resolve relative times ("last year") to absolute dates using the session dates. If the memory does not contain the
 answer, say so briefly; infer the most likely answer only when the evidence supports it.
 </task>
