@@ -21,7 +21,7 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 
-from memstrata.context import Context, resolve_store
+from memstrata.context import Context, release_store, resolve_store
 from memstrata.memory.store import MemoryStore
 from memstrata.result import RetrievalResult
 
@@ -53,6 +53,7 @@ class Memstrata:
             raise TypeError(msg)
         self._base = dict(data_dir=str(path) if path else None, chroma_url=url, embeddings=embeddings,
                           model=model, **settings)
+        self._runner: asyncio.Runner | None = None
 
     def context(self, user_id: str, **overrides: Any) -> Context:
         """The run context for one user, with per-call overrides."""
@@ -95,7 +96,7 @@ class Memstrata:
 
     def ingest(self, source: Any, **kwargs: Any) -> dict[str, Any]:
         """Blocking twin of :meth:`aingest`."""
-        return _run(self.aingest(source, **kwargs))
+        return self._run(self.aingest(source, **kwargs))
 
     # ---- retrieval -----------------------------------------------------------
     async def aretrieve(self, query: str, *, user_id: str, **overrides: Any) -> RetrievalResult:
@@ -104,7 +105,7 @@ class Memstrata:
 
     def retrieve(self, query: str, *, user_id: str, **overrides: Any) -> RetrievalResult:
         """Blocking twin of :meth:`aretrieve`."""
-        return _run(self.aretrieve(query, user_id=user_id, **overrides))
+        return self._run(self.aretrieve(query, user_id=user_id, **overrides))
 
     async def aask(self, query: str, *, user_id: str, **overrides: Any) -> RetrievalResult:
         """Evidence plus an answer when a model is configured (``answer`` is ``None`` offline)."""
@@ -112,7 +113,7 @@ class Memstrata:
 
     def ask(self, query: str, *, user_id: str, **overrides: Any) -> RetrievalResult:
         """Blocking twin of :meth:`aask`."""
-        return _run(self.aask(query, user_id=user_id, **overrides))
+        return self._run(self.aask(query, user_id=user_id, **overrides))
 
     async def astream(self, query: str, *, user_id: str, **overrides: Any) -> AsyncIterator[tuple[str, Any]]:
         """Yield ``("progress", event)``, ``("token", text)`` and finally ``("result", RetrievalResult)``."""
@@ -143,11 +144,21 @@ class Memstrata:
         """Remove every trace of a user; returns how many units of each kind went."""
         return self.store.delete_user(user_id)
 
+    def close(self) -> None:
+        """Release the event loop of the blocking API and forget the open store (its files stay)."""
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+        release_store(Context(user_id="_", **self._base))
 
-def _run(coro: Any) -> Any:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    msg = "called the blocking API inside a running event loop; use the async twin (aingest/aretrieve/aask)"
-    raise RuntimeError(msg)
+    def _run(self, coro: Any) -> Any:
+        """Run a coroutine on this instance's own loop, so HTTP clients of a model survive between calls."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            if self._runner is None:
+                self._runner = asyncio.Runner()
+            return self._runner.run(coro)
+        coro.close()
+        msg = "called the blocking API inside a running event loop; use the async twin (aingest/aretrieve/aask)"
+        raise RuntimeError(msg)

@@ -56,7 +56,10 @@ class Context:
         w_semantic / w_temporal / w_robustness: H-Mem's score weights.
         decay_tau_days / decay_eta: Ebbinghaus decay of the robustness score.
         now: reference time for decay; the user's latest turn when unset.
+        diversity: MMR penalty on turns similar to ones already ranked (xMemory's
+            representative selection); 0 ranks by score alone.
         generate_answer: with a model, write an answer (``retrieve`` turns this off).
+        llm_max_tokens: cap on the completion tokens of one model call.
         prompts: overrides of prompt constants by name, e.g. ``{"REFLECT_PROMPT": "..."}``.
     """
 
@@ -83,7 +86,7 @@ class Context:
     decay_tau_days: float = 365.0
     decay_eta: float = 0.5
     gate_threshold: float = 0.55
-    neighbour_turns: int = 1
+    diversity: float = 0.15
     now: datetime | None = None
     generate_answer: bool = True
     # ingestion
@@ -93,6 +96,7 @@ class Context:
     # LLM calls
     llm_timeout_s: float = 60.0
     llm_retries: int = 2
+    llm_max_tokens: int = 1024
     prompts: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -133,18 +137,38 @@ def resolve_store(ctx: Context) -> Any:
     """The :class:`MemoryStore` for this context, cached per location and embedder."""
     from memstrata.memory.store import MemoryStore
 
-    url = ctx.chroma_url or os.environ.get(CHROMA_URL_ENV)
-    path = None if url else str(Path(ctx.data_dir).expanduser() if ctx.data_dir else default_data_dir())
-    key = (url, path, id(ctx.embeddings) if ctx.embeddings is not None else None)
+    key = _store_key(ctx)
+    url, path, _ = key
     with _STORES_LOCK:
         if key not in _STORES:
             _STORES[key] = MemoryStore(path=path, url=url, embeddings=ctx.embeddings)
         return _STORES[key]
 
 
+def release_store(ctx: Context) -> None:
+    """Forget the cached store of this context (the bench opens one per conversation)."""
+    from memstrata.memory.search import forget_store
+
+    with _STORES_LOCK:
+        store = _STORES.pop(_store_key(ctx), None)
+    if store is not None:
+        forget_store(store)
+
+
+def _store_key(ctx: Context) -> tuple[str | None, str | None, int | None]:
+    url = ctx.chroma_url or os.environ.get(CHROMA_URL_ENV)
+    path = None if url else str(Path(ctx.data_dir).expanduser() if ctx.data_dir else default_data_dir())
+    return url, path, id(ctx.embeddings) if ctx.embeddings is not None else None
+
+
 async def aresolve_store(ctx: Context) -> Any:
-    """:func:`resolve_store` off the event loop: opening a store creates folders and a Chroma client."""
-    return await asyncio.to_thread(resolve_store, ctx)
+    """:func:`resolve_store` off the event loop: opening a store creates folders and a Chroma client.
+
+    An already-open store is returned at once (no thread hop on the hot path).
+    """
+    with _STORES_LOCK:
+        store = _STORES.get(_store_key(ctx))
+    return store if store is not None else await asyncio.to_thread(resolve_store, ctx)
 
 
 def resolve_model(ctx: Context) -> BaseChatModel | None:
@@ -159,7 +183,12 @@ def resolve_model(ctx: Context) -> BaseChatModel | None:
         return model
     from langchain_openai import ChatOpenAI
 
+    base_url = os.environ.get("OPENAI_BASE_URL")
+    local = bool(base_url) and "api.openai.com" not in base_url
     return ChatOpenAI(
         model=str(model), timeout=ctx.llm_timeout_s, max_retries=0, stream_usage=True,
+        max_tokens=ctx.llm_max_tokens,
+        # llama.cpp, vLLM and Ollama read max_tokens, not OpenAI's newer max_completion_tokens.
+        extra_body={"max_tokens": ctx.llm_max_tokens} if local else None,
         api_key=os.environ.get("OPENAI_API_KEY") or "not-needed",  # local servers take any key
     )

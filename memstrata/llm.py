@@ -49,7 +49,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T", bound=BaseModel)
-I = TypeVar("I")
+ItemT = TypeVar("ItemT")
 INTERNAL_TAGS = ["nostream", "memstrata:internal"]
 GOOD_OUTCOMES = ("ok", "parsed_text", "repaired")
 # A validator may index a list with a bad id or read a missing attribute: all of
@@ -396,7 +396,7 @@ async def decide(
 # ---- streaming -----------------------------------------------------------------------
 
 
-async def _idle_bounded(stream: AsyncIterator[I], idle: float) -> AsyncIterator[I]:
+async def _idle_bounded(stream: AsyncIterator[ItemT], idle: float) -> AsyncIterator[ItemT]:
     """Items of ``stream``; ``TimeoutError`` when one takes longer than ``idle`` seconds."""
     iterator = aiter(stream)
     try:

@@ -9,13 +9,16 @@ from typing_extensions import TypedDict  # pydantic needs it on Python 3.11 to b
 
 
 def merge_dicts(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
-    """Shallow merge; numbers add up so parallel branches can each report counts."""
+    """Deep merge; numbers add up and lists concatenate, so parallel branches can each report counts."""
     out = dict(left or {})
     for key, value in (right or {}).items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(out.get(key), (int, float)):
-            out[key] = out[key] + value
-        elif isinstance(value, list) and isinstance(out.get(key), list):
-            out[key] = out[key] + value
+        old = out.get(key)
+        if isinstance(value, dict) and isinstance(old, dict):
+            out[key] = merge_dicts(old, value)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(old, (int, float)):
+            out[key] = old + value
+        elif isinstance(value, list) and isinstance(old, list):
+            out[key] = old + value
         else:
             out[key] = value
     return out

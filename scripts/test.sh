@@ -11,6 +11,16 @@ fi
 PIP="$VENV/bin/python -m pip"
 # torch first, pinned: the CPU wheel of 2.13.0 is on hand; anything else pulls CUDA builds.
 $PIP install --quiet --disable-pip-version-check "torch==2.13.0"
+# llama.cpp for the real-server tests, built once into our own wheel cache. A portable build (no -march=native):
+# a native build can enable CPU features (AMX) that a VM advertises but cannot run, and the server then crashes.
+LLAMA="llama-cpp-python==0.3.36"
+WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/memstrata/wheels"
+if ! ls "$WHEELS"/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1; then
+  echo "building $LLAMA (portable CPU build, about 5 minutes on 2 cores)"
+  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON" \
+    $PIP wheel --quiet --no-cache-dir --no-deps -w "$WHEELS" "$LLAMA"
+fi
+$PIP install --quiet --disable-pip-version-check "$WHEELS"/llama_cpp_python-0.3.36-*.whl
 $PIP install --quiet --disable-pip-version-check -e ".[dev,llm-tests]"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false ANONYMIZED_TELEMETRY=False
 exec "$VENV/bin/python" -m pytest -q "$@"

@@ -140,11 +140,8 @@ async def test_ingestion_in_llm_mode(chat_model: Any, tmp_path: Any) -> None:
         assert node_stats["prompt_tokens"] > 0 and node_stats["usage_sources"]
         assert set(node_stats["outcomes"]) <= {*FINAL_OUTCOMES, "invalid", "error", "skipped_budget"}
     logger.warning("ingestion LLM outcomes: %s", {n: s["outcomes"] for n, s in llm.items()})
-    if "segment" not in llm or llm["summarize"]["calls"] < episodes:
-        pytest.xfail("stats['llm'] keeps only the last node's meter: the 'stats' reducer (merge_dicts in "
-                     "memstrata/state.py) merges one level deep, so 'segment' and parallel summarize "
-                     f"batches are overwritten (got {sorted(llm)}, {llm['summarize']['calls']} summarize "
-                     f"call(s) for {episodes} episodes)")
+    # Parallel summarize branches and the segment node all report: one summarize call per episode at least.
+    assert llm["summarize"]["calls"] >= episodes
     assert llm["segment"]["calls"] >= 1
 
 

@@ -59,9 +59,8 @@ def category_table(result: dict[str, Any], *, budget: int | None = None) -> Tabl
     for cat in (*HEADLINE_CATEGORIES, 5):
         table.add_column(f"{CATEGORY_NAMES[cat]}\n({counts.get(str(cat), '?')})", justify="right", no_wrap=True)
     for name, stats in _by_recall(result):
-        cells = [_pct(stats["per_category"][str(c)]["recall_all"][key]) for c in HEADLINE_CATEGORIES]
-        cells.append(_pct(stats["category_5"]["recall_all"][key]) if "category_5" in stats else "-")
-        table.add_row(name, *cells)
+        parts = [stats["per_category"][str(c)] for c in HEADLINE_CATEGORIES] + [stats.get("category_5", {})]
+        table.add_row(name, *(_pct(p["recall_all"][key]) if p.get("questions") else "-" for p in parts))
     return table
 
 

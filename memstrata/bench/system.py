@@ -59,6 +59,8 @@ class MemstrataMethod:
 
     def close(self) -> None:
         """Drop the store and delete its temporary folder."""
+        if self._mem is not None:
+            self._mem.close()
         self._mem = None
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)

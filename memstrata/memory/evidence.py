@@ -67,20 +67,28 @@ def light_lookup(
     index: MemoryIndex, queries: Sequence[dict[str, Any]], vectors: np.ndarray, *, level1_k: int, coarse_n: int,
     weights: Weights, now: datetime | None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """HyMem's light module: top-``level1_k`` summaries, the coarse top-``coarse_n``, and their turns."""
+    """HyMem's light module: top-``level1_k`` summaries, the coarse top-``coarse_n``, and their turns.
+
+    Following H-Mem's scopes, a Short or Mixed query also reads the best raw turns
+    directly (original fragments); a Long query reads only through the summaries.
+    """
     hits: dict[str, dict[str, Any]] = {}
     coarse: dict[str, dict[str, Any]] = {}
     turns: list[dict[str, Any]] = []
     for query, qvec in zip(queries, vectors, strict=True):
+        weight = query.get("weight", 1.0)
         sums, parts = _scored(index, query, qvec, top_summaries=level1_k, weights=weights, now=now)
         order = np.argsort(-sums)
         for rank, s in enumerate(order[:coarse_n]):
-            item = summary_item(index, int(s), sums[s] * query.get("weight", 1.0))
+            item = summary_item(index, int(s), sums[s] * weight)
             coarse.setdefault(item["id"], item)
             if rank < level1_k:
                 hits.setdefault(item["id"], item)
-                turns += [turn_item(index, i, parts, "level1", query.get("weight", 1.0))
+                turns += [turn_item(index, i, parts, "level1", weight)
                           for i in index.episode_turns(index.summaries[int(s)])]
+        if query.get("scope", "Mixed") != "Long" and len(parts["score"]):
+            turns += [turn_item(index, int(i), parts, "level2", weight)
+                      for i in np.argsort(-parts["score"])[: level1_k * 3]]
     return list(hits.values()), sorted(coarse.values(), key=lambda c: -c["score"]), turns
 
 
@@ -110,20 +118,47 @@ def admit(candidates: Sequence[dict[str, Any]], index: MemoryIndex, *, max_items
         if cand["id"] not in best or cand["score"] > best[cand["id"]]["score"]:
             best[cand["id"]] = cand
     ranked = sorted(best.values(), key=lambda c: -c["score"])[: max_items * 2]
-    rows = [index.by_key.get((c["conversation_id"], c["turn_id"])) for c in ranked]
-    vecs = np.stack([index.turn_vecs[r] if r is not None else np.zeros(index.turn_vecs.shape[1]) for r in rows]) \
-        if ranked else np.zeros((0, 1))
+    rows = np.array([index.by_key.get((c["conversation_id"], c["turn_id"]), -1) for c in ranked], dtype=int)
+    vecs = index.turn_vecs[rows] if len(rows) else np.zeros((0, 1))
     sims = vecs @ vecs.T
-    kept: list[int] = []
-    skipped = 0
-    for i in range(len(ranked)):
-        if kept and float(sims[i, kept].max()) >= duplicate_threshold:
-            skipped += 1
-            continue
-        kept.append(i)
-        if len(kept) >= max_items:
-            break
-    return [ranked[i] for i in kept], skipped
+    sims[rows < 0, :] = sims[:, rows < 0] = 0.0  # unknown turns are never duplicates
+    dropped = np.zeros(len(ranked), dtype=bool)
+    # Only the (few) near-duplicate pairs need a look; a pair drops its lower-ranked turn if the other stays.
+    for i, j in np.argwhere(np.triu(sims >= duplicate_threshold, 1)):
+        if not dropped[i]:
+            dropped[j] = True
+    kept = [c for c, d in zip(ranked, dropped, strict=True) if not d][:max_items]
+    return kept, int(dropped.sum())
+
+
+def diversify(candidates: Sequence[dict[str, Any]], index: MemoryIndex, *, penalty: float, head: int = 300,
+              picks: int = 80) -> list[dict[str, Any]]:
+    """Rank by score minus ``penalty`` x the best similarity to what is already ranked (MMR).
+
+    This is xMemory's representative selection in its offline form: a
+    relevant turn that repeats an earlier pick yields its slot to one that covers
+    something new. Only the first ``picks`` slots are reordered; the rest keep score order.
+    """
+    ranked = sorted(candidates, key=lambda c: (-c["score"], c["id"]))
+    if penalty <= 0 or len(ranked) < 2:
+        return ranked
+    top, rest = ranked[:head], ranked[head:]
+    rows = [index.by_key.get((c["conversation_id"], c["turn_id"])) for c in top]
+    if any(r is None for r in rows):
+        return ranked
+    vecs = index.turn_vecs[rows]
+    scores = np.array([c["score"] for c in top])
+    closest = np.full(len(top), -np.inf)
+    free = np.ones(len(top), dtype=bool)
+    order: list[int] = []
+    for _ in range(min(picks, len(top))):
+        gain = np.where(free, scores - penalty * np.maximum(closest, 0.0), -np.inf)
+        pick = int(np.argmax(gain))
+        order.append(pick)
+        free[pick] = False
+        closest = np.maximum(closest, vecs @ vecs[pick])
+    order += [i for i in range(len(top)) if free[i]]
+    return [top[i] for i in order] + rest
 
 
 def coverage_texts(candidates: Sequence[dict[str, Any]], top: int) -> list[str]:

@@ -126,6 +126,17 @@ class MemoryIndex:
 
     # ---- loading -----------------------------------------------------------
     @classmethod
+    def fresh(cls, store: Any, *, user_id: str, conversation_id: str | None = None,
+              refresh_seconds: float = 5.0) -> MemoryIndex | None:
+        """The cached snapshot when it needs no I/O to trust (same version, checked recently), else ``None``."""
+        with _CACHE_LOCK:
+            cached = _CACHE.get((id(store), user_id, conversation_id))
+        if cached is not None and cached.version == store.versions.get(user_id) and \
+                time.monotonic() - cached.loaded_at < refresh_seconds:
+            return cached
+        return None
+
+    @classmethod
     def load(cls, store: Any, *, user_id: str, conversation_id: str | None = None,
              refresh_seconds: float = 5.0) -> MemoryIndex:
         """The cached snapshot, rebuilt after writes (this process) or count changes (others)."""
@@ -205,6 +216,13 @@ def _hybrid(dense: np.ndarray, lexical: np.ndarray, top: int) -> list[tuple[int,
     fused = rrf([dense_rank.tolist(), lex_rank], n)
     order = np.argsort(-fused)[:top]
     return [(int(i), float(fused[i]), float(dense[i])) for i in order if fused[i] > 0]
+
+
+def forget_store(store: Any) -> None:
+    """Drop every cached snapshot of one store."""
+    with _CACHE_LOCK:
+        for key in [k for k in _CACHE if k[0] == id(store)]:
+            del _CACHE[key]
 
 
 def _counts(store: Any, user_id: str, conversation_id: str | None) -> tuple[int, int]:

@@ -9,9 +9,11 @@ from langgraph.runtime import Runtime
 
 from memstrata.context import Context, resolve_model
 from memstrata import llm
+from memstrata.memory.evidence import diversify
 from memstrata.memory.render import pack_context
 from memstrata.memory.tokens import TokenCounter
 from memstrata.nodes.common import meter_from, new_records, progress
+from memstrata.nodes.session import open_index
 from memstrata.prompts.retrieval import ANSWER_PROMPT
 from memstrata.state import RetrievalState
 
@@ -19,7 +21,9 @@ from memstrata.state import RetrievalState
 async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Final context and evidence; the answer is ``None`` offline."""
     ctx = runtime.context
-    ranked = sorted(state.get("candidates", []), key=lambda c: (-c["score"], c["id"]))
+    index = await open_index(ctx)
+    # Reordering more slots than can fit the budget (~20 tokens a turn at least) buys nothing.
+    ranked = diversify(state.get("candidates", []), index, penalty=ctx.diversity, picks=ctx.context_budget // 20)
     context, chosen, tokens = pack_context(ranked, budget=ctx.context_budget, counter=TokenCounter())
     meter = meter_from(state.get("llm_calls"), ctx.llm_token_budget)
     before = len(meter.calls)

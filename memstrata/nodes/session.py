@@ -22,6 +22,9 @@ _VECTOR_CACHE_SIZE = 2048
 async def open_index(ctx: Context) -> MemoryIndex:
     """The user's search snapshot (loaded once per process, refreshed after writes)."""
     store = await aresolve_store(ctx)
+    cached = MemoryIndex.fresh(store, user_id=ctx.user_id, conversation_id=ctx.conversation_id)
+    if cached is not None:
+        return cached
     return await asyncio.to_thread(MemoryIndex.load, store, user_id=ctx.user_id, conversation_id=ctx.conversation_id)
 
 

@@ -119,8 +119,10 @@ def start_llama_server(*, timeout: float = STARTUP_TIMEOUT_S) -> LlamaServer:
         _unavailable("llama-cpp-python[server] is not installed")
     model, port = smollm2_path(), _free_port()
     log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)  # noqa: SIM115
+    # interrupt_requests (on by default) silently cuts a running stream short when
+    # another request arrives; an OpenAI-compatible server must queue it instead.
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-           "--port", str(port), "--n_ctx", "8192"]
+           "--port", str(port), "--n_ctx", "8192", "--interrupt_requests", "False"]
     process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     server = LlamaServer(process, f"http://127.0.0.1:{port}/v1", log)
     deadline = time.monotonic() + timeout
