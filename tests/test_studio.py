@@ -149,7 +149,8 @@ def test_ingest_then_retrieve_through_the_server(client: Any) -> None:
     out = _wait(client, thread["thread_id"], "retrieval", {"query": QUERY})
     ids = [e["turn_id"] for e in out["evidence"]]
     assert "s2:t2" in ids and out["answer"] is None
-    assert "s2:t2 Tom: Nice. I have news too: I ran the Brighton half marathon" in out["context"]
+    assert "[s2 · " in out["context"]
+    assert "\nt2 Tom: Nice. I have news too: I ran the Brighton half marathon" in out["context"]
     assert out["trace"]["path"] in ("light", "deep")
     other = client.runs.wait(None, "retrieval", input={"query": QUERY}, context={"user_id": "someone-else"})
     assert other["evidence"] == []  # the context's user_id is the tenant boundary over the API too
