@@ -24,6 +24,11 @@ from memstrata import Memstrata
 from memstrata.bench.locomo import load_locomo
 
 
+def _session_no(key: str) -> int | None:
+    parts = key.split("_")
+    return int(parts[1]) if len(parts) >= 2 and parts[0] == "session" and parts[1].isdigit() else None
+
+
 def _model(base_url: str, name: str, max_tokens: int) -> ChatOpenAI:
     return ChatOpenAI(base_url=base_url, api_key="sk-local", model=name, temperature=0, timeout=120,
                       max_retries=0, stream_usage=True, max_tokens=max_tokens, extra_body={"max_tokens": max_tokens})
@@ -31,12 +36,19 @@ def _model(base_url: str, name: str, max_tokens: int) -> ChatOpenAI:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     conv = next(c for c in load_locomo(args.path) if c.sample_id == args.conversation)
+    raw = conv.raw
+    if args.sessions:
+        # A prefix of the sessions, and only the questions whose evidence lies inside it.
+        body = {k: v for k, v in raw["conversation"].items() if not _session_no(k) or _session_no(k) <= args.sessions}
+        raw = {**raw, "conversation": body}
+        conv.questions = [q for q in conv.questions if all(int(e[1:].split(":")[0]) <= args.sessions for e in q.evidence)]
     mem = Memstrata(path=tempfile.mkdtemp(prefix="memstrata-llm-"), model=_model(args.base_url, args.model, 256),
                     llm_timeout_s=120)
     started = time.perf_counter()
-    ingest = await mem.aingest(conv.raw, user_id="llm")
+    ingest = await mem.aingest(raw, user_id="llm")
     ingest_seconds = time.perf_counter() - started
-    queries = []
+    queries: list[dict[str, Any]] = []
+    _save(args, _summary(args, ingest, ingest_seconds, queries))  # partial results survive an interruption
     for q in conv.questions[: args.questions]:
         t0 = time.perf_counter()
         result = await mem.aask(q.question, user_id="llm", conversation_id=conv.sample_id)
@@ -46,7 +58,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         "fallbacks": llm["fallbacks"], "outcomes": llm.get("outcomes", {}),
                         "usage_sources": llm["usage_sources"], "seconds": round(time.perf_counter() - t0, 2),
                         "answered": result.answer is not None})
+        _save(args, _summary(args, ingest, ingest_seconds, queries))
     return _summary(args, ingest, ingest_seconds, queries)
+
+
+def _save(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
 
 
 def _summary(args: argparse.Namespace, ingest: dict[str, Any], seconds: float,
@@ -59,7 +77,7 @@ def _summary(args: argparse.Namespace, ingest: dict[str, Any], seconds: float,
     ingest_calls = sum(v.get("calls", 0) for v in ingest_llm.values())
     ingest_fallbacks = sum(v.get("fallbacks", 0) for v in ingest_llm.values())
     return {
-        "conversation": args.conversation, "model": args.model, "base_url": args.base_url,
+        "conversation": args.conversation, "sessions": args.sessions or "all", "model": args.model, "base_url": args.base_url,
         "ingest": {"turns": ingest.get("turns_seen"), "episodes": ingest.get("episodes_written"),
                    "seconds": round(seconds, 1), "llm_calls": ingest_calls,
                    "prompt_tokens": sum(v.get("prompt_tokens", 0) for v in ingest_llm.values()),
@@ -85,11 +103,11 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--conversation", default="conv-26")
     parser.add_argument("--questions", type=int, default=20)
+    parser.add_argument("--sessions", type=int, default=0, help="only the first N sessions (0 = all)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/llm_mode.json"))
     args = parser.parse_args()
     report = asyncio.run(run(args))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
+    _save(args, report)
     print(json.dumps({k: v for k, v in report.items() if k != "per_query"}, indent=1))  # noqa: T201 - a script
 
 

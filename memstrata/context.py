@@ -53,12 +53,21 @@ class Context:
         max_iterations: reflection rounds at most.
         context_budget: tokens of the returned context.
         llm_token_budget: LLM tokens (prompt + completion) one query may spend.
+        llm_batch_size: Level-1 entries per parallel LLM selection branch (HyMem's batch d).
+        max_fanout: the most parallel ``Send`` branches (summaries, selection batches).
         w_semantic / w_temporal / w_robustness: H-Mem's score weights.
         decay_tau_days / decay_eta: Ebbinghaus decay of the robustness score.
+        gate_threshold: offline gate: the best light turn's own similarity score
+            (rank-normalized) needed to accept the light path.
+        episode_prior: share of a turn's semantic score taken from its Level-1 summary.
+        neighbour_share: a turn scores at least this share of its best neighbour (answers follow questions).
+        speaker_prior: relative boost of turns spoken by a speaker the query names.
         now: reference time for decay; the user's latest turn when unset.
         diversity: MMR penalty on turns similar to ones already ranked (xMemory's
             representative selection); 0 ranks by score alone.
         generate_answer: with a model, write an answer (``retrieve`` turns this off).
+        max_episode_turns / min_episode_turns / episode_overlap: offline segmentation bounds.
+        llm_timeout_s / llm_retries: per-call timeout and transport retries.
         llm_max_tokens: cap on the completion tokens of one model call.
         prompts: overrides of prompt constants by name, e.g. ``{"REFLECT_PROMPT": "..."}``.
     """
@@ -86,6 +95,9 @@ class Context:
     decay_tau_days: float = 365.0
     decay_eta: float = 0.5
     gate_threshold: float = 0.55
+    episode_prior: float = 0.25
+    neighbour_share: float = 0.6
+    speaker_prior: float = 0.7
     diversity: float = 0.15
     now: datetime | None = None
     generate_answer: bool = True

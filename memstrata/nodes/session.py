@@ -47,7 +47,8 @@ async def embed_queries(ctx: Context, texts: list[str]) -> np.ndarray:
 
 def weights(ctx: Context) -> Weights:
     return Weights(semantic=ctx.w_semantic, temporal=ctx.w_temporal, robustness=ctx.w_robustness,
-                   tau_days=ctx.decay_tau_days, eta=ctx.decay_eta)
+                   tau_days=ctx.decay_tau_days, eta=ctx.decay_eta, episode_prior=ctx.episode_prior,
+                   neighbour=ctx.neighbour_share, speaker=ctx.speaker_prior)
 
 
 def reference_now(ctx: Context, index: MemoryIndex) -> datetime | None:

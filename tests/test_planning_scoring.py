@@ -1,0 +1,81 @@
+"""Pure retrieval operations: planning rules, H-Mem scoring, packing."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import numpy as np
+import pytest
+
+from memstrata.memory.planning import coverage, decompose_query, follow_up_query, predict_scope, temporal_hint
+from memstrata.memory.ranking import hybrid_semantic
+from memstrata.memory.render import pack_context, parse_context, render
+from memstrata.memory.scoring import Interval, robustness, rrf, temporal_relevance
+
+
+def test_decomposition_keeps_the_original_and_splits_named_conjunctions() -> None:
+    parts = [s.text for s in decompose_query("Where did Ann, Bob and Cy travel?")]
+    assert parts == ["Where did Ann, Bob and Cy travel?", "Where did Ann travel?", "Where did Bob travel?",
+                     "Where did Cy travel?"]
+    assert [s.text for s in decompose_query("What is the cat called?")] == ["What is the cat called?"]
+
+
+@pytest.mark.parametrize(("query", "scope"), [
+    ("When did Ann move to Porto?", "Short"),
+    ("What kind of music does Ann usually like?", "Long"),
+    ("Where does Ann work?", "Mixed"),
+])
+def test_scope_rules(query: str, scope: str) -> None:
+    assert predict_scope(query, now=None)[0] == scope
+
+
+def test_temporal_hints() -> None:
+    assert temporal_hint("What happened in May 2023?", now=None) == Interval(
+        datetime(2023, 5, 1), datetime(2023, 5, 31, 23, 59))
+    day = temporal_hint("What did Ann do on 8 May, 2023?", now=None)
+    assert day is not None and day.start == datetime(2023, 5, 8)
+    last_week = temporal_hint("What did Ann cook last week?", now=datetime(2023, 5, 15))
+    assert last_week is not None and last_week.start < datetime(2023, 5, 8) < last_week.end
+
+
+def test_coverage_and_follow_up() -> None:
+    texts = ["Ann: I adopted a cat named Miso."]
+    assert coverage("What cat did Ann adopt?", texts) == 1.0
+    assert follow_up_query("What cat did Ann adopt and where does she work?", texts, speakers=["Ann"]) == "Ann work"
+
+
+def test_hmem_scoring_parts() -> None:
+    day = Interval(datetime(2023, 5, 8), datetime(2023, 5, 8, 23, 59))
+    assert temporal_relevance(day, day) > temporal_relevance(day, Interval(datetime(2023, 9, 1), datetime(2023, 9, 2)))
+    assert temporal_relevance(None, day) == 0.0
+    fresh = robustness(datetime(2024, 1, 1), datetime(2024, 1, 2))
+    old = robustness(datetime(2023, 1, 1), datetime(2024, 1, 2))
+    reinforced = robustness(datetime(2023, 1, 1), datetime(2024, 1, 2), reinforcements=5)
+    assert fresh > reinforced > old
+    assert rrf([[2, 0], [2, 1]], 3).argmax() == 2
+
+
+def test_hybrid_semantic_ignores_bm25_zeros() -> None:
+    scores = hybrid_semantic(np.array([0.9, 0.1, 0.5]), np.array([0.0, 0.0, 3.0]))
+    assert scores.argmax() == 2 and scores[0] > scores[1]
+
+
+def _item(turn_id: str, session: str, pos: int, text: str, score: float) -> dict:
+    return {"id": turn_id, "turn_id": turn_id, "conversation_id": "c", "session_id": session, "position": pos,
+            "speaker": "Ann", "text": text, "time": "8 May 2023", "score": score}
+
+
+class Words:
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+
+def test_packing_respects_budget_skips_what_does_not_fit_and_renders_chronologically() -> None:
+    ranked = [_item("D2:1", "2", 0, "second session line", 0.9),
+              _item("D1:5", "1", 4, "a very long line " * 20, 0.8),
+              _item("D1:2", "1", 1, "first session line", 0.7)]
+    context, chosen, tokens = pack_context(ranked, budget=20, counter=Words())
+    assert tokens <= 20 and [c["turn_id"] for c in chosen] == ["D2:1", "D1:2"]
+    assert context.index("first session line") < context.index("second session line")
+    assert parse_context(context) == [("D1:2", "Ann: first session line"), ("D2:1", "Ann: second session line")]
+    assert render([]) == ""
