@@ -84,7 +84,7 @@ class Context:
     # retrieval
     level1_k: int = 10
     coarse_n: int = 30
-    max_iterations: int = 2
+    max_iterations: int = 1
     context_budget: int = 1500
     llm_token_budget: int = 20000
     llm_batch_size: int = 10

@@ -97,3 +97,27 @@ def _by_recall(result: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Methods, best recall_all at the latency budget first."""
     key = str(result.get("latency_budget", result["budgets"][0]))
     return sorted(result["methods"].items(), key=lambda item: -item[1]["recall_all"].get(key, 0.0))
+
+
+def markdown_table(result: dict[str, Any], *, budgets: list[str] | None = None) -> str:
+    """The headline table as Markdown: recall_all / recall_frac in % per budget, and latency."""
+    methods = result["methods"]
+    budgets = budgets or list(next(iter(methods.values()))["recall_all"])
+    head = "| method | " + " | ".join(f"B={b}" for b in budgets) + " | p50 / p95 ms |"
+    rows = [head, "|" + "---|" * (len(budgets) + 2)]
+    for name, m in methods.items():
+        cells = [f"{100 * m['recall_all'][b]:.1f} / {100 * m['recall_frac'][b]:.1f}" for b in budgets]
+        lat = m.get("latency_ms", {})
+        rows.append(f"| {name} | " + " | ".join(cells) + f" | {lat.get('p50', 0):.0f} / {lat.get('p95', 0):.0f} |")
+    return "\n".join(rows)
+
+
+def markdown_categories(result: dict[str, Any], budget: str = "1500") -> str:
+    """recall_all at one budget, per category, as Markdown."""
+    methods = result["methods"]
+    cats = sorted(next(iter(methods.values()))["per_category"])
+    rows = ["| method | " + " | ".join(f"cat {c}" for c in cats) + " |", "|" + "---|" * (len(cats) + 1)]
+    for name, m in methods.items():
+        rows.append(f"| {name} | " + " | ".join(
+            f"{100 * m['per_category'][c]['recall_all'][budget]:.1f}" for c in cats) + " |")
+    return "\n".join(rows)
