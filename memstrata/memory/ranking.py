@@ -19,7 +19,7 @@ from datetime import datetime
 import numpy as np
 
 from memstrata.memory.planning import SubQuery
-from memstrata.memory.scoring import Interval, temporal_relevance
+from memstrata.memory.scoring import Interval, fuse, temporal_relevance
 from memstrata.memory.search import MemoryIndex
 
 RRF_K = 60
@@ -94,7 +94,7 @@ def score_turns(
     sem = np.maximum(sem, weights.neighbour * _neighbour_max(index, sem))
     temporal = _temporal(index, sub.hint)
     robust = robustness_all(index, now, weights)
-    score = weights.semantic * sem + weights.temporal * temporal + weights.robustness * robust
+    score = fuse(sem, temporal, robust, weights=(weights.semantic, weights.temporal, weights.robustness))
     return {"score": score, "semantic": sem, "temporal": temporal, "robustness": robust, "own": own}
 
 

@@ -20,6 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 
@@ -68,15 +69,7 @@ def rrf(rankings: Sequence[Sequence[int]], n: int, *, k: int = 60, weights: Sequ
     return scores
 
 
-def minmax(values: np.ndarray) -> np.ndarray:
-    """Scale to [0, 1]; a constant array becomes zeros."""
-    if values.size == 0:
-        return values
-    lo, hi = float(values.min()), float(values.max())
-    return np.zeros_like(values) if hi - lo < 1e-12 else (values - lo) / (hi - lo)
-
-
-def fuse(semantic: float, temporal: float, robust: float, *, weights: tuple[float, float, float]) -> float:
-    """H-Mem Eq. 3."""
+def fuse(semantic: Any, temporal: Any, robust: Any, *, weights: tuple[float, float, float]) -> Any:
+    """H-Mem Eq. 3, for scalars or numpy arrays alike."""
     w_sem, w_time, w_rob = weights
     return w_sem * semantic + w_time * temporal + w_rob * robust

@@ -8,7 +8,7 @@ query rebuilds the snapshot. Writes from another process are picked up after
 
 Example:
     >>> idx = MemoryIndex.load(store, user_id="alice")      # doctest: +SKIP
-    >>> idx.hybrid_turns("where does Ann live?", vec)[:3]   # doctest: +SKIP
+    >>> idx.dense_turns(vec)[:3]                            # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import bm25s
 import numpy as np
 
 from memstrata.memory.models import UnitKind
-from memstrata.memory.scoring import rrf
 
 _CACHE: dict[tuple[int, str, str | None], MemoryIndex] = {}
 _CACHE_LOCK = threading.Lock()
@@ -184,38 +183,8 @@ class MemoryIndex:
     def dense_summaries(self, qvec: np.ndarray) -> np.ndarray:
         return self.summary_vecs @ qvec if len(self.summaries) else np.zeros(0)
 
-    def hybrid_summaries(self, query_tokens: list[str], qvec: np.ndarray, top: int) -> list[tuple[int, float, float]]:
-        """Top summaries as (index, fused score, dense similarity)."""
-        return _hybrid(self.dense_summaries(qvec), self.summary_bm25.scores(query_tokens), top)
-
-    def hybrid_turns(self, query_tokens: list[str], qvec: np.ndarray, top: int) -> list[tuple[int, float, float]]:
-        """Top raw turns as (index, fused score, dense similarity)."""
-        return _hybrid(self.dense_turns(qvec), self.turn_bm25.scores(query_tokens), top)
-
-    def neighbours(self, index: int, width: int) -> list[int]:
-        """Turns within ``width`` positions of a turn, in the same session."""
-        t = self.turns[index]
-        out = []
-        for d in range(-width, width + 1):
-            j = self.by_position.get((t.conversation_id, t.session_id, t.position + d))
-            if d and j is not None:
-                out.append(j)
-        return out
-
     def episode_turns(self, summary: SummaryRow) -> list[int]:
         return [i for tid in summary.turn_ids if (i := self.by_key.get((summary.conversation_id, tid))) is not None]
-
-
-def _hybrid(dense: np.ndarray, lexical: np.ndarray, top: int) -> list[tuple[int, float, float]]:
-    n = len(dense)
-    if n == 0:
-        return []
-    depth = min(n, max(top * 4, 50))
-    dense_rank = np.argsort(-dense)[:depth]
-    lex_rank = [i for i in np.argsort(-lexical)[:depth] if lexical[i] > 0]
-    fused = rrf([dense_rank.tolist(), lex_rank], n)
-    order = np.argsort(-fused)[:top]
-    return [(int(i), float(fused[i]), float(dense[i])) for i in order if fused[i] > 0]
 
 
 def forget_store(store: Any) -> None:
