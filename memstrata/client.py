@@ -158,7 +158,9 @@ class Memstrata:
         except RuntimeError:
             if self._runner is None:
                 self._runner = asyncio.Runner()
-            return self._runner.run(coro)
+            # Not Runner.run(): it installs a SIGINT handler per call, and Python formats the handler's repr
+            # (task, coroutine and its arguments) each time, a few ms per call. Ctrl-C still interrupts.
+            return self._runner.get_loop().run_until_complete(coro)
         coro.close()
         msg = "called the blocking API inside a running event loop; use the async twin (aingest/aretrieve/aask)"
         raise RuntimeError(msg)

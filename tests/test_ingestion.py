@@ -101,3 +101,29 @@ def test_summaries_of_several_conversations_do_not_collide(mem: Memstrata) -> No
                         {"conversation": {"session_1": msgs}, "sample_id": "b"}], user_id="u")
     assert stats["summaries_written"] == stats["episodes_written"] == 2 * (stats["episodes_written"] // 2) > 0
     assert mem.store.count(UnitKind.SUMMARY, user_id="u") == mem.store.count(UnitKind.EPISODE, user_id="u")
+
+
+def test_every_turn_gets_a_contextual_view(mem: Memstrata) -> None:
+    stats = mem.ingest(EXAMPLE, user_id="u")
+    turns = {r.unit_id: r for r in mem.store.get(UnitKind.TURN, user_id="u")}
+    views = mem.store.get(UnitKind.CONTEXT, user_id="u")
+    assert stats["contexts_written"] == len(views) == len(turns)
+    for view in views:
+        turn = turns[view.payload["turn_id"]]
+        lines = view.document.split("\n")
+        # The turn's own rendered text, verbatim, with at most one neighbour of its session each side.
+        assert turn.document in lines and 1 <= len(lines) <= 3
+        assert view.metadata["session_id"] == turn.metadata["session_id"]
+    assert mem.ingest(EXAMPLE, user_id="u")["contexts_written"] == 0
+
+
+def test_store_without_contexts_is_repaired_by_reingest(mem: Memstrata) -> None:
+    mem.ingest(EXAMPLE, user_id="u")
+    full = mem.store.count(UnitKind.CONTEXT, user_id="u")
+    lost = [r.unit_id for r in mem.store.get(UnitKind.CONTEXT, user_id="u", where={"session_id": "1"})]
+    mem.store.delete(UnitKind.CONTEXT, user_id="u", conversation_id="priya-tom", unit_ids=lost)
+    # Search still works on a store missing views: the turn vector stands in for its context.
+    assert mem.retrieve("Where does Priya work?", user_id="u").evidence
+    stats = mem.ingest(EXAMPLE, user_id="u")
+    assert stats["turns_added"] == 0 and stats["sessions_touched"] == 1 and stats["contexts_written"] == len(lost)
+    assert mem.store.count(UnitKind.CONTEXT, user_id="u") == full

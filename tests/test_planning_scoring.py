@@ -79,3 +79,32 @@ def test_packing_respects_budget_skips_what_does_not_fit_and_renders_chronologic
     assert context.index("first session line") < context.index("second session line")
     assert parse_context(context) == [("D1:2", "Ann: first session line"), ("D2:1", "Ann: second session line")]
     assert render([]) == ""
+
+
+def test_photo_captions_are_shown_only_when_they_share_a_word_with_the_query() -> None:
+    from memstrata.memory.evidence import mark_captions
+
+    items = [{"turn_id": "D1:1", "conversation_id": "c", "session_id": "1", "position": 0, "speaker": "Ann",
+              "text": "Look what I made!", "time": None, "image_caption": "a painting of a sunset over a lake"},
+             {"turn_id": "D1:2", "conversation_id": "c", "session_id": "1", "position": 1, "speaker": "Ann",
+              "text": "And this.", "time": None, "image_caption": "a dog on a sofa"},
+             {"turn_id": "D1:3", "conversation_id": "c", "session_id": "1", "position": 2, "speaker": "Bob",
+              "text": "Nice!", "time": None}]
+    marked = mark_captions(items, ["What did Ann paint?"])
+    assert [m.get("show_caption") for m in marked] == [True, False, None]
+    text = render(marked)
+    assert "sunset" in text and "dog" not in text and "And this." in text  # the turn's own text always stays
+
+
+def test_window_views_of_the_search_snapshot() -> None:
+    from memstrata.memory.search import MemoryIndex, TurnRow
+
+    rows = [TurnRow("c", f"D{s}:{p}", str(s), p, "Ann", f"t{s}{p}", f"Ann: t{s}{p}", None, None, None, None)
+            for s in (1, 2) for p in range(3)]
+    index = MemoryIndex(turns=rows, turn_vecs=np.eye(6, dtype=np.float32), summaries=[],
+                        summary_vecs=np.zeros((0, 6), dtype=np.float32))
+    assert index.windows(0)[0] == "Ann: t10"
+    assert index.windows(1)[1] == "Ann: t10\nAnn: t11\nAnn: t12"
+    assert index.windows(1)[3] == "Ann: t20\nAnn: t21"  # windows never cross a session
+    assert index.windows(2)[0] == "Ann: t10\nAnn: t11\nAnn: t12"
+    assert (index.context_vecs == index.turn_vecs).all()  # no stored views: the turn stands alone

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from memstrata.memory.models import Episode, EventSummary, Session, Turn
+from memstrata.memory.models import Episode, EventSummary, Session, Turn, TurnContext
 from memstrata.memory.summarize import extractive_summary
 
 
@@ -29,6 +29,27 @@ def build_episodes(session: Session, spans: Sequence[tuple[int, int]]) -> list[E
             turn_ids=[t.id for t in turns], start_position=start, end_position=end,
             text="\n".join(t.render() for t in turns),
             timestamp=session.timestamp or first.timestamp, timestamp_raw=session.timestamp_raw or first.timestamp_raw,
+        ))
+    return out
+
+
+def turn_contexts(session: Session, *, width: int = 1) -> list[TurnContext]:
+    """Each turn of a session rendered with up to ``width`` turns before and after it.
+
+    Example:
+        >>> from memstrata.memory.models import Session, Turn
+        >>> turns = [Turn(user_id="u", session_id="1", position=i, speaker=s, text=t)
+        ...          for i, (s, t) in enumerate([("Ann", "What did you do?"), ("Bob", "Went swimming!")])]
+        >>> turn_contexts(Session(session_id="1", turns=turns))[1].text
+        'Ann: What did you do?\nBob: Went swimming!'
+    """
+    turns = session.turns
+    out = []
+    for i, turn in enumerate(turns):
+        window = turns[max(0, i - width): i + width + 1]
+        out.append(TurnContext(
+            user_id=turn.user_id, conversation_id=turn.conversation_id, turn_id=turn.id, session_id=turn.session_id,
+            text="\n".join(t.render() for t in window), timestamp=turn.timestamp, timestamp_raw=turn.timestamp_raw,
         ))
     return out
 

@@ -55,10 +55,11 @@ def _scored(index: MemoryIndex, query: dict[str, Any], qvec: np.ndarray, *, top_
             weights: Weights, now: datetime | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Summary scores and fused turn scores; the query-only parts are memoized on the snapshot."""
     text = query["text"]
-    if text not in index.memo:
+    key = f"{text}\x1f{query.get('dense_text') or ''}"
+    if key not in index.memo:
         tokens = tokenize([text])[0]
-        index.remember(text, (score_summaries(index, qvec, tokens), turn_semantic(index, qvec, tokens)))
-    sums, own = index.memo[text]
+        index.remember(key, (score_summaries(index, qvec, tokens), turn_semantic(index, qvec, tokens)))
+    sums, own = index.memo[key]
     prior = episode_prior(index, sums, top_summaries)
     return sums, score_turns(index, as_subquery(query), own, prior, weights=weights, now=now)
 
@@ -159,6 +160,19 @@ def diversify(candidates: Sequence[dict[str, Any]], index: MemoryIndex, *, penal
         closest = np.maximum(closest, vecs @ vecs[pick])
     order += [i for i in range(len(top)) if free[i]]
     return [top[i] for i in order] + rest
+
+
+def mark_captions(candidates: Sequence[dict[str, Any]], query_texts: Sequence[str]) -> list[dict[str, Any]]:
+    """Set ``show_caption``: a photo caption is worth its tokens only where it shares a word with the query.
+
+    Captions are machine descriptions of shared photos, not what anybody said; they
+    take about a tenth of a conversation's tokens. The turn's own text is always kept.
+    """
+    terms = set(tokenize([" ".join(query_texts)])[0])
+    with_caption = [c for c in candidates if c.get("image_caption")]
+    words = tokenize([c["image_caption"] for c in with_caption]) if with_caption else []
+    shown = {id(c): bool(terms & set(w)) for c, w in zip(with_caption, words, strict=True)}
+    return [{**c, "show_caption": shown[id(c)]} if id(c) in shown else c for c in candidates]
 
 
 def coverage_texts(candidates: Sequence[dict[str, Any]], top: int) -> list[str]:

@@ -26,6 +26,7 @@ class UnitKind(StrEnum):
     """One Chroma collection per kind."""
 
     TURN = "turn"
+    CONTEXT = "turn_context"
     EPISODE = "episode"
     SUMMARY = "summary"
     FACT = "fact"
@@ -94,6 +95,26 @@ class Turn(Unit):
         if self.image_caption:
             line += f" [shares a photo: {self.image_caption}]"
         return line
+
+
+class TurnContext(Unit):
+    """A turn read together with its neighbours in the session: the contextual view search embeds.
+
+    A reply like "Went swimming with the kids!" says little alone; next to the
+    question it answers, its vector and its words match what it is about. One
+    record per turn, linked by ``turn_id``; the turn itself stays verbatim.
+    """
+
+    turn_id: str
+    session_id: str
+    text: str = Field(description="The rendered previous, own and next turn of the session, one per line")
+    id: str = ""
+
+    @model_validator(mode="after")
+    def _derive_id(self) -> TurnContext:
+        if not self.id:
+            self.id = "ctx:" + self.turn_id
+        return self
 
 
 class Episode(Unit):

@@ -59,9 +59,13 @@ def header(item: dict[str, Any], *, multi_conversation: bool) -> str:
 
 
 def line(item: dict[str, Any]) -> str:
-    """One evidence line: the citation's turn part, speaker, verbatim text, photo caption."""
+    """One evidence line: the citation's turn part, speaker, verbatim text, photo caption.
+
+    The caption is left out where the item says ``show_caption: False`` (see
+    :func:`memstrata.memory.evidence.mark_captions`).
+    """
     text = f"{split_id(item['turn_id'])[1]} {item['speaker']}: {item['text']}"
-    if item.get("image_caption"):
+    if item.get("image_caption") and item.get("show_caption", True):
         text += f" [shares a photo: {item['image_caption']}]"
     return text
 

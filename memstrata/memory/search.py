@@ -1,5 +1,9 @@
 """Hybrid search over one user's memory: dense (MiniLM) + BM25 (bm25s), turns and summaries.
 
+Each turn is searched in several views: dense on the turn alone and on the turn
+with its neighbours (the stored :class:`~memstrata.memory.models.TurnContext`),
+BM25 on the turn alone and on windows of one and two neighbours each side.
+
 Chroma is the store of record. For query latency, a read-only snapshot of one
 user's turns and Level-1 summaries (vectors included) is loaded once and kept
 per process; any write through the same store bumps its version and the next
@@ -25,6 +29,7 @@ import numpy as np
 from memstrata.memory.models import UnitKind
 
 _CACHE: dict[tuple[int, str, str | None], MemoryIndex] = {}
+WINDOW_WIDTHS = (0, 1, 2)
 _CACHE_LOCK = threading.Lock()
 
 
@@ -104,13 +109,15 @@ class MemoryIndex:
     turn_vecs: np.ndarray
     summaries: list[SummaryRow]
     summary_vecs: np.ndarray
+    context_vecs: np.ndarray | None = None
     version: int = 0
     loaded_at: float = field(default_factory=time.monotonic)
-    counts: tuple[int, int] = (0, 0)
+    counts: tuple[int, ...] = (0, 0, 0)
 
     def __post_init__(self) -> None:
         self.memo: dict[str, Any] = {}
-        self.turn_bm25 = _Bm25.build([t.rendered for t in self.turns])
+        if self.context_vecs is None or len(self.context_vecs) != len(self.turns):
+            self.context_vecs = self.turn_vecs  # a store written before turn contexts: the turn stands alone
         self.summary_bm25 = _Bm25.build([s.text for s in self.summaries])
         self.by_key = {(t.conversation_id, t.turn_id): i for i, t in enumerate(self.turns)}
         self.by_position = {(t.conversation_id, t.session_id, t.position): i for i, t in enumerate(self.turns)}
@@ -122,6 +129,8 @@ class MemoryIndex:
         self.next_idx = np.array([self.by_position.get((t.conversation_id, t.session_id, t.position + 1), -1)
                                   for t in self.turns], dtype=int)
         self.ts_seconds = np.array([t.ts.timestamp() if t.ts else np.nan for t in self.turns], dtype=float)
+        # BM25 at three widths: the turn alone, and with one or two neighbours each side.
+        self.turn_bm25 = [_Bm25.build(self.windows(w)) for w in WINDOW_WIDTHS]
 
     # ---- loading -----------------------------------------------------------
     @classmethod
@@ -159,15 +168,19 @@ class MemoryIndex:
         sums = store.get(UnitKind.SUMMARY, user_id=user_id, conversation_id=conversation_id, with_vectors=True)
         turns.sort(key=lambda r: (r.metadata["conversation_id"], _session_key(r.metadata.get("session_id", "")),
                                   r.metadata.get("position", 0)))
+        views = store.get(UnitKind.CONTEXT, user_id=user_id, conversation_id=conversation_id, with_vectors=True)
         turn_rows = [_turn_row(r) for r in turns]
         sum_rows = [_summary_row(r) for r in sums]
         dim = len(turns[0].metadata["_vector"]) if turns else 1
+        turn_vecs = np.asarray([r.metadata["_vector"] for r in turns], dtype=np.float32).reshape(-1, dim)
+        by_turn = {(r.metadata["conversation_id"], r.metadata.get("turn_id")): r.metadata["_vector"] for r in views}
+        context_vecs = np.asarray([by_turn.get((t.conversation_id, t.turn_id), turn_vecs[i])
+                                   for i, t in enumerate(turn_rows)], dtype=np.float32).reshape(-1, dim)
         return cls(
-            turns=turn_rows,
-            turn_vecs=np.asarray([r.metadata["_vector"] for r in turns], dtype=np.float32).reshape(-1, dim),
+            turns=turn_rows, turn_vecs=turn_vecs, context_vecs=context_vecs,
             summaries=sum_rows,
             summary_vecs=np.asarray([r.metadata["_vector"] for r in sums], dtype=np.float32).reshape(-1, dim),
-            version=version, counts=(len(turn_rows), len(sum_rows)),
+            version=version, counts=(len(turn_rows), len(sum_rows), len(views)),
         )
 
     def remember(self, key: str, value: Any, *, limit: int = 512) -> None:
@@ -176,9 +189,28 @@ class MemoryIndex:
             self.memo.pop(next(iter(self.memo)))
         self.memo[key] = value
 
+    def windows(self, width: int) -> list[str]:
+        """Each turn's rendered text with up to ``width`` neighbours each side, within its session."""
+        out = []
+        for i, turn in enumerate(self.turns):
+            before, after, j, k = [], [], i, i
+            for _ in range(width):
+                j = self.prev_idx[j] if j >= 0 else -1
+                k = self.next_idx[k] if k >= 0 else -1
+                if j >= 0:
+                    before.insert(0, self.turns[j].rendered)
+                if k >= 0:
+                    after.append(self.turns[k].rendered)
+            out.append("\n".join([*before, turn.rendered, *after]))
+        return out
+
     # ---- search --------------------------------------------------------------
     def dense_turns(self, qvec: np.ndarray) -> np.ndarray:
         return self.turn_vecs @ qvec if len(self.turns) else np.zeros(0)
+
+    def dense_contexts(self, qvec: np.ndarray) -> np.ndarray:
+        """Similarity of the query to each turn read with its neighbours (the stored contextual view)."""
+        return self.context_vecs @ qvec if len(self.turns) else np.zeros(0)
 
     def dense_summaries(self, qvec: np.ndarray) -> np.ndarray:
         return self.summary_vecs @ qvec if len(self.summaries) else np.zeros(0)
@@ -194,9 +226,9 @@ def forget_store(store: Any) -> None:
             del _CACHE[key]
 
 
-def _counts(store: Any, user_id: str, conversation_id: str | None) -> tuple[int, int]:
-    return (store.count(UnitKind.TURN, user_id=user_id, conversation_id=conversation_id),
-            store.count(UnitKind.SUMMARY, user_id=user_id, conversation_id=conversation_id))
+def _counts(store: Any, user_id: str, conversation_id: str | None) -> tuple[int, ...]:
+    return tuple(store.count(kind, user_id=user_id, conversation_id=conversation_id)
+                 for kind in (UnitKind.TURN, UnitKind.SUMMARY, UnitKind.CONTEXT))
 
 
 def _session_key(session_id: str) -> tuple[int, str]:

@@ -9,7 +9,7 @@ from langgraph.runtime import Runtime
 
 from memstrata.context import Context, resolve_model
 from memstrata import llm
-from memstrata.memory.evidence import diversify
+from memstrata.memory.evidence import diversify, mark_captions
 from memstrata.memory.render import pack_context
 from memstrata.memory.tokens import TokenCounter
 from memstrata.nodes.common import meter_from, new_records, progress
@@ -24,6 +24,7 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     index = await open_index(ctx)
     # Reordering more slots than can fit the budget (~20 tokens a turn at least) buys nothing.
     ranked = diversify(state.get("candidates", []), index, penalty=ctx.diversity, picks=ctx.context_budget // 20)
+    ranked = mark_captions(ranked, [state["query"], *(s["text"] for s in state.get("sub_queries", []))])
     context, chosen, tokens = pack_context(ranked, budget=ctx.context_budget, counter=TokenCounter())
     meter = meter_from(state.get("llm_calls"), ctx.llm_token_budget)
     before = len(meter.calls)

@@ -11,7 +11,7 @@ from memstrata.context import Context, resolve_model
 from memstrata.llm import decide
 from memstrata.memory.evidence import admit, backtrack
 from memstrata.nodes.common import meter_from, new_records, progress
-from memstrata.nodes.session import active_queries, embed_queries, open_index, reference_now, weights
+from memstrata.nodes.session import active_queries, open_index, query_vectors, reference_now, weights
 from memstrata.prompts.retrieval import SELECT_PROMPT
 from memstrata.state import RetrievalState, SelectBatch
 
@@ -57,7 +57,7 @@ async def backtrack_level2(state: RetrievalState, runtime: Runtime[Context]) -> 
     how = "llm-selection" if selected else "coarse-top-n"
     progress("backtrack_level2", f"going deeper: {len(picked)} episodes ({how})")
     queries = active_queries(state)
-    vectors = await embed_queries(ctx, [q["text"] for q in queries])
+    vectors = await query_vectors(ctx, queries)
     limit = max(ctx.coarse_n * 4, ctx.context_budget // 8)
     found = backtrack(index, queries, vectors, [c["index"] for c in picked], raw_top=ctx.coarse_n * 2,
                       weights=weights(ctx), now=reference_now(ctx, index), keep=limit)

@@ -12,11 +12,12 @@ from memstrata.llm import decide
 from memstrata.memory.evidence import backtrack, coverage_texts
 from memstrata.memory.planning import follow_up_query
 from memstrata.nodes.common import meter_from, new_records, progress
-from memstrata.nodes.session import embed_queries, open_index, reference_now, weights
+from memstrata.nodes.session import open_index, query_vectors, reference_now, weights
 from memstrata.prompts.retrieval import FOLLOW_UP_PROMPT
 from memstrata.state import RetrievalState
 
 FOLLOW_UP_WEIGHT = 0.9
+MODEL_WROTE = ("ok", "parsed_text", "repaired")  # outcomes of decide() where the text is the model's
 
 
 class MissingInfo(BaseModel):
@@ -47,8 +48,8 @@ async def follow_up(state: RetrievalState, runtime: Runtime[Context]) -> dict[st
         return {"events": [event], "llm_calls": new_records(meter, before)}
     progress("follow_up", f"follow-up: {info.query}")
     query = {"id": "follow_up", "text": info.query.strip(), "scope": "Short", "hint_start": None, "hint_end": None,
-             "weight": FOLLOW_UP_WEIGHT}
-    vectors = await embed_queries(ctx, [query["text"]])
+             "weight": FOLLOW_UP_WEIGHT, "dense_text": None if how in MODEL_WROTE else state["query"]}
+    vectors = await query_vectors(ctx, [query])
     found = backtrack(index, [query], vectors, [], raw_top=ctx.level1_k, weights=weights(ctx),
                       now=reference_now(ctx, index))
     event["found"] = len(found)

@@ -9,7 +9,7 @@ from langgraph.runtime import Runtime
 from memstrata.context import Context
 from memstrata.memory.evidence import light_lookup
 from memstrata.nodes.common import progress
-from memstrata.nodes.session import active_queries, embed_queries, open_index, reference_now, weights
+from memstrata.nodes.session import active_queries, open_index, query_vectors, reference_now, weights
 from memstrata.state import RetrievalState
 
 
@@ -19,7 +19,7 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
     progress("lookup_level1", "searching summaries")
     index = await open_index(ctx)
     queries = active_queries(state)
-    vectors = await embed_queries(ctx, [q["text"] for q in queries])
+    vectors = await query_vectors(ctx, queries)
     hits, coarse, turns = light_lookup(index, queries, vectors, level1_k=ctx.level1_k, coarse_n=ctx.coarse_n,
                                        weights=weights(ctx), now=reference_now(ctx, index))
     return {

@@ -27,14 +27,17 @@ class Reflection(BaseModel):
     new_question: str = Field(default="", description="a rewritten search question for what is missing")
 
 
-def offline_reflection(state: RetrievalState) -> tuple[Reflection, list[str]]:
-    """Coverage check per sub-query; rewrites use pseudo-relevance feedback from the best evidence."""
+def offline_reflection(state: RetrievalState) -> tuple[Reflection, list[tuple[str, str]]]:
+    """Coverage check per sub-query; rewrites use pseudo-relevance feedback from the best evidence.
+
+    Returns the verdict and ``(rewrite, the sub-query it came from)`` pairs.
+    """
     texts = coverage_texts(state.get("candidates", []), 20)
     uncovered = [s["text"] for s in state.get("sub_queries", []) if coverage(s["text"], texts) < COVERED]
     if not uncovered:
         return Reflection(finished=True), []
-    rewrites = [expand_query(q, texts) for q in uncovered]
-    return Reflection(finished=False, new_question=rewrites[0]), rewrites
+    rewrites = [(expand_query(q, texts), q) for q in uncovered]
+    return Reflection(finished=False, new_question=rewrites[0][0]), rewrites
 
 
 async def reflect(state: RetrievalState, runtime: Runtime[Context]) -> Command[Literal["lookup_level1", "answer"]]:
@@ -58,10 +61,12 @@ async def reflect(state: RetrievalState, runtime: Runtime[Context]) -> Command[L
     if verdict.finished or not verdict.new_question.strip():
         event.update(decision="finish", how=how, reason="every sub-question is covered")
         return Command(update={**update, "events": [event]}, goto="answer")
-    texts = [verdict.new_question.strip()] if how in ("ok", "parsed_text", "repaired") else rewrites
+    # The model's rewrite is a new question (embedded); a rule rewrite searches densely as its source question.
+    pairs = [(verdict.new_question.strip(), None)] if how in ("ok", "parsed_text", "repaired") else rewrites
+    texts = [t for t, _ in pairs]
     weight = REWRITE_DECAY ** iteration
     active = [{"id": f"r{iteration}.{i}", "text": t, "scope": "Mixed", "hint_start": None, "hint_end": None,
-               "weight": weight} for i, t in enumerate(texts)]
+               "weight": weight, "dense_text": source} for i, (t, source) in enumerate(pairs)]
     event.update(decision="rewrite", how=how, new_queries=texts)
     progress("reflect", f"rewriting: {texts[0]}")
     return Command(update={**update, "active": active, "events": [event]}, goto="lookup_level1")

@@ -45,6 +45,17 @@ async def embed_queries(ctx: Context, texts: list[str]) -> np.ndarray:
         return np.stack([_VECTORS[(key_of, t)] for t in texts]) if texts else np.zeros((0, 1))
 
 
+async def query_vectors(ctx: Context, queries: list[dict[str, Any]]) -> np.ndarray:
+    """One vector per query dict; a query may name another text to embed (``dense_text``).
+
+    Offline rewrites (pseudo-relevance-feedback terms, the missing-info keywords)
+    are bags of words: they search BM25 with their own words and the dense index
+    with the question they came from, whose vector is already cached. That saves a
+    model call per rewrite without losing what the rewrite adds.
+    """
+    return await embed_queries(ctx, [q.get("dense_text") or q["text"] for q in queries])
+
+
 def weights(ctx: Context) -> Weights:
     return Weights(semantic=ctx.w_semantic, temporal=ctx.w_temporal, robustness=ctx.w_robustness,
                    tau_days=ctx.decay_tau_days, eta=ctx.decay_eta, episode_prior=ctx.episode_prior,
@@ -60,4 +71,4 @@ def active_queries(state: dict[str, Any]) -> list[dict[str, Any]]:
     return list(state.get("active") or [])
 
 
-__all__ = ["active_queries", "embed_queries", "open_index", "reference_now", "weights"]
+__all__ = ["active_queries", "embed_queries", "open_index", "query_vectors", "reference_now", "weights"]

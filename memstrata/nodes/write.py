@@ -8,7 +8,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from memstrata.context import Context, aresolve_store
-from memstrata.memory.episodes import changed_turns, episode_vector, turn_metadata
+from memstrata.memory.episodes import changed_turns, episode_vector, turn_contexts, turn_metadata
 from memstrata.memory.models import Conversation, Episode, EventSummary, UnitKind
 from memstrata.memory.store import MemoryStore
 from memstrata.nodes.common import progress
@@ -21,7 +21,7 @@ async def write_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
     """Embed and store new or changed turns; report which sessions they touch."""
     store = await aresolve_store(runtime.context)
     touched: list[list[str]] = []
-    added = 0
+    added = contexts = 0
     for raw in state["conversations"]:
         conv = Conversation.model_validate(raw)
         stored = await asyncio.to_thread(_stored_turns, store, conv)
@@ -37,12 +37,30 @@ async def write_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
                      conversation_id=conv.conversation_id, done=len(batch))
         unfinished = await asyncio.to_thread(incomplete_sessions, store, conv)
         sessions = dict.fromkeys([*(t.session_id for t in fresh), *unfinished])
+        contexts += await _write_contexts(store, conv, set(sessions))
         touched += [[conv.conversation_id, s] for s in sessions]
-    return {"touched": touched, "stats": {"turns_added": added, "sessions_touched": len(touched)}}
+    return {"touched": touched, "stats": {"turns_added": added, "sessions_touched": len(touched),
+                                          "contexts_written": contexts}}
+
+
+async def _write_contexts(store: MemoryStore, conv: Conversation, sessions: set[str]) -> int:
+    """Embed every turn of the touched sessions in its neighbours' company (the contextual view)."""
+    views = [v for s in conv.sessions if s.session_id in sessions for v in turn_contexts(s)]
+    for start in range(0, len(views), _EMBED_BATCH):
+        batch = views[start:start + _EMBED_BATCH]
+        await asyncio.to_thread(store.upsert, UnitKind.CONTEXT, batch, documents=[v.text for v in batch],
+                                extra=[{"session_id": v.session_id, "turn_id": v.turn_id} for v in batch])
+        progress("contexts", f"{conv.conversation_id}: embedded {start + len(batch)}/{len(views)} turn contexts",
+                 conversation_id=conv.conversation_id, done=len(batch))
+    return len(views)
 
 
 def incomplete_sessions(store: MemoryStore, conv: Conversation) -> list[str]:
-    """Sessions whose episodes do not cover every turn or lack a summary (an interrupted ingest)."""
+    """Sessions whose episodes do not cover every turn, lack a summary or lack turn contexts.
+
+    That is an interrupted ingest, or a store written before turn contexts existed; either way
+    re-ingesting the same input repairs it.
+    """
     key = {"user_id": conv.user_id, "conversation_id": conv.conversation_id}
     episodes = store.get(UnitKind.EPISODE, **key)
     summaries = {r.unit_id for r in store.get(UnitKind.SUMMARY, **key)}
@@ -51,7 +69,11 @@ def incomplete_sessions(store: MemoryStore, conv: Conversation) -> list[str]:
         p = ep.payload
         if p["summary_id"] in summaries:
             covered.setdefault(p["session_id"], set()).update(p["turn_ids"])
-    return [s.session_id for s in conv.sessions if covered.get(s.session_id, set()) != {t.id for t in s.turns}]
+    viewed: dict[str, set[str]] = {}
+    for r in store.get(UnitKind.CONTEXT, **key):
+        viewed.setdefault(str(r.metadata.get("session_id")), set()).add(str(r.metadata.get("turn_id")))
+    return [s.session_id for s in conv.sessions
+            if not covered.get(s.session_id, set()) == viewed.get(s.session_id, set()) == {t.id for t in s.turns}]
 
 
 def _stored_turns(store: MemoryStore, conv: Conversation) -> dict[str, str]:
