@@ -95,8 +95,8 @@ class Context:
     decay_tau_days: float = 365.0
     decay_eta: float = 0.5
     gate_threshold: float = 0.55
-    episode_prior: float = 0.25
-    neighbour_share: float = 0.6
+    episode_prior: float = 0.15
+    neighbour_share: float = 0.4
     speaker_prior: float = 0.7
     diversity: float = 0.15
     now: datetime | None = None

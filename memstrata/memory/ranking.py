@@ -34,8 +34,8 @@ class Weights:
     robustness: float = 0.15
     tau_days: float = 365.0
     eta: float = 0.5
-    episode_prior: float = 0.25
-    neighbour: float = 0.6
+    episode_prior: float = 0.15
+    neighbour: float = 0.4
     speaker: float = 0.7
 
 
