@@ -108,3 +108,20 @@ def test_window_views_of_the_search_snapshot() -> None:
     assert index.windows(1)[3] == "Ann: t20\nAnn: t21"  # windows never cross a session
     assert index.windows(2)[0] == "Ann: t10\nAnn: t11\nAnn: t12"
     assert (index.context_vecs == index.turn_vecs).all()  # no stored views: the turn stands alone
+
+
+def test_turn_semantic_fuses_views_into_unit_range() -> None:
+    from memstrata.memory.ranking import standardize, turn_semantic
+    from memstrata.memory.search import MemoryIndex, TurnRow, tokenize
+
+    texts = ["I adopted a puppy called Toby", "We went camping by the lake", "Work was busy this week"]
+    rows = [TurnRow("c", f"D1:{p}", "1", p, "Ann", t, f"Ann: {t}", None, None, None, None) for p, t in enumerate(texts)]
+    index = MemoryIndex(turns=rows, turn_vecs=np.eye(3, dtype=np.float32), summaries=[],
+                        summary_vecs=np.zeros((0, 3), dtype=np.float32))
+    qvec = np.array([0.0, 1.0, 0.0], dtype=np.float32)
+    with_words = turn_semantic(index, qvec, tokenize(["camping trip"])[0])
+    without_words = turn_semantic(index, qvec, [])  # no BM25 match at all: dense alone decides, no NaN
+    for scores in (with_words, without_words):
+        assert np.isfinite(scores).all() and scores.min() == 0.0 and scores.max() == 1.0
+        assert int(np.argmax(scores)) == 1
+    assert standardize(np.zeros(4)).tolist() == [0.0] * 4

@@ -1,6 +1,6 @@
 """Scoring raw turns and Level-1 summaries for one sub-query (pure numpy, no LangGraph).
 
-A turn's semantic score fuses the dense and BM25 ranks of its views (RRF), the score of
+A turn's semantic score fuses the standardized dense and BM25 scores of its views, the score of
 the Level-1 summary that links to it (the hierarchy's prior), and a share of its
 best neighbour's score (answers sit next to questions). H-Mem's fusion then adds
 temporal relevance to the sub-query's hint and Ebbinghaus robustness.
@@ -76,18 +76,29 @@ def episode_prior(index: MemoryIndex, summary_scores: np.ndarray, top: int) -> n
 
 
 def turn_semantic(index: MemoryIndex, qvec: np.ndarray, qtokens: list[str]) -> np.ndarray:
-    """Each turn's own semantic score for one query: rank fusion over its views, in [0, 1].
+    """Each turn's own semantic score for one query: score fusion over its views, in [0, 1].
 
     Half dense (the turn alone and the turn among its neighbours), half BM25 (the
-    turn alone and windows of one and two neighbours each side; a view counts only
-    where it matched). A reply that only makes sense after the question it answers
-    is found through its context, while the turn itself is what gets returned.
+    turn alone and windows of one and two neighbours each side; a view that did not
+    match gives its lowest value). Each view is standardized over the user's turns
+    (z-scores) before averaging, so a clear winner in one view keeps its margin, which
+    rank fusion would flatten; the sum is then scaled to [0, 1]. A reply that only
+    makes sense after the question it answers is found through its context, while the
+    turn itself is what gets returned.
     """
     if not index.turns:
         return np.zeros(0)
-    dense = (ranks_to_unit(index.dense_turns(qvec)) + ranks_to_unit(index.dense_contexts(qvec))) / 2
-    lexical = [bm.scores(qtokens) for bm in index.turn_bm25]
-    return (dense + sum(np.where(s > 0, ranks_to_unit(s), 0.0) for s in lexical) / len(lexical)) / 2
+    dense = (standardize(index.dense_turns(qvec)) + standardize(index.dense_contexts(qvec))) / 2
+    lexical = [standardize(s) for s in (bm.scores(qtokens) for bm in index.turn_bm25)]
+    fused = dense + sum(lexical) / len(lexical)
+    low, high = float(fused.min()), float(fused.max())
+    return (fused - low) / (high - low) if high > low else np.zeros_like(fused)
+
+
+def standardize(scores: np.ndarray) -> np.ndarray:
+    """z-scores (all zeros when the scores do not vary, e.g. a query with no BM25 match)."""
+    spread = float(scores.std())
+    return (scores - scores.mean()) / spread if spread > 0 else np.zeros_like(scores, dtype=float)
 
 
 def score_turns(
