@@ -28,8 +28,8 @@ import numpy as np
 
 from memstrata.memory.models import UnitKind
 
+WINDOW_WIDTHS = (0, 1, 2)  # BM25 views of a turn: alone, and with 1 or 2 neighbours each side
 _CACHE: dict[tuple[int, str, str | None], MemoryIndex] = {}
-WINDOW_WIDTHS = (0, 1, 2)
 _CACHE_LOCK = threading.Lock()
 
 

@@ -8,7 +8,7 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context, resolve_model
-from memstrata.llm import decide
+from memstrata.llm import GOOD_OUTCOMES, decide
 from memstrata.memory.evidence import backtrack, coverage_texts
 from memstrata.memory.planning import follow_up_query
 from memstrata.nodes.common import meter_from, new_records, progress
@@ -17,7 +17,6 @@ from memstrata.prompts.retrieval import FOLLOW_UP_PROMPT
 from memstrata.state import RetrievalState
 
 FOLLOW_UP_WEIGHT = 0.9
-MODEL_WROTE = ("ok", "parsed_text", "repaired")  # outcomes of decide() where the text is the model's
 
 
 class MissingInfo(BaseModel):
@@ -48,7 +47,7 @@ async def follow_up(state: RetrievalState, runtime: Runtime[Context]) -> dict[st
         return {"events": [event], "llm_calls": new_records(meter, before)}
     progress("follow_up", f"follow-up: {info.query}")
     query = {"id": "follow_up", "text": info.query.strip(), "scope": "Short", "hint_start": None, "hint_end": None,
-             "weight": FOLLOW_UP_WEIGHT, "dense_text": None if how in MODEL_WROTE else state["query"]}
+             "weight": FOLLOW_UP_WEIGHT, "dense_text": None if how in GOOD_OUTCOMES else state["query"]}
     vectors = await query_vectors(ctx, [query])
     found = backtrack(index, [query], vectors, [], raw_top=ctx.level1_k, weights=weights(ctx),
                       now=reference_now(ctx, index))

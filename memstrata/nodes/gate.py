@@ -9,7 +9,7 @@ from langgraph.types import Command, Send
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context, resolve_model
-from memstrata.llm import decide
+from memstrata.llm import GOOD_OUTCOMES, decide
 from memstrata.memory.evidence import coverage_texts
 from memstrata.memory.planning import coverage
 from memstrata.nodes.common import meter_from, new_records, progress
@@ -51,7 +51,7 @@ async def gate(state: RetrievalState, runtime: Runtime[Context]) -> Command[
         fallback=lambda: LightAnswer(finished=0 if ok else 2), timeout=ctx.llm_timeout_s, retries=ctx.llm_retries,
     )
     light = verdict.finished == 0
-    reason = f"model self-check: finished={verdict.finished}" if how in ("ok", "parsed_text", "repaired") else why
+    reason = f"model self-check: finished={verdict.finished}" if how in GOOD_OUTCOMES else why
     event = {"node": "gate", "iteration": state.get("iteration", 0), "path": "light" if light else "deep",
              "reason": reason, "how": how}
     update: dict[str, Any] = {"path": "light" if light else "deep", "events": [event],

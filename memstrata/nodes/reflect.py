@@ -9,7 +9,7 @@ from langgraph.types import Command
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context, resolve_model
-from memstrata.llm import decide
+from memstrata.llm import GOOD_OUTCOMES, decide
 from memstrata.memory.evidence import coverage_texts
 from memstrata.memory.planning import coverage, expand_query
 from memstrata.nodes.common import meter_from, new_records, progress
@@ -62,7 +62,7 @@ async def reflect(state: RetrievalState, runtime: Runtime[Context]) -> Command[L
         event.update(decision="finish", how=how, reason="every sub-question is covered")
         return Command(update={**update, "events": [event]}, goto="answer")
     # The model's rewrite is a new question (embedded); a rule rewrite searches densely as its source question.
-    pairs = [(verdict.new_question.strip(), None)] if how in ("ok", "parsed_text", "repaired") else rewrites
+    pairs = [(verdict.new_question.strip(), None)] if how in GOOD_OUTCOMES else rewrites
     texts = [t for t, _ in pairs]
     weight = REWRITE_DECAY ** iteration
     active = [{"id": f"r{iteration}.{i}", "text": t, "scope": "Mixed", "hint_start": None, "hint_end": None,

@@ -11,7 +11,7 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context, aresolve_store, resolve_model
-from memstrata.llm import Meter, decide
+from memstrata.llm import GOOD_OUTCOMES, Meter, decide
 from memstrata.memory.episodes import build_episodes
 from memstrata.memory.models import Conversation, Session, UnitKind
 from memstrata.memory.segmentation import segment_session
@@ -75,6 +75,6 @@ async def _llm_cuts(model: Any, ctx: Context, session: Session, meter: Meter) ->
         node="segment", fallback=lambda: Boundaries(starts=[-1]), meter=meter,
         timeout=ctx.llm_timeout_s, retries=ctx.llm_retries, validate=valid,
     )
-    if outcome not in ("ok", "parsed_text", "repaired"):
+    if outcome not in GOOD_OUTCOMES:
         return None
     return {i for i in value.starts if 0 < i < n}

@@ -10,7 +10,7 @@ from langgraph.types import Send
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context, resolve_model
-from memstrata.llm import Meter, decide
+from memstrata.llm import GOOD_OUTCOMES, Meter, decide
 from memstrata.memory.episodes import offline_summary
 from memstrata.memory.models import Episode, EventSummary, Turn
 from memstrata.memory.timeparse import format_date
@@ -67,7 +67,7 @@ async def _llm_summary(model: Any, ctx: Context, ep: Episode, fallback: EventSum
         fallback=lambda: KeyInformation(keywords=[]), meter=meter, timeout=ctx.llm_timeout_s, retries=ctx.llm_retries,
     )
     sentences = [s.strip() for s in value.keywords if isinstance(s, str) and s.strip()]
-    if outcome not in ("ok", "parsed_text", "repaired") or not sentences:
+    if outcome not in GOOD_OUTCOMES or not sentences:
         return fallback
     header = f"[{format_date(ep.timestamp)}] " if ep.timestamp else ""
     return fallback.model_copy(update={"text": header + " ".join(sentences)[:2000], "method": "llm"})
