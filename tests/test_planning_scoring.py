@@ -110,6 +110,25 @@ def test_window_views_of_the_search_snapshot() -> None:
     assert (index.context_vecs == index.turn_vecs).all()  # no stored views: the turn stands alone
 
 
+def test_a_turn_deep_in_a_scene_is_lifted_by_the_wide_windows() -> None:
+    """Six turns after "camping" was said, a reply that never names it still outranks an unrelated session."""
+    from memstrata.memory.ranking import turn_semantic
+    from memstrata.memory.search import WINDOW_WIDTHS, MemoryIndex, TurnRow, tokenize
+
+    assert max(WINDOW_WIDTHS) >= 6
+    scene = ["We went camping in the Rockies last week", "Oh nice, how was it?", "Cold at night but lovely",
+             "Did the kids like it?", "They loved the fire", "Any wildlife?", "We saw a moose by the lake"]
+    other = ["My sister got a new job", "Oh nice, how is it?", "Busy but lovely", "Does she like it?",
+             "She loves the team", "Any travel?", "They saw a heron by the lake"]
+    texts = scene + other
+    rows = [TurnRow("c", f"D{1 + i // 7}:{i % 7}", str(1 + i // 7), i % 7, "Ann", t, f"Ann: {t}",
+                    None, None, None, None) for i, t in enumerate(texts)]
+    flat = np.ones((len(texts), 4), dtype=np.float32) / 2  # dense says nothing: every turn is equally close
+    index = MemoryIndex(turns=rows, turn_vecs=flat, summaries=[], summary_vecs=np.zeros((0, 4), dtype=np.float32))
+    scores = turn_semantic(index, flat[0], tokenize(["What did Ann see by the lake while camping?"])[0])
+    assert scores[6] > scores[13] + 0.1  # the moose by the lake (camping scene) beats the heron by the lake
+
+
 def test_turn_semantic_fuses_views_into_unit_range() -> None:
     from memstrata.memory.ranking import standardize, turn_semantic
     from memstrata.memory.search import MemoryIndex, TurnRow, tokenize

@@ -79,7 +79,7 @@ def turn_semantic(index: MemoryIndex, qvec: np.ndarray, qtokens: list[str]) -> n
     """Each turn's own semantic score for one query: score fusion over its views, in [0, 1].
 
     Half dense (the turn alone and the turn among its neighbours), half BM25 (the
-    turn alone and windows of one and two neighbours each side; a view that did not
+    turn alone and windows of 1, 2, 4 and 8 neighbours each side; a view that did not
     match gives its lowest value). Each view is standardized over the user's turns
     (z-scores) before averaging, so a clear winner in one view keeps its margin, which
     rank fusion would flatten; the sum is then scaled to [0, 1]. A reply that only

@@ -2,7 +2,8 @@
 
 Each turn is searched in several views: dense on the turn alone and on the turn
 with its neighbours (the stored :class:`~memstrata.memory.models.TurnContext`),
-BM25 on the turn alone and on windows of one and two neighbours each side.
+BM25 on the turn alone and on windows of 1, 2, 4 and 8 neighbours each side
+(the wider windows stand for the scene the turn belongs to).
 
 Chroma is the store of record. For query latency, a read-only snapshot of one
 user's turns and Level-1 summaries (vectors included) is loaded once and kept
@@ -28,7 +29,7 @@ import numpy as np
 
 from memstrata.memory.models import UnitKind
 
-WINDOW_WIDTHS = (0, 1, 2)  # BM25 views of a turn: alone, and with 1 or 2 neighbours each side
+WINDOW_WIDTHS = (0, 1, 2, 4, 8)  # BM25 views of a turn: alone, and with 1, 2, 4 or 8 neighbours each side
 _CACHE: dict[tuple[int, str, str | None], MemoryIndex] = {}
 _CACHE_LOCK = threading.Lock()
 
@@ -129,7 +130,7 @@ class MemoryIndex:
         self.next_idx = np.array([self.by_position.get((t.conversation_id, t.session_id, t.position + 1), -1)
                                   for t in self.turns], dtype=int)
         self.ts_seconds = np.array([t.ts.timestamp() if t.ts else np.nan for t in self.turns], dtype=float)
-        # BM25 at three widths: the turn alone, and with one or two neighbours each side.
+        # BM25 at every width of WINDOW_WIDTHS: the turn alone, then ever wider stretches of its session.
         self.turn_bm25 = [_Bm25.build(self.windows(w)) for w in WINDOW_WIDTHS]
 
     # ---- loading -----------------------------------------------------------
