@@ -88,11 +88,16 @@ class _Bm25:
 
     @classmethod
     def build(cls, texts: list[str]) -> _Bm25:
-        if not texts:
+        return cls.from_tokens(tokenize(texts) if texts else [])
+
+    @classmethod
+    def from_tokens(cls, docs: list[list[str]]) -> _Bm25:
+        """Index documents already run through :func:`tokenize` (windows reuse their turns' tokens)."""
+        if not docs:
             return cls(None, 0)
         model = bm25s.BM25()
-        model.index(bm25s.tokenize(texts, stopwords="en", stemmer=_STEM, show_progress=False), show_progress=False)
-        return cls(model, len(texts))
+        model.index(docs, show_progress=False)
+        return cls(model, len(docs))
 
     def scores(self, query_tokens: list[str]) -> np.ndarray:
         if self.model is None or not query_tokens:
@@ -131,7 +136,10 @@ class MemoryIndex:
                                   for t in self.turns], dtype=int)
         self.ts_seconds = np.array([t.ts.timestamp() if t.ts else np.nan for t in self.turns], dtype=float)
         # BM25 at every width of WINDOW_WIDTHS: the turn alone, then ever wider stretches of its session.
-        self.turn_bm25 = [_Bm25.build(self.windows(w)) for w in WINDOW_WIDTHS]
+        # Each turn is tokenized once; a window's tokens are its turns' tokens joined.
+        tokens = tokenize([t.rendered for t in self.turns]) if self.turns else []
+        self.turn_bm25 = [_Bm25.from_tokens([[tok for j in members for tok in tokens[j]] for members in
+                                             self.window_members(w)]) for w in WINDOW_WIDTHS]
 
     # ---- loading -----------------------------------------------------------
     @classmethod
@@ -190,20 +198,24 @@ class MemoryIndex:
             self.memo.pop(next(iter(self.memo)))
         self.memo[key] = value
 
-    def windows(self, width: int) -> list[str]:
-        """Each turn's rendered text with up to ``width`` neighbours each side, within its session."""
+    def window_members(self, width: int) -> list[list[int]]:
+        """Each turn's window as turn indices in order: up to ``width`` neighbours each side, within its session."""
         out = []
-        for i, turn in enumerate(self.turns):
+        for i in range(len(self.turns)):
             before, after, j, k = [], [], i, i
             for _ in range(width):
                 j = self.prev_idx[j] if j >= 0 else -1
                 k = self.next_idx[k] if k >= 0 else -1
                 if j >= 0:
-                    before.insert(0, self.turns[j].rendered)
+                    before.insert(0, int(j))
                 if k >= 0:
-                    after.append(self.turns[k].rendered)
-            out.append("\n".join([*before, turn.rendered, *after]))
+                    after.append(int(k))
+            out.append([*before, i, *after])
         return out
+
+    def windows(self, width: int) -> list[str]:
+        """Each turn's rendered text with up to ``width`` neighbours each side, within its session."""
+        return ["\n".join(self.turns[j].rendered for j in members) for members in self.window_members(width)]
 
     # ---- search --------------------------------------------------------------
     def dense_turns(self, qvec: np.ndarray) -> np.ndarray:
