@@ -23,8 +23,9 @@ import numpy as np
 
 from memstrata.bench.locomo import LocomoConversation, load_locomo
 from memstrata.memory.embeddings import MiniLMEmbeddings
-from memstrata.memory.ranking import ranks_to_unit, standardize
-from memstrata.memory.search import WINDOW_WIDTHS, _Bm25, tokenize
+from memstrata.memory.fusion import ranks_to_unit, standardize
+from memstrata.memory.index import Bm25 as _Bm25, tokenize
+from memstrata.memory.index.snapshot import DEFAULT_WINDOWS as WINDOW_WIDTHS
 from memstrata.memory.timeparse import format_date, parse_timestamp
 from memstrata.memory.tokens import TokenCounter
 

@@ -28,7 +28,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from memstrata import Context, Memstrata
-from memstrata.context import MODEL_ENV, resolve_model
+from memstrata.context import MODEL_ENV
+from memstrata.resources import resolve_model
 from memstrata.integrations.langchain import memory_search_tool
 from memstrata.memory.render import parse_context
 from memstrata.testing import ScriptedChatModel

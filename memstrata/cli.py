@@ -24,7 +24,7 @@ from rich.tree import Tree  # noqa: E402
 
 from memstrata.client import Memstrata  # noqa: E402
 from memstrata.context import default_data_dir  # noqa: E402
-from memstrata.memory.models import UnitKind  # noqa: E402
+from memstrata.memory import levels  # noqa: E402
 from memstrata.memory.normalize import IngestError  # noqa: E402
 from memstrata.memory.store import StoreError  # noqa: E402
 
@@ -133,7 +133,7 @@ def inspect(
     data_dir: DataDir = None,
     chroma_url: ChromaUrl = None,
 ) -> None:
-    """Show a user's memory as a tree: conversations > sessions > episodes > summaries."""
+    """Show a user's memory: counts of every kind, and conversations > sessions > episodes > summaries."""
     store = _mem(data_dir, chroma_url).store
     try:
         if unit:
@@ -145,11 +145,10 @@ def inspect(
 
 
 def _tree(store: Any, user: str, conversation: str | None) -> Tree:
-    turns = store.get(UnitKind.TURN, user_id=user, conversation_id=conversation)
-    episodes = store.get(UnitKind.EPISODE, user_id=user, conversation_id=conversation)
-    summaries = {r.payload["episode_id"]: r for r in store.get(UnitKind.SUMMARY, user_id=user,
-                                                                conversation_id=conversation)}
-    root = Tree(f"[bold]{user}[/] · {len(turns)} turns · {len(episodes)} episodes · {len(summaries)} summaries")
+    counts = {lv.kind: store.count(lv.kind, user_id=user, conversation_id=conversation) for lv in levels.levels()}
+    episodes = store.get("episode", user_id=user, conversation_id=conversation)
+    summaries = {r.payload["episode_id"]: r for r in store.get("summary", user_id=user, conversation_id=conversation)}
+    root = Tree(f"[bold]{user}[/] · " + " · ".join(f"{n} {kind}" for kind, n in counts.items()))
     by_conv: dict[str, dict[str, list[Any]]] = {}
     for ep in episodes:
         by_conv.setdefault(ep.metadata["conversation_id"], {}).setdefault(ep.metadata["session_id"], []).append(ep)
@@ -172,27 +171,27 @@ def _tree(store: Any, user: str, conversation: str | None) -> Tree:
 
 
 def _show_unit(store: Any, user: str, conversation: str | None, unit: str) -> None:
-    for kind in (UnitKind.SUMMARY, UnitKind.EPISODE, UnitKind.TURN):
-        records = store.get(kind, user_id=user, conversation_id=conversation, unit_ids=[unit])
-        if records:
-            break
-    else:
+    """One unit of any kind, what it contains one level down, and its raw turns."""
+    found = [(lv, r) for lv in reversed(levels.levels())
+             for r in store.get(lv.kind, user_id=user, conversation_id=conversation, unit_ids=[unit])]
+    if not found:
         _fail(StoreError(f"no unit {unit!r} for user {user!r}"))
         return
-    record = records[0]
-    payload = record.payload
-    console.print(f"[bold]{kind.value}[/] {unit} · conversation {payload['conversation_id']}")
+    level, record = found[0]
+    item = level.unit.model_validate(record.payload)
+    console.print(f"[bold]{level.kind}[/] {unit} · conversation {item.conversation_id} · {level.description}")
     console.print(record.document, markup=False)
-    if kind is UnitKind.SUMMARY:
-        episode = store.get(UnitKind.EPISODE, user_id=user, conversation_id=payload["conversation_id"],
-                            unit_ids=[payload["episode_id"]])
-        console.print(f"\n[bold]linked episode[/] {payload['episode_id']} (verbatim):")
-        console.print(episode[0].document if episode else "[red]missing[/]", markup=False)
-    elif kind is UnitKind.EPISODE:
-        raws = store.get(UnitKind.TURN, user_id=user, conversation_id=payload["conversation_id"],
-                         unit_ids=payload["turn_ids"])
+    for child_id in item.child_ids():
+        for lv in levels.levels():
+            child = store.get(lv.kind, user_id=user, conversation_id=item.conversation_id, unit_ids=[child_id])
+            if child and lv.role != "raw":
+                console.print(f"\n[bold]contains {lv.kind}[/] {child_id}:")
+                console.print(child[0].document, markup=False)
+    raws = store.get(levels.raw_kind(), user_id=user, conversation_id=item.conversation_id,
+                     unit_ids=item.linked_turn_ids() or item.child_ids())
+    if raws and level.role != "raw":
         console.print(f"\n[bold]raw turns[/] ({len(raws)}):")
-        for r in sorted(raws, key=lambda r: r.metadata.get("position", 0)):
+        for r in sorted(raws, key=lambda r: (r.metadata.get("session_id", ""), r.metadata.get("position", 0))):
             console.print(f"{r.unit_id}  {r.document}", markup=False)
 
 

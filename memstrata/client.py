@@ -21,7 +21,8 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 
-from memstrata.context import Context, release_store, resolve_store
+from memstrata.context import Context
+from memstrata.resources import release_store, resolve_store
 from memstrata.memory.store import MemoryStore
 from memstrata.result import RetrievalResult
 

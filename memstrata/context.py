@@ -1,8 +1,11 @@
 """The one settings object both graphs read from ``runtime.context``.
 
-Precedence is explicit value, then environment variable, then built-in default.
-Nothing is created at import time: the store, the embedder and the model are
-built on first use by :func:`resolve_store`, :func:`resolve_model`.
+Every tunable of memstrata is a field here, grouped in sections (where the data
+lives, planning, the light module, the gate, the deep module, the follow-up,
+reflection, scoring, packing, ingestion, LLM calls); each field's description
+is what LangGraph Studio shows. Precedence is explicit value, then environment
+variable, then built-in default. Nothing is created here: the store, the
+embedder and the model are built on first use by :mod:`memstrata.resources`.
 
 Example:
     >>> ctx = Context(user_id="alice")
@@ -12,17 +15,15 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
 DATA_DIR_ENV = "MEMSTRATA_DATA_DIR"
@@ -35,81 +36,115 @@ def default_data_dir() -> Path:
     return Path(os.environ.get(DATA_DIR_ENV) or Path.home() / ".memstrata").expanduser()
 
 
+def _s(section: str, description: str) -> Any:
+    """A field's description and section, as the JSON schema (and Studio) shows them."""
+    return Field(description=f"[{section}] {description}", json_schema_extra={"section": section})
+
+
 @dataclass(kw_only=True)
 class Context:
-    """Every setting of an ingestion or retrieval run.
-
-    Attributes:
-        user_id: the tenant; required on every run.
-        conversation_id: optional filter inside the user (retrieval) or the id
-            given to inputs that carry none (ingestion).
-        data_dir: embedded Chroma folder; ignored when ``chroma_url`` is set.
-        chroma_url: a Chroma server, instead of the embedded store.
-        model: a chat model instance, or a model name for ``ChatOpenAI``. LLM mode
-            is on only when this (or ``$MEMSTRATA_MODEL``) is set.
-        embeddings: any LangChain ``Embeddings``; the packaged MiniLM by default.
-        level1_k: summaries the light module reads (HyMem k).
-        coarse_n: summaries the deep module considers (HyMem N).
-        max_iterations: reflection rounds at most.
-        context_budget: tokens of the returned context.
-        llm_token_budget: LLM tokens (prompt + completion) one query may spend.
-        llm_batch_size: Level-1 entries per parallel LLM selection branch (HyMem's batch d).
-        max_fanout: the most parallel ``Send`` branches (summaries, selection batches).
-        w_semantic / w_temporal / w_robustness: H-Mem's score weights.
-        decay_tau_days / decay_eta: Ebbinghaus decay of the robustness score.
-        gate_threshold: offline gate: the best light turn's own similarity score
-            (rank-normalized) needed to accept the light path.
-        episode_prior: share of a turn's semantic score taken from its Level-1 summary.
-        neighbour_share: a turn scores at least this share of its best neighbour (answers follow questions).
-        speaker_prior: relative boost of turns spoken by a speaker the query names.
-        now: reference time for decay; the user's latest turn when unset.
-        diversity: MMR penalty on turns similar to ones already ranked (xMemory's
-            representative selection); 0 ranks by score alone.
-        generate_answer: with a model, write an answer (``retrieve`` turns this off).
-        max_episode_turns / min_episode_turns / episode_overlap: offline segmentation bounds.
-        llm_timeout_s / llm_retries: per-call timeout and transport retries.
-        llm_max_tokens: cap on the completion tokens of one model call.
-        prompts: overrides of prompt constants by name, e.g. ``{"REFLECT_PROMPT": "..."}``.
-    """
+    """Every setting of an ingestion or retrieval run; see each field's description."""
 
     # Studio and the LangGraph API build a JSON schema of this class; the embedder is Python-only.
     __pydantic_config__ = ConfigDict(arbitrary_types_allowed=True)
 
-    user_id: str
-    conversation_id: str | None = None
-    data_dir: str | None = None
-    chroma_url: str | None = None
-    model: BaseChatModel | str | None = None
+    # ---- where the memory lives -------------------------------------------------
+    user_id: Annotated[str, _s("tenant", "the user whose memory this run reads or writes; required")]
+    conversation_id: Annotated[str | None, _s(
+        "tenant", "retrieval: search only this conversation; ingestion: the id of inputs that carry none")] = None
+    data_dir: Annotated[str | None, _s("store", "embedded store folder (default $MEMSTRATA_DATA_DIR or "
+                                                "~/.memstrata); ignored when chroma_url is set")] = None
+    chroma_url: Annotated[str | None, _s("store", "a Chroma server URL instead of the embedded store")] = None
     embeddings: SkipJsonSchema[Embeddings | None] = None
-    # retrieval
-    level1_k: int = 10
-    coarse_n: int = 30
-    max_iterations: int = 1
-    context_budget: int = 1500
-    llm_token_budget: int = 20000
-    llm_batch_size: int = 10
-    max_fanout: int = 4
-    w_semantic: float = 0.70
-    w_temporal: float = 0.15
-    w_robustness: float = 0.15
-    decay_tau_days: float = 365.0
-    decay_eta: float = 0.5
-    gate_threshold: float = 0.55
-    episode_prior: float = 0.15
-    neighbour_share: float = 0.4
-    speaker_prior: float = 0.7
-    diversity: float = 0.15
-    now: datetime | None = None
-    generate_answer: bool = True
-    # ingestion
-    max_episode_turns: int = 12
-    min_episode_turns: int = 3
-    episode_overlap: int = 1
-    # LLM calls
-    llm_timeout_s: float = 60.0
-    llm_retries: int = 2
-    llm_max_tokens: int = 1024
-    prompts: dict[str, str] = field(default_factory=dict)
+    snapshot_refresh_s: Annotated[float, _s(
+        "store", "seconds a search snapshot is trusted before a count check looks for other processes' writes")] = 5.0
+    # ---- the model ------------------------------------------------------------------
+    model: Annotated[BaseChatModel | str | None, _s(
+        "llm", "a chat model or model name; LLM mode is on only when this (or $MEMSTRATA_MODEL) is set")] = None
+    llm_token_budget: Annotated[int, _s("llm", "LLM tokens (prompt + completion) one query may spend")] = 20000
+    llm_timeout_s: Annotated[float, _s("llm", "per-call timeout of a model call")] = 60.0
+    llm_retries: Annotated[int, _s("llm", "transport retries of a model call")] = 2
+    llm_max_tokens: Annotated[int, _s("llm", "cap on the completion tokens of one model call")] = 1024
+    max_fanout: Annotated[int, _s("llm", "the most parallel Send branches (summaries, selection batches)")] = 4
+    prompts: Annotated[dict[str, str], _s(
+        "llm", "overrides of prompt constants by name, e.g. {\"REFLECT_PROMPT\": \"...\"}")] = field(
+        default_factory=dict)
+    generate_answer: Annotated[bool, _s("llm", "with a model, write an answer (retrieve turns this off)")] = True
+    # ---- planning (H-Mem) -------------------------------------------------------------
+    max_sub_queries: Annotated[int, _s("planning", "the original query plus sub-queries, at most")] = 4
+    sub_query_weight: Annotated[float, _s("planning", "score weight of a sub-query relative to the original")] = 0.95
+    scope_kinds: Annotated[dict[str, list[str]] | None, _s(
+        "planning", "scope -> unit kinds it searches directly; default: each kind's declared scopes")] = None
+    now: Annotated[datetime | None, _s(
+        "planning", "reference time for relative dates and decay; default: the user's latest turn")] = None
+    # ---- HyMem light module ---------------------------------------------------------------
+    level1_k: Annotated[int, _s("light", "Level-1 events the light module reads per query (HyMem k)")] = 10
+    direct_turns: Annotated[int, _s(
+        "light", "raw turns a Short or Mixed query reads directly, besides those reached through events")] = 30
+    # ---- the gate ---------------------------------------------------------------------------
+    gate_threshold: Annotated[float, _s(
+        "gate", "offline: the best light turn's own similarity (0-1) needed to stay on the light path")] = 0.55
+    gate_coverage: Annotated[float, _s(
+        "gate", "offline: share of the question's words the light evidence must cover")] = 0.999
+    gate_texts: Annotated[int, _s("gate", "offline: best light turns whose words count for coverage")] = 15
+    # ---- HyMem deep module ------------------------------------------------------------------
+    coarse_n: Annotated[int, _s("deep", "Level-1 events the deep module considers (HyMem N)")] = 30
+    llm_batch_size: Annotated[int, _s("deep", "Level-1 entries per parallel LLM selection branch (HyMem d)")] = 10
+    select_fallback: Annotated[int, _s("deep", "entries a failed LLM selection keeps from its batch")] = 3
+    backtrack_raw_top: Annotated[int, _s("deep", "best raw turns per query added to the backtracked ones")] = 60
+    backtrack_keep: Annotated[int, _s("deep", "candidates kept per query, at least")] = 120
+    backtrack_keep_per_token: Annotated[float, _s(
+        "deep", "candidates kept per token of context budget, when that is more")] = 0.125
+    duplicate_threshold: Annotated[float, _s(
+        "deep", "cosine above which a lower-ranked turn counts as a near-duplicate and is skipped")] = 0.95
+    # ---- follow-up (H-Mem) ----------------------------------------------------------------------
+    follow_up_weight: Annotated[float, _s("follow_up", "score weight of the missing-info query")] = 0.9
+    follow_up_texts: Annotated[int, _s("follow_up", "best candidates the missing-info check reads")] = 10
+    follow_up_turns: Annotated[int, _s("follow_up", "raw turns the missing-info query adds")] = 10
+    # ---- reflection (HyMem) ---------------------------------------------------------------------
+    max_iterations: Annotated[int, _s("reflect", "reflection rounds at most")] = 1
+    reflect_coverage: Annotated[float, _s(
+        "reflect", "offline: share of a sub-query's words the evidence must cover to count as answered")] = 0.999
+    reflect_texts: Annotated[int, _s("reflect", "offline: best candidates the coverage check reads")] = 20
+    reflect_prompt_texts: Annotated[int, _s("reflect", "best candidates the model's reflection reads")] = 12
+    rewrite_decay: Annotated[float, _s("reflect", "score weight of a rewrite, to the power of its round")] = 0.9
+    # ---- scoring (H-Mem Eq. 1-3 and the turn views) -------------------------------------------
+    w_semantic: Annotated[float, _s("scoring", "H-Mem Eq. 3 weight of the semantic score")] = 0.70
+    w_temporal: Annotated[float, _s("scoring", "H-Mem Eq. 3 weight of temporal relevance")] = 0.15
+    w_robustness: Annotated[float, _s("scoring", "H-Mem Eq. 3 weight of robustness (decay)")] = 0.15
+    temporal_lambda: Annotated[float, _s("scoring", "H-Mem Eq. 1: overlap share against centre distance")] = 0.5
+    decay_tau_days: Annotated[float, _s("scoring", "H-Mem Eq. 2 time constant of the decay, in days")] = 365.0
+    decay_eta: Annotated[float, _s(
+        "scoring", "H-Mem Eq. 2 reinforcement strength; has NO effect yet: nothing records reinforcement "
+                   "counts until the temporal tree exists")] = 0.5
+    episode_prior: Annotated[float, _s(
+        "scoring", "share of a turn's semantic score taken from the best Level-1 event linking to it")] = 0.15
+    neighbour_share: Annotated[float, _s(
+        "scoring", "a turn scores at least this share of its best neighbour (answers follow questions)")] = 0.4
+    speaker_prior: Annotated[float, _s("scoring", "relative boost of turns spoken by a speaker the query names")] = 0.7
+    window_widths: Annotated[tuple[int, ...], _s(
+        "scoring", "neighbours each side of the BM25 window views of a turn")] = (0, 1, 2, 4, 8)
+    # ---- packing ----------------------------------------------------------------------------------
+    context_budget: Annotated[int, _s("packing", "tokens of the returned context (MiniLM tokenizer)")] = 1500
+    diversity: Annotated[float, _s(
+        "packing", "MMR penalty on turns similar to ones already ranked; 0 ranks by score alone")] = 0.15
+    mmr_head: Annotated[int, _s("packing", "candidates MMR looks at")] = 300
+    mmr_tokens_per_pick: Annotated[int, _s(
+        "packing", "MMR reorders context_budget / this many slots (a turn costs about 20 tokens at least)")] = 20
+    # ---- ingestion ---------------------------------------------------------------------------------
+    max_episode_turns: Annotated[int, _s("ingestion", "offline segmentation: longest episode")] = 12
+    min_episode_turns: Annotated[int, _s("ingestion", "offline segmentation: shortest episode")] = 3
+    episode_overlap: Annotated[int, _s("ingestion", "turns an episode repeats from its predecessor")] = 1
+    episode_max_gap_minutes: Annotated[float, _s("ingestion", "a longer silence always starts an episode")] = 30.0
+    segment_window: Annotated[int, _s("ingestion", "turns each side of a gap the topic-shift score compares")] = 2
+    segment_depth: Annotated[float, _s(
+        "ingestion", "a topic cut needs similarity this many std below the session mean")] = 0.5
+    session_gap_hours: Annotated[float, _s(
+        "ingestion", "plain message lists: a longer silence starts a new session")] = 6.0
+    context_width: Annotated[int, _s("ingestion", "neighbours each side in a turn's contextual view")] = 1
+    summary_max_sentences: Annotated[int, _s("ingestion", "extractive summary: sentences at most")] = 5
+    summary_max_words: Annotated[int, _s("ingestion", "extractive summary: words at most")] = 90
+    embed_batch: Annotated[int, _s("ingestion", "units embedded and written per batch")] = 256
 
     def __post_init__(self) -> None:
         if isinstance(self.now, str):  # Studio and the API send JSON strings
@@ -123,7 +158,9 @@ class Context:
         if not isinstance(self.user_id, str) or not self.user_id.strip():
             msg = "Context.user_id is required: pass the user whose memory this run reads or writes"
             raise ValueError(msg)
-        for name in ("level1_k", "coarse_n", "context_budget", "max_fanout", "llm_batch_size"):
+        self.window_widths = tuple(self.window_widths)
+        for name in ("level1_k", "coarse_n", "context_budget", "max_fanout", "llm_batch_size", "max_sub_queries",
+                     "embed_batch", "max_episode_turns", "min_episode_turns"):
             if getattr(self, name) < 1:
                 msg = f"Context.{name} must be >= 1, got {getattr(self, name)}"
                 raise ValueError(msg)
@@ -136,71 +173,20 @@ class Context:
         """True only when a model is configured explicitly (here or in ``$MEMSTRATA_MODEL``)."""
         return self.model is not None or bool(os.environ.get(MODEL_ENV))
 
-    def prompt(self, name: str, default: str) -> str:
-        """A prompt constant, or its override from ``prompts``."""
-        return self.prompts.get(name, default)
+    def prompt(self, name: str) -> str:
+        """A prompt constant of :mod:`memstrata.prompts` by name, or its override from ``prompts``."""
+        if name in self.prompts:
+            return self.prompts[name]
+        from memstrata.prompts import PROMPTS
 
+        try:
+            return PROMPTS[name]
+        except KeyError:
+            msg = f"unknown prompt {name!r}; known prompts: {sorted(PROMPTS)}"
+            raise KeyError(msg) from None
 
-_STORES: dict[tuple[Any, ...], Any] = {}
-_STORES_LOCK = threading.Lock()
+    def scopes(self) -> dict[str, list[str]]:
+        """Scope -> the unit kinds it searches directly (``scope_kinds``, else each kind's declaration)."""
+        from memstrata.memory.levels import scope_table
 
-
-def resolve_store(ctx: Context) -> Any:
-    """The :class:`MemoryStore` for this context, cached per location and embedder."""
-    from memstrata.memory.store import MemoryStore
-
-    key = _store_key(ctx)
-    url, path, _ = key
-    with _STORES_LOCK:
-        if key not in _STORES:
-            _STORES[key] = MemoryStore(path=path, url=url, embeddings=ctx.embeddings)
-        return _STORES[key]
-
-
-def release_store(ctx: Context) -> None:
-    """Forget the cached store of this context (the bench opens one per conversation)."""
-    from memstrata.memory.search import forget_store
-
-    with _STORES_LOCK:
-        store = _STORES.pop(_store_key(ctx), None)
-    if store is not None:
-        forget_store(store)
-
-
-def _store_key(ctx: Context) -> tuple[str | None, str | None, int | None]:
-    url = ctx.chroma_url or os.environ.get(CHROMA_URL_ENV)
-    path = None if url else str(Path(ctx.data_dir).expanduser() if ctx.data_dir else default_data_dir())
-    return url, path, id(ctx.embeddings) if ctx.embeddings is not None else None
-
-
-async def aresolve_store(ctx: Context) -> Any:
-    """:func:`resolve_store` off the event loop: opening a store creates folders and a Chroma client.
-
-    An already-open store is returned at once (no thread hop on the hot path).
-    """
-    with _STORES_LOCK:
-        store = _STORES.get(_store_key(ctx))
-    return store if store is not None else await asyncio.to_thread(resolve_store, ctx)
-
-
-def resolve_model(ctx: Context) -> BaseChatModel | None:
-    """The chat model for LLM mode, or ``None`` offline.
-
-    A model instance is used as is; a name (from ``Context.model`` or
-    ``$MEMSTRATA_MODEL``) builds a ``ChatOpenAI`` that reads
-    ``OPENAI_BASE_URL``/``OPENAI_API_KEY`` for the endpoint.
-    """
-    model = ctx.model if ctx.model is not None else os.environ.get(MODEL_ENV) or None
-    if model is None or isinstance(model, BaseChatModel):
-        return model
-    from langchain_openai import ChatOpenAI
-
-    base_url = os.environ.get("OPENAI_BASE_URL")
-    local = bool(base_url) and "api.openai.com" not in base_url
-    return ChatOpenAI(
-        model=str(model), timeout=ctx.llm_timeout_s, max_retries=0, stream_usage=True,
-        max_tokens=ctx.llm_max_tokens,
-        # llama.cpp, vLLM and Ollama read max_tokens, not OpenAI's newer max_completion_tokens.
-        extra_body={"max_tokens": ctx.llm_max_tokens} if local else None,
-        api_key=os.environ.get("OPENAI_API_KEY") or "not-needed",  # local servers take any key
-    )
+        return {k: list(v) for k, v in self.scope_kinds.items()} if self.scope_kinds else scope_table()

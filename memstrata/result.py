@@ -18,9 +18,9 @@ class Evidence(BaseModel):
     time: str | None = None
     image_caption: str | None = None
     level: str = Field(description="'level1' (reached through a summary) or 'level2' (raw-turn search / backtrack)")
+    found_by: str = Field(default="", description="the unit kind whose search led to this turn, e.g. 'summary'")
     score: float = 0.0
     score_parts: dict[str, float] = Field(default_factory=dict)
-    episode_id: str | None = None
 
 
 class RetrievalResult(BaseModel):

@@ -1,4 +1,9 @@
-"""Graph states with narrow input and output schemas, and their reducers."""
+"""Graph states with narrow input and output schemas, and their reducers.
+
+Ingestion carries ids and counts from stage to stage (the store is the hand-off);
+retrieval carries typed :class:`~memstrata.memory.query.Query` and
+:class:`~memstrata.memory.query.Hit` objects from decomposition to evidence.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,8 @@ from operator import add
 from typing import Annotated, Any
 
 from typing_extensions import TypedDict  # pydantic needs it on Python 3.11 to build the API schemas
+
+from memstrata.memory.query import Hit, Query, keep_best
 
 
 def merge_dicts(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
@@ -24,18 +31,12 @@ def merge_dicts(left: dict[str, Any] | None, right: dict[str, Any] | None) -> di
     return out
 
 
-def dedupe_by_id(left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """Append items, replacing any earlier item with the same (conversation, ``id``); keeps first position."""
-
-    def key(item: dict[str, Any]) -> tuple[str, str]:
-        return item.get("conversation_id", ""), item["id"]
-
-    out = {key(item): item for item in (left or [])}
-    for item in right or []:
-        out[key(item)] = {**out.get(key(item), {}), **item}
-    return list(out.values())
+def union(left: list[list[str]] | None, right: list[list[str]] | None) -> list[list[str]]:
+    """Append id pairs, keeping the first of each (parallel branches may report the same one)."""
+    return [list(p) for p in dict.fromkeys(tuple(p) for p in [*(left or []), *(right or [])])]
 
 
+# ---- ingestion -------------------------------------------------------------------
 class IngestInput(TypedDict, total=False):
     """What a caller passes to the ingestion graph. ``user_id`` comes from the context."""
 
@@ -52,36 +53,19 @@ class IngestState(TypedDict, total=False):
     source: Any
     conversation_id: str | None
     only_conversation: str | None
-    conversations: list[dict[str, Any]]
-    touched: list[list[str]]  # [conversation_id, session_id] pairs with new or changed turns
-    episodes: list[dict[str, Any]]
-    summaries: Annotated[list[dict[str, Any]], dedupe_by_id]
+    conversations: list[str]  # ids of the conversations in the input
+    sessions: list[list[str]]  # [conversation_id, session_id] pairs with new or changed turns
+    episodes: Annotated[list[list[str]], union]  # [conversation_id, episode_id] pairs to summarize
     stats: Annotated[dict[str, Any], merge_dicts]
 
 
-class SummaryBatch(TypedDict):
-    """The payload ``Send`` gives one summarizer branch."""
+class EpisodeBatch(TypedDict):
+    """The payload ``Send`` gives one summarizer branch: ``[conversation_id, episode_id]`` pairs."""
 
-    episodes: list[dict[str, Any]]
-    turns: list[dict[str, Any]]
-
-
-__all__ = ["IngestInput", "IngestOutput", "IngestState", "SummaryBatch", "add", "dedupe_by_id", "merge_dicts"]
+    episodes: list[list[str]]
 
 
-def keep_best(left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """Candidate turns by id; a turn found again keeps its best score, its parts and its best level."""
-    out = {item["id"]: item for item in (left or [])}
-    for item in right or []:
-        old = out.get(item["id"])
-        if old is None or item["score"] > old["score"]:
-            merged = dict(item)
-            if old is not None and old.get("level") == "level1":
-                merged["level"] = "level1"
-            out[item["id"]] = merged
-    return list(out.values())
-
-
+# ---- retrieval -------------------------------------------------------------------
 class RetrievalInput(TypedDict):
     """What a caller passes to the retrieval graph. ``user_id`` and settings come from the context."""
 
@@ -99,15 +83,13 @@ class RetrievalOutput(TypedDict, total=False):
 
 class RetrievalState(TypedDict, total=False):
     query: str
-    sub_queries: list[dict[str, Any]]
-    active: list[dict[str, Any]]  # the queries searched this round: {"text", "scope", "hint_start", "hint_end", "weight"}
+    sub_queries: list[Query]
+    active: list[Query]  # the queries searched this round
     iteration: int
-    level1_hits: list[dict[str, Any]]
-    coarse: list[dict[str, Any]]
-    selected_level1: Annotated[list[str], add]
-    candidates: Annotated[list[dict[str, Any]], keep_best]
-    path: str
-    light_answer: str | None
+    level1: list[Hit]  # this round's top-k Level-1 events (HyMem's light evidence)
+    coarse: list[Hit]  # this round's top-N Level-1 events (the deep module's pool)
+    selected: Annotated[list[str], add]  # keys of the Level-1 events the model chose
+    candidates: Annotated[list[Hit], keep_best]  # raw turns, best score per turn
     answer: str | None
     evidence: list[dict[str, Any]]
     context: str
@@ -120,6 +102,10 @@ class RetrievalState(TypedDict, total=False):
 class SelectBatch(TypedDict):
     """The payload ``Send`` gives one Level-1 selection branch."""
 
-    query: str
-    entries: list[dict[str, Any]]
+    query: Query
+    entries: list[Hit]
     llm_calls: list[dict[str, Any]]
+
+
+__all__ = ["EpisodeBatch", "IngestInput", "IngestOutput", "IngestState", "RetrievalInput", "RetrievalOutput",
+           "RetrievalState", "SelectBatch", "keep_best", "merge_dicts", "union"]

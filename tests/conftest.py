@@ -14,7 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 os.environ.pop("MEMSTRATA_MODEL", None)
 
-pytest_plugins = ["plugins.llm_server"]
+pytest_plugins = ["plugins.llm_server", "plugins.chroma_server"]
 
 REPO = Path(__file__).resolve().parents[1]
 LOCOMO = REPO.parent / "shared" / "data" / "locomo" / "locomo10.json"

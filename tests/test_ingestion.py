@@ -9,7 +9,6 @@ import pytest
 
 from conftest import EXAMPLE
 from memstrata import Memstrata
-from memstrata.memory.models import UnitKind
 from memstrata.memory.normalize import IngestError
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -21,18 +20,18 @@ def mem(data_dir, hash_embeddings) -> Memstrata:
 
 
 def _counts(mem: Memstrata, user: str) -> dict[str, int]:
-    return {k.value: mem.store.count(k, user_id=user) for k in (UnitKind.TURN, UnitKind.EPISODE, UnitKind.SUMMARY)}
+    return {k: mem.store.count(k, user_id=user) for k in ("turn", "episode", "summary")}
 
 
 def test_example_ingests_with_linked_levels(mem: Memstrata) -> None:
     events: list[dict] = []
     stats = mem.ingest(EXAMPLE, user_id="u", on_progress=events.append)
     assert stats["turns_added"] == 36 and stats["episodes_written"] == stats["summaries_written"] > 3
-    assert {e["stage"] for e in events} >= {"load", "turns", "segment", "episodes", "summaries"}
+    assert {e["stage"] for e in events} >= {"load", "turns", "contexts", "segment", "summaries"}
     store = mem.store
-    episodes = {r.unit_id: r for r in store.get(UnitKind.EPISODE, user_id="u")}
-    turns = {r.unit_id: r for r in store.get(UnitKind.TURN, user_id="u")}
-    for s in store.get(UnitKind.SUMMARY, user_id="u"):
+    episodes = {r.unit_id: r for r in store.get("episode", user_id="u")}
+    turns = {r.unit_id: r for r in store.get("turn", user_id="u")}
+    for s in store.get("summary", user_id="u"):
         ep = episodes[s.payload["episode_id"]]
         assert ep.payload["summary_id"] == s.unit_id
         assert s.payload["turn_ids"] == ep.payload["turn_ids"]
@@ -54,10 +53,10 @@ def test_new_session_only_adds(mem: Memstrata) -> None:
     data = json.loads(EXAMPLE.read_text())
     first_two = [m for m in data["messages"] if m["timestamp"] < "2024-05"]
     mem.ingest({"conversation_id": "priya-tom", "messages": first_two}, user_id="u")
-    old = {r.unit_id: r.document for r in mem.store.get(UnitKind.EPISODE, user_id="u")}
+    old = {r.unit_id: r.document for r in mem.store.get("episode", user_id="u")}
     stats = mem.ingest(EXAMPLE, user_id="u")
     assert stats["sessions_touched"] == 1 and stats["episodes_replaced"] == 0
-    new = {r.unit_id: r.document for r in mem.store.get(UnitKind.EPISODE, user_id="u")}
+    new = {r.unit_id: r.document for r in mem.store.get("episode", user_id="u")}
     assert all(new[k] == v for k, v in old.items())
     assert len(new) > len(old)
 
@@ -70,11 +69,24 @@ def test_bad_input_leaves_store_untouched(mem: Memstrata, tmp_path: Path) -> Non
     assert _counts(mem, "u") == {"turn": 0, "episode": 0, "summary": 0}
 
 
+def bobs_copy() -> dict:
+    """The example conversation with other people and places: near-identical content for a second user."""
+    text = EXAMPLE.read_text().replace("Priya", "Meera").replace("Tom", "Sam").replace("Brighton", "Leeds")
+    return json.loads(text)
+
+
 def test_users_are_isolated_after_ingest(mem: Memstrata) -> None:
     mem.ingest(EXAMPLE, user_id="alice")
-    assert _counts(mem, "bob") == {"turn": 0, "episode": 0, "summary": 0}
+    mem.ingest(bobs_copy(), user_id="bob")
+    assert _counts(mem, "alice") == _counts(mem, "bob") and _counts(mem, "bob")["turn"] == 36
+    for user, own, other in (("alice", "Priya", "Meera"), ("bob", "Meera", "Priya")):
+        texts = " ".join(r.document for kind in ("turn", "episode", "summary") for r in mem.store.get(kind, user_id=user))
+        assert own in texts and other not in texts
+        result = mem.retrieve(f"Where does {other} work?", user_id=user)
+        assert result.evidence and all(other not in e.text for e in result.evidence)
     assert mem.delete_user("alice")["turn"] == 36
     assert _counts(mem, "alice") == {"turn": 0, "episode": 0, "summary": 0}
+    assert _counts(mem, "bob")["turn"] == 36  # forgetting alice leaves bob whole
 
 
 def test_ingestion_graph_shape_snapshot() -> None:
@@ -88,8 +100,8 @@ def test_interrupted_ingest_is_resumed_without_duplicates(mem: Memstrata) -> Non
     mem.ingest(EXAMPLE, user_id="u")
     full = _counts(mem, "u")
     # Simulate a crash after the turns were written: summaries of one session never landed.
-    lost = [r.unit_id for r in mem.store.get(UnitKind.SUMMARY, user_id="u", where={"session_id": "2"})]
-    mem.store.delete(UnitKind.SUMMARY, user_id="u", conversation_id="priya-tom", unit_ids=lost)
+    lost = [r.unit_id for r in mem.store.get("summary", user_id="u", where={"session_id": "2"})]
+    mem.store.delete("summary", user_id="u", conversation_id="priya-tom", unit_ids=lost)
     stats = mem.ingest(EXAMPLE, user_id="u")
     assert stats["turns_added"] == 0 and stats["sessions_touched"] == 1
     assert _counts(mem, "u") == full
@@ -100,13 +112,13 @@ def test_summaries_of_several_conversations_do_not_collide(mem: Memstrata) -> No
     stats = mem.ingest([{"conversation": {"session_1": msgs}, "sample_id": "a"},
                         {"conversation": {"session_1": msgs}, "sample_id": "b"}], user_id="u")
     assert stats["summaries_written"] == stats["episodes_written"] == 2 * (stats["episodes_written"] // 2) > 0
-    assert mem.store.count(UnitKind.SUMMARY, user_id="u") == mem.store.count(UnitKind.EPISODE, user_id="u")
+    assert mem.store.count("summary", user_id="u") == mem.store.count("episode", user_id="u")
 
 
 def test_every_turn_gets_a_contextual_view(mem: Memstrata) -> None:
     stats = mem.ingest(EXAMPLE, user_id="u")
-    turns = {r.unit_id: r for r in mem.store.get(UnitKind.TURN, user_id="u")}
-    views = mem.store.get(UnitKind.CONTEXT, user_id="u")
+    turns = {r.unit_id: r for r in mem.store.get("turn", user_id="u")}
+    views = mem.store.get("turn_context", user_id="u")
     assert stats["contexts_written"] == len(views) == len(turns)
     for view in views:
         turn = turns[view.payload["turn_id"]]
@@ -119,11 +131,11 @@ def test_every_turn_gets_a_contextual_view(mem: Memstrata) -> None:
 
 def test_store_without_contexts_is_repaired_by_reingest(mem: Memstrata) -> None:
     mem.ingest(EXAMPLE, user_id="u")
-    full = mem.store.count(UnitKind.CONTEXT, user_id="u")
-    lost = [r.unit_id for r in mem.store.get(UnitKind.CONTEXT, user_id="u", where={"session_id": "1"})]
-    mem.store.delete(UnitKind.CONTEXT, user_id="u", conversation_id="priya-tom", unit_ids=lost)
+    full = mem.store.count("turn_context", user_id="u")
+    lost = [r.unit_id for r in mem.store.get("turn_context", user_id="u", where={"session_id": "1"})]
+    mem.store.delete("turn_context", user_id="u", conversation_id="priya-tom", unit_ids=lost)
     # Search still works on a store missing views: the turn vector stands in for its context.
     assert mem.retrieve("Where does Priya work?", user_id="u").evidence
     stats = mem.ingest(EXAMPLE, user_id="u")
     assert stats["turns_added"] == 0 and stats["sessions_touched"] == 1 and stats["contexts_written"] == len(lost)
-    assert mem.store.count(UnitKind.CONTEXT, user_id="u") == full
+    assert mem.store.count("turn_context", user_id="u") == full

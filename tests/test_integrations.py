@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -103,7 +104,15 @@ def test_context_budget_and_conversation_filter(memory: Memstrata) -> None:
 
 
 def test_users_are_isolated(memory: Memstrata) -> None:
+    other = EXAMPLE.read_text().replace("Tom", "Sam").replace("Priya", "Meera").replace("Brighton", "Leeds")
+    memory.ingest(json.loads(other), user_id="other")
     assert MemstrataRetriever(memstrata=memory, user_id="nobody").invoke(QUERY) == []
+    for user, own, foreign in (("u", "Tom", "Sam"), ("other", "Sam", "Tom")):
+        docs = MemstrataRetriever(memstrata=memory, user_id=user, k=8).invoke(QUERY)
+        text = " ".join(d.page_content for d in docs)
+        assert docs and own in text and foreign not in text
+        found = memory_search_tool(memory, user_id=user).invoke({"query": QUERY})
+        assert own in found and foreign not in found
 
 
 def test_settings_build_the_memory(memory: Memstrata, tmp_path: Path) -> None:

@@ -19,7 +19,9 @@ from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel, Field
 
 from memstrata.llm import GOOD_OUTCOMES, LLMError, Meter, decide, stream_answer
-from memstrata.memory.models import UnitKind
+from memstrata.memory.levels import levels
+
+KINDS = [lv.kind for lv in levels()]
 from plugins.llm_server import make_chat_model
 
 pytestmark = pytest.mark.llm_server
@@ -131,8 +133,8 @@ async def test_ingestion_in_llm_mode(chat_model: Any, tmp_path: Any) -> None:
 
     mem = Memstrata(path=tmp_path / "chroma", model=chat_model)
     stats = await mem.aingest(small_conversation(), user_id="u", conversation_id="priya-tom")
-    episodes = mem.store.count(UnitKind.EPISODE, user_id="u")
-    summaries = mem.store.count(UnitKind.SUMMARY, user_id="u")
+    episodes = mem.store.count("episode", user_id="u")
+    summaries = mem.store.count("summary", user_id="u")
     assert episodes > 0 and summaries == episodes
     llm = stats["llm"]
     assert llm["summarize"]["calls"] >= 1

@@ -7,7 +7,9 @@ import json
 import pytest
 
 from memstrata import Memstrata
-from memstrata.memory.models import UnitKind
+from memstrata.memory.levels import levels
+
+KINDS = [lv.kind for lv in levels()]
 
 pytestmark = pytest.mark.integration
 CONV = "conv-26"
@@ -27,19 +29,19 @@ def test_one_conversation_ingests_under_its_sample_id(ingested, locomo_path) -> 
     conv = next(c for c in data if c["sample_id"] == CONV)
     n_turns = sum(len(v) for k, v in conv["conversation"].items() if k.startswith("session_") and isinstance(v, list))
     assert stats["conversations"] == 1 and stats["turns_added"] == n_turns
-    assert mem.store.count(UnitKind.TURN, user_id="u1", conversation_id=CONV) == n_turns
-    turn = mem.store.get(UnitKind.TURN, user_id="u1", conversation_id=CONV, unit_ids=["D1:3"])[0]
+    assert mem.store.count("turn", user_id="u1", conversation_id=CONV) == n_turns
+    turn = mem.store.get("turn", user_id="u1", conversation_id=CONV, unit_ids=["D1:3"])[0]
     assert turn.payload["text"] == conv["conversation"]["session_1"][2]["text"]
     assert turn.payload["timestamp_raw"] == conv["conversation"]["session_1_date_time"]
 
 
 def test_reingest_adds_zero_and_other_user_sees_none(ingested, locomo_path) -> None:
     mem, _ = ingested
-    before = {k: mem.store.count(k, user_id="u1") for k in UnitKind}
+    before = {k: mem.store.count(k, user_id="u1") for k in KINDS}
     again = mem.ingest(locomo_path, user_id="u1", only_conversation=CONV)
     assert again["turns_added"] == 0 and again["episodes_written"] == 0 and again["summaries_written"] == 0
-    assert {k: mem.store.count(k, user_id="u1") for k in UnitKind} == before
-    assert all(mem.store.count(k, user_id="u2") == 0 for k in UnitKind)
+    assert {k: mem.store.count(k, user_id="u1") for k in KINDS} == before
+    assert all(mem.store.count(k, user_id="u2") == 0 for k in KINDS)
     assert mem.retrieve("What did Caroline research?", user_id="u2").evidence == []
 
 

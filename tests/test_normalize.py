@@ -8,7 +8,7 @@ from datetime import datetime
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from memstrata.memory.models import Episode, EventSummary, Turn
+from memstrata.memory.levels import Episode, EventSummary, Turn
 from memstrata.memory.normalize import IngestError, load_path, normalize_input
 from memstrata.memory.timeparse import parse_timestamp, resolve_relative
 

@@ -7,10 +7,15 @@ from datetime import datetime
 import numpy as np
 import pytest
 
+from memstrata.memory.fusion import hybrid_semantic, standardize, turn_semantic
+from memstrata.memory.hmem_scoring import Interval, robustness, rrf, temporal_relevance
+from memstrata.memory.index import KindTable, MemoryIndex, tokenize
+from memstrata.memory.index.snapshot import DEFAULT_WINDOWS
+from memstrata.memory.levels import TURN, Turn
 from memstrata.memory.planning import coverage, decompose_query, follow_up_query, predict_scope, temporal_hint
-from memstrata.memory.ranking import hybrid_semantic
+from memstrata.memory.query import Hit
 from memstrata.memory.render import pack_context, parse_context, render
-from memstrata.memory.scoring import Interval, robustness, rrf, temporal_relevance
+from memstrata.memory.selection import mark_captions
 
 
 def test_decomposition_keeps_the_original_and_splits_named_conjunctions() -> None:
@@ -60,9 +65,9 @@ def test_hybrid_semantic_ignores_bm25_zeros() -> None:
     assert scores.argmax() == 2 and scores[0] > scores[1]
 
 
-def _item(turn_id: str, session: str, pos: int, text: str, score: float) -> dict:
-    return {"id": turn_id, "turn_id": turn_id, "conversation_id": "c", "session_id": session, "position": pos,
-            "speaker": "Ann", "text": text, "time": "8 May 2023", "score": score}
+def _item(turn_id: str, session: str, pos: int, text: str, score: float) -> Hit:
+    return Hit(kind="turn", unit_id=turn_id, conversation_id="c", score=score, session_id=session, position=pos,
+               speaker="Ann", text=text, time="8 May 2023")
 
 
 class Words:
@@ -75,68 +80,60 @@ def test_packing_respects_budget_skips_what_does_not_fit_and_renders_chronologic
               _item("D1:5", "1", 4, "a very long line " * 20, 0.8),
               _item("D1:2", "1", 1, "first session line", 0.7)]
     context, chosen, tokens = pack_context(ranked, budget=20, counter=Words())
-    assert tokens <= 20 and [c["turn_id"] for c in chosen] == ["D2:1", "D1:2"]
+    assert tokens <= 20 and [c.unit_id for c in chosen] == ["D2:1", "D1:2"]
     assert context.index("first session line") < context.index("second session line")
     assert parse_context(context) == [("D1:2", "Ann: first session line"), ("D2:1", "Ann: second session line")]
     assert render([]) == ""
 
 
-def test_photo_captions_are_shown_only_when_they_share_a_word_with_the_query() -> None:
-    from memstrata.memory.evidence import mark_captions
+def _hit(turn_id: str, position: int, speaker: str, text: str, caption: str | None = None) -> Hit:
+    return Hit(kind="turn", unit_id=turn_id, conversation_id="c", score=1.0, session_id="1", position=position,
+               speaker=speaker, text=text, image_caption=caption)
 
-    items = [{"turn_id": "D1:1", "conversation_id": "c", "session_id": "1", "position": 0, "speaker": "Ann",
-              "text": "Look what I made!", "time": None, "image_caption": "a painting of a sunset over a lake"},
-             {"turn_id": "D1:2", "conversation_id": "c", "session_id": "1", "position": 1, "speaker": "Ann",
-              "text": "And this.", "time": None, "image_caption": "a dog on a sofa"},
-             {"turn_id": "D1:3", "conversation_id": "c", "session_id": "1", "position": 2, "speaker": "Bob",
-              "text": "Nice!", "time": None}]
+
+def _index(texts: list[tuple[str, str, int, str]], vecs: np.ndarray) -> MemoryIndex:
+    """A snapshot of raw turns only: (turn id, session id, position, text) spoken by Ann."""
+    turns = [Turn(user_id="u", conversation_id="c", id=tid, session_id=sid, position=pos, speaker="Ann", text=text)
+             for tid, sid, pos, text in texts]
+    return MemoryIndex({"turn": KindTable(TURN, turns, vecs)})
+
+
+def test_photo_captions_are_shown_only_when_they_share_a_word_with_the_query() -> None:
+    items = [_hit("D1:1", 0, "Ann", "Look what I made!", "a painting of a sunset over a lake"),
+             _hit("D1:2", 1, "Ann", "And this.", "a dog on a sofa"), _hit("D1:3", 2, "Bob", "Nice!")]
     marked = mark_captions(items, ["What did Ann paint?"])
-    assert [m.get("show_caption") for m in marked] == [True, False, None]
+    assert [m.show_caption for m in marked] == [True, False, True]  # no caption: nothing to hide
     text = render(marked)
     assert "sunset" in text and "dog" not in text and "And this." in text  # the turn's own text always stays
 
 
 def test_window_views_of_the_search_snapshot() -> None:
-    from memstrata.memory.search import MemoryIndex, TurnRow
-
-    rows = [TurnRow("c", f"D{s}:{p}", str(s), p, "Ann", f"t{s}{p}", f"Ann: t{s}{p}", None, None, None, None)
-            for s in (1, 2) for p in range(3)]
-    index = MemoryIndex(turns=rows, turn_vecs=np.eye(6, dtype=np.float32), summaries=[],
-                        summary_vecs=np.zeros((0, 6), dtype=np.float32))
+    index = _index([(f"D{s}:{p}", str(s), p, f"t{s}{p}") for s in (1, 2) for p in range(3)],
+                   np.eye(6, dtype=np.float32))
     assert index.windows(0)[0] == "Ann: t10"
     assert index.windows(1)[1] == "Ann: t10\nAnn: t11\nAnn: t12"
     assert index.windows(1)[3] == "Ann: t20\nAnn: t21"  # windows never cross a session
     assert index.windows(2)[0] == "Ann: t10\nAnn: t11\nAnn: t12"
-    assert (index.context_vecs == index.turn_vecs).all()  # no stored views: the turn stands alone
+    assert len(index.views) == 1 and (index.views[0] == index.turn_vecs).all()  # no view kind: the turn stands alone
 
 
 def test_a_turn_deep_in_a_scene_is_lifted_by_the_wide_windows() -> None:
     """Six turns after "camping" was said, a reply that never names it still outranks an unrelated session."""
-    from memstrata.memory.ranking import turn_semantic
-    from memstrata.memory.search import WINDOW_WIDTHS, MemoryIndex, TurnRow, tokenize
-
-    assert max(WINDOW_WIDTHS) >= 6
+    assert max(DEFAULT_WINDOWS) >= 6
     scene = ["We went camping in the Rockies last week", "Oh nice, how was it?", "Cold at night but lovely",
              "Did the kids like it?", "They loved the fire", "Any wildlife?", "We saw a moose by the lake"]
     other = ["My sister got a new job", "Oh nice, how is it?", "Busy but lovely", "Does she like it?",
              "She loves the team", "Any travel?", "They saw a heron by the lake"]
     texts = scene + other
-    rows = [TurnRow("c", f"D{1 + i // 7}:{i % 7}", str(1 + i // 7), i % 7, "Ann", t, f"Ann: {t}",
-                    None, None, None, None) for i, t in enumerate(texts)]
     flat = np.ones((len(texts), 4), dtype=np.float32) / 2  # dense says nothing: every turn is equally close
-    index = MemoryIndex(turns=rows, turn_vecs=flat, summaries=[], summary_vecs=np.zeros((0, 4), dtype=np.float32))
+    index = _index([(f"D{1 + i // 7}:{i % 7}", str(1 + i // 7), i % 7, t) for i, t in enumerate(texts)], flat)
     scores = turn_semantic(index, flat[0], tokenize(["What did Ann see by the lake while camping?"])[0])
     assert scores[6] > scores[13] + 0.1  # the moose by the lake (camping scene) beats the heron by the lake
 
 
 def test_turn_semantic_fuses_views_into_unit_range() -> None:
-    from memstrata.memory.ranking import standardize, turn_semantic
-    from memstrata.memory.search import MemoryIndex, TurnRow, tokenize
-
     texts = ["I adopted a puppy called Toby", "We went camping by the lake", "Work was busy this week"]
-    rows = [TurnRow("c", f"D1:{p}", "1", p, "Ann", t, f"Ann: {t}", None, None, None, None) for p, t in enumerate(texts)]
-    index = MemoryIndex(turns=rows, turn_vecs=np.eye(3, dtype=np.float32), summaries=[],
-                        summary_vecs=np.zeros((0, 3), dtype=np.float32))
+    index = _index([(f"D1:{p}", "1", p, t) for p, t in enumerate(texts)], np.eye(3, dtype=np.float32))
     qvec = np.array([0.0, 1.0, 0.0], dtype=np.float32)
     with_words = turn_semantic(index, qvec, tokenize(["camping trip"])[0])
     without_words = turn_semantic(index, qvec, [])  # no BM25 match at all: dense alone decides, no NaN

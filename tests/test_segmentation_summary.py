@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 import numpy as np
 
 from memstrata.memory.segmentation import segment_session
-from memstrata.memory.summarize import extractive_summary
+from memstrata.memory.extractive import extractive_summary
 
 
 def _topics(*sizes: int, dim: int = 8) -> np.ndarray:

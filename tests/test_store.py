@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from memstrata.memory.models import Turn, UnitKind
+from memstrata.memory.levels import Turn, levels
+
+KINDS = [lv.kind for lv in levels()]
 from memstrata.memory.store import EmbedderMismatchError, MemoryStore, StoreError
 
 
@@ -14,7 +16,7 @@ def _turns(user: str, n: int = 3, conv: str = "c1") -> list[Turn]:
 
 
 def _write(store: MemoryStore, turns: list[Turn]) -> None:
-    store.upsert(UnitKind.TURN, turns, documents=[t.render() for t in turns],
+    store.upsert("turn", turns, documents=[t.render() for t in turns],
                  extra=[{"session_id": t.session_id, "position": t.position} for t in turns])
 
 
@@ -22,12 +24,12 @@ def test_one_user_never_sees_another(data_dir, hash_embeddings) -> None:
     store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
     _write(store, _turns("alice"))
     _write(store, _turns("bob"))
-    seen = store.get(UnitKind.TURN, user_id="alice")
+    seen = store.get("turn", user_id="alice")
     assert {r.metadata["user_id"] for r in seen} == {"alice"} and len(seen) == 3
-    hits = store.query(UnitKind.TURN, user_id="alice", text="bob fact 1", k=10)
+    hits = store.query("turn", user_id="alice", text="bob fact 1", k=10)
     assert hits and all(h.metadata["user_id"] == "alice" for h in hits)
     # The same unit id under another user is a different record.
-    assert store.get(UnitKind.TURN, user_id="bob", conversation_id="c1", unit_ids=["s1:t0"])[0].document.startswith(
+    assert store.get("turn", user_id="bob", conversation_id="c1", unit_ids=["s1:t0"])[0].document.startswith(
         "A: bob")
 
 
@@ -35,14 +37,14 @@ def test_one_user_never_sees_another(data_dir, hash_embeddings) -> None:
 def test_reads_require_a_user(data_dir, hash_embeddings, user: str) -> None:
     store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
     with pytest.raises(StoreError, match="user_id is required"):
-        store.get(UnitKind.TURN, user_id=user)
+        store.get("turn", user_id=user)
 
 
 def test_upsert_is_idempotent(data_dir, hash_embeddings) -> None:
     store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
     _write(store, _turns("alice"))
     _write(store, _turns("alice"))
-    assert store.count(UnitKind.TURN, user_id="alice") == 3
+    assert store.count("turn", user_id="alice") == 3
 
 
 def test_delete_user_removes_every_trace(data_dir, hash_embeddings) -> None:
@@ -51,11 +53,11 @@ def test_delete_user_removes_every_trace(data_dir, hash_embeddings) -> None:
     _write(store, _turns("bob"))
     removed = store.delete_user("alice")
     assert removed["turn"] == 3
-    for kind in UnitKind:
+    for kind in KINDS:
         assert store.count(kind, user_id="alice") == 0
-    assert store.count(UnitKind.TURN, user_id="bob") == 3
+    assert store.count("turn", user_id="bob") == 3
     reopened = MemoryStore(path=data_dir, embeddings=hash_embeddings)
-    assert reopened.count(UnitKind.TURN, user_id="alice") == 0
+    assert reopened.count("turn", user_id="alice") == 0
 
 
 def test_other_embedder_is_a_clear_error_and_reindex_fixes_it(data_dir, hash_embeddings) -> None:
@@ -67,11 +69,11 @@ def test_other_embedder_is_a_clear_error_and_reindex_fixes_it(data_dir, hash_emb
 
     other = MemoryStore(path=data_dir, embeddings=Other())
     with pytest.raises(EmbedderMismatchError, match="test-hash-bow.*other-embedder.*reindex"):
-        other.count(UnitKind.TURN, user_id="alice")
+        other.count("turn", user_id="alice")
     fixed = MemoryStore(path=data_dir, embeddings=Other())
     assert fixed.reindex()["turn"] == 3
-    assert fixed.count(UnitKind.TURN, user_id="alice") == 3
-    assert fixed.collection(UnitKind.TURN).metadata["embedder"] == "other-embedder"
+    assert fixed.count("turn", user_id="alice") == 3
+    assert fixed.collection("turn").metadata["embedder"] == "other-embedder"
 
 
 def test_telemetry_is_off(data_dir, hash_embeddings) -> None:

@@ -140,7 +140,7 @@ async def test_ingestion_streams_progress(data_dir: str, hash_embeddings: Any) -
     out = await _collect(ingestion, {"source": str(EXAMPLE)}, ctx)
     assert out["messages"] == []
     stages = [e["stage"] for e in out["custom"]]
-    assert stages[0] == "load" and {"turns", "segment", "episodes", "summaries"} <= set(stages)
+    assert stages[0] == "load" and {"turns", "contexts", "segment", "summaries"} <= set(stages)
     assert out["custom"][0]["total_turns"] == 36
     assert any(e["stage"] == "turns" and "embedded" in e["message"] for e in out["custom"])
 

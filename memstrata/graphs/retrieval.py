@@ -1,7 +1,7 @@
 """The retrieval graph: decompose -> predict_scope -> lookup_level1 -> gate -> (select_level1 ->)
 backtrack_level2 -> follow_up -> reflect -> (lookup_level1 again | answer).
 
-Wiring only; the steps live in :mod:`memstrata.nodes`. ``gate`` and ``reflect``
+Wiring only; the steps live in :mod:`memstrata.nodes.retrieve`. ``gate`` and ``reflect``
 route with ``Command``; ``select_level1`` is the ``Send`` fan-out of the deep
 module's LLM selection and runs only in LLM mode.
 """
@@ -11,14 +11,15 @@ from __future__ import annotations
 from langgraph.graph import END, START, StateGraph
 
 from memstrata.context import Context
-from memstrata.nodes.answer import answer
-from memstrata.nodes.backtrack import backtrack_level2, select_level1
-from memstrata.nodes.decompose import decompose
-from memstrata.nodes.follow_up import follow_up
-from memstrata.nodes.gate import gate
-from memstrata.nodes.lookup import lookup_level1
-from memstrata.nodes.reflect import reflect
-from memstrata.nodes.scope import predict_scope
+from memstrata.nodes.retrieve.answer import answer
+from memstrata.nodes.retrieve.backtrack import backtrack_level2
+from memstrata.nodes.retrieve.decompose import decompose
+from memstrata.nodes.retrieve.follow_up import follow_up
+from memstrata.nodes.retrieve.gate import gate
+from memstrata.nodes.retrieve.lookup import lookup_level1
+from memstrata.nodes.retrieve.reflect import reflect
+from memstrata.nodes.retrieve.scope import predict_scope
+from memstrata.nodes.retrieve.select import select_level1
 from memstrata.state import RetrievalInput, RetrievalOutput, RetrievalState
 
 builder = StateGraph(RetrievalState, context_schema=Context, input_schema=RetrievalInput,

@@ -19,10 +19,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memstrata.memory.models import Conversation, Session, Turn
+from memstrata.memory.conversation import Conversation, Session
+from memstrata.memory.levels.turn import Turn
 from memstrata.memory.timeparse import parse_timestamp
 
-SESSION_GAP = timedelta(hours=6)
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
 
 
@@ -53,6 +53,7 @@ def normalize_input(
     conversation_id: str | None = None,
     source: str = "<input>",
     only_conversation: str | None = None,
+    session_gap: timedelta = timedelta(hours=6),
 ) -> list[Conversation]:
     """Turn any accepted input into validated :class:`Conversation` objects.
 
@@ -63,17 +64,18 @@ def normalize_input(
         conversation_id: id for inputs that carry none (default ``"default"``).
         source: the file name used in error messages.
         only_conversation: keep just this LoCoMo ``sample_id``.
+        session_gap: in a plain message list without session keys, a longer silence starts a new session.
     """
     kind = detect_format(data, source)
     if kind == "locomo":
         items = data if isinstance(data, list) else [data]
         convs = [_locomo(item, user_id, source, i) for i, item in enumerate(items)]
     elif kind == "langchain":
-        convs = [_messages([_from_langchain(m) for m in data], user_id, conversation_id, source)]
+        convs = [_messages([_from_langchain(m) for m in data], user_id, conversation_id, source, session_gap)]
     else:
         messages = data["messages"] if isinstance(data, dict) else data
         conv_id = conversation_id or (data.get("conversation_id") if isinstance(data, dict) else None)
-        convs = [_messages(messages, user_id, conv_id, source)]
+        convs = [_messages(messages, user_id, conv_id, source, session_gap)]
     if only_conversation is not None:
         convs = [c for c in convs if c.conversation_id == only_conversation]
         if not convs:
@@ -181,7 +183,7 @@ def _source_id(raw: dict[str, Any]) -> str | None:
     return str(value) if value not in (None, "") else None
 
 
-def _messages(messages: Any, user_id: str, conv_id: str | None, source: str) -> Conversation:
+def _messages(messages: Any, user_id: str, conv_id: str | None, source: str, gap: timedelta) -> Conversation:
     conv_id = conv_id or "default"
     where = f"{source}: conversation {conv_id}"
     if not isinstance(messages, list) or not messages:
@@ -201,7 +203,7 @@ def _messages(messages: Any, user_id: str, conv_id: str | None, source: str) -> 
         if "session" in raw:
             key = str(raw["session"])
         else:
-            if when and previous and when - previous > SESSION_GAP:
+            if when and previous and when - previous > gap:
                 session_no += 1
             key = str(session_no)
         previous = when or previous

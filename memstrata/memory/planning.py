@@ -19,15 +19,13 @@ import calendar
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal
 
-from memstrata.memory.scoring import Interval
-from memstrata.memory.summarize import STOPWORDS, content_words, proper_nouns
+from memstrata.memory.hmem_scoring import Interval
+from memstrata.memory.query import Query, Scope
+from memstrata.memory.text import STOPWORDS, content_words, proper_nouns
 from memstrata.memory.timeparse import RELATIVE_PATTERN, resolve_relative
 
-Scope = Literal["Short", "Long", "Mixed"]
 _QUESTION_WORDS = frozenset("what when where who whom whose which why how did does do is are was were has have".split())
 _NAME_PAIR = re.compile(r"\b([A-Z][\w'-]+)((?:, [A-Z][\w'-]+)*),? (?:and|&) ([A-Z][\w'-]+)\b")
 _LONG_CUES = re.compile(
@@ -41,25 +39,7 @@ _DATE = re.compile(
     r")\.?(?: (\d{1,2})(?:st|nd|rd|th)?)?,?(?: (\d{4}))?\b|\b(19\d{2}|20\d{2})\b", re.I)
 
 
-@dataclass
-class SubQuery:
-    """One step of a plan."""
-
-    id: str
-    text: str
-    depends_on: list[str] = field(default_factory=list)
-    scope: Scope = "Mixed"
-    hint_start: datetime | None = None
-    hint_end: datetime | None = None
-
-    @property
-    def hint(self) -> Interval | None:
-        if self.hint_start and self.hint_end:
-            return Interval(self.hint_start, self.hint_end)
-        return None
-
-
-def decompose_query(query: str, *, max_parts: int = 4) -> list[SubQuery]:
+def decompose_query(query: str, *, max_parts: int = 4) -> list[Query]:
     """The original query first, then one sub-query per named entity of a conjunction or per question."""
     query = query.strip()
     parts: list[str] = [query]
@@ -72,7 +52,7 @@ def decompose_query(query: str, *, max_parts: int = 4) -> list[SubQuery]:
             names = [match.group(1), *re.findall(r"[A-Z][\w'-]+", match.group(2) or ""), match.group(3)]
             parts += [q[:match.start()] + name + q[match.end():] for name in names]
     unique = list(dict.fromkeys(parts))[:max_parts]
-    return [SubQuery(id=f"q{i}", text=t) for i, t in enumerate(unique)]
+    return [Query(id=f"q{i}", text=t) for i, t in enumerate(unique)]
 
 
 def predict_scope(text: str, *, now: datetime | None) -> tuple[Scope, Interval | None]:

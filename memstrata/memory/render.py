@@ -14,13 +14,14 @@ the session. Other ids are written in full on their line. Turn text is always
 verbatim.
 
 Example:
+    >>> from memstrata.memory.query import Hit
     >>> class Words:
     ...     def count(self, text): return len(text.split())
-    >>> items = [{"turn_id": "t1", "conversation_id": "c", "session_id": "1", "position": 0,
-    ...           "speaker": "Ann", "text": "I live in Porto.", "time": None}]
+    >>> items = [Hit(kind="turn", unit_id="t1", conversation_id="c", score=1.0, session_id="1",
+    ...              speaker="Ann", text="I live in Porto.")]
     >>> pack_context(items, budget=20, counter=Words())[0]
     '[session 1]\\nt1 Ann: I live in Porto.'
-    >>> render([{**items[0], "turn_id": "D1:3", "time": "8 May 2023"}])
+    >>> render([items[0].with_(unit_id="D1:3", time="8 May 2023")])
     '[D1 · 8 May 2023]\\n3 Ann: I live in Porto.'
 """
 
@@ -28,17 +29,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
+
+from memstrata.memory.query import Hit
 
 
 class Counter(Protocol):
     def count(self, text: str) -> int: ...
 
 
-def _session_key(item: dict[str, Any]) -> tuple[str, tuple[int, str], str]:
-    sid = str(item["session_id"])
-    prefix = split_id(item["turn_id"])[0] or ""
-    return item["conversation_id"], ((int(sid), "") if sid.isdigit() else (1 << 30, sid)), prefix
+def _session_key(item: Hit) -> tuple[str, tuple[int, str], str]:
+    sid = str(item.session_id)
+    prefix = split_id(item.unit_id)[0] or ""
+    return item.conversation_id, ((int(sid), "") if sid.isdigit() else (1 << 30, sid)), prefix
 
 
 def split_id(turn_id: str) -> tuple[str | None, str]:
@@ -47,33 +50,33 @@ def split_id(turn_id: str) -> tuple[str | None, str]:
     return (head, tail) if sep and head and tail else (None, turn_id)
 
 
-def header(item: dict[str, Any], *, multi_conversation: bool) -> str:
+def header(item: Hit, *, multi_conversation: bool) -> str:
     """The session header line; it names the id prefix its lines' citations share."""
-    prefix, _ = split_id(item["turn_id"])
-    parts = [prefix or f"session {item['session_id']}"]
-    if item.get("time"):
-        parts.append(str(item["time"]))
+    prefix, _ = split_id(item.unit_id)
+    parts = [prefix or f"session {item.session_id}"]
+    if item.time:
+        parts.append(str(item.time))
     if multi_conversation:
-        parts.append(str(item["conversation_id"]))
+        parts.append(str(item.conversation_id))
     return "[" + " · ".join(parts) + "]"
 
 
-def line(item: dict[str, Any]) -> str:
+def line(item: Hit) -> str:
     """One evidence line: the citation's turn part, speaker, verbatim text, photo caption.
 
-    The caption is left out where the item says ``show_caption: False`` (see
-    :func:`memstrata.memory.evidence.mark_captions`).
+    The caption is left out where the item says ``show_caption=False`` (see
+    :func:`memstrata.memory.selection.mark_captions`).
     """
-    text = f"{split_id(item['turn_id'])[1]} {item['speaker']}: {item['text']}"
-    if item.get("image_caption") and item.get("show_caption", True):
-        text += f" [shares a photo: {item['image_caption']}]"
+    text = f"{split_id(item.unit_id)[1]} {item.speaker}: {item.text}"
+    if item.image_caption and item.show_caption:
+        text += f" [shares a photo: {item.image_caption}]"
     return text
 
 
-def render(items: Sequence[dict[str, Any]]) -> str:
+def render(items: Sequence[Hit]) -> str:
     """Chronological, session-grouped rendering of the chosen items."""
-    multi = len({i["conversation_id"] for i in items}) > 1
-    ordered = sorted(items, key=lambda i: (_session_key(i), i["position"]))
+    multi = len({i.conversation_id for i in items}) > 1
+    ordered = sorted(items, key=lambda i: (_session_key(i), i.position))
     lines: list[str] = []
     current = None
     for item in ordered:
@@ -86,13 +89,13 @@ def render(items: Sequence[dict[str, Any]]) -> str:
 
 
 def pack_context(
-    ranked: Sequence[dict[str, Any]], *, budget: int, counter: Counter
-) -> tuple[str, list[dict[str, Any]], int]:
+    ranked: Sequence[Hit], *, budget: int, counter: Counter
+) -> tuple[str, list[Hit], int]:
     """Admit ranked items while they fit; return (context, admitted items in rank order, tokens)."""
-    chosen: list[dict[str, Any]] = []
+    chosen: list[Hit] = []
     sessions: set[tuple[str, tuple[int, str], str]] = set()
     used = 0
-    multi = len({i["conversation_id"] for i in ranked}) > 1
+    multi = len({i.conversation_id for i in ranked}) > 1
     for item in ranked:
         cost = counter.count(line(item))
         key = _session_key(item)

@@ -1,0 +1,38 @@
+"""The normalized input the ingestion graph reads: conversations of sessions of turns.
+
+Example:
+    >>> from memstrata.memory.levels.turn import Turn
+    >>> s = Session(session_id="1", turns=[Turn(user_id="u1", session_id="1", position=0, speaker="Ann", text="Hi")])
+    >>> Conversation(user_id="u1", conversation_id="c1", sessions=[s]).turn_count
+    1
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from memstrata.memory.levels.turn import Turn
+
+class Session(BaseModel):
+    """A normalized session: its turns in order and the session time."""
+
+    session_id: str
+    timestamp: datetime | None = None
+    timestamp_raw: str | None = None
+    turns: list[Turn]
+
+
+class Conversation(BaseModel):
+    """A normalized conversation, ready to store."""
+
+    user_id: str
+    conversation_id: str
+    sessions: list[Session]
+    source: str = ""
+    warnings: list[str] = Field(default_factory=list)
+
+    @property
+    def turn_count(self) -> int:
+        return sum(len(s.turns) for s in self.sessions)

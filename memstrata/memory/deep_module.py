@@ -1,0 +1,46 @@
+"""HyMem's deep module (§3.3), offline: backtrack from chosen Level-1 events to their verbatim turns.
+
+The turns of the chosen events (all of the coarse top-N when nothing chose
+among them) join the best raw turns of each query, and are reranked by their
+fused score. The follow-up search uses the same function with no events.
+
+Example:
+    >>> backtrack(index, [q], vectors, [3, 4, 5], raw_top=60, weights=Weights(), now=None,
+    ...           scope_kinds={"Mixed": ["summary"]})  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+import numpy as np
+
+from memstrata.memory.fusion import Weights
+from memstrata.memory.hits import score_query, turn_hit
+from memstrata.memory.index import MemoryIndex
+from memstrata.memory.query import Hit, Query
+
+
+def backtrack(
+    index: MemoryIndex, queries: Sequence[Query], vectors: np.ndarray, event_turns: Sequence[int], *,
+    raw_top: int, weights: Weights, now: datetime | None, scope_kinds: Mapping[str, Sequence[str]],
+    keep: int | None = None, top_events: int = 1,
+) -> list[Hit]:
+    """The turns of the chosen events plus each query's best ``raw_top`` raw turns, reranked.
+
+    ``keep`` bounds how many of the best-scored turns per query become candidates;
+    the hierarchy prior of the turn scores comes from the query's best ``top_events``
+    events of the kinds its scope searches.
+    """
+    linked = set(event_turns)
+    out = []
+    for query, qvec in zip(queries, vectors, strict=True):
+        kinds = [k for k in scope_kinds.get(query.scope, ()) if k in index.events]
+        _, parts = score_query(index, query, qvec, event_kinds=kinds, top_events=max(top_events, 1),
+                               weights=weights, now=now)
+        chosen = np.fromiter(linked | {int(i) for i in np.argsort(-parts["score"])[:raw_top]}, dtype=int)
+        chosen = chosen[np.argsort(-parts["score"][chosen])][:keep]
+        out += [turn_hit(index, int(i), parts, level="level2", found_by=index.turns_kind, query=query)
+                for i in chosen]
+    return out

@@ -1,0 +1,166 @@
+"""How a raw turn's score is made for one query: its views fused, then the hierarchy's priors (pure numpy).
+
+A turn's semantic score fuses the standardized dense and BM25 scores of its
+views, the score of the best event (Level-1 summary or any other ``event``
+kind) that links to it (the hierarchy's prior), a boost when the query names
+its speaker, and a share of its best neighbour's score (answers sit next to
+questions). H-Mem's Eq. 3 (:mod:`memstrata.memory.hmem_scoring`) then adds
+temporal relevance to the query's hint and Ebbinghaus robustness.
+
+Example:
+    >>> ranks_to_unit(np.array([3.0, 1.0, 2.0])).round(2).tolist()
+    [1.0, 0.98, 0.98]
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from memstrata.memory.hmem_scoring import Interval, fuse, temporal_relevance
+from memstrata.memory.index import KindTable, MemoryIndex
+from memstrata.memory.query import Query
+
+RRF_K = 60
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Fusion settings, taken from the run context (``eta`` has no effect until reinforcement counts exist)."""
+
+    semantic: float = 0.70
+    temporal: float = 0.15
+    robustness: float = 0.15
+    tau_days: float = 365.0
+    eta: float = 0.5
+    episode_prior: float = 0.15
+    neighbour: float = 0.4
+    speaker: float = 0.7
+    lam: float = 0.5
+
+
+def ranks_to_unit(scores: np.ndarray) -> np.ndarray:
+    """RRF contribution of each item's rank, scaled so rank 1 is 1.0."""
+    if scores.size == 0:
+        return scores
+    order = np.argsort(-scores, kind="stable")
+    ranks = np.empty(len(scores))
+    ranks[order] = np.arange(len(scores))
+    return (RRF_K + 1) / (RRF_K + 1 + ranks)
+
+
+def hybrid_semantic(dense: np.ndarray, lexical: np.ndarray) -> np.ndarray:
+    """Rank fusion of dense and BM25 scores, in [0, 1]; BM25 only counts where it matched."""
+    dense_part = ranks_to_unit(dense)
+    lex_part = np.where(lexical > 0, ranks_to_unit(lexical), 0.0)
+    return (dense_part + lex_part) / 2
+
+
+def score_events(table: KindTable, qvec: np.ndarray, qtokens: list[str]) -> np.ndarray:
+    """Semantic score of every unit of one event kind for one query (dense and BM25, fused by rank)."""
+    if not len(table):
+        return np.zeros(0)
+    return hybrid_semantic(table.dense(qvec), table.bm25.scores(qtokens) if table.bm25 else np.zeros(len(table)))
+
+
+def ranked_events(scores: dict[str, np.ndarray], kinds: Sequence[str]) -> list[tuple[str, int, float]]:
+    """``(kind, row, score)`` of the given event kinds, best first (one kind keeps its own order)."""
+    pairs = [(k, r) for k in kinds if k in scores for r in range(len(scores[k]))]
+    if not pairs:
+        return []
+    flat = np.concatenate([scores[k] for k in kinds if k in scores])
+    return [(pairs[i][0], pairs[i][1], float(flat[i])) for i in np.argsort(-flat)]
+
+
+def event_prior(index: MemoryIndex, ranked: list[tuple[str, int, float]], top: int) -> np.ndarray:
+    """Per turn: the best normalized score among the top ``top`` events linking to it."""
+    prior = np.zeros(len(index.turns))
+    if not ranked:
+        return prior
+    best = ranked[0][2] or 1.0
+    for kind, row, score in ranked[:top]:
+        idx = index.events[kind].turn_rows[row]
+        prior[idx] = np.maximum(prior[idx], score / best)
+    return prior
+
+
+def turn_semantic(index: MemoryIndex, qvec: np.ndarray, qtokens: list[str]) -> np.ndarray:
+    """Each turn's own semantic score for one query: score fusion over its views, in [0, 1].
+
+    Half dense (the turn alone, averaged with every ``view`` kind, e.g. the turn among
+    its neighbours), half BM25 (the turn alone and its windows of neighbours each
+    side; a view that did not match gives its lowest value). Each view is standardized over the user's turns
+    (z-scores) before averaging, so a clear winner in one view keeps its margin, which
+    rank fusion would flatten; the sum is then scaled to [0, 1]. A reply that only
+    makes sense after the question it answers is found through its context, while the
+    turn itself is what gets returned.
+    """
+    if not index.turns:
+        return np.zeros(0)
+    views = [index.dense_turns(qvec), *index.dense_views(qvec)]
+    dense = sum(standardize(v) for v in views) / len(views)
+    lexical = [standardize(s) for s in (bm.scores(qtokens) for bm in index.turn_bm25)]
+    fused = dense + sum(lexical) / len(lexical)
+    low, high = float(fused.min()), float(fused.max())
+    return (fused - low) / (high - low) if high > low else np.zeros_like(fused)
+
+
+def standardize(scores: np.ndarray) -> np.ndarray:
+    """z-scores (all zeros when the scores do not vary, e.g. a query with no BM25 match)."""
+    spread = float(scores.std())
+    return (scores - scores.mean()) / spread if spread > 0 else np.zeros_like(scores, dtype=float)
+
+
+def score_turns(
+    index: MemoryIndex, query: Query, own: np.ndarray, prior: np.ndarray, *, weights: Weights, now: datetime | None,
+) -> dict[str, np.ndarray]:
+    """Every turn's fused score for one sub-query, with its parts (``own`` from :func:`turn_semantic`)."""
+    n = len(index.turns)
+    if n == 0:
+        return {"score": np.zeros(0)}
+    sem = (1 - weights.episode_prior) * own + weights.episode_prior * prior
+    sem = sem * (1 + weights.speaker * speaker_match(index, query.text))
+    sem = np.maximum(sem, weights.neighbour * _neighbour_max(index, sem))
+    temporal = _temporal(index, query.hint, weights.lam)
+    robust = robustness_all(index, now, weights)
+    score = fuse(sem, temporal, robust, weights=(weights.semantic, weights.temporal, weights.robustness))
+    return {"score": score, "semantic": sem, "temporal": temporal, "robustness": robust, "own": own}
+
+
+def speaker_match(index: MemoryIndex, text: str) -> np.ndarray:
+    """1 for turns spoken by a speaker the query names (people ask about what someone said), else 0."""
+    named = {s for s in index.speakers if _names(text, s)}
+    if not named or len(named) == len(index.speakers):
+        return np.zeros(len(index.turns))
+    return np.array([t.speaker in named for t in index.turns], dtype=float)
+
+
+def _names(text: str, speaker: str) -> bool:
+    first = speaker.split()[0]
+    return len(first) > 1 and re.search(rf"\b{re.escape(first)}\b", text, re.IGNORECASE) is not None
+
+
+def _neighbour_max(index: MemoryIndex, values: np.ndarray) -> np.ndarray:
+    """For each turn, the larger value of its previous and next turn in the same session."""
+    padded = np.append(values, 0.0)  # index -1 (no neighbour) reads the trailing 0
+    return np.maximum(padded[index.prev_idx], padded[index.next_idx])
+
+
+def robustness_all(index: MemoryIndex, now: datetime | None, weights: Weights) -> np.ndarray:
+    """Vectorized H-Mem Eq. 2 with no reinforcement (no kind records consolidations yet, so ``eta``
+    has no effect); 1.0 where times are unknown."""
+    if now is None:
+        return np.ones(len(index.turns))
+    elapsed = np.clip(now.timestamp() - index.ts_seconds, 0, None)
+    return np.where(np.isnan(elapsed), 1.0, np.exp(-elapsed / (weights.tau_days * 86400.0)))
+
+
+def _temporal(index: MemoryIndex, hint: Interval | None, lam: float) -> np.ndarray:
+    if hint is None:
+        return np.zeros(len(index.turns))
+    return np.array([temporal_relevance(Interval(t.timestamp, t.timestamp) if t.timestamp else None, hint, lam=lam)
+                     for t in index.turns])

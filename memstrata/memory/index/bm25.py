@@ -1,0 +1,126 @@
+"""BM25 over stemmed, stop-worded words: the lexical half of every search view, updatable in place.
+
+Tokenization is bm25s's (English stopwords, PyStemmer). Scoring is the Lucene
+variant bm25s uses (k1 = 1.5, b = 0.75, idf = ln(1 + (N - df + 0.5) / (df + 0.5))),
+but computed at query time from stored term frequencies rather than from a
+precomputed score matrix: adding or replacing a document then only updates its
+postings, its length and the document frequencies, and every later query sees
+exactly the scores a rebuild over the same documents would give.
+
+Example:
+    >>> index = Bm25.from_tokens(tokenize(["Ann moved to Porto", "Bob likes tea"]))
+    >>> int(index.scores(tokenize(["Porto"])[0]).argmax())
+    0
+    >>> index.set_doc(2, tokenize(["Porto again"])[0])
+    >>> index.scores(tokenize(["Porto"])[0]).round(3).tolist()
+    [0.426, 0.0, 0.512]
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import bm25s
+import numpy as np
+
+K1, B = 1.5, 0.75
+
+
+def _stemmer() -> Any:
+    try:
+        import Stemmer
+
+        return Stemmer.Stemmer("english")
+    except ImportError:  # pragma: no cover - PyStemmer is a declared dependency
+        return None
+
+
+_STEM = _stemmer()
+
+
+def tokenize(texts: list[str]) -> list[list[str]]:
+    """Lower-cased, stop-worded, stemmed word tokens (the BM25 vocabulary)."""
+    return bm25s.tokenize(texts, stopwords="en", stemmer=_STEM, return_ids=False, show_progress=False)
+
+
+class Bm25:
+    """A BM25 index over documents numbered 0..n-1 that can grow and change in place."""
+
+    def __init__(self) -> None:
+        self.postings: dict[str, dict[int, int]] = {}
+        self.lengths: list[int] = []
+        self.docs: list[Counter[str]] = []
+        self._total = 0
+        self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._length_array: np.ndarray | None = None
+
+    @classmethod
+    def build(cls, texts: list[str]) -> Bm25:
+        return cls.from_tokens(tokenize(texts) if texts else [])
+
+    @classmethod
+    def from_tokens(cls, docs: list[list[str]]) -> Bm25:
+        """Index documents already run through :func:`tokenize` (windows reuse their turns' tokens)."""
+        index = cls()
+        for i, tokens in enumerate(docs):
+            index.set_doc(i, tokens)
+        return index
+
+    @property
+    def size(self) -> int:
+        return len(self.lengths)
+
+    def set_doc(self, i: int, tokens: list[str]) -> None:
+        """Add document ``i`` (the next number) or replace it."""
+        if i > len(self.lengths):
+            msg = f"Bm25.set_doc: document {i} would leave a gap after {len(self.lengths) - 1}"
+            raise IndexError(msg)
+        if i == len(self.lengths):
+            self.lengths.append(0)
+            self.docs.append(Counter())
+        old = self.docs[i]
+        for term in old:
+            docs = self.postings[term]
+            del docs[i]
+            if not docs:
+                del self.postings[term]
+            self._arrays.pop(term, None)
+        new = Counter(tokens)
+        for term, tf in new.items():
+            self.postings.setdefault(term, {})[i] = tf
+            self._arrays.pop(term, None)
+        self._total += len(tokens) - self.lengths[i]
+        self.lengths[i], self.docs[i] = len(tokens), new
+        self._length_array = None
+
+    def pop(self) -> None:
+        """Remove the last document."""
+        last = len(self.lengths) - 1
+        self.set_doc(last, [])
+        self.lengths.pop()
+        self.docs.pop()
+        self._length_array = None
+
+    def _postings(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        if term not in self._arrays:
+            docs = self.postings[term]
+            self._arrays[term] = (np.fromiter(docs.keys(), dtype=np.int64, count=len(docs)),
+                                  np.fromiter(docs.values(), dtype=np.float64, count=len(docs)))
+        return self._arrays[term]
+
+    def scores(self, query_tokens: list[str]) -> np.ndarray:
+        """One score per document; zeros when no query word is in the vocabulary."""
+        n = len(self.lengths)
+        out = np.zeros(n)
+        known = [t for t in query_tokens if self.postings.get(t)]
+        if not known:
+            return out
+        if self._length_array is None:
+            self._length_array = np.asarray(self.lengths, dtype=np.float64)
+        norm = K1 * ((1 - B) + B * self._length_array / (self._total / n))
+        for term in known:  # a repeated query word counts again, as in bm25s
+            docs, tf = self._postings(term)
+            idf = np.log(1 + (n - len(docs) + 0.5) / (len(docs) + 0.5))
+            out[docs] += idf * tf / (norm[docs] + tf)  # a term lists each document once
+        return out

@@ -1,0 +1,49 @@
+"""A numpy array that grows by rows in amortized constant time (the snapshot's vectors and per-turn arrays).
+
+Example:
+    >>> r = Rows(np.zeros((0, 2), dtype=np.float32))
+    >>> r.append([1, 2]); r.append([3, 4]); r.set(0, [5, 6])
+    >>> r.array.tolist()
+    [[5.0, 6.0], [3.0, 4.0]]
+    >>> r.pop(); len(r)
+    1
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class Rows:
+    """Rows of a 1-D or 2-D array with spare capacity; :attr:`array` is a view of the used rows."""
+
+    def __init__(self, data: np.ndarray) -> None:
+        self._buf = np.asarray(data)
+        self._n = len(self._buf)
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def array(self) -> np.ndarray:
+        return self._buf[: self._n]
+
+    def append(self, row: Any) -> None:
+        if self._n == len(self._buf):
+            grown = np.empty((max(16, 2 * len(self._buf)), *self._buf.shape[1:]), dtype=self._buf.dtype)
+            grown[: self._n] = self._buf[: self._n]
+            self._buf = grown
+        self._buf[self._n] = row
+        self._n += 1
+
+    def set(self, i: int, row: Any) -> None:
+        if not 0 <= i < self._n:
+            msg = f"Rows.set: row {i} is outside 0..{self._n - 1}"
+            raise IndexError(msg)
+        self._buf[i] = row
+
+    def pop(self) -> None:
+        if self._n:
+            self._n -= 1

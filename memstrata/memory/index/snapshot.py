@@ -1,0 +1,375 @@
+"""The search snapshot of one user's memory (optionally one conversation), built per registered kind.
+
+Chroma is the store of record. For query latency, every searched kind of
+:mod:`memstrata.memory.levels` is loaded once per process into a
+:class:`KindTable` (its units, their vectors and, for ``event`` kinds, BM25
+over their text). The raw kind gets what turn search needs on top: neighbour
+links, the aligned vectors of every ``view`` kind, and BM25 over windows of
+each turn with 0, 1, 2, 4 and 8 neighbours each side (``window_widths``; the
+wider windows stand for the scene the turn belongs to). Nothing here names a
+kind: a new kind's module is enough for it to be indexed.
+
+Writes through the same store are applied in place (:meth:`MemoryIndex.apply`):
+the store's write log hands over the written units and vectors, rows are added
+or replaced, the BM25 statistics and the windows around a new turn are updated,
+so a query right after a write does not rebuild anything. What the log cannot
+describe (a user deleted, raw turns deleted, a log that no longer reaches back)
+rebuilds from Chroma, as do writes from another process, which are noticed by a
+count check every ``refresh_seconds``. Rows added in place sit after the rows
+a rebuild would sort before them; scores are the same, only the order of exact
+ties can differ.
+
+Example:
+    >>> idx = MemoryIndex.load(store, user_id="alice")      # doctest: +SKIP
+    >>> idx.dense_turns(vec)[:3]                            # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from memstrata.memory import levels
+from memstrata.memory.index.bm25 import Bm25, tokenize
+from memstrata.memory.index.rows import Rows
+from memstrata.memory.levels import Level, Turn
+from memstrata.memory.models import Unit
+
+DEFAULT_WINDOWS = (0, 1, 2, 4, 8)
+_CACHE: dict[tuple[int, str, str | None], MemoryIndex] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+class KindTable:
+    """One kind's part of the snapshot: its units, their vectors, BM25 over their text (``event`` kinds).
+
+    ``turn_rows`` maps each unit to the rows of its raw turns (filled by :class:`MemoryIndex`).
+    """
+
+    def __init__(self, level: Level, units: list[Unit], vecs: np.ndarray) -> None:
+        self.level = level
+        self.units = list(units)
+        self._vecs = Rows(np.asarray(vecs, dtype=np.float32))
+        self.by_key = {(u.conversation_id, u.id): i for i, u in enumerate(self.units)}
+        self.bm25 = Bm25.from_tokens(tokenize([u.embed_text() for u in self.units]) if self.units else []) \
+            if level.role == "event" else None
+        self.turn_rows: list[list[int]] = []
+
+    @property
+    def kind(self) -> str:
+        return self.level.kind
+
+    @property
+    def vecs(self) -> np.ndarray:
+        return self._vecs.array
+
+    def __len__(self) -> int:
+        return len(self.units)
+
+    def dense(self, qvec: np.ndarray) -> np.ndarray:
+        """Cosine similarity of the query to every unit (vectors are normalized)."""
+        return self.vecs @ qvec if len(self.units) else np.zeros(0)
+
+    def upsert(self, unit: Unit, vec: Any) -> int:
+        """Add the unit, or replace it when its key is known; returns its row."""
+        key = (unit.conversation_id, unit.id)
+        row = self.by_key.get(key)
+        if row is None:
+            row = len(self.units)
+            self.units.append(unit)
+            self._vecs.append(vec)
+            self.by_key[key] = row
+            self.turn_rows.append([])
+        else:
+            self.units[row] = unit
+            self._vecs.set(row, vec)
+        if self.bm25 is not None:
+            self.bm25.set_doc(row, tokenize([unit.embed_text()])[0])
+        return row
+
+    def remove(self, key: tuple[str, str]) -> None:
+        """Drop a unit: the last row moves into its place (rows are not ordered)."""
+        row = self.by_key.pop(key, None)
+        if row is None:
+            return
+        last = len(self.units) - 1
+        if row != last:
+            moved = self.units[last]
+            self.units[row], self.turn_rows[row] = moved, self.turn_rows[last]
+            self._vecs.set(row, self._vecs.array[last])
+            self.by_key[(moved.conversation_id, moved.id)] = row
+            if self.bm25 is not None:
+                self.bm25.set_doc(row, list(self.bm25.docs[last].elements()))
+        self.units.pop()
+        self.turn_rows.pop()
+        self._vecs.pop()
+        if self.bm25 is not None:
+            self.bm25.pop()
+
+
+class MemoryIndex:
+    """A search snapshot: one :class:`KindTable` per searched kind, plus the turn-level structures.
+
+    Args:
+        tables: the tables by kind; the raw kind's units are :class:`Turn` objects.
+        window_widths: neighbours on each side of the BM25 window views of a turn.
+    """
+
+    def __init__(self, tables: dict[str, KindTable], *, window_widths: Sequence[int] = DEFAULT_WINDOWS,
+                 version: int = 0, counts: tuple[int, ...] = ()) -> None:
+        self.tables = tables
+        self.version, self.counts, self.loaded_at = version, counts, time.monotonic()
+        self.memo: dict[str, Any] = {}
+        self.lock = threading.Lock()
+        raw = tables[levels.raw_kind()]
+        self.raw = raw
+        self.turns_kind = raw.kind
+        self.turns: list[Turn] = raw.units  # type: ignore[assignment]
+        self.by_key = raw.by_key
+        self.view_tables = [t for t in tables.values() if t.level.role == "view"]
+        self._views = [Rows(self._aligned(t)) for t in self.view_tables]
+        self.events = {k: t for k, t in tables.items() if t.level.role == "event"}
+        for table in self.events.values():
+            table.turn_rows = [self.rows_of(u.conversation_id, u.linked_turn_ids()) for u in table.units]
+        self._link_turns()
+        self.window_widths = tuple(window_widths)
+        # Each turn is tokenized once; a window's tokens are its turns' tokens joined.
+        self.turn_tokens = tokenize([t.render() for t in self.turns]) if self.turns else []
+        self.turn_bm25 = [Bm25.from_tokens([self._window_tokens(i, w) for i in range(len(self.turns))])
+                          for w in self.window_widths]
+
+    @property
+    def turn_vecs(self) -> np.ndarray:
+        return self.raw.vecs
+
+    @property
+    def views(self) -> list[np.ndarray]:
+        """Every view kind's vectors in turn order (the turn's own vectors when there is no view kind)."""
+        return [v.array for v in self._views] or [self.turn_vecs]
+
+    def _link_turns(self) -> None:
+        turns = self.turns
+        self.by_position = {(t.conversation_id, t.session_id, t.position): i for i, t in enumerate(turns)}
+        self._prev = Rows(np.array([self.by_position.get((t.conversation_id, t.session_id, t.position - 1), -1)
+                                    for t in turns], dtype=int))
+        self._next = Rows(np.array([self.by_position.get((t.conversation_id, t.session_id, t.position + 1), -1)
+                                    for t in turns], dtype=int))
+        self._ts = Rows(np.array([t.timestamp.timestamp() if t.timestamp else np.nan for t in turns], dtype=float))
+        stamps = [t.timestamp for t in turns if t.timestamp]
+        self.latest: datetime | None = max(stamps) if stamps else None
+        self.speakers = sorted({t.speaker for t in turns})
+
+    @property
+    def prev_idx(self) -> np.ndarray:
+        return self._prev.array
+
+    @property
+    def next_idx(self) -> np.ndarray:
+        return self._next.array
+
+    @property
+    def ts_seconds(self) -> np.ndarray:
+        return self._ts.array
+
+    def _aligned(self, view: KindTable) -> np.ndarray:
+        """A view kind's vectors in turn order; a turn without a view stands alone (older stores)."""
+        by_turn = {(u.conversation_id, u.linked_turn_ids()[0]): view.vecs[i] for i, u in enumerate(view.units)}
+        rows = [by_turn.get((t.conversation_id, t.id), self.turn_vecs[i]) for i, t in enumerate(self.turns)]
+        return np.asarray(rows, dtype=np.float32).reshape(self.turn_vecs.shape)
+
+    # ---- loading -----------------------------------------------------------
+    @classmethod
+    def fresh(cls, store: Any, *, user_id: str, conversation_id: str | None = None,
+              refresh_seconds: float = 5.0) -> MemoryIndex | None:
+        """The cached snapshot when it needs no I/O to trust (same version, checked recently), else ``None``."""
+        with _CACHE_LOCK:
+            cached = _CACHE.get((id(store), user_id, conversation_id))
+        if cached is not None and cached.version == store.versions.get(user_id) and \
+                time.monotonic() - cached.loaded_at < refresh_seconds:
+            return cached
+        return None
+
+    @classmethod
+    def load(cls, store: Any, *, user_id: str, conversation_id: str | None = None, refresh_seconds: float = 5.0,
+             window_widths: Sequence[int] = DEFAULT_WINDOWS) -> MemoryIndex:
+        """The cached snapshot, updated in place after this process's writes, rebuilt after other processes'."""
+        key = (id(store), user_id, conversation_id)
+        with _CACHE_LOCK:
+            cached = _CACHE.get(key)
+        if cached is not None and cached.window_widths == tuple(window_widths):
+            with cached.lock:
+                version = store.versions.get(user_id)
+                changes = store.versions.since(user_id, cached.version)
+                if changes is not None and cached.apply(changes, conversation_id=conversation_id):
+                    cached.version = version
+                    if time.monotonic() - cached.loaded_at < refresh_seconds or cached.counts == _counts(
+                            store, user_id, conversation_id):
+                        cached.loaded_at = time.monotonic()
+                        return cached
+        version = store.versions.get(user_id)
+        index = cls.build(store, user_id, conversation_id, version=version, window_widths=window_widths)
+        with _CACHE_LOCK:
+            _CACHE[key] = index
+        return index
+
+    @classmethod
+    def build(cls, store: Any, user_id: str, conversation_id: str | None, *, version: int = 0,
+              window_widths: Sequence[int] = DEFAULT_WINDOWS) -> MemoryIndex:
+        """Read every searched kind of one user from the store into a new snapshot."""
+        tables = {}
+        for level in levels.levels(searched=True):
+            records = store.get(level.kind, user_id=user_id, conversation_id=conversation_id, with_vectors=True)
+            tables[level.kind] = _table(level, records)
+        return cls(tables, window_widths=window_widths, version=version,
+                   counts=tuple(len(t) for t in tables.values()))
+
+    def remember(self, key: str, value: Any, *, limit: int = 512) -> None:
+        """Memoize per-query work on this snapshot (dropped whenever the snapshot changes)."""
+        if len(self.memo) >= limit:
+            self.memo.pop(next(iter(self.memo)))
+        self.memo[key] = value
+
+    # ---- in-place updates ---------------------------------------------------------
+    def apply(self, changes: Sequence[Any], *, conversation_id: str | None = None) -> bool:
+        """Replay the store's logged writes; ``False`` means they need a rebuild instead."""
+        if not changes:
+            return True
+        self.memo.clear()
+        touched: dict[str, set[tuple[str, str]]] = {}
+        for change in changes:
+            table = self.tables.get(change.kind)
+            if table is None:
+                continue  # a kind the snapshot does not search
+            if change.op == "delete":
+                if table is self.raw:
+                    return False
+                for unit_id in change.unit_ids:
+                    table.remove((change.conversation_id, unit_id))
+                continue
+            for unit, vec in zip(change.units, change.vectors, strict=True):
+                if conversation_id is None or unit.conversation_id == conversation_id:
+                    if not self._upsert(table, unit, vec, touched):
+                        return False
+        for kind, keys in touched.items():  # by key: a later delete in the batch may have moved the row
+            table = self.tables[kind]
+            for row in (r for key in keys if (r := table.by_key.get(key)) is not None):
+                u = table.units[row]
+                table.turn_rows[row] = self.rows_of(u.conversation_id, u.linked_turn_ids())
+        self.counts = tuple(len(t) for t in self.tables.values())
+        return True
+
+    def _upsert(self, table: KindTable, unit: Unit, vec: Any, touched: dict[str, set[tuple[str, str]]]) -> bool:
+        if table is self.raw:
+            self._upsert_turn(unit, vec)  # type: ignore[arg-type]
+            return True
+        if table.level.role == "view":
+            row = self.by_key.get((unit.conversation_id, unit.linked_turn_ids()[0]))
+            if row is None:
+                return False  # a view of a turn this snapshot lacks: rebuild
+            table.upsert(unit, vec)
+            self._views[self.view_tables.index(table)].set(row, vec)
+            return True
+        table.upsert(unit, vec)
+        touched.setdefault(table.kind, set()).add((unit.conversation_id, unit.id))
+        return True
+
+    def _upsert_turn(self, turn: Turn, vec: Any) -> None:
+        """Add or replace a raw turn: its links, its time, its view rows and the windows around it."""
+        new = (turn.conversation_id, turn.id) not in self.by_key
+        row = self.raw.upsert(turn, vec)
+        here = (turn.conversation_id, turn.session_id, turn.position)
+        before = self.by_position.get((*here[:2], turn.position - 1), -1)
+        after = self.by_position.get((*here[:2], turn.position + 1), -1)
+        if new:
+            self.by_position[here] = row
+            self._prev.append(before)
+            self._next.append(after)
+            self._ts.append(turn.timestamp.timestamp() if turn.timestamp else np.nan)
+            for view in self._views:
+                view.append(vec)
+            self.turn_tokens.append([])
+        else:
+            self._ts.set(row, turn.timestamp.timestamp() if turn.timestamp else np.nan)
+        if before >= 0:
+            self._next.set(before, row)
+        if after >= 0:
+            self._prev.set(after, row)
+        if turn.timestamp and (self.latest is None or turn.timestamp > self.latest):
+            self.latest = turn.timestamp
+        if turn.speaker not in self.speakers:
+            self.speakers = sorted({*self.speakers, turn.speaker})
+        self.turn_tokens[row] = tokenize([turn.render()])[0]
+        for width, bm25 in zip(self.window_widths, self.turn_bm25, strict=True):
+            for i in sorted(set(self._members(row, width)), key=lambda r: r if r < bm25.size else 1 << 62):
+                bm25.set_doc(i, self._window_tokens(i, width))
+
+    # ---- turn structure --------------------------------------------------------
+    def rows_of(self, conversation_id: str, turn_ids: Sequence[str]) -> list[int]:
+        """Rows of the given raw turns of one conversation (unknown ids are skipped)."""
+        return [i for tid in turn_ids if (i := self.by_key.get((conversation_id, tid))) is not None]
+
+    def _members(self, i: int, width: int) -> list[int]:
+        """Turn ``i``'s window as rows in order: up to ``width`` neighbours each side, within its session."""
+        prev, nxt = self.prev_idx, self.next_idx
+        before, after, j, k = [], [], i, i
+        for _ in range(width):
+            j = prev[j] if j >= 0 else -1
+            k = nxt[k] if k >= 0 else -1
+            if j >= 0:
+                before.insert(0, int(j))
+            if k >= 0:
+                after.append(int(k))
+        return [*before, i, *after]
+
+    def _window_tokens(self, i: int, width: int) -> list[str]:
+        return [tok for j in self._members(i, width) for tok in self.turn_tokens[j]]
+
+    def window_members(self, width: int) -> list[list[int]]:
+        """Each turn's window as turn rows in order: up to ``width`` neighbours each side, within its session."""
+        return [self._members(i, width) for i in range(len(self.turns))]
+
+    def windows(self, width: int) -> list[str]:
+        """Each turn's rendered text with up to ``width`` neighbours each side, within its session."""
+        return ["\n".join(self.turns[j].render() for j in members) for members in self.window_members(width)]
+
+    # ---- dense search ------------------------------------------------------------
+    def dense_turns(self, qvec: np.ndarray) -> np.ndarray:
+        return self.turn_vecs @ qvec if len(self.turns) else np.zeros(0)
+
+    def dense_views(self, qvec: np.ndarray) -> list[np.ndarray]:
+        """Similarity of the query to each turn in every view kind (e.g. the turn read with its neighbours)."""
+        return [v @ qvec if len(self.turns) else np.zeros(0) for v in self.views]
+
+
+def forget_store(store: Any) -> None:
+    """Drop every cached snapshot of one store."""
+    with _CACHE_LOCK:
+        for key in [k for k in _CACHE if k[0] == id(store)]:
+            del _CACHE[key]
+
+
+def _counts(store: Any, user_id: str, conversation_id: str | None) -> tuple[int, ...]:
+    return tuple(store.count(lv.kind, user_id=user_id, conversation_id=conversation_id)
+                 for lv in levels.levels(searched=True))
+
+
+def _session_key(session_id: str) -> tuple[int, str]:
+    return (int(session_id), "") if session_id.isdigit() else (1 << 30, session_id)
+
+
+def _table(level: Level, records: list[Any]) -> KindTable:
+    """A kind's table from its stored records; raw turns are put in conversation order."""
+    units = [level.unit.model_validate(r.payload) for r in records]
+    vecs = [r.metadata["_vector"] for r in records]
+    if level.role == "raw":
+        order = sorted(range(len(units)), key=lambda i: (
+            units[i].conversation_id, _session_key(getattr(units[i], "session_id", "")),
+            getattr(units[i], "position", 0)))
+        units, vecs = [units[i] for i in order], [vecs[i] for i in order]
+    dim = len(vecs[0]) if vecs else 1
+    return KindTable(level, units, np.asarray(vecs, dtype=np.float32).reshape(-1, dim))

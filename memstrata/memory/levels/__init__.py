@@ -1,0 +1,18 @@
+"""Unit kinds, one module each, and their registry (see :mod:`memstrata.memory.levels.base`).
+
+Importing this package registers the built-in kinds in hierarchy order: raw
+turns, their contextual view, Level-2 episodes, Level-1 summaries.
+"""
+
+from memstrata.memory.levels.base import (
+    SCOPES, Level, get_level, levels, raw_kind, register, scope_table, unregister,
+)
+from memstrata.memory.levels.turn import TURN, Turn
+from memstrata.memory.levels.turn_context import TURN_CONTEXT, TurnContext
+from memstrata.memory.levels.episode import EPISODE, Episode
+from memstrata.memory.levels.summary import SUMMARY, EventSummary
+
+__all__ = [
+    "EPISODE", "SCOPES", "SUMMARY", "TURN", "TURN_CONTEXT", "Episode", "EventSummary", "Level", "Turn",
+    "TurnContext", "get_level", "levels", "raw_kind", "register", "scope_table", "unregister",
+]

@@ -1,0 +1,79 @@
+"""HyMem's Level-2: contiguous turns on one topic, kept verbatim (read by id, never searched).
+
+Example:
+    >>> from memstrata.memory.levels.turn import Turn
+    >>> turns = [Turn(user_id="u", session_id="1", position=i, speaker="Ann", text=str(i)) for i in range(3)]
+    >>> [e.id for e in build_episodes(turns, [(0, 1), (1, 2)])]
+    ['ep:s1:0-1', 'ep:s1:1-2']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from memstrata.memory.levels.base import Level, register
+from memstrata.memory.levels.turn import Turn
+from memstrata.memory.models import Unit
+
+
+class Episode(Unit):
+    """Contiguous turns of one session, verbatim, linked 1:1 to their Level-1 summary."""
+
+    session_id: str
+    turn_ids: list[str]
+    start_position: int
+    end_position: int
+    text: str = Field(description="The verbatim turns, one rendered turn per line")
+    summary_id: str = ""
+
+    @model_validator(mode="after")
+    def _derive_id(self) -> Episode:
+        if not self.id:
+            self.id = f"ep:s{self.session_id}:{self.start_position}-{self.end_position}"
+        if not self.summary_id:
+            self.summary_id = "sum:" + self.id.removeprefix("ep:")
+        return self
+
+    def parent_ids(self) -> list[str]:
+        return [self.summary_id]
+
+    def child_ids(self) -> list[str]:
+        return list(self.turn_ids)
+
+    def span(self) -> tuple[datetime | None, datetime | None]:
+        return self.timestamp, self.timestamp
+
+    def metadata(self) -> dict[str, Any]:
+        return {**super().metadata(), "episode_id": self.id}
+
+
+def build_episodes(session_turns: Sequence[Turn], spans: Sequence[tuple[int, int]], *,
+                   session_time: datetime | None = None, session_time_raw: str | None = None) -> list[Episode]:
+    """One :class:`Episode` per inclusive (start, end) span of one session's turns (in order)."""
+    out = []
+    for start, end in spans:
+        turns = session_turns[start:end + 1]
+        first = turns[0]
+        out.append(Episode(
+            user_id=first.user_id, conversation_id=first.conversation_id, session_id=first.session_id,
+            turn_ids=[t.id for t in turns], start_position=turns[0].position, end_position=turns[-1].position,
+            text="\n".join(t.render() for t in turns), timestamp=session_time or first.timestamp,
+            timestamp_raw=session_time_raw or first.timestamp_raw,
+        ))
+    return out
+
+
+def episode_vector(turn_vectors: Sequence[Sequence[float]]) -> list[float]:
+    """The normalized mean of an episode's turn vectors (no extra model call)."""
+    mean = np.asarray(turn_vectors, dtype=float).mean(axis=0)
+    norm = float(np.linalg.norm(mean)) or 1.0
+    return (mean / norm).tolist()
+
+
+EPISODE = register(Level(kind="episode", unit=Episode, role="container", searched=False,
+                         description="HyMem Level-2: verbatim episodes, reached from their summary"))

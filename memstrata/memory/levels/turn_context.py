@@ -1,0 +1,60 @@
+"""A search view of the raw turns: each turn read with its neighbours in the session.
+
+A reply like "Went swimming with the kids!" says little alone; next to the
+question it answers, its vector matches what it is about. One unit per turn,
+linked by ``turn_id``; the turn itself stays verbatim and is what retrieval returns.
+
+Example:
+    >>> from memstrata.memory.levels.turn import Turn
+    >>> turns = [Turn(user_id="u", session_id="1", position=i, speaker=s, text=t)
+    ...          for i, (s, t) in enumerate([("Ann", "What did you do?"), ("Bob", "Went swimming!")])]
+    >>> turn_contexts(turns)[1].text
+    'Ann: What did you do?\\nBob: Went swimming!'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from memstrata.memory.levels.base import Level, register
+from memstrata.memory.levels.turn import Turn
+from memstrata.memory.models import Unit
+
+
+class TurnContext(Unit):
+    """A turn rendered with its previous and next turn of the session."""
+
+    turn_id: str
+    session_id: str
+    text: str = Field(description="The rendered previous, own and next turn of the session, one per line")
+
+    @model_validator(mode="after")
+    def _derive_id(self) -> TurnContext:
+        if not self.id:
+            self.id = "ctx:" + self.turn_id
+        return self
+
+    def linked_turn_ids(self) -> list[str]:
+        return [self.turn_id]
+
+    def metadata(self) -> dict[str, Any]:
+        return {**super().metadata(), "turn_id": self.turn_id}
+
+
+def turn_contexts(session_turns: Sequence[Turn], *, width: int = 1) -> list[TurnContext]:
+    """Each turn of one session (in order) rendered with up to ``width`` turns before and after it."""
+    out = []
+    for i, turn in enumerate(session_turns):
+        window = session_turns[max(0, i - width): i + width + 1]
+        out.append(TurnContext(
+            user_id=turn.user_id, conversation_id=turn.conversation_id, turn_id=turn.id, session_id=turn.session_id,
+            text="\n".join(t.render() for t in window), timestamp=turn.timestamp, timestamp_raw=turn.timestamp_raw,
+        ))
+    return out
+
+
+TURN_CONTEXT = register(Level(kind="turn_context", unit=TurnContext, role="view",
+                              description="each turn embedded with its neighbours (a dense view of the raw turns)"))

@@ -1,0 +1,91 @@
+"""Choosing among candidate turns before packing: a near-duplicate filter, MMR, and photo captions.
+
+These are plain, general techniques, named for what they are: the duplicate
+filter drops a turn whose vector nearly equals a better-ranked one's; MMR
+(maximal marginal relevance) reorders the head of the ranking so a turn that
+repeats an earlier pick yields its slot. Neither is xMemory's selection.
+
+Example:
+    >>> coverage_texts([], 5)
+    []
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from memstrata.memory.index import MemoryIndex, tokenize
+from memstrata.memory.query import Hit
+
+
+def _rows(index: MemoryIndex, hits: Sequence[Hit]) -> list[int | None]:
+    return [index.by_key.get((h.conversation_id, h.unit_id)) for h in hits]
+
+
+def drop_near_duplicates(candidates: Sequence[Hit], index: MemoryIndex, *, max_items: int,
+                         threshold: float = 0.95) -> tuple[list[Hit], int]:
+    """The best ``max_items`` turns by score, skipping near-duplicates of a better one; and how many were skipped."""
+    best: dict[str, Hit] = {}
+    for cand in candidates:
+        if cand.key not in best or cand.score > best[cand.key].score:
+            best[cand.key] = cand
+    ranked = sorted(best.values(), key=lambda c: -c.score)[: max_items * 2]
+    rows = np.array([-1 if r is None else r for r in _rows(index, ranked)], dtype=int)
+    vecs = index.turn_vecs[rows] if len(rows) else np.zeros((0, 1))
+    sims = vecs @ vecs.T
+    sims[rows < 0, :] = sims[:, rows < 0] = 0.0  # unknown turns are never duplicates
+    dropped = np.zeros(len(ranked), dtype=bool)
+    # Only the (few) near-duplicate pairs need a look; a pair drops its lower-ranked turn if the other stays.
+    for i, j in np.argwhere(np.triu(sims >= threshold, 1)):
+        if not dropped[i]:
+            dropped[j] = True
+    kept = [c for c, d in zip(ranked, dropped, strict=True) if not d][:max_items]
+    return kept, int(dropped.sum())
+
+
+def mmr(candidates: Sequence[Hit], index: MemoryIndex, *, penalty: float, head: int = 300,
+        picks: int = 80) -> list[Hit]:
+    """Rank by score minus ``penalty`` x the best similarity to what is already ranked (MMR).
+
+    Only the first ``picks`` slots are reordered; the rest keep score order.
+    """
+    ranked = sorted(candidates, key=lambda c: (-c.score, c.key))
+    if penalty <= 0 or len(ranked) < 2:
+        return ranked
+    top, rest = ranked[:head], ranked[head:]
+    rows = _rows(index, top)
+    if any(r is None for r in rows):
+        return ranked
+    vecs = index.turn_vecs[rows]
+    scores = np.array([c.score for c in top])
+    closest = np.full(len(top), -np.inf)
+    free = np.ones(len(top), dtype=bool)
+    order: list[int] = []
+    for _ in range(min(picks, len(top))):
+        gain = np.where(free, scores - penalty * np.maximum(closest, 0.0), -np.inf)
+        pick = int(np.argmax(gain))
+        order.append(pick)
+        free[pick] = False
+        closest = np.maximum(closest, vecs @ vecs[pick])
+    order += [i for i in range(len(top)) if free[i]]
+    return [top[i] for i in order] + rest
+
+
+def mark_captions(candidates: Sequence[Hit], query_texts: Sequence[str]) -> list[Hit]:
+    """Set ``show_caption``: a photo caption is worth its tokens only where it shares a word with the query.
+
+    Captions are machine descriptions of shared photos, not what anybody said; they
+    take about a tenth of a conversation's tokens. The turn's own text is always kept.
+    """
+    terms = set(tokenize([" ".join(query_texts)])[0])
+    with_caption = [c for c in candidates if c.image_caption]
+    words = tokenize([c.image_caption or "" for c in with_caption]) if with_caption else []
+    shown = {id(c): bool(terms & set(w)) for c, w in zip(with_caption, words, strict=True)}
+    return [c.with_(show_caption=shown[id(c)]) if id(c) in shown else c for c in candidates]
+
+
+def coverage_texts(candidates: Sequence[Hit], top: int) -> list[str]:
+    """The texts of the best ``top`` candidates (what a reader would see first)."""
+    return [f"{c.speaker}: {c.text}" for c in sorted(candidates, key=lambda c: -c.score)[:top]]

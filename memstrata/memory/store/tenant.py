@@ -1,0 +1,53 @@
+"""The one tenant scope every part of the store goes through.
+
+Vectors (Chroma), edges and counters all build their filters and storage keys
+here, and nowhere else: a read always carries ``user_id``, a write always
+stamps it, and a storage key is derived from it, so two users never share a
+record even when their unit ids are equal.
+
+Example:
+    >>> where(user_id="alice", conversation_id="c1")
+    {'$and': [{'user_id': 'alice'}, {'conversation_id': 'c1'}]}
+    >>> storage_key("alice", "c1", "s1:t0") != storage_key("bob", "c1", "s1:t0")
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+
+class StoreError(RuntimeError):
+    """A store-level problem: a bad argument, a missing tenant, an unreachable server."""
+
+
+def stable_hash(*parts: str, length: int = 16) -> str:
+    """A short, stable hash of the parts (used for storage keys and derived ids)."""
+    digest = hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()
+    return digest[:length]
+
+
+def check_user(user_id: Any) -> str:
+    """The user id, or a :class:`StoreError` when it is missing or not a string."""
+    if not isinstance(user_id, str) or not user_id.strip():
+        msg = "user_id is required on every read and write (it is the tenant boundary)"
+        raise StoreError(msg)
+    return user_id
+
+
+def where(user_id: str, conversation_id: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The Chroma ``where`` clause of a read: always the user, optionally a conversation and more."""
+    clauses: list[dict[str, Any]] = [{"user_id": check_user(user_id)}]
+    if conversation_id is not None:
+        clauses.append({"conversation_id": conversation_id})
+    if extra:
+        clauses.extend(extra["$and"] if "$and" in extra else ({k: v} for k, v in extra.items()))
+    return clauses[0] if len(clauses) == 1 else {"$and": clauses}
+
+
+def storage_key(user_id: str, conversation_id: str, unit_id: str, *, namespace: str = "") -> str:
+    """A record's storage id, derived from the tenant (``namespace`` separates edges and counters)."""
+    parts = (check_user(user_id), conversation_id, unit_id) if not namespace else (
+        namespace, check_user(user_id), conversation_id, unit_id)
+    return stable_hash(*parts, length=32)

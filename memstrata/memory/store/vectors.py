@@ -1,0 +1,402 @@
+"""The vector store: units and their vectors in Chroma, one collection per registered kind.
+
+Every read builds its ``where`` clause with :func:`memstrata.memory.store.tenant.where`
+and every write stamps ``user_id`` and derives the storage key from it with
+:func:`memstrata.memory.store.tenant.storage_key`. No public method accepts a
+query without a ``user_id``.
+
+Example:
+    >>> store = VectorStore(path="/tmp/memstrata-doc")            # doctest: +SKIP
+    >>> store.count("turn", user_id="alice")                      # doctest: +SKIP
+    0
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from langchain_core.embeddings import Embeddings
+from pydantic import BaseModel
+
+from memstrata.memory import levels
+from memstrata.memory.embeddings import MiniLMEmbeddings, embedder_identity
+from memstrata.memory.store import tenant
+from memstrata.memory.store.tenant import StoreError
+
+logger = logging.getLogger(__name__)
+
+COLLECTION_PREFIX = "memstrata_"
+SCHEMA_VERSION = 1
+_MAX_BATCH = 2000
+
+
+class EmbedderMismatchError(StoreError):
+    """A collection was built with another embedder than the one the store was opened with."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One stored unit as read back: its id, text, metadata and, for queries, a similarity."""
+
+    kind: str
+    unit_id: str
+    document: str
+    metadata: dict[str, Any]
+    similarity: float | None = None
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The full unit as it was written (lists and nested fields included)."""
+        return json.loads(self.metadata.get("payload", "{}"))
+
+
+@dataclass(frozen=True)
+class Change:
+    """One write of this process, as in-process search snapshots replay it.
+
+    ``op`` is ``upsert`` (``units`` with their ``vectors``), ``delete`` (``unit_ids`` of one
+    conversation) or ``reset`` (everything of the user may have changed: rebuild).
+    """
+
+    version: int
+    kind: str
+    op: str
+    units: tuple[Any, ...] = ()
+    vectors: tuple[Any, ...] = ()
+    conversation_id: str | None = None
+    unit_ids: tuple[str, ...] = ()
+
+
+@dataclass
+class WriteLog:
+    """Per-user write versions and a bounded journal of the writes behind them.
+
+    A search snapshot at version v asks for :meth:`since` (v) and applies those
+    changes in place instead of rebuilding; when the journal no longer reaches back
+    to v (more than ``max_rows`` units written since), it gets ``None`` and rebuilds.
+    Only unit writes are logged; edge and counter writes never are.
+    """
+
+    max_rows: int = 50_000
+    counts: dict[str, int] = field(default_factory=dict)
+    journal: dict[str, list[Change]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, user_id: str, kind: str, op: str, **parts: Any) -> None:
+        with self.lock:
+            version = self.counts.get(user_id, 0) + 1
+            self.counts[user_id] = version
+            entries = self.journal.setdefault(user_id, [])
+            entries.append(Change(version=version, kind=kind, op=op, **parts))
+            rows = sum(len(c.units) + len(c.unit_ids) for c in entries)
+            while len(entries) > 1 and rows > self.max_rows:
+                rows -= len(entries[0].units) + len(entries[0].unit_ids)
+                entries.pop(0)
+
+    def bump(self, user_id: str) -> None:
+        """A write the journal cannot describe: snapshots of this user rebuild."""
+        self.record(user_id, "", "reset")
+
+    def get(self, user_id: str) -> int:
+        return self.counts.get(user_id, 0)
+
+    def bump_all(self) -> None:
+        """Every user's snapshots rebuild (after a re-embedding)."""
+        for user in list(self.counts):
+            self.bump(user)
+
+    def since(self, user_id: str, version: int) -> list[Change] | None:
+        """The changes after ``version``, oldest first; ``None`` when they are no longer all known."""
+        with self.lock:
+            entries = [c for c in self.journal.get(user_id, []) if c.version > version]
+            current = self.counts.get(user_id, 0)
+        if current == version:
+            return []
+        if not entries or entries[0].version != version + 1 or any(c.op == "reset" for c in entries):
+            return None
+        return entries
+
+
+class VectorStore:
+    """Chroma-backed storage for every memory unit and its vector.
+
+    Args:
+        path: folder of an embedded ``PersistentClient`` (the default mode).
+        url: a Chroma server, e.g. ``http://127.0.0.1:8000``; used instead of ``path``.
+        embeddings: any LangChain ``Embeddings``; the packaged MiniLM by default.
+        client: an already-built Chroma client (tests, custom settings).
+    """
+
+    def __init__(
+        self,
+        *,
+        path: str | Path | None = None,
+        url: str | None = None,
+        embeddings: Embeddings | None = None,
+        client: Any = None,
+    ) -> None:
+        self.embeddings = embeddings or MiniLMEmbeddings()
+        self.embedder_name, self._dim = getattr(self.embeddings, "name", None), getattr(self.embeddings, "dimension", None)
+        self.client = client or _make_client(path=path, url=url)
+        self.location = str(url or path or "<client>")
+        self._collections: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self.versions = WriteLog()
+
+    # ---- the tenant scope (memstrata.memory.store.tenant) ----------------------
+    @staticmethod
+    def _scope(user_id: str, conversation_id: str | None = None, where: dict[str, Any] | None = None) -> dict[str, Any]:
+        return tenant.where(user_id, conversation_id, where)
+
+    @staticmethod
+    def storage_key(user_id: str, conversation_id: str, unit_id: str) -> str:
+        """The Chroma id: derived from the tenant, so two users never share a record."""
+        return tenant.storage_key(user_id, conversation_id, unit_id)
+
+    # ---- collections -----------------------------------------------------------
+    def _identity(self) -> tuple[str, int]:
+        if self.embedder_name is None or self._dim is None:
+            self.embedder_name, self._dim = embedder_identity(self.embeddings)
+        return str(self.embedder_name), int(self._dim)
+
+    def collection(self, kind: str) -> Any:
+        """The collection of one unit kind, checked against this store's embedder."""
+        with self._lock:
+            if kind not in self._collections:
+                self._collections[kind] = self._open(kind)
+            return self._collections[kind]
+
+    def _open(self, kind: str) -> Any:
+        name, dim = self._identity()
+        meta = {"embedder": name, "dimension": dim, "schema": SCHEMA_VERSION, "hnsw:space": "cosine"}
+        if kind in {lv.kind for lv in levels.levels()}:
+            col = self.client.get_or_create_collection(COLLECTION_PREFIX + kind, metadata=meta,
+                                                       embedding_function=None)
+        else:  # an unregistered kind is read only if it was stored before; never a new stray collection
+            try:
+                col = self.client.get_collection(COLLECTION_PREFIX + kind, embedding_function=None)
+            except Exception as exc:
+                msg = f"unknown unit kind {kind!r}; registered kinds: {[lv.kind for lv in levels.levels()]}"
+                raise StoreError(msg) from exc
+        found = col.metadata or {}
+        if found.get("embedder") != name or int(found.get("dimension", -1)) != dim:
+            msg = (
+                f"collection {col.name!r} at {self.location} was built with embedder "
+                f"{found.get('embedder')!r} (dimension {found.get('dimension')}), but this store was opened with "
+                f"{name!r} (dimension {dim}). Open it with the same embedder, or re-embed everything with "
+                f"`memstrata reindex` (MemoryStore.reindex())."
+            )
+            raise EmbedderMismatchError(msg)
+        return col
+
+    # ---- writes ----------------------------------------------------------------
+    def upsert(
+        self,
+        kind: str,
+        units: Sequence[BaseModel],
+        *,
+        documents: Sequence[str],
+        vectors: Sequence[Sequence[float]] | None = None,
+        extra: Sequence[dict[str, Any]] | None = None,
+    ) -> int:
+        """Write units (idempotent: the same unit always lands on the same key).
+
+        Args:
+            kind: the collection.
+            units: pydantic units with ``id``, ``user_id`` and ``conversation_id``.
+            documents: the text stored (and embedded unless ``vectors`` is given).
+            vectors: precomputed embeddings, one per unit.
+            extra: scalar metadata per unit, for filtering (session, episode, time...).
+        """
+        if not units:
+            return 0
+        if len(documents) != len(units) or (vectors is not None and len(vectors) != len(units)):
+            msg = "upsert: units, documents and vectors must have the same length"
+            raise StoreError(msg)
+        vecs = list(vectors) if vectors is not None else self.embeddings.embed_documents(list(documents))
+        ids, metas = [], []
+        for i, unit in enumerate(units):
+            data = unit.model_dump(mode="json")
+            self._scope(data["user_id"])
+            meta = {k: v for k, v in (extra[i] if extra else {}).items() if v is not None}
+            meta.update(
+                user_id=data["user_id"], conversation_id=data["conversation_id"], unit_id=data["id"],
+                kind=kind, payload=json.dumps(data, ensure_ascii=False),
+            )
+            ids.append(self.storage_key(data["user_id"], data["conversation_id"], data["id"]))
+            metas.append(meta)
+        col = self.collection(kind)
+        with self._write_lock:  # parallel ingestion branches share one client
+            for start in range(0, len(ids), _MAX_BATCH):
+                stop = start + _MAX_BATCH
+                col.upsert(ids=ids[start:stop], embeddings=[list(v) for v in vecs[start:stop]],
+                           documents=list(documents[start:stop]), metadatas=metas[start:stop])
+        for user in dict.fromkeys(m["user_id"] for m in metas):
+            rows = [i for i, m in enumerate(metas) if m["user_id"] == user]
+            self.versions.record(user, kind, "upsert", units=tuple(units[i] for i in rows),
+                                 vectors=tuple(vecs[i] for i in rows))
+        return len(ids)
+
+    def delete(self, kind: str, *, user_id: str, conversation_id: str, unit_ids: Sequence[str]) -> None:
+        """Delete some units of one user."""
+        if unit_ids:
+            keys = [self.storage_key(user_id, conversation_id, u) for u in unit_ids]
+            self.collection(kind).delete(ids=keys, where=self._scope(user_id, conversation_id))
+            self.versions.record(user_id, kind, "delete", conversation_id=conversation_id, unit_ids=tuple(unit_ids))
+
+    def delete_user(self, user_id: str) -> dict[str, int]:
+        """Remove every unit of a user from every unit collection present (registered here or not)."""
+        where = self._scope(user_id)
+        removed = {}
+        for kind in self.stored_kinds():
+            col = self.collection(kind)
+            keys = col.get(where=where, include=[])["ids"]
+            for start in range(0, len(keys), _MAX_BATCH):
+                col.delete(ids=keys[start:start + _MAX_BATCH])
+            removed[kind] = len(keys)
+        self.versions.bump(user_id)
+        return removed
+
+    def stored_kinds(self) -> list[str]:
+        """Every unit kind with a collection here: the registered ones and any a plugin left behind."""
+        names = [c if isinstance(c, str) else c.name for c in self.client.list_collections()]
+        found = {n.removeprefix(COLLECTION_PREFIX) for n in names if n.startswith(COLLECTION_PREFIX)}
+        found = {k for k in found if not k.startswith("_")}  # edge and counter tables are not unit kinds
+        return sorted(found | {lv.kind for lv in levels.levels()})
+
+    # ---- reads -----------------------------------------------------------------
+    def get(
+        self,
+        kind: str,
+        *,
+        user_id: str,
+        conversation_id: str | None = None,
+        unit_ids: Sequence[str] | None = None,
+        where: dict[str, Any] | None = None,
+        with_vectors: bool = False,
+    ) -> list[Record]:
+        """Read units of one user, optionally by id (ids need ``conversation_id``)."""
+        scope = self._scope(user_id, conversation_id, where)
+        include = ["documents", "metadatas"] + (["embeddings"] if with_vectors else [])
+        if unit_ids is not None:
+            if conversation_id is None:
+                return self._get_ids_any_conversation(kind, user_id, unit_ids, where)
+            keys = [self.storage_key(user_id, conversation_id, u) for u in unit_ids]
+            if not keys:
+                return []
+            res = self.collection(kind).get(ids=keys, where=scope, include=include)
+        else:
+            res = self.collection(kind).get(where=scope, include=include)
+        return _records(kind, res, with_vectors)
+
+    def _get_ids_any_conversation(
+        self, kind: str, user_id: str, unit_ids: Sequence[str], where: dict[str, Any] | None
+    ) -> list[Record]:
+        if not unit_ids:
+            return []
+        scope = self._scope(user_id, None, {**(where or {}), "unit_id": {"$in": list(unit_ids)}})
+        return _records(kind, self.collection(kind).get(where=scope, include=["documents", "metadatas"]), False)
+
+    def query(
+        self,
+        kind: str,
+        *,
+        user_id: str,
+        text: str | None = None,
+        vector: Sequence[float] | None = None,
+        k: int = 10,
+        conversation_id: str | None = None,
+        where: dict[str, Any] | None = None,
+    ) -> list[Record]:
+        """Dense top-``k`` of one user's units, most similar first (similarity = 1 - cosine distance)."""
+        scope = self._scope(user_id, conversation_id, where)
+        if vector is None:
+            if text is None:
+                msg = "query: give text or vector"
+                raise StoreError(msg)
+            vector = self.embeddings.embed_query(text)
+        col = self.collection(kind)
+        res = col.query(query_embeddings=[list(vector)], n_results=max(1, k), where=scope,
+                        include=["documents", "metadatas", "distances"])
+        out = []
+        for doc, meta, dist in zip(res["documents"][0], res["metadatas"][0], res["distances"][0], strict=False):
+            out.append(Record(kind, meta["unit_id"], doc or "", dict(meta), 1.0 - float(dist)))
+        return out
+
+    def count(self, kind: str, *, user_id: str, conversation_id: str | None = None) -> int:
+        """How many units of a kind one user has."""
+        return len(self.collection(kind).get(where=self._scope(user_id, conversation_id), include=[])["ids"])
+
+    def users(self) -> list[str]:
+        """Every user id with at least one turn (an operator view, for the CLI)."""
+        metas = self.collection(levels.raw_kind()).get(include=["metadatas"])["metadatas"] or []
+        return sorted({m["user_id"] for m in metas})
+
+    def reindex(self, *, progress: Any = None) -> dict[str, int]:
+        """Re-embed every collection with this store's embedder (after a model change)."""
+        name, dim = self._identity()
+        counts = {}
+        for kind in self.stored_kinds():
+            cname = COLLECTION_PREFIX + kind
+            try:
+                old = self.client.get_collection(cname, embedding_function=None)
+            except Exception:  # noqa: BLE001 - a missing collection is nothing to reindex
+                continue
+            data = old.get(include=["documents", "metadatas"])
+            self.client.delete_collection(cname)
+            self._collections.pop(kind, None)
+            col = self.collection(kind)
+            texts = [m.get("embed_text") or d for d, m in zip(data["documents"], data["metadatas"], strict=True)]
+            for start in range(0, len(texts), 256):
+                stop = start + 256
+                col.add(ids=data["ids"][start:stop], documents=data["documents"][start:stop],
+                        metadatas=data["metadatas"][start:stop],
+                        embeddings=self.embeddings.embed_documents(texts[start:stop]))
+                if progress:
+                    progress(kind, min(stop, len(texts)), len(texts))
+            counts[kind] = len(texts)
+        self.versions.bump_all()
+        logger.info("reindexed %s with %s (%d)", self.location, name, dim)
+        return counts
+
+
+def _records(kind: str, res: dict[str, Any], with_vectors: bool) -> list[Record]:
+    out = []
+    vectors = res.get("embeddings") if with_vectors else None
+    for i, (doc, meta) in enumerate(zip(res["documents"], res["metadatas"], strict=True)):
+        meta = dict(meta)
+        if vectors is not None:
+            meta["_vector"] = list(vectors[i])
+        out.append(Record(kind, meta["unit_id"], doc or "", meta))
+    return out
+
+
+def _make_client(*, path: str | Path | None, url: str | None) -> Any:
+    import chromadb
+    from chromadb.config import Settings
+
+    settings = Settings(anonymized_telemetry=False, allow_reset=False)
+    if url:
+        parsed = urlparse(url if "://" in url else f"http://{url}")
+        if not parsed.hostname:
+            msg = f"bad Chroma server URL {url!r}: expected http://host:port"
+            raise StoreError(msg)
+        try:
+            return chromadb.HttpClient(host=parsed.hostname, port=parsed.port or 8000,
+                                       ssl=parsed.scheme == "https", settings=settings)
+        except Exception as exc:
+            msg = f"cannot reach the Chroma server at {url}: {exc}"
+            raise StoreError(msg) from exc
+    if path is None:
+        msg = "MemoryStore needs a path (embedded Chroma) or a url (Chroma server)"
+        raise StoreError(msg)
+    Path(path).mkdir(parents=True, exist_ok=True)
+    return chromadb.PersistentClient(path=str(path), settings=settings)

@@ -1,0 +1,98 @@
+"""Ingestion stage 3: cut the touched sessions into HyMem's Level-2 episodes and store them.
+
+Offline cuts (topic shifts, time gaps, a length cap), or the model's boundaries
+in LLM mode. Episodes a re-segmentation replaced are deleted with their summaries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+from typing import Any
+
+from langgraph.runtime import Runtime
+from pydantic import BaseModel, Field
+
+from memstrata.context import Context
+from memstrata.llm import GOOD_OUTCOMES
+from memstrata.memory.levels import Episode, Turn
+from memstrata.memory.levels.episode import build_episodes, episode_vector
+from memstrata.memory.segmentation import segment_session
+from memstrata.memory.store import MemoryStore
+from memstrata.nodes.common import LLMStep, progress
+from memstrata.nodes.ingest.turns import read_sessions
+from memstrata.resources import aresolve_store
+from memstrata.state import IngestState
+
+
+class Boundaries(BaseModel):
+    """Indices of the messages that start a new episode."""
+
+    starts: list[int] = Field(default_factory=list, description="0-based indices of messages that begin an episode")
+
+
+async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Segment and store every touched session; report the new episodes for the summarizers."""
+    ctx = runtime.context
+    started = time.perf_counter()
+    store = await aresolve_store(ctx)
+    step = LLMStep(ctx, budget=False)
+    sessions = await asyncio.to_thread(read_sessions, store, ctx.user_id, state.get("sessions", []),
+                                       with_vectors=True)
+    written: list[list[str]] = []
+    removed = 0
+    for (conv_id, session_id), (turns, vecs) in sessions.items():
+        forced = await _llm_cuts(step, turns) if step.model is not None else None
+        spans = segment_session(
+            vecs, [t.timestamp for t in turns], max_turns=ctx.max_episode_turns, min_turns=ctx.min_episode_turns,
+            overlap=ctx.episode_overlap, max_gap=timedelta(minutes=ctx.episode_max_gap_minutes),
+            window=ctx.segment_window, depth=ctx.segment_depth, forced=forced,
+        )
+        episodes = build_episodes(turns, spans, session_time=turns[0].timestamp,
+                                  session_time_raw=turns[0].timestamp_raw)
+        by_id = {t.id: v for t, v in zip(turns, vecs, strict=True)}
+        removed += await asyncio.to_thread(_drop_stale, store, ctx.user_id, conv_id, session_id, episodes)
+        await asyncio.to_thread(store.upsert, "episode", episodes, documents=[e.embed_text() for e in episodes],
+                                vectors=[episode_vector([by_id[t] for t in e.turn_ids]) for e in episodes],
+                                extra=[e.metadata() for e in episodes])
+        written += [[conv_id, e.id] for e in episodes]
+    progress("segment", f"cut {len(sessions)} session(s) into {len(written)} episodes (Level-2)",
+             episodes=len(written))
+    stats: dict[str, Any] = {"episodes_written": len(written), "episodes_replaced": removed,
+                             "stage_seconds": {"episodes": round(time.perf_counter() - started, 3)}}
+    if step.model is not None:
+        stats["llm"] = {"segment": step.meter.summary()}
+    return {"episodes": written, "stats": stats}
+
+
+async def _llm_cuts(step: LLMStep, turns: list[Turn]) -> set[int] | None:
+    """The model's episode starts for one session; ``None`` means "use the offline cuts"."""
+    n = len(turns)
+    listing = "\n".join(f"[{i}] {t.render()}" for i, t in enumerate(turns))
+
+    def valid(b: Boundaries) -> Boundaries:
+        if any(i < 0 or i >= n for i in b.starts):
+            msg = f"indices must be between 0 and {n - 1}"
+            raise ValueError(msg)
+        return b
+
+    value, outcome = await step.decide(
+        Boundaries, "BOUNDARY_PROMPT", f"<messages session=\"{turns[0].session_id}\">\n{listing}\n</messages>",
+        node="segment", fallback=lambda: Boundaries(starts=[-1]), validate=valid,
+        max_turns=step.ctx.max_episode_turns,
+    )
+    if outcome not in GOOD_OUTCOMES:
+        return None
+    return {i for i in value.starts if 0 < i < n}
+
+
+def _drop_stale(store: MemoryStore, user_id: str, conv_id: str, session_id: str, keep: list[Episode]) -> int:
+    """Delete a session's episodes and summaries that a re-segmentation replaced."""
+    keep_ids = {e.id for e in keep}
+    old = store.get("episode", user_id=user_id, conversation_id=conv_id, where={"session_id": session_id})
+    stale = [r for r in old if r.unit_id not in keep_ids]
+    store.delete("episode", user_id=user_id, conversation_id=conv_id, unit_ids=[r.unit_id for r in stale])
+    store.delete("summary", user_id=user_id, conversation_id=conv_id,
+                 unit_ids=[r.payload.get("summary_id", "") for r in stale])
+    return len(stale)

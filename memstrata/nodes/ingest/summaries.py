@@ -1,0 +1,98 @@
+"""Ingestion stage 4: HyMem's Level-1 summaries, fanned out over episode batches with ``Send``.
+
+Each branch reads its episodes and their turns from the store, summarizes them
+(the model's key information, or extractive offline) and stores its summaries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Any
+
+from langgraph.runtime import Runtime
+from langgraph.types import Send
+from pydantic import BaseModel, Field
+
+from memstrata.context import Context
+from memstrata.llm import GOOD_OUTCOMES
+from memstrata.memory.levels import Episode, EventSummary, Turn
+from memstrata.memory.levels.summary import offline_summary
+from memstrata.memory.store import MemoryStore
+from memstrata.memory.timeparse import format_date
+from memstrata.nodes.common import LLMStep, progress
+from memstrata.resources import aresolve_store
+from memstrata.state import EpisodeBatch, IngestState
+
+
+class KeyInformation(BaseModel):
+    """HyMem's summary output: key information as short sentences."""
+
+    keywords: list[str] = Field(description="Each piece of key information as one concise sentence")
+
+
+def route_summaries(state: IngestState, runtime: Runtime[Context]) -> list[Send] | str:
+    """Fan the new episodes out to at most ``Context.max_fanout`` summarizer branches."""
+    episodes = state.get("episodes", [])
+    if not episodes:
+        return "derive_units"
+    width = min(runtime.context.max_fanout, len(episodes))
+    size = math.ceil(len(episodes) / width)
+    return [Send("summarize_batch", {"episodes": episodes[i:i + size]}) for i in range(0, len(episodes), size)]
+
+
+async def summarize_batch(batch: EpisodeBatch, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Summarize and store one batch of episodes."""
+    ctx = runtime.context
+    started = time.perf_counter()
+    store = await aresolve_store(ctx)
+    step = LLMStep(ctx, budget=False)
+    episodes, turns = await asyncio.to_thread(_read_batch, store, ctx.user_id, batch["episodes"])
+    out: list[EventSummary] = []
+    for ep in episodes:
+        summary = offline_summary(ep, [turns[(ep.conversation_id, t)] for t in ep.turn_ids],
+                                  max_sentences=ctx.summary_max_sentences, max_words=ctx.summary_max_words)
+        if step.model is not None:
+            summary = await _llm_summary(step, ep, summary)
+        out.append(summary)
+    await asyncio.to_thread(store.upsert, "summary", out, documents=[s.embed_text() for s in out],
+                            extra=[s.metadata() for s in out])
+    progress("summaries", f"summarized and stored {len(out)} episodes (Level-1)", done=len(out))
+    stats: dict[str, Any] = {"summaries_written": len(out),
+                             "stage_seconds": {"summaries": round(time.perf_counter() - started, 3)}}
+    if step.model is not None:
+        stats["llm"] = {"summarize": step.meter.summary()}
+    return {"stats": stats}
+
+
+def _read_batch(store: MemoryStore, user_id: str,
+                pairs: list[list[str]]) -> tuple[list[Episode], dict[tuple[str, str], Turn]]:
+    """The batch's episodes (in the given order) and every turn they hold."""
+    episodes: list[Episode] = []
+    turns: dict[tuple[str, str], Turn] = {}
+    by_conv: dict[str, list[str]] = {}
+    for conv_id, episode_id in pairs:
+        by_conv.setdefault(conv_id, []).append(episode_id)
+    for conv_id, ids in by_conv.items():
+        found = {r.unit_id: Episode.model_validate(r.payload)
+                 for r in store.get("episode", user_id=user_id, conversation_id=conv_id, unit_ids=ids)}
+        eps = [found[i] for i in ids if i in found]
+        needed = sorted({t for e in eps for t in e.turn_ids})
+        for r in store.get("turn", user_id=user_id, conversation_id=conv_id, unit_ids=needed):
+            turns[(conv_id, r.unit_id)] = Turn.model_validate(r.payload)
+        episodes += eps
+    return episodes, turns
+
+
+async def _llm_summary(step: LLMStep, ep: Episode, fallback: EventSummary) -> EventSummary:
+    """The model's key-information summary, or the extractive one when it fails."""
+    when = format_date(ep.timestamp) or (ep.timestamp_raw or "unknown")
+    user = f"<episode session_date=\"{when}\">\n{ep.text}\n</episode>"
+    value, outcome = await step.decide(KeyInformation, "SUMMARY_PROMPT", user, node="summarize",
+                                       fallback=lambda: KeyInformation(keywords=[]))
+    sentences = [s.strip() for s in value.keywords if isinstance(s, str) and s.strip()]
+    if outcome not in GOOD_OUTCOMES or not sentences:
+        return fallback
+    header = f"[{format_date(ep.timestamp)}] " if ep.timestamp else ""
+    return fallback.model_copy(update={"text": header + " ".join(sentences)[:2000], "method": "llm"})

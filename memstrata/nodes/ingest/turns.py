@@ -1,0 +1,114 @@
+"""Ingestion stage 1: read and validate the input, then store its new or changed raw turns.
+
+Everything is validated before anything is written. Later stages read the
+turns back from the store by session, so the state carries ids, not conversations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from langgraph.runtime import Runtime
+
+from memstrata.context import Context
+from memstrata.memory.conversation import Conversation
+from memstrata.memory.levels import Turn
+from memstrata.memory.levels.turn import changed_turns
+from memstrata.memory.normalize import load_path, normalize_input
+from memstrata.memory.store import MemoryStore
+from memstrata.nodes.common import progress
+from memstrata.resources import aresolve_store
+from memstrata.state import IngestState
+
+
+async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Normalize the input, embed and store new or changed turns; report the sessions later stages must redo."""
+    ctx = runtime.context
+    started = time.perf_counter()
+    convs = await asyncio.to_thread(_normalize, state, ctx)
+    total = sum(c.turn_count for c in convs)
+    progress("load", f"read {len(convs)} conversation(s), {total} turns", total_turns=total)
+    store = await aresolve_store(ctx)
+    sessions: list[list[str]] = []
+    added = 0
+    for conv in convs:
+        stored = await asyncio.to_thread(_stored_turns, store, conv)
+        fresh = changed_turns([t for s in conv.sessions for t in s.turns], stored)
+        for start in range(0, len(fresh), ctx.embed_batch):
+            batch = fresh[start:start + ctx.embed_batch]
+            await asyncio.to_thread(store.upsert, "turn", batch, documents=[t.embed_text() for t in batch],
+                                    extra=[t.metadata() for t in batch])
+            added += len(batch)
+            progress("turns", f"{conv.conversation_id}: embedded {start + len(batch)}/{len(fresh)} new turns",
+                     conversation_id=conv.conversation_id, done=len(batch))
+        unfinished = await asyncio.to_thread(incomplete_sessions, store, conv)
+        sessions += [[conv.conversation_id, s] for s in dict.fromkeys([*(t.session_id for t in fresh), *unfinished])]
+    return {"conversations": [c.conversation_id for c in convs], "sessions": sessions,
+            # Every count starts at zero, so stages that had nothing to do still report it.
+            "stats": {"contexts_written": 0, "episodes_written": 0, "episodes_replaced": 0, "summaries_written": 0,
+                      "conversations": len(convs), "turns_seen": total, "turns_added": added,
+                      "sessions_touched": len(sessions), "warnings": [w for c in convs for w in c.warnings],
+                      "stage_seconds": {"turns": round(time.perf_counter() - started, 3)}}}
+
+
+def _normalize(state: IngestState, ctx: Context) -> list[Conversation]:
+    source = state.get("source")
+    name = "<input>"
+    if isinstance(source, (str, Path)):
+        name = str(source)
+        source = load_path(source)
+    return normalize_input(source, user_id=ctx.user_id,
+                           conversation_id=state.get("conversation_id") or ctx.conversation_id, source=name,
+                           only_conversation=state.get("only_conversation"),
+                           session_gap=timedelta(hours=ctx.session_gap_hours))
+
+
+def _stored_turns(store: MemoryStore, conv: Conversation) -> dict[str, str]:
+    records = store.get("turn", user_id=conv.user_id, conversation_id=conv.conversation_id)
+    return {r.unit_id: r.document for r in records}
+
+
+def incomplete_sessions(store: MemoryStore, conv: Conversation) -> list[str]:
+    """Sessions whose episodes do not cover every turn, lack a summary or lack turn contexts.
+
+    That is an interrupted ingest, or a store written before turn contexts existed; either way
+    re-ingesting the same input repairs it.
+    """
+    key = {"user_id": conv.user_id, "conversation_id": conv.conversation_id}
+    episodes = store.get("episode", **key)
+    summaries = {r.unit_id for r in store.get("summary", **key)}
+    covered: dict[str, set[str]] = {}
+    for ep in episodes:
+        p = ep.payload
+        if p["summary_id"] in summaries:
+            covered.setdefault(p["session_id"], set()).update(p["turn_ids"])
+    viewed: dict[str, set[str]] = {}
+    for r in store.get("turn_context", **key):
+        viewed.setdefault(str(r.metadata.get("session_id")), set()).add(str(r.metadata.get("turn_id")))
+    return [s.session_id for s in conv.sessions
+            if not covered.get(s.session_id, set()) == viewed.get(s.session_id, set()) == {t.id for t in s.turns}]
+
+
+def read_sessions(store: MemoryStore, user_id: str, pairs: list[list[str]], *,
+                  with_vectors: bool = False) -> dict[tuple[str, str], tuple[list[Turn], np.ndarray | None]]:
+    """The stored turns of some ``[conversation_id, session_id]`` pairs, in position order (with vectors)."""
+    by_conv: dict[str, list[str]] = {}
+    for conv_id, session_id in pairs:
+        by_conv.setdefault(conv_id, []).append(session_id)
+    out: dict[tuple[str, str], tuple[list[Turn], np.ndarray | None]] = {}
+    for conv_id, session_ids in by_conv.items():
+        records = store.get("turn", user_id=user_id, conversation_id=conv_id,
+                            where={"session_id": {"$in": session_ids}}, with_vectors=with_vectors)
+        groups: dict[str, list[Any]] = {}
+        for r in records:
+            groups.setdefault(str(r.metadata.get("session_id")), []).append(r)
+        for session_id, recs in groups.items():
+            recs.sort(key=lambda r: r.metadata.get("position", 0))
+            vecs = np.asarray([r.metadata["_vector"] for r in recs], dtype=float) if with_vectors else None
+            out[(conv_id, session_id)] = ([Turn.model_validate(r.payload) for r in recs], vecs)
+    return out

@@ -1,0 +1,73 @@
+"""Retrieval: label each sub-query Short/Long/Mixed and extract its temporal hint (H-Mem)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import date, datetime, time
+from typing import Any, Literal
+
+from langgraph.runtime import Runtime
+from pydantic import BaseModel, Field
+
+from memstrata.context import Context
+from memstrata.memory.planning import predict_scope as rule_scope
+from memstrata.memory.query import Query
+from memstrata.memory.timeparse import format_date
+from memstrata.nodes.common import LLMStep, progress
+from memstrata.resources import open_index, reference_now
+from memstrata.state import RetrievalState
+
+
+class ScopeItem(BaseModel):
+    id: str
+    scope: Literal["Short", "Long", "Mixed"]
+    start_date: date | None = Field(default=None, description="YYYY-MM-DD or empty")
+    end_date: date | None = Field(default=None, description="YYYY-MM-DD or empty")
+
+
+class Scopes(BaseModel):
+    """One scope per sub-query."""
+
+    items: list[ScopeItem]
+
+
+async def predict_scope(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Attach scope and time hints to every sub-query; they become this round's active queries."""
+    ctx = runtime.context
+    index = await open_index(ctx)
+    now = reference_now(ctx, index)
+    subs = state["sub_queries"]
+    rules = {q.id: rule_scope(q.text, now=now) for q in subs}
+
+    def fallback() -> Scopes:
+        return Scopes(items=[ScopeItem(id=i, scope=sc, start_date=h.start.date() if h else None,
+                                       end_date=h.end.date() if h else None) for i, (sc, h) in rules.items()])
+
+    def check(value: Scopes) -> Scopes:
+        if {i.id for i in value.items} != set(rules):
+            msg = f"give exactly one item for each id: {sorted(rules)}"
+            raise ValueError(msg)
+        return value
+
+    step = LLMStep(ctx, state.get("llm_calls"))
+    listing = "\n".join(f"{q.id}: {q.text}" for q in subs)
+    scopes, how = await step.decide(Scopes, "SCOPE_PROMPT", f"<sub_questions>\n{listing}\n</sub_questions>",
+                                    node="predict_scope", fallback=fallback, validate=check,
+                                    now=format_date(now) or "unknown")
+    by_id = {i.id: i for i in scopes.items}
+    active = [_scoped(q, by_id[q.id]) for q in subs]
+    progress("predict_scope", ", ".join(f"{q.id}: {q.scope}" for q in active))
+    return {"active": active, "sub_queries": active, "llm_calls": step.records,
+            "events": [{"node": "predict_scope", "how": how,
+                        "scopes": {q.id: [q.scope, _iso(q.hint_start), _iso(q.hint_end)] for q in active}}]}
+
+
+def _scoped(query: Query, item: ScopeItem) -> Query:
+    start = datetime.combine(item.start_date, time.min) if item.start_date else None
+    end_day = item.end_date or item.start_date
+    end = datetime.combine(end_day, time.max) if end_day and start else None
+    return replace(query, scope=item.scope, hint_start=start, hint_end=end)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None

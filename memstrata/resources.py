@@ -1,0 +1,144 @@
+"""What a run builds on first use and keeps per process: the store, the model, search snapshots, query vectors.
+
+The settings live in :class:`memstrata.context.Context`; this module turns them
+into objects and caches those (one store per location and embedder, one search
+snapshot per user, a small cache of query vectors).
+
+Example:
+    >>> ctx = Context(user_id="alice")
+    >>> resolve_model(ctx) is None        # offline unless a model is configured
+    True
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections import OrderedDict
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from langchain_core.language_models import BaseChatModel
+
+from memstrata.context import CHROMA_URL_ENV, MODEL_ENV, Context, default_data_dir
+from memstrata.memory.fusion import Weights
+from memstrata.memory.index import MemoryIndex, forget_store
+from memstrata.memory.query import Query
+from memstrata.memory.store import MemoryStore
+
+_STORES: dict[tuple[Any, ...], MemoryStore] = {}
+_STORES_LOCK = threading.Lock()
+_VECTORS: OrderedDict[tuple[int, str], np.ndarray] = OrderedDict()
+_VECTORS_LOCK = threading.Lock()
+_VECTOR_CACHE_SIZE = 2048
+
+
+def resolve_store(ctx: Context) -> MemoryStore:
+    """The :class:`MemoryStore` for this context, cached per location and embedder."""
+    key = _store_key(ctx)
+    url, path, _ = key
+    with _STORES_LOCK:
+        if key not in _STORES:
+            _STORES[key] = MemoryStore(path=path, url=url, embeddings=ctx.embeddings)
+        return _STORES[key]
+
+
+def release_store(ctx: Context) -> None:
+    """Forget the cached store of this context and its snapshots (the bench opens one per conversation)."""
+    with _STORES_LOCK:
+        store = _STORES.pop(_store_key(ctx), None)
+    if store is not None:
+        forget_store(store)
+
+
+def _store_key(ctx: Context) -> tuple[str | None, str | None, int | None]:
+    url = ctx.chroma_url or os.environ.get(CHROMA_URL_ENV)
+    path = None if url else str(Path(ctx.data_dir).expanduser() if ctx.data_dir else default_data_dir())
+    return url, path, id(ctx.embeddings) if ctx.embeddings is not None else None
+
+
+async def aresolve_store(ctx: Context) -> MemoryStore:
+    """:func:`resolve_store` off the event loop: opening a store creates folders and a Chroma client.
+
+    An already-open store is returned at once (no thread hop on the hot path).
+    """
+    with _STORES_LOCK:
+        store = _STORES.get(_store_key(ctx))
+    return store if store is not None else await asyncio.to_thread(resolve_store, ctx)
+
+
+def resolve_model(ctx: Context) -> BaseChatModel | None:
+    """The chat model for LLM mode, or ``None`` offline.
+
+    A model instance is used as is; a name (from ``Context.model`` or
+    ``$MEMSTRATA_MODEL``) builds a ``ChatOpenAI`` that reads
+    ``OPENAI_BASE_URL``/``OPENAI_API_KEY`` for the endpoint.
+    """
+    model = ctx.model if ctx.model is not None else os.environ.get(MODEL_ENV) or None
+    if model is None or isinstance(model, BaseChatModel):
+        return model
+    from langchain_openai import ChatOpenAI
+
+    base_url = os.environ.get("OPENAI_BASE_URL")
+    local = bool(base_url) and "api.openai.com" not in base_url
+    return ChatOpenAI(
+        model=str(model), timeout=ctx.llm_timeout_s, max_retries=0, stream_usage=True,
+        max_tokens=ctx.llm_max_tokens,
+        # llama.cpp, vLLM and Ollama read max_tokens, not OpenAI's newer max_completion_tokens.
+        extra_body={"max_tokens": ctx.llm_max_tokens} if local else None,
+        api_key=os.environ.get("OPENAI_API_KEY") or "not-needed",  # local servers take any key
+    )
+
+
+async def open_index(ctx: Context) -> MemoryIndex:
+    """The user's search snapshot (loaded once per process, refreshed after writes)."""
+    store = await aresolve_store(ctx)
+    cached = MemoryIndex.fresh(store, user_id=ctx.user_id, conversation_id=ctx.conversation_id,
+                               refresh_seconds=ctx.snapshot_refresh_s)
+    if cached is not None and cached.window_widths == ctx.window_widths:
+        return cached
+    return await asyncio.to_thread(MemoryIndex.load, store, user_id=ctx.user_id, conversation_id=ctx.conversation_id,
+                                   refresh_seconds=ctx.snapshot_refresh_s, window_widths=ctx.window_widths)
+
+
+async def embed_texts(ctx: Context, texts: list[str]) -> np.ndarray:
+    """Query vectors in one batch; repeated texts come from a small in-process cache."""
+    store = await aresolve_store(ctx)
+    key_of = id(store.embeddings)
+    with _VECTORS_LOCK:
+        missing = [t for t in dict.fromkeys(texts) if (key_of, t) not in _VECTORS]
+    if missing:
+        vecs = await asyncio.to_thread(store.embeddings.embed_documents, missing)
+        with _VECTORS_LOCK:
+            for text, vec in zip(missing, vecs, strict=True):
+                _VECTORS[(key_of, text)] = np.asarray(vec, dtype=np.float32)
+            while len(_VECTORS) > _VECTOR_CACHE_SIZE:
+                _VECTORS.popitem(last=False)
+    with _VECTORS_LOCK:
+        return np.stack([_VECTORS[(key_of, t)] for t in texts]) if texts else np.zeros((0, 1))
+
+
+async def query_vectors(ctx: Context, queries: list[Query]) -> np.ndarray:
+    """One vector per query; a query may name another text to embed (``dense_text``).
+
+    Offline rewrites (pseudo-relevance-feedback terms, the missing-info keywords)
+    are bags of words: they search BM25 with their own words and the dense index
+    with the question they came from, whose vector is already cached. That saves a
+    model call per rewrite without losing what the rewrite adds.
+    """
+    return await embed_texts(ctx, [q.embed_text for q in queries])
+
+
+def weights(ctx: Context) -> Weights:
+    """The fusion settings of a run."""
+    return Weights(semantic=ctx.w_semantic, temporal=ctx.w_temporal, robustness=ctx.w_robustness,
+                   tau_days=ctx.decay_tau_days, eta=ctx.decay_eta, episode_prior=ctx.episode_prior,
+                   neighbour=ctx.neighbour_share, speaker=ctx.speaker_prior, lam=ctx.temporal_lambda)
+
+
+def reference_now(ctx: Context, index: MemoryIndex) -> datetime | None:
+    """``Context.now``, else the namespace's latest turn, so results never depend on the day they run."""
+    return ctx.now or index.latest

@@ -1,0 +1,89 @@
+"""The search snapshot: writes are applied in place and equal a rebuild; other processes' writes are seen."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from conftest import EXAMPLE, REPO
+from memstrata import Memstrata
+from memstrata.memory.fusion import Weights
+from memstrata.memory.hits import score_query
+from memstrata.memory.index import MemoryIndex
+from memstrata.memory.query import Query
+
+QUERIES = ["When did Tom run the Brighton half marathon?", "Where is Priya moving?", "What is the cat called?",
+           "Who is Rui?"]
+
+
+def _scores(index: MemoryIndex, mem: Memstrata) -> dict[str, dict[str, float]]:
+    """Every turn's fused score and every event's score, by key, for a few queries."""
+    out: dict[str, dict[str, float]] = {}
+    vecs = np.asarray(mem.store.embeddings.embed_documents(QUERIES), dtype=np.float32)
+    for text, vec in zip(QUERIES, vecs, strict=True):
+        query = Query(id="q0", text=text)
+        ranked, parts = score_query(index, query, vec, event_kinds=list(index.events), top_events=10,
+                                    weights=Weights(), now=None)
+        out[text] = {f"{t.conversation_id}/{t.id}": float(parts["score"][i]) for i, t in enumerate(index.turns)}
+        out[text] |= {f"{kind}:{index.events[kind].units[row].id}": s for kind, row, s in ranked}
+    return out
+
+
+def _messages() -> list[dict]:
+    return json.loads(EXAMPLE.read_text())["messages"]
+
+
+def test_writes_are_applied_in_place_and_equal_a_rebuild(data_dir, hash_embeddings) -> None:
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    messages = _messages()
+    mem.ingest({"conversation_id": "priya-tom", "messages": messages[:20]}, user_id="u")
+    before = MemoryIndex.load(mem.store, user_id="u")
+    mem.ingest({"conversation_id": "priya-tom", "messages": messages}, user_id="u")  # new turns, new sessions
+    last = messages[-1]
+    extra = {**last, "text": "Also, Rui says the Brighton medal is on my fridge now.",
+             "timestamp": last["timestamp"][:-2] + "59"}
+    mem.ingest({"conversation_id": "priya-tom", "messages": [*messages, extra]}, user_id="u")  # re-segments
+    mem.ingest({"conversation_id": "other", "messages": messages[:5]}, user_id="u")  # another conversation
+    after = MemoryIndex.load(mem.store, user_id="u")
+    assert after is before  # updated in place, not rebuilt
+    rebuilt = MemoryIndex.build(mem.store, "u", None)
+    assert len(after.turns) == len(rebuilt.turns) == len(messages) + 1 + 5
+    assert {k: len(t) for k, t in after.tables.items()} == {k: len(t) for k, t in rebuilt.tables.items()}
+    incremental, full = _scores(after, mem), _scores(rebuilt, mem)
+    for text in QUERIES:
+        assert incremental[text].keys() == full[text].keys()
+        for key, value in full[text].items():
+            assert abs(incremental[text][key] - value) < 1e-6, (text, key)
+
+
+def test_a_conversation_snapshot_ignores_other_conversations_writes(data_dir, hash_embeddings) -> None:
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest({"conversation_id": "a", "messages": _messages()[:10]}, user_id="u")
+    index = MemoryIndex.load(mem.store, user_id="u", conversation_id="a")
+    mem.ingest({"conversation_id": "b", "messages": _messages()}, user_id="u")
+    assert MemoryIndex.load(mem.store, user_id="u", conversation_id="a") is index
+    assert {t.conversation_id for t in index.turns} == {"a"} and len(index.turns) == 10
+
+
+def test_another_process_writes_are_seen(chroma_server, hash_embeddings) -> None:
+    """Processes share a memory through a Chroma server (an embedded folder belongs to one process)."""
+    user = "cross-process"
+    mem = Memstrata(url=chroma_server.url, embeddings=hash_embeddings)
+    mem.ingest({"conversation_id": "c", "messages": _messages()[:10]}, user_id=user)
+    assert len(MemoryIndex.load(mem.store, user_id=user).turns) == 10
+    script = (
+        "import json, sys; sys.path.insert(0, 'tests')\n"
+        "from conftest import EXAMPLE, HashEmbeddings\nfrom memstrata import Memstrata\n"
+        f"m = Memstrata(url={chroma_server.url!r}, embeddings=HashEmbeddings())\n"
+        f"m.ingest({{'conversation_id': 'c', 'messages': json.loads(EXAMPLE.read_text())['messages']}}, user_id={user!r})\n"
+    )
+    subprocess.run([sys.executable, "-c", script], cwd=REPO, check=True, timeout=300,
+                   env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    index = MemoryIndex.load(mem.store, user_id=user, refresh_seconds=0.0)
+    assert len(index.turns) == len(_messages())  # the count check noticed the other process and rebuilt
+    assert mem.retrieve("Brighton half marathon", user_id=user).evidence
+    mem.delete_user(user)
