@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -284,3 +287,18 @@ def test_memstrata_method_stays_within_budget(tiny_path: Path, hash_embeddings) 
     assert stats["budget_violations"] == 0
     assert result["ingest_seconds"] > 0
     assert stats["recall_frac"]["500"] > 0
+
+
+def test_bench_scale_smoke(tmp_path, locomo_path) -> None:
+    """``memstrata bench scale`` at its smallest size: a store, planted questions, the chat pattern, JSON and plot."""
+    out, plot = tmp_path / "scale.json", tmp_path / "scale.png"
+    done = subprocess.run(
+        [sys.executable, "-m", "memstrata.cli", "bench", "scale", str(locomo_path), "--sizes", "500",
+         "--questions", "10", "--chat-turns", "500", "--chat-rounds", "3", "--out", str(out), "--plot", str(plot)],
+        capture_output=True, text=True, timeout=1200, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    row = result["sizes"][0]
+    assert row["turns"] >= 500 and row["questions"] == 10 and 0 <= row["planted_recall_all@1500"] <= 100
+    assert result["chat"]["rounds"] == 3 and result["chat"]["ratio_p50"] > 0
+    assert "reuse" in result["note"] and plot.stat().st_size > 0

@@ -10,6 +10,7 @@ from langgraph.runtime import Runtime
 
 from memstrata.context import Context
 from memstrata.memory.levels.turn_context import turn_contexts
+from memstrata.memory.store import MemoryStore
 from memstrata.nodes.common import progress
 from memstrata.nodes.ingest.turns import read_sessions
 from memstrata.resources import aresolve_store
@@ -17,12 +18,14 @@ from memstrata.state import IngestState
 
 
 async def write_turn_contexts(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Embed and store the contextual view of every turn of the touched sessions."""
+    """Embed and store the contextual view of every turn of the touched sessions whose view changed."""
     ctx = runtime.context
     started = time.perf_counter()
     store = await aresolve_store(ctx)
     sessions = await asyncio.to_thread(read_sessions, store, ctx.user_id, state.get("sessions", []))
     views = [v for turns, _ in sessions.values() for v in turn_contexts(turns, width=ctx.context_width)]
+    stored = await asyncio.to_thread(_stored, store, ctx.user_id, state.get("sessions", []))
+    views = [v for v in views if stored.get((v.conversation_id, v.id)) != v.embed_text()]  # only what changed
     for start in range(0, len(views), ctx.embed_batch):
         batch = views[start:start + ctx.embed_batch]
         await asyncio.to_thread(store.upsert, "turn_context", batch, documents=[v.embed_text() for v in batch],
@@ -30,3 +33,13 @@ async def write_turn_contexts(state: IngestState, runtime: Runtime[Context]) -> 
         progress("contexts", f"embedded {start + len(batch)}/{len(views)} turn contexts", done=len(batch))
     return {"stats": {"contexts_written": len(views),
                       "stage_seconds": {"contexts": round(time.perf_counter() - started, 3)}}}
+
+
+def _stored(store: MemoryStore, user_id: str, pairs: list[list[str]]) -> dict[tuple[str, str], str]:
+    """The stored contextual views of the given sessions, by (conversation, id)."""
+    by_conv: dict[str, list[str]] = {}
+    for conv_id, session_id in pairs:
+        by_conv.setdefault(conv_id, []).append(session_id)
+    return {(conv_id, r.unit_id): r.document for conv_id, sessions in by_conv.items()
+            for r in store.get("turn_context", user_id=user_id, conversation_id=conv_id,
+                               where={"session_id": {"$in": sessions}})}

@@ -52,7 +52,9 @@ async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dic
         episodes = build_episodes(turns, spans, session_time=turns[0].timestamp,
                                   session_time_raw=turns[0].timestamp_raw)
         by_id = {t.id: v for t, v in zip(turns, vecs, strict=True)}
-        removed += await asyncio.to_thread(_drop_stale, store, ctx.user_id, conv_id, session_id, episodes)
+        dropped, done = await asyncio.to_thread(_drop_stale, store, ctx.user_id, conv_id, session_id, episodes)
+        removed += dropped
+        episodes = [e for e in episodes if e.id not in done]  # unchanged and summarized: nothing to redo
         await asyncio.to_thread(store.upsert, "episode", episodes, documents=[e.embed_text() for e in episodes],
                                 vectors=[episode_vector([by_id[t] for t in e.turn_ids]) for e in episodes],
                                 extra=[e.metadata() for e in episodes])
@@ -87,12 +89,23 @@ async def _llm_cuts(step: LLMStep, turns: list[Turn]) -> set[int] | None:
     return {i for i in value.starts if 0 < i < n}
 
 
-def _drop_stale(store: MemoryStore, user_id: str, conv_id: str, session_id: str, keep: list[Episode]) -> int:
-    """Delete a session's episodes and summaries that a re-segmentation replaced."""
-    keep_ids = {e.id for e in keep}
+def _drop_stale(store: MemoryStore, user_id: str, conv_id: str, session_id: str,
+                keep: list[Episode]) -> tuple[int, set[str]]:
+    """Delete a session's episodes and summaries that a re-segmentation replaced.
+
+    Returns how many were dropped, and the ids of new episodes that are already stored
+    with the same text and a summary (a turn appended to a session changes only its last episodes).
+    """
+    new = {e.id: e for e in keep}
     old = store.get("episode", user_id=user_id, conversation_id=conv_id, where={"session_id": session_id})
-    stale = [r for r in old if r.unit_id not in keep_ids]
-    store.delete("episode", user_id=user_id, conversation_id=conv_id, unit_ids=[r.unit_id for r in stale])
+    stale = [r for r in old if r.unit_id not in new or r.document != new[r.unit_id].embed_text()]
+    store.delete("episode", user_id=user_id, conversation_id=conv_id,
+                 unit_ids=[r.unit_id for r in stale if r.unit_id not in new])
     store.delete("summary", user_id=user_id, conversation_id=conv_id,
                  unit_ids=[r.payload.get("summary_id", "") for r in stale])
-    return len(stale)
+    stale_ids = {r.unit_id for r in stale}
+    same = [r for r in old if r.unit_id not in stale_ids]
+    summarized = {r.unit_id for r in store.get("summary", user_id=user_id, conversation_id=conv_id,
+                                                 unit_ids=[r.payload.get("summary_id", "") for r in same])}
+    done = {r.unit_id for r in same if r.payload.get("summary_id") in summarized}
+    return sum(r.unit_id not in new for r in stale), done
