@@ -68,8 +68,13 @@ def _normalize(state: IngestState, ctx: Context) -> list[Conversation]:
                            session_gap=timedelta(hours=ctx.session_gap_hours))
 
 
+def _sessions_of(conv: Conversation) -> dict[str, Any]:
+    """The ``where`` clause for the input's sessions: a write of one session reads only that session."""
+    return {"session_id": {"$in": [s.session_id for s in conv.sessions]}}
+
+
 def _stored_turns(store: MemoryStore, conv: Conversation) -> dict[str, str]:
-    records = store.get("turn", user_id=conv.user_id, conversation_id=conv.conversation_id)
+    records = store.get("turn", user_id=conv.user_id, conversation_id=conv.conversation_id, where=_sessions_of(conv))
     return {r.unit_id: r.document for r in records}
 
 
@@ -79,7 +84,7 @@ def incomplete_sessions(store: MemoryStore, conv: Conversation) -> list[str]:
     That is an interrupted ingest, or a store written before turn contexts existed; either way
     re-ingesting the same input repairs it.
     """
-    key = {"user_id": conv.user_id, "conversation_id": conv.conversation_id}
+    key = {"user_id": conv.user_id, "conversation_id": conv.conversation_id, "where": _sessions_of(conv)}
     episodes = store.get("episode", **key)
     summaries = {r.unit_id for r in store.get("summary", **key)}
     covered: dict[str, set[str]] = {}
