@@ -25,7 +25,9 @@ from rich.tree import Tree  # noqa: E402
 from memstrata.client import Memstrata  # noqa: E402
 from memstrata.context import default_data_dir  # noqa: E402
 from memstrata.memory import levels  # noqa: E402
+from memstrata.memory.extractive_answer import extractive_answer  # noqa: E402
 from memstrata.memory.normalize import IngestError  # noqa: E402
+from memstrata.memory.timeparse import parse_timestamp  # noqa: E402
 from memstrata.memory.store import StoreError  # noqa: E402
 
 app = typer.Typer(help="memstrata: long-term hierarchical memory for LLM agents.", no_args_is_help=True)
@@ -102,10 +104,11 @@ def ask(
     budget: Annotated[int, typer.Option("--budget", "-b", help="Context budget in tokens.")] = 1500,
     model: Annotated[str | None, typer.Option("--model", help="Chat model for LLM mode (else offline).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the full result as JSON.")] = False,
+    top: Annotated[int, typer.Option("--top", help="Evidence rows shown ranked before the context.")] = 5,
     data_dir: DataDir = None,
     chroma_url: ChromaUrl = None,
 ) -> None:
-    """Answer from memory (with a model) or print the cited evidence (offline)."""
+    """Answer from memory (with a model), or show the best evidence ranked and the cited context (offline)."""
     mem = _mem(data_dir, chroma_url, model=model)
     try:
         result = mem.ask(question, user_id=user, conversation_id=conversation, context_budget=budget)
@@ -116,13 +119,39 @@ def ask(
         return
     if result.answer is not None:
         console.print(f"[bold]answer:[/] {result.answer}\n")
+    elif result.trace.get("path") == "light" and result.evidence:
+        found = extractive_answer(question, [(f"{e.speaker}: {e.text}", parse_timestamp(e.time))
+                                             for e in result.evidence])
+        if found:
+            console.print(f"[bold]extractive answer[/] [dim](a clause of the best turn, no model)[/]: {found}\n",
+                          highlight=False)
     trace = result.trace
     console.print(f"[dim]path: {trace.get('path')} · iterations: {trace.get('iterations')} · "
                   f"{len(result.evidence)} turns · {result.context_tokens}/{budget} tokens · "
                   f"llm calls: {trace.get('llm', {}).get('calls', 0)}[/]")
     for gate in trace.get("gate", []):
         console.print(f"[dim]gate {gate['iteration']}: {gate['path']} ({gate['reason']})[/]")
-    console.print(result.context or "[yellow]no evidence found[/]", markup=False)
+    if not result.evidence:
+        console.print("[yellow]no evidence found[/]")
+        return
+    console.print(_evidence_table(result.evidence[:top]))
+    console.print("\n[bold]packed context[/] [dim](chronological, as a prompt would get it)[/]")
+    console.print(result.context, markup=False)
+
+
+def _evidence_table(evidence: list[Any]) -> Table:
+    """The best evidence first, with its citation and why it ranked there."""
+    table = Table(title="best evidence, ranked (score order, then MMR spreads near-repeats)", title_justify="left")
+    for column in ("#", "cite", "turn", "score", "why"):
+        table.add_column(column, overflow="fold")
+    for rank, e in enumerate(evidence, 1):
+        parts = e.score_parts
+        how = f"via {e.found_by}" if e.level == "level1" else "raw-turn search"
+        why = (f"{how}; own match {parts.get('own', 0):.2f}, fused {parts.get('semantic', 0):.2f}"
+               + (f", time {parts['temporal']:.2f}" if parts.get("temporal") else ""))
+        cite = e.turn_id + (f" · {e.time}" if e.time else "")
+        table.add_row(str(rank), cite, f"{e.speaker}: {e.text}"[:160], f"{e.score:.3f}", why)
+    return table
 
 
 @app.command()

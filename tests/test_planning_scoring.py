@@ -141,3 +141,21 @@ def test_turn_semantic_fuses_views_into_unit_range() -> None:
         assert np.isfinite(scores).all() and scores.min() == 0.0 and scores.max() == 1.0
         assert int(np.argmax(scores)) == 1
     assert standardize(np.zeros(4)).tolist() == [0.0] * 4
+
+
+@pytest.mark.parametrize(("question", "turn", "expected"), [
+    ("When did Tom run the half marathon?", "Tom: Nice. I ran the Brighton half marathon two weeks ago in 1 hour 52.",
+     "I ran the Brighton half marathon two weeks ago (31 March 2024) in 1 hour 52."),
+    ("How many cats does Ann have?", "Ann: Lovely day. We have three cats now!", "We have three cats now!"),
+    ("Where does Priya work?", "Priya: Hi! I work at Tidewater Labs since May.", "I work at Tidewater Labs since May."),
+])
+def test_extractive_answer_takes_the_clause_of_the_type_asked(question: str, turn: str, expected: str) -> None:
+    from memstrata.memory.extractive_answer import extractive_answer
+
+    assert extractive_answer(question, [(turn, datetime(2024, 4, 14))]) == expected
+
+
+def test_extractive_answer_is_none_when_nothing_fits() -> None:
+    from memstrata.memory.extractive_answer import extractive_answer
+
+    assert extractive_answer("How many dogs?", [("Ann: No idea at all.", None)]) is None

@@ -1,0 +1,50 @@
+"""The command line, run as a user would: ``python -m memstrata`` on the bundled example, offline."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLE, REPO
+
+pytestmark = pytest.mark.integration
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "memstrata", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "160"})
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("cli")
+    done = _run("ingest", str(EXAMPLE), "--user", "demo", "--data-dir", str(folder))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return folder
+
+
+def test_ask_prints_the_best_evidence_ranked_before_the_context(store: Path) -> None:
+    done = _run("ask", "When did Tom run the Brighton half marathon?", "--user", "demo", "--data-dir", str(store))
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    ranked, context = out.index("best evidence, ranked"), out.index("packed context")
+    assert ranked < context
+    first_row = out[ranked:context].split("│ 2 │")[0]  # everything before the second row
+    assert "Brighton half marathon" in first_row and "s2:t2" in first_row
+    assert "via summary" in out[ranked:context]
+
+
+def test_ask_json_stays_machine_readable(store: Path) -> None:
+    done = _run("ask", "Where does Priya work?", "--user", "demo", "--data-dir", str(store), "--json")
+    result = json.loads(done.stdout)
+    assert result["evidence"] and {"found_by", "level", "score_parts"} <= set(result["evidence"][0])
+
+
+def test_errors_reach_the_user_as_one_line_not_a_traceback(store: Path, tmp_path: Path) -> None:
+    done = _run("ingest", str(tmp_path / "missing.json"), "--user", "demo", "--data-dir", str(store))
+    assert done.returncode == 2 and "no such file" in done.stderr and "Traceback" not in done.stderr
