@@ -170,8 +170,12 @@ def _turn(
         raise IngestError(msg)
     raw_time = raw.get("timestamp", raw.get("time"))
     when = parse_timestamp(raw_time) if raw_time is not None else session_time
+    given = raw.get("position")  # a message written alone (a chat app's append) says where it goes
+    if given is not None and (not isinstance(given, int) or isinstance(given, bool) or given < 0):
+        msg = f"{where}: 'position' must be a non-negative integer, got {given!r}"
+        raise IngestError(msg)
     return Turn(
-        user_id=user_id, conversation_id=conv_id, session_id=session_id, position=pos,
+        user_id=user_id, conversation_id=conv_id, session_id=session_id, position=pos if given is None else given,
         speaker=str(speaker).strip(), text=text, image_caption=raw.get("blip_caption") or raw.get("image_caption"),
         source_id=_source_id(raw), timestamp=when,
         timestamp_raw=str(raw_time) if raw_time is not None else session_raw,

@@ -4,7 +4,8 @@
 - :mod:`~memstrata.memory.store.edges`: edges between units (a SQLite file in the data folder in
   embedded mode; a Chroma collection in server mode, so every process and machine sees them);
 - :mod:`~memstrata.memory.store.counters`: reinforcement, recall, last access and tier per unit,
-  in the same place as the edges. Writing them never invalidates a search snapshot.
+  in the same place as the edges. Writing them never invalidates a search snapshot;
+- ``items``: the values a LangGraph store user put (:mod:`memstrata.integrations.store`), in the same place.
 
 All three build filters and keys with :mod:`~memstrata.memory.store.tenant`, and
 :meth:`MemoryStore.delete_user` clears a user from all three.
@@ -46,12 +47,14 @@ class MemoryStore(VectorStore):
         folder = Path(path) if path is not None and not url else None
         self.edges = EdgeStore(open_table("edges", path=folder, client=self.client))
         self.counters = CounterStore(open_table("counters", path=folder, client=self.client))
+        self.items = open_table("items", path=folder, client=self.client)  # what a LangGraph store user put
 
     def delete_user(self, user_id: str) -> dict[str, int]:
         """Remove every trace of a user: units of every kind, edges and counters; counts per part."""
         removed = super().delete_user(user_id)
         removed["edges"] = self.edges.delete_user(user_id)
         removed["counters"] = self.counters.delete_user(user_id)
+        removed["items"] = self.items.delete(user_id=user_id)
         return removed
 
 

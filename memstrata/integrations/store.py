@@ -1,0 +1,214 @@
+"""``MemstrataStore``: memstrata as a LangGraph ``BaseStore`` (``create_agent(store=...)``, ``compile(store=...)``).
+
+Namespaces are ``(user_id,)`` or ``(user_id, conversation_id)``: the first part is
+the tenant, the second the conversation (``"default"`` when left out). A value
+is a message, ``{"speaker": ..., "text": ..., "timestamp": ...}``, or a list of
+them under ``"messages"``; putting it stores the value as given and ingests its
+messages into the conversation, in the order they were put. ``get`` returns
+the value as it was put. ``search(namespace, query=...)`` runs memstrata's
+retrieval over that user (and conversation) and returns the items whose
+messages were found, best first, with the score and the citation under
+``value["memstrata"]``. Deleting an item removes its messages from memory and
+rebuilds the conversation's episodes and summaries without them.
+
+Every read and write names its user; listing namespaces needs a prefix that
+names one, so no call ever sees another user's items.
+
+Example:
+    >>> store = MemstrataStore(Memstrata(path=".memstrata"))                      # doctest: +SKIP
+    >>> store.put(("ann", "chat-1"), "m1", {"speaker": "Ann", "text": "I moved to Lisbon."})   # doctest: +SKIP
+    >>> store.search(("ann",), query="Where does Ann live?")[0].value["text"]     # doctest: +SKIP
+    'I moved to Lisbon.'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from typing import Any
+
+from langgraph.store.base import (
+    BaseStore, GetOp, InvalidNamespaceError, Item, ListNamespacesOp, Op, PutOp, Result, SearchItem, SearchOp,
+)
+
+from memstrata.client import Memstrata
+from memstrata.memory.store import tenant
+from memstrata.memory.store.tables import TableRow
+
+DEFAULT_CONVERSATION = "default"
+
+
+class MemstrataStore(BaseStore):
+    """A LangGraph store whose items are conversation messages in memstrata's memory.
+
+    Args:
+        memstrata: the memory.
+        context_budget: tokens of evidence a search reads (more evidence, more items found).
+    """
+
+    def __init__(self, memstrata: Memstrata, *, context_budget: int = 1500) -> None:
+        self.memory = memstrata
+        self.context_budget = context_budget
+
+    @property
+    def _items(self) -> Any:
+        return self.memory.store.items
+
+    # ---- the BaseStore interface ------------------------------------------------------
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        return [self._one(op) for op in ops]
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        return [await asyncio.to_thread(self._one, op) for op in ops]
+
+    def _one(self, op: Op) -> Result:
+        if isinstance(op, GetOp):
+            return self._get(op)
+        if isinstance(op, PutOp):
+            return self._delete(op) if op.value is None else self._put(op)
+        if isinstance(op, SearchOp):
+            return self._search(op)
+        if isinstance(op, ListNamespacesOp):
+            return self._list(op)
+        msg = f"MemstrataStore: unsupported operation {type(op).__name__}"
+        raise TypeError(msg)
+
+    # ---- operations --------------------------------------------------------------------
+    def _get(self, op: GetOp) -> Item | None:
+        user, conv = _split(op.namespace)
+        rows = self._items.get(user_id=user, conversation_id=conv, keys=[_key(user, conv, op.key)])
+        return _item(rows[0]) if rows else None
+
+    def _put(self, op: PutOp) -> None:
+        user, conv = _split(op.namespace)
+        value = dict(op.value or {})
+        messages = _messages(value, op.key)
+        key = _key(user, conv, op.key)
+        old = self._items.get(user_id=user, conversation_id=conv, keys=[key])
+        if old:  # a new value for the same key replaces the old messages
+            self._delete(PutOp(op.namespace, op.key, None))
+        start = self._next_position(user, conv)
+        for i, message in enumerate(messages):
+            message.setdefault("session", "1")
+            message["position"] = start + i
+        now = time.time()
+        created = float(old[0].fields["created_at"]) if old else now  # type: ignore[arg-type]
+        self.memory.ingest(messages, user_id=user, conversation_id=conv)
+        self._items.upsert([TableRow(key, user, conv, {
+            "key": op.key, "value": json.dumps(value), "turn_ids": json.dumps([m["id"] for m in messages]),
+            "end": start + len(messages), "created_at": created, "updated_at": now})])
+
+    def _delete(self, op: PutOp) -> None:
+        user, conv = _split(op.namespace)
+        key = _key(user, conv, op.key)
+        rows = self._items.get(user_id=user, conversation_id=conv, keys=[key])
+        if not rows:
+            return
+        gone = json.loads(str(rows[0].fields["turn_ids"]))
+        store = self.memory.store
+        store.delete("turn", user_id=user, conversation_id=conv, unit_ids=gone)
+        store.delete("turn_context", user_id=user, conversation_id=conv, unit_ids=[f"ctx:{t}" for t in gone])
+        for kind in ("episode", "summary"):  # rebuilt below from the messages that remain
+            stale = [r.unit_id for r in store.get(kind, user_id=user, conversation_id=conv)
+                     if set(r.payload.get("turn_ids", [])) & set(gone)]
+            store.delete(kind, user_id=user, conversation_id=conv, unit_ids=stale)
+        self._items.delete(user_id=user, keys=[key])
+        remaining = self._conversation_messages(user, conv)
+        if remaining:
+            self.memory.ingest(remaining, user_id=user, conversation_id=conv)
+
+    def _search(self, op: SearchOp) -> list[SearchItem]:
+        user, conv = _split(op.namespace_prefix, prefix=True)
+        rows = self._items.get(user_id=user, conversation_id=conv)
+        rows = [r for r in rows if _matches(json.loads(str(r.fields["value"])), op.filter)]
+        if not op.query:
+            rows.sort(key=lambda r: -float(r.fields["updated_at"]))  # type: ignore[arg-type]
+            return [_item(r, search=True) for r in rows[op.offset:op.offset + op.limit]]
+        by_turn = {(r.conversation_id, t): r for r in rows for t in json.loads(str(r.fields["turn_ids"]))}
+        result = self.memory.retrieve(op.query, user_id=user, conversation_id=conv,
+                                      context_budget=self.context_budget)
+        found: dict[str, SearchItem] = {}
+        for e in result.evidence:
+            row = by_turn.get((e.conversation_id, e.turn_id))
+            if row is not None and row.key not in found:
+                hit = {"score": e.score, "citation": f"{e.conversation_id}/{e.turn_id}", "found_by": e.found_by,
+                       "level": e.level}
+                found[row.key] = _item(row, search=True, score=e.score, extra=hit)
+        return list(found.values())[op.offset:op.offset + op.limit]
+
+    def _list(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        prefix = next((c.path for c in op.match_conditions or () if c.match_type == "prefix"), None)
+        if not prefix or prefix[0] == "*":
+            msg = "MemstrataStore.list_namespaces needs a prefix that names the user: (user_id,) or (user_id, ...)"
+            raise InvalidNamespaceError(msg)
+        user = tenant.check_user(prefix[0])
+        found = sorted({(user, r.conversation_id) for r in self._items.get(user_id=user)})
+        for cond in op.match_conditions or ():
+            found = [ns for ns in found if _condition(ns, cond.match_type, cond.path)]
+        if op.max_depth is not None:
+            found = sorted(dict.fromkeys(ns[:op.max_depth] for ns in found))
+        return found[op.offset:op.offset + op.limit]
+
+    # ---- helpers --------------------------------------------------------------------------
+    def _next_position(self, user: str, conv: str) -> int:
+        rows = self._items.get(user_id=user, conversation_id=conv)
+        return max((int(r.fields.get("end") or 0) for r in rows), default=0)  # type: ignore[arg-type]
+
+    def _conversation_messages(self, user: str, conv: str) -> list[dict[str, Any]]:
+        """Every message still put in a conversation, with its position, for re-ingestion."""
+        out = []
+        for row in self._items.get(user_id=user, conversation_id=conv):
+            ids = json.loads(str(row.fields["turn_ids"]))
+            start = int(row.fields["end"]) - len(ids)  # type: ignore[arg-type]
+            for i, message in enumerate(_messages(json.loads(str(row.fields["value"])), str(row.fields["key"]))):
+                out.append({**message, "session": message.get("session", "1"), "position": start + i})
+        return out
+
+
+def _split(namespace: tuple[str, ...], *, prefix: bool = False) -> tuple[str, str | None]:
+    if not namespace or len(namespace) > 2 or any(not isinstance(p, str) or not p for p in namespace):
+        msg = f"MemstrataStore namespaces are (user_id,) or (user_id, conversation_id), got {namespace!r}"
+        raise InvalidNamespaceError(msg)
+    user = tenant.check_user(namespace[0])
+    conv = namespace[1] if len(namespace) == 2 else (None if prefix else DEFAULT_CONVERSATION)
+    return user, conv
+
+
+def _key(user: str, conv: str | None, key: str) -> str:
+    return tenant.storage_key(user, conv or DEFAULT_CONVERSATION, key, namespace="item")
+
+
+def _messages(value: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """The value's messages with stable ids (the item key, plus an index for lists)."""
+    raw = value.get("messages") if "messages" in value else [value]
+    if not isinstance(raw, list) or not raw or not all(isinstance(m, dict) for m in raw):
+        msg = "a MemstrataStore value is a message {speaker, text, timestamp?} or {'messages': [message, ...]}"
+        raise ValueError(msg)
+    return [{k: v for k, v in m.items() if k in ("speaker", "text", "timestamp", "session")}
+            | {"id": key if len(raw) == 1 else f"{key}#{i}"} for i, m in enumerate(raw)]
+
+
+def _matches(value: dict[str, Any], wanted: dict[str, Any] | None) -> bool:
+    return all(value.get(k) == v for k, v in (wanted or {}).items())
+
+
+def _condition(ns: tuple[str, ...], kind: str, path: tuple[str, ...]) -> bool:
+    part = ns[:len(path)] if kind == "prefix" else ns[-len(path):]
+    return len(part) == len(path) and all(p in ("*", q) for p, q in zip(path, part, strict=True))
+
+
+def _item(row: TableRow, *, search: bool = False, score: float | None = None,
+          extra: dict[str, Any] | None = None) -> Item:
+    value = json.loads(str(row.fields["value"]))
+    if extra:
+        value = {**value, "memstrata": extra}
+    stamps = {k: datetime.fromtimestamp(float(row.fields[k]), tz=timezone.utc)  # type: ignore[arg-type]
+              for k in ("created_at", "updated_at")}
+    namespace = (row.user_id, row.conversation_id)
+    if search:
+        return SearchItem(namespace, str(row.fields["key"]), value, stamps["created_at"], stamps["updated_at"],
+                          score=score)
+    return Item(value=value, key=str(row.fields["key"]), namespace=namespace, **stamps)

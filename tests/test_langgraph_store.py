@@ -1,0 +1,114 @@
+"""``MemstrataStore``: every BaseStore op, in a compiled graph and an agent, with tenants kept apart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langgraph.graph import START, StateGraph
+from langgraph.store.base import BaseStore, InvalidNamespaceError
+from typing_extensions import TypedDict
+
+from conftest import HashEmbeddings
+from memstrata import Memstrata
+from memstrata.integrations.store import MemstrataStore
+from memstrata.testing import ScriptedChatModel
+
+CHAT = [("Ann", "I finally moved to Lisbon last week.", "2024-03-01T10:00"),
+        ("Bo", "Congrats! Which neighbourhood?", "2024-03-01T10:01"),
+        ("Ann", "Alfama, near the castle. My cat Miso loves the balcony.", "2024-03-01T10:02"),
+        ("Bo", "I started a pottery class on Tuesdays.", "2024-03-01T10:03")]
+
+
+@pytest.fixture
+def store(tmp_path) -> MemstrataStore:
+    return MemstrataStore(Memstrata(path=tmp_path / "chroma", embeddings=HashEmbeddings()))
+
+
+def _fill(store: BaseStore, user: str, conv: str = "chat") -> None:
+    for i, (speaker, text, ts) in enumerate(CHAT):
+        store.put((user, conv), f"m{i}", {"speaker": speaker, "text": text, "timestamp": ts})
+
+
+def test_put_get_and_the_value_comes_back_as_put(store: MemstrataStore) -> None:
+    _fill(store, "ann")
+    item = store.get(("ann", "chat"), "m2")
+    assert item is not None and item.value == {"speaker": "Ann", "text": CHAT[2][1], "timestamp": CHAT[2][2]}
+    assert item.namespace == ("ann", "chat") and item.key == "m2"
+    assert store.get(("ann", "chat"), "nope") is None
+    turns = store.memory.store.get("turn", user_id="ann", conversation_id="chat")
+    assert sorted(r.payload["position"] for r in turns) == [0, 1, 2, 3]  # put order is conversation order
+
+
+def test_search_runs_retrieval_and_cites(store: MemstrataStore) -> None:
+    _fill(store, "ann")
+    found = store.search(("ann",), query="Where does Ann live now?", limit=2)
+    assert found and found[0].key in {"m0", "m2"} and found[0].score is not None
+    assert found[0].value["memstrata"]["citation"].startswith("chat/")
+    assert [i.key for i in store.search(("ann", "chat"), filter={"speaker": "Bo"})] == ["m3", "m1"]
+
+
+def test_list_lists_and_messages_lists(store: MemstrataStore) -> None:
+    _fill(store, "ann", "chat")
+    store.put(("ann", "work"), "batch", {"messages": [{"speaker": "Ann", "text": "Standup moved to 9am."},
+                                                      {"speaker": "Cy", "text": "Noted, thanks."}]})
+    assert store.list_namespaces(prefix=("ann",)) == [("ann", "chat"), ("ann", "work")]
+    assert store.list_namespaces(prefix=("ann",), max_depth=1) == [("ann",)]
+    assert store.get(("ann", "work"), "batch").value["messages"][1]["speaker"] == "Cy"
+    with pytest.raises(InvalidNamespaceError, match="names the user"):
+        store.list_namespaces()
+
+
+def test_delete_and_replace_remove_the_old_messages_from_memory(store: MemstrataStore) -> None:
+    _fill(store, "ann")
+    store.delete(("ann", "chat"), "m3")
+    assert store.get(("ann", "chat"), "m3") is None
+    mem = store.memory
+    assert all("pottery" not in r.document for kind in ("turn", "episode", "summary")
+               for r in mem.store.get(kind, user_id="ann"))
+    assert mem.store.count("summary", user_id="ann") >= 1  # the rest of the conversation is summarized again
+    store.put(("ann", "chat"), "m0", {"speaker": "Ann", "text": "I moved to Porto, not Lisbon."})
+    texts = {r.document for r in mem.store.get("turn", user_id="ann")}
+    assert "Ann: I moved to Porto, not Lisbon." in texts and not any("last week" in t for t in texts)
+
+
+def test_tenants_never_meet(store: MemstrataStore) -> None:
+    _fill(store, "ann")
+    store.put(("bob", "chat"), "m0", {"speaker": "Bob", "text": "I moved to Lisbon last month too."})
+    assert store.get(("bob", "chat"), "m2") is None
+    assert {i.namespace[0] for i in store.search(("bob",), query="Who moved to Lisbon?")} == {"bob"}
+    assert store.list_namespaces(prefix=("bob",)) == [("bob", "chat")]
+    store.memory.delete_user("ann")
+    assert store.search(("ann",)) == [] and store.get(("bob", "chat"), "m0") is not None
+    with pytest.raises(InvalidNamespaceError):
+        store.put(("a", "b", "c"), "k", {"speaker": "x", "text": "y"})
+
+
+async def test_async_ops(store: MemstrataStore) -> None:
+    await store.aput(("ann", "chat"), "a1", {"speaker": "Ann", "text": "My sister Maya visits in June."})
+    assert (await store.aget(("ann", "chat"), "a1")).value["text"].startswith("My sister")
+    assert [i.key for i in await store.asearch(("ann",), query="Who visits in June?")] == ["a1"]
+    assert await store.alist_namespaces(prefix=("ann",)) == [("ann", "chat")]
+    await store.adelete(("ann", "chat"), "a1")
+    assert await store.aget(("ann", "chat"), "a1") is None
+
+
+def test_in_a_compiled_graph(store: MemstrataStore) -> None:
+    class State(TypedDict):
+        text: str
+        found: list[str]
+
+    def remember(state: State, *, store: BaseStore) -> dict[str, Any]:
+        store.put(("ann", "g"), "n1", {"speaker": "Ann", "text": state["text"]})
+        return {"found": [i.value["text"] for i in store.search(("ann",), query="What does Ann play?")]}
+
+    graph = StateGraph(State).add_node("remember", remember).add_edge(START, "remember").compile(store=store)
+    assert graph.invoke({"text": "I play the cello on Sundays.", "found": []})["found"] == [
+        "I play the cello on Sundays."]
+
+
+def test_with_create_agent(store: MemstrataStore) -> None:
+    agent = create_agent(ScriptedChatModel(script=["ok"]), tools=[], store=store)
+    assert agent.invoke({"messages": [("user", "hi")]})["messages"][-1].content == "ok"
+    assert agent.store is store
