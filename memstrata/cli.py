@@ -105,6 +105,7 @@ def ask(
     model: Annotated[str | None, typer.Option("--model", help="Chat model for LLM mode (else offline).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the full result as JSON.")] = False,
     top: Annotated[int, typer.Option("--top", help="Evidence rows shown ranked before the context.")] = 5,
+    html: Annotated[Path | None, typer.Option("--html", help="Also write the query's trace as an HTML page.")] = None,
     data_dir: DataDir = None,
     chroma_url: ChromaUrl = None,
 ) -> None:
@@ -114,6 +115,11 @@ def ask(
         result = mem.ask(question, user_id=user, conversation_id=conversation, context_budget=budget)
     except (StoreError, ValueError) as exc:
         _fail(exc)
+    if html is not None:
+        from memstrata.pages import trace_page
+
+        html.write_text(trace_page(result), encoding="utf-8")
+        err.print(f"[dim]wrote {html}[/]")
     if as_json:
         console.print_json(result.model_dump_json())
         return
@@ -159,6 +165,7 @@ def inspect(
     user: User,
     conversation: Annotated[str | None, typer.Option("--conversation", "-c")] = None,
     unit: Annotated[str | None, typer.Option("--unit", help="Show one episode/summary/turn id with its raw turns.")] = None,
+    html: Annotated[Path | None, typer.Option("--html", help="Write the memory as one self-contained HTML page.")] = None,
     data_dir: DataDir = None,
     chroma_url: ChromaUrl = None,
 ) -> None:
@@ -167,6 +174,12 @@ def inspect(
     try:
         if unit:
             _show_unit(store, user, conversation, unit)
+            return
+        if html is not None:
+            from memstrata.pages import memory_page
+
+            html.write_text(memory_page(store, user_id=user, conversation_id=conversation), encoding="utf-8")
+            console.print(f"wrote {html}")
             return
         console.print(_tree(store, user, conversation))
     except StoreError as exc:
