@@ -18,11 +18,11 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel, Field
 
+from conftest import HashEmbeddings
+from memstrata import Memstrata
 from memstrata.llm import GOOD_OUTCOMES, LLMError, Meter, decide, stream_answer
-from memstrata.memory.levels import levels
-
-KINDS = [lv.kind for lv in levels()]
 from plugins.llm_server import make_chat_model
+
 
 pytestmark = pytest.mark.llm_server
 logger = logging.getLogger(__name__)
@@ -204,3 +204,27 @@ async def test_a_server_killed_mid_call_ends_in_the_fallback_and_llm_error(llama
     records = {c.node: c for c in meter.calls}
     assert records["answer"].outcome == "error" and records["answer"].completion_tokens > 0
     assert records["story"].outcome == "error" and "Connection" in (records["story"].error or "")
+
+
+async def test_middleware_and_store_with_the_real_server(chat_model: Any, tmp_path: Any) -> None:
+    """An agent on the real llama.cpp model, with memstrata as its middleware and its store (memstrata offline)."""
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from memstrata.integrations.middleware import MemstrataMiddleware
+    from memstrata.integrations.store import MemstrataStore
+
+    mem = Memstrata(path=tmp_path / "chroma", embeddings=HashEmbeddings())
+    store = MemstrataStore(mem)
+    for i, message in enumerate(small_conversation()):
+        await store.aput(("u", "chat"), f"m{i}", message)
+    found = await store.asearch(("u",), query="Where is Priya moving?")
+    assert found and all(item.namespace[0] == "u" for item in found)
+
+    agent = create_agent(chat_model, tools=[], checkpointer=InMemorySaver(), store=store,
+                         middleware=[MemstrataMiddleware(mem, user_id="u", context_budget=400)])
+    out = await agent.ainvoke({"messages": [("user", "Where is Priya moving?")]},
+                              {"configurable": {"thread_id": "live"}})
+    assert isinstance(out["messages"][-1].content, str)
+    written = mem.store.get("turn", user_id="u", conversation_id="live")
+    assert [r.payload["speaker"] for r in sorted(written, key=lambda r: r.payload["position"])][:1] == ["user"]
