@@ -3,7 +3,8 @@
 Both pages are one file each, with their CSS and script inline: they open
 offline, with no CDN. The memory page shows conversations, sessions, episodes,
 summaries and raw turns, plus a section for every other registered kind, as
-collapsible sections with a search box; the trace page shows the path a query
+collapsible sections with a search box, and, when the user has edges between
+units (an entity graph, tree links), a drawing of them laid out by networkx; the trace page shows the path a query
 took through the retrieval graph, each node's decision and why, every evidence
 item with its score parts and the kind that found it, the packed context with
 its token count, and the LLM calls. Templates are Jinja2 (autoescaped).
@@ -74,6 +75,14 @@ _MEMORY = _ENV.from_string("""<!doctype html><html lang="en"><head><meta charset
 {% endfor %}
 </details>
 {% endfor %}
+{% if graph %}
+<h2>Graph: {{ graph.nodes|length }} units, {{ graph.edges|length }} edges</h2>
+<svg id="graph" viewBox="0 0 {{ graph.size }} {{ graph.size }}" width="100%" style="max-width:{{ graph.size }}px;border:1px solid #e5e5ea">
+{% for e in graph.edges %}<line x1="{{ e.x1 }}" y1="{{ e.y1 }}" x2="{{ e.x2 }}" y2="{{ e.y2 }}" stroke="#aab" stroke-width="1"><title>{{ e.label }}</title></line>
+{% endfor %}{% for n in graph.nodes %}<g data-text="{{ n.label }}"><circle cx="{{ n.x }}" cy="{{ n.y }}" r="5" fill="#5b6ee1"><title>{{ n.label }}</title></circle>
+<text x="{{ n.x + 7 }}" y="{{ n.y + 4 }}" font-size="11">{{ n.label }}</text></g>
+{% endfor %}</svg>
+{% endif %}
 {% for kind, units in others.items() %}
 <h2><span class="kind">{{ kind }}</span> {{ descriptions[kind] }}</h2>
 {% for u in units %}<details data-text="{{ u.text }}"><summary>{{ u.id }}</summary><p>{{ u.text }}</p>
@@ -133,7 +142,26 @@ def memory_page(store: Any, *, user_id: str, conversation_id: str | None = None)
     others = {lv.kind: [{"id": r.unit_id, "text": r.document, "turn_ids": r.payload.get("turn_ids", [])}
                         for r in store.get(lv.kind, **scope)] for lv in levels.levels() if lv.kind not in shown}
     return _MEMORY.render(user=user_id, counts=counts, conversations=conversations, others=others, style=_STYLE,
-                          script=_SCRIPT, descriptions={lv.kind: lv.description for lv in levels.levels()})
+                          script=_SCRIPT, descriptions={lv.kind: lv.description for lv in levels.levels()},
+                          graph=_graph(store, user_id, conversation_id))
+
+
+def _graph(store: Any, user_id: str, conversation_id: str | None, *, size: int = 900,
+           limit: int = 300) -> dict[str, Any] | None:
+    """The user's edges (entity graph, tree links) laid out with networkx, as SVG coordinates; ``None`` without edges."""
+    import networkx as nx
+
+    graph = store.edges.graph(user_id, conversation_id=conversation_id)
+    if graph.number_of_edges() == 0:
+        return None
+    keep = sorted(graph.nodes, key=lambda n: -graph.degree(n))[:limit]  # the best-connected, so the page stays legible
+    graph = graph.subgraph(keep)
+    pos = nx.spring_layout(nx.Graph(graph), seed=0)
+    xy = {n: (40 + (p[0] + 1) / 2 * (size - 160), 20 + (p[1] + 1) / 2 * (size - 40)) for n, p in pos.items()}
+    nodes = [{"label": str(n), "x": round(x, 1), "y": round(y, 1)} for n, (x, y) in xy.items()]
+    edges = [{"x1": round(xy[a][0], 1), "y1": round(xy[a][1], 1), "x2": round(xy[b][0], 1), "y2": round(xy[b][1], 1),
+              "label": f"{a} {data.get('rel', '')} {b}"} for a, b, data in graph.edges(data=True)]
+    return {"nodes": nodes, "edges": edges, "size": size}
 
 
 def trace_page(result: Any) -> str:

@@ -61,6 +61,19 @@ def test_memory_page_renders_every_level(chromium: str, mem: Memstrata, tmp_path
     assert re.search(r'id="shown">\d+<', dom)
 
 
+def test_memory_page_draws_the_edges_when_there_are_some(chromium: str, mem: Memstrata, tmp_path: Path) -> None:
+    from memstrata.memory.store import Edge
+
+    assert 'id="graph"' not in memory_page(mem.store, user_id="demo")  # no edges yet: no drawing
+    mem.store.edges.add("demo", [Edge("priya-tom", "ent:Priya", "lives_in", "ent:Lisbon"),
+                                 Edge("priya-tom", "ent:Priya", "owns", "ent:Miso")])
+    page = tmp_path / "graph.html"
+    page.write_text(memory_page(mem.store, user_id="demo"), encoding="utf-8")
+    dom = _render(chromium, page, tmp_path)
+    assert 'id="graph"' in dom and dom.count("<circle") == 3 and dom.count("<line") == 2 and "ent:Lisbon" in dom
+    mem.store.edges.delete_user("demo")
+
+
 def test_trace_page_shows_path_evidence_and_context(chromium: str, mem: Memstrata, tmp_path: Path) -> None:
     result = mem.retrieve("Where does Priya work?", user_id="demo")
     page = tmp_path / "trace.html"
