@@ -138,32 +138,6 @@ def planted_recall(mem: Any, convs: Sequence[LocomoConversation], *, questions: 
     return tally.summary()["recall_all"][str(budget)], latencies
 
 
-def run_size(path: Path, target: int, *, embeddings: Embeddings, questions: int, budget: int,
-             workdir: Path) -> dict[str, Any]:
-    """Build one store of about ``target`` turns and measure it."""
-    from memstrata import Memstrata
-
-    convs = load_locomo(path)
-    reuse = ReusingEmbeddings(embeddings)
-    folder = Path(tempfile.mkdtemp(prefix=f"scale-{target}-", dir=workdir))
-    mem = Memstrata(path=folder, embeddings=reuse)
-    turns, started = 0, time.perf_counter()
-    for k, raw, names in grow(convs, target):
-        reuse.inverse = _inverse(names, k) if k else []
-        stats = mem.ingest(raw, user_id=USER)
-        turns += stats["turns_seen"]
-    ingest_s = time.perf_counter() - started
-    mem.retrieve("warm up", user_id=USER)  # builds the snapshot once
-    recall, latencies = planted_recall(mem, convs, questions=questions, budget=budget)
-    out = {"turns": turns, "ingest_seconds": round(ingest_s, 1), "turns_per_second": round(turns / ingest_s, 1),
-           "model_texts": reuse.model_texts - seen, "query_p50_ms": round(float(np.percentile(latencies, 50)), 1),
-           "query_p95_ms": round(float(np.percentile(latencies, 95)), 1),
-           f"planted_recall_all@{budget}": round(100 * recall, 1), "questions": len(latencies),
-           "peak_memory_mb": round(_peak_mb(), 0), "disk_mb": round(_disk_mb(folder), 1)}
-    mem.close()
-    return out
-
-
 def build_store(path: Path, target: int, *, embeddings: Embeddings, workdir: Path,
                 prefix: str) -> tuple[Any, list[LocomoConversation], int, float, ReusingEmbeddings, Path]:
     """A store where one user holds about ``target`` turns; returns it with the originals, turns and seconds."""
