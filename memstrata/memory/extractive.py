@@ -46,7 +46,7 @@ def extractive_summary(
     turns: Sequence[tuple[str, str]], session_time: datetime | None, *, max_sentences: int = 5, max_words: int = 90
 ) -> Summary:
     """Summarize ``(speaker, text)`` turns of one episode."""
-    freq = Counter(w for _, text in turns for w in set(content_words(text)))
+    freq = Counter(w for _, text in turns for w in dict.fromkeys(content_words(text)))  # ordered: no hash seed
     candidates = []
     for order, (speaker, text) in enumerate(turns):
         for sentence in SENTENCE.split(text.strip()):

@@ -138,7 +138,7 @@ def expand_query(query: str, texts: Sequence[str], *, terms: int = 4) -> str:
     """Pseudo-relevance feedback: add the evidence's most telling new names and words."""
     have = set(query_terms(query))
     names = Counter(n for t in texts for n in proper_nouns(" x " + t) if n.lower() not in have)
-    words = Counter(w for t in texts for w in set(content_words(t)) if w not in have)
+    words = Counter(w for t in texts for w in dict.fromkeys(content_words(t)) if w not in have)  # ordered ties
     extra = [n for n, _ in names.most_common(terms)] + [w for w, c in words.most_common(terms * 2) if c > 1]
     extra = list(dict.fromkeys(extra))[:terms]
     return f"{query} {' '.join(extra)}".strip() if extra else query

@@ -1,7 +1,13 @@
 """A real Chroma server for tests: ``chroma run`` on a free loopback port, stopped at the end of the session.
 
-The ``chroma`` command ships with chromadb. Without it the tests that need a
-server are skipped locally and fail under CI (``$CI`` set), which must run them.
+The ``chroma`` command ships with chromadb, next to the test interpreter. Without
+it the tests that need a server are skipped locally and fail under CI (``$CI``
+set), which must run them. ``tests/conftest.py`` lists this module in ``pytest_plugins``.
+
+Example:
+    >>> def test_roundtrip(chroma_server):                     # doctest: +SKIP
+    ...     client = chroma_server.client()
+    ...     assert client.heartbeat()
 """
 
 from __future__ import annotations
@@ -15,89 +21,105 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
-STARTUP_S = 60.0
+STARTUP_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
 
 
 @dataclass
 class ChromaServer:
-    """One running ``chroma run`` process."""
+    """One running ``chroma run`` process over a data folder."""
 
     host: str
     port: int
     path: Path
     process: subprocess.Popen[bytes]
+    log: Path
 
     @property
     def url(self) -> str:
+        """The server's address, e.g. ``http://127.0.0.1:8123`` (what ``Memstrata(url=...)`` takes)."""
         return f"http://{self.host}:{self.port}"
 
     def client(self) -> Any:
+        """A new ``chromadb.HttpClient`` of this server, telemetry off."""
         import chromadb
         from chromadb.config import Settings
 
         return chromadb.HttpClient(host=self.host, port=self.port, settings=Settings(anonymized_telemetry=False))
 
+    def log_tail(self, chars: int = 3000) -> str:
+        """The end of the server's output, for failure messages."""
+        return self.log.read_bytes()[-chars:].decode(errors="replace") if self.log.is_file() else ""
+
+    def stop(self) -> None:
+        """Ask the server to stop, kill it when it does not, and reap it."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=STOP_TIMEOUT_S)
+
+
+def _unavailable(reason: str) -> NoReturn:
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}; CI must run the Chroma server tests: pip install -e '.[dev]'")
+    pytest.skip(reason)
+
 
 def _free_port() -> int:
-    with socket.socket() as sock:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        return int(sock.getsockname()[1])
 
 
-def _missing(why: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"{why}; CI must run the Chroma server tests")
-    pytest.skip(why)
-
-
-def _wait(server: ChromaServer, log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_S
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            pytest.fail(f"chroma run exited with {server.process.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            server.client().heartbeat()
-            return
-        except Exception:  # noqa: BLE001 - not up yet
-            time.sleep(0.3)
-    pytest.fail(f"chroma run did not answer within {STARTUP_S:.0f} s:\n{log.read_text()[-3000:]}")
-
-
-def start_chroma(path: Path) -> ChromaServer:
-    """Start ``chroma run`` on a free loopback port over ``path``; the caller stops it."""
-    exe = Path(sys.executable).with_name("chroma")
-    if not exe.is_file():
-        _missing(f"{exe} is missing (it ships with chromadb)")
-    port = _free_port()
-    log = path.with_suffix(".log")
-    env = {**os.environ, "ANONYMIZED_TELEMETRY": "False", "CHROMA_TELEMETRY": "False"}
-    with log.open("wb") as out:
-        proc = subprocess.Popen([str(exe), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT, env=env)
-    server = ChromaServer("127.0.0.1", port, path, proc)
-    _wait(server, log)
-    return server
-
-
-def stop_chroma(server: ChromaServer) -> None:
-    server.process.terminate()
+def _answers(server: ChromaServer) -> bool:
     try:
-        server.process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        server.process.kill()
-        server.process.wait(timeout=20)
+        server.client().heartbeat()
+    except Exception:  # noqa: BLE001 - any failure only means "not up yet"
+        return False
+    return True
+
+
+def start_chroma(path: Path, *, timeout: float = STARTUP_TIMEOUT_S) -> ChromaServer:
+    """Start ``chroma run`` over ``path`` on a free loopback port and wait until it answers a heartbeat.
+
+    The caller stops it (:meth:`ChromaServer.stop`); on a failed start it is stopped here.
+    """
+    exe = Path(sys.executable).parent / "chroma"
+    if not exe.is_file():
+        _unavailable(f"{exe} is missing (it ships with chromadb)")
+    port, log = _free_port(), path.parent / f"{path.name}-chroma.log"
+    cmd = [str(exe), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)]
+    env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
+    with log.open("wb") as out:  # the child keeps its own handle
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    server = ChromaServer("127.0.0.1", port, path, process, log)
+    deadline = time.monotonic() + timeout
+    while not _answers(server):
+        why = (f"exited with {process.returncode}" if process.poll() is not None
+               else f"did not answer within {timeout:g} s" if time.monotonic() > deadline else "")
+        if why:
+            server.stop()
+            pytest.fail(f"chroma server {why}: {' '.join(cmd)}\n--- server output (tail) ---\n{server.log_tail()}")
+        time.sleep(0.25)
+    return server
 
 
 @pytest.fixture(scope="session")
 def chroma_server() -> Iterator[ChromaServer]:
-    """A Chroma server shared by the session (tests use users of their own)."""
-    with tempfile.TemporaryDirectory(prefix="memstrata-chroma-") as tmp:
+    """A Chroma server shared by the session; tests keep apart by their own users or collections."""
+    # In memory when the machine has /dev/shm: the server fsyncs every write, which costs ~4x on a disk.
+    shm = Path("/dev/shm")
+    scratch = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+    with tempfile.TemporaryDirectory(prefix="memstrata-chroma-", dir=scratch) as tmp:
         server = start_chroma(Path(tmp) / "data")
         try:
             yield server
         finally:
-            stop_chroma(server)
+            server.stop()

@@ -1,31 +1,59 @@
 """Per-unit usage data beside the units: reinforcement (H-Mem's n_m, r_m), recall count, last access, tier.
 
 These change when memory is used, not when it is written, so they live apart
-from the vectors: updating them never invalidates a search snapshot, and a
-query that records an access stays cheap. Increments are read-modify-write
-under one lock per store, which makes them exact within a process; across
-processes the last writer wins.
+from the vectors, in the same table store as the edges: updating them never
+touches the vector store, so it never invalidates a search snapshot, and a query
+that records an access stays cheap.
+
+Every update goes through the table's ``merge`` hook, which sets the named fields,
+adds to the counted ones and keeps the rest:
+
+- SQLite (embedded mode): one ``INSERT ... ON CONFLICT DO UPDATE`` per unit inside
+  ``BEGIN IMMEDIATE``, so an increment is atomic even between processes;
+- Chroma (server mode): a read-modify-write under a per-collection lock, so it is
+  exact within a process, while across processes the last writer wins.
+
+Each store also holds one ``threading.Lock`` around its updates, so the batches of
+one store never interleave.
 
 Example:
-    >>> counters = CounterStore(open_table("counters", path=Path("/tmp/memstrata-doc"), client=None))  # doctest: +SKIP
-    >>> counters.record_recall("alice", [("c1", "turn", "s1:t0")], at=time.time())                    # doctest: +SKIP
+    >>> from pathlib import Path
+    >>> from memstrata.memory.store.tables import open_table
+    >>> counters = CounterStore(open_table("counters", path=Path("/tmp/memstrata-doc"), client=None))
+    >>> counters.record_recall("alice", [("c1", "turn", "s1:t0")], at=1700000000.0)
+    >>> counters.get("alice", [("c1", "turn", "s1:t0")])[("c1", "turn", "s1:t0")].recall_count
+    1
+    >>> counters.delete_user("alice")
+    1
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from memstrata.memory.store import tenant
-from memstrata.memory.store.tables import Table, TableRow
+from memstrata.memory.store.tables import Scalar, Table, TableRow
+from memstrata.memory.store.tenant import StoreError
 
 Item = tuple[str, str, str]  # (conversation_id, kind, unit_id)
 
 
 @dataclass
 class UnitCounters:
-    """What memstrata knows about one unit's use."""
+    """What memstrata knows about one unit's use.
+
+    Attributes:
+        conversation_id: the unit's conversation.
+        kind: the unit kind, e.g. ``"turn"``, ``"summary"``.
+        unit_id: the unit's id.
+        reinforcement_count: H-Mem's n_m, how often the unit was consolidated.
+        reinforced_at: H-Mem's r_m, when it last was (epoch seconds).
+        recall_count: HMO's recall count, how often it was returned as evidence.
+        last_access: when it last was (epoch seconds).
+        tier: its storage tier, when one was set.
+    """
 
     conversation_id: str
     kind: str
@@ -42,55 +70,75 @@ def _key(user_id: str, item: Item) -> str:
     return tenant.storage_key(user_id, conversation_id, f"{kind}\x1f{unit_id}", namespace="counter")
 
 
+def _optional_float(value: Scalar) -> float | None:
+    return float(value) if value is not None else None
+
+
 def _from_row(row: TableRow) -> UnitCounters:
     f = row.fields
+    tier = f.get("tier")
     return UnitCounters(conversation_id=row.conversation_id, kind=str(f["kind"]), unit_id=str(f["unit_id"]),
                         reinforcement_count=int(f.get("reinforcement_count") or 0),
-                        reinforced_at=f.get("reinforced_at"), recall_count=int(f.get("recall_count") or 0),
-                        last_access=f.get("last_access"), tier=f.get("tier"))  # type: ignore[arg-type]
+                        reinforced_at=_optional_float(f.get("reinforced_at")),
+                        recall_count=int(f.get("recall_count") or 0),
+                        last_access=_optional_float(f.get("last_access")), tier=str(tier) if tier is not None else None)
+
+
+def _items(items: Sequence[Item]) -> list[Item]:
+    """The items without repeats (a unit recalled twice in one call counts once), checked."""
+    out = list(dict.fromkeys(tuple(i) for i in items))
+    for item in out:
+        if len(item) != 3 or not all(isinstance(part, str) and part for part in item):
+            msg = f"a counter item is (conversation_id, kind, unit_id) of non-empty strings, got {item!r}"
+            raise StoreError(msg)
+    return out  # type: ignore[return-value]
 
 
 class CounterStore:
-    """Per-user counters on a :class:`~memstrata.memory.store.tables.Table`."""
+    """Per-user counters on a :class:`~memstrata.memory.store.tables.Table`.
+
+    Args:
+        table: where the counters live (``open_table("counters", ...)``).
+    """
 
     def __init__(self, table: Table) -> None:
         self.table = table
         self._lock = threading.Lock()
 
     def get(self, user_id: str, items: Sequence[Item]) -> dict[Item, UnitCounters]:
-        """Counters of the given units; units never counted come back with zeros."""
-        keys = {_key(user_id, i): i for i in items}
-        found = {r.key: _from_row(r) for r in self.table.get(user_id=user_id, keys=list(keys))}
-        return {item: found.get(key) or UnitCounters(*item) for key, item in keys.items()}
+        """Counters of the units, by ``(conversation_id, kind, unit_id)``; uncounted units come back with zeros."""
+        wanted = {_key(user_id, i): i for i in _items(items)}
+        found = {r.key: _from_row(r) for r in self.table.get(user_id=user_id, keys=list(wanted))}
+        return {item: found.get(key) or UnitCounters(*item) for key, item in wanted.items()}
 
     def all(self, user_id: str, *, kind: str | None = None) -> list[UnitCounters]:
-        """Every counted unit of one user, optionally of one kind."""
+        """Every counted unit of the user, optionally only those of one kind."""
         return [_from_row(r) for r in self.table.get(user_id=user_id, match={"kind": kind} if kind else None)]
 
     def record_recall(self, user_id: str, items: Sequence[Item], *, at: float) -> None:
-        """The units were returned as evidence (HMO's recall count)."""
-        self._update(user_id, items, lambda c: replace(c, recall_count=c.recall_count + 1, last_access=at))
+        """The units were returned as evidence: ``recall_count`` += 1, ``last_access`` = ``at``."""
+        self._merge(user_id, items, {"last_access": float(at)}, add={"recall_count": 1})
 
     def reinforce(self, user_id: str, items: Sequence[Item], *, at: float) -> None:
-        """The units were consolidated again (H-Mem's n_m and r_m)."""
-        self._update(user_id, items,
-                     lambda c: replace(c, reinforcement_count=c.reinforcement_count + 1, reinforced_at=at))
+        """The units were consolidated again: ``reinforcement_count`` += 1, ``reinforced_at`` = ``at``."""
+        self._merge(user_id, items, {"reinforced_at": float(at)}, add={"reinforcement_count": 1})
 
     def set_tier(self, user_id: str, items: Sequence[Item], tier: str) -> None:
-        self._update(user_id, items, lambda c: replace(c, tier=tier))
+        """Set the storage tier of the units."""
+        if not isinstance(tier, str) or not tier:
+            msg = f"tier must be a non-empty string, got {tier!r}"
+            raise StoreError(msg)
+        self._merge(user_id, items, {"tier": tier})
 
     def delete_user(self, user_id: str) -> int:
-        """Every counter of one user."""
+        """Delete every counter of the user; the number gone."""
         return self.table.delete(user_id=user_id)
 
-    def _update(self, user_id: str, items: Sequence[Item], change: Callable[[UnitCounters], UnitCounters]) -> None:
-        if not items:
-            return
-        with self._lock:
-            current = self.get(user_id, list(dict.fromkeys(items)))
-            rows = []
-            for item, counters in current.items():
-                data = asdict(change(counters))
-                conversation_id = data.pop("conversation_id")
-                rows.append(TableRow(_key(user_id, item), user_id, conversation_id, data))
-            self.table.upsert(rows)
+    def _merge(self, user_id: str, items: Sequence[Item], fields: Mapping[str, Scalar],
+               add: Mapping[str, int] | None = None) -> None:
+        tenant.check_user(user_id)
+        rows = [TableRow(_key(user_id, item), user_id, item[0], {"kind": item[1], "unit_id": item[2], **fields})
+                for item in _items(items)]
+        if rows:
+            with self._lock:
+                self.table.merge(rows, add=add)

@@ -1,13 +1,20 @@
 """Edges between units (graph and tree links), kept per user beside the units.
 
 An edge is (source unit, relation label, destination unit) inside one
-conversation, with a weight and the raw turns it comes from. Adding the same
-edge again changes nothing. :meth:`EdgeStore.graph` gives a ``networkx``
-multigraph for traversal.
+conversation, with a weight and the raw turns it comes from. Its storage key is
+derived from the tenant and that triple, so adding the same edge again changes
+nothing, and two users holding the same unit ids never share an edge.
+:meth:`EdgeStore.graph` gives a ``networkx`` multigraph for traversal.
 
 Example:
-    >>> store = EdgeStore(open_table("edges", path=Path("/tmp/memstrata-doc"), client=None))   # doctest: +SKIP
-    >>> store.add("alice", [Edge("c1", "ent:ann", "lives_in", "ent:porto")])                  # doctest: +SKIP
+    >>> from pathlib import Path
+    >>> from memstrata.memory.store.tables import open_table
+    >>> store = EdgeStore(open_table("edges", path=Path("/tmp/memstrata-doc"), client=None))
+    >>> store.add("alice", [Edge("c1", "ent:ann", "lives_in", "ent:porto")])
+    1
+    >>> [e.dst for e in store.get("alice", src="ent:ann")]
+    ['ent:porto']
+    >>> store.delete_user("alice")
     1
 """
 
@@ -16,17 +23,29 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import networkx as nx
 
 from memstrata.memory.store import tenant
-from memstrata.memory.store.tables import Table, TableRow
+from memstrata.memory.store.tables import MatchValue, Table, TableRow
+from memstrata.memory.store.tenant import StoreError
 
 
 @dataclass(frozen=True)
 class Edge:
-    """A directed, labelled link between two units of one conversation."""
+    """A directed, labelled link between two units of one conversation.
+
+    Attributes:
+        conversation_id: the conversation both units belong to.
+        src: unit id of the source.
+        rel: relation label, e.g. ``"child_of"``, ``"mentions"``, ``"knows"``.
+        dst: unit id of the destination.
+        src_kind: unit kind of the source (``"turn"``, ``"summary"``, ...), when known.
+        dst_kind: unit kind of the destination, when known.
+        weight: strength of the link.
+        turn_ids: the raw turns the edge comes from (stored as a JSON string field).
+        created_at: epoch seconds.
+    """
 
     conversation_id: str
     src: str
@@ -39,11 +58,16 @@ class Edge:
     created_at: float | None = None
 
     def key(self, user_id: str) -> str:
+        """The storage key of this edge for one user."""
         return tenant.storage_key(user_id, self.conversation_id, f"{self.src}\x1f{self.rel}\x1f{self.dst}",
                                   namespace="edge")
 
 
 def _row(user_id: str, edge: Edge) -> TableRow:
+    for name in ("conversation_id", "src", "rel", "dst"):
+        if not isinstance(getattr(edge, name), str) or not getattr(edge, name):
+            msg = f"edge {name} must be a non-empty string, got {getattr(edge, name)!r}"
+            raise StoreError(msg)
     return TableRow(edge.key(user_id), user_id, edge.conversation_id, {
         "src": edge.src, "rel": edge.rel, "dst": edge.dst, "src_kind": edge.src_kind, "dst_kind": edge.dst_kind,
         "weight": float(edge.weight), "turn_ids": json.dumps(list(edge.turn_ids)), "created_at": edge.created_at})
@@ -51,42 +75,67 @@ def _row(user_id: str, edge: Edge) -> TableRow:
 
 def _edge(row: TableRow) -> Edge:
     f = row.fields
+    created_at = f.get("created_at")
     return Edge(conversation_id=row.conversation_id, src=str(f["src"]), rel=str(f["rel"]), dst=str(f["dst"]),
                 src_kind=str(f.get("src_kind") or ""), dst_kind=str(f.get("dst_kind") or ""),
-                weight=float(f.get("weight", 1.0) or 0.0), turn_ids=tuple(json.loads(str(f.get("turn_ids") or "[]"))),
-                created_at=float(f["created_at"]) if f.get("created_at") is not None else None)
+                weight=float(f.get("weight", 1.0)),  # type: ignore[arg-type]
+                turn_ids=tuple(json.loads(str(f.get("turn_ids") or "[]"))),
+                created_at=float(created_at) if created_at is not None else None)
 
 
 class EdgeStore:
-    """Per-user edges on a :class:`~memstrata.memory.store.tables.Table`."""
+    """Per-user edges on a :class:`~memstrata.memory.store.tables.Table`.
+
+    Args:
+        table: where the edges live (``open_table("edges", ...)``).
+    """
 
     def __init__(self, table: Table) -> None:
         self.table = table
 
     def add(self, user_id: str, edges: Sequence[Edge]) -> int:
-        """Store edges (idempotent: the same source, relation and destination is one edge)."""
+        """Store edges; idempotent (the same source, relation and destination is one edge, the last write wins).
+
+        Returns:
+            The number of edges written.
+        """
+        tenant.check_user(user_id)
         return self.table.upsert([_row(user_id, e) for e in edges]) if edges else 0
 
     def get(self, user_id: str, *, conversation_id: str | None = None, src: str | None = None,
             dst: str | None = None, rel: str | None = None) -> list[Edge]:
-        """Edges of one user, optionally by conversation, source, destination or relation."""
-        match: dict[str, Any] = {k: v for k, v in (("src", src), ("dst", dst), ("rel", rel)) if v is not None}
+        """The user's edges, optionally only those of a conversation, source, destination or relation."""
+        match: dict[str, MatchValue] = {k: v for k, v in (("src", src), ("dst", dst), ("rel", rel)) if v is not None}
         return [_edge(r) for r in self.table.get(user_id=user_id, conversation_id=conversation_id, match=match)]
 
     def delete(self, user_id: str, edges: Sequence[Edge]) -> int:
+        """Delete these edges of the user (matched by conversation, source, relation, destination); the number gone."""
+        tenant.check_user(user_id)
         return self.table.delete(user_id=user_id, keys=[e.key(user_id) for e in edges]) if edges else 0
 
     def delete_user(self, user_id: str) -> int:
-        """Every edge of one user."""
+        """Delete every edge of the user; the number gone."""
         return self.table.delete(user_id=user_id)
 
     def count(self, user_id: str) -> int:
-        return self.table.count(user_id=user_id)
+        """The number of edges the user holds."""
+        return self.table.count(user_id=tenant.check_user(user_id))
 
     def graph(self, user_id: str, *, conversation_id: str | None = None) -> nx.MultiDiGraph:
-        """The user's edges as a multigraph: nodes are unit ids, edges carry ``rel``, ``weight``, ``turn_ids``."""
+        """The user's edges as a directed multigraph.
+
+        Nodes are unit ids (with a ``kind`` attribute when known). Every stored edge is
+        one graph edge, keyed by its relation label and carrying ``rel``, ``weight``,
+        ``turn_ids`` and ``conversation_id``. Without ``conversation_id`` the graph spans
+        every conversation, so equal unit ids of different conversations are one node,
+        and the key also names the conversation (``"<conversation_id>/<rel>"``) so that
+        no edge hides another.
+        """
         graph = nx.MultiDiGraph()
         for e in self.get(user_id, conversation_id=conversation_id):
-            graph.add_edge(e.src, e.dst, key=e.rel, rel=e.rel, weight=e.weight, turn_ids=e.turn_ids,
+            for node, kind in ((e.src, e.src_kind), (e.dst, e.dst_kind)):
+                graph.add_node(node, **({"kind": kind} if kind else {}))
+            key = e.rel if conversation_id is not None else f"{e.conversation_id}/{e.rel}"
+            graph.add_edge(e.src, e.dst, key=key, rel=e.rel, weight=e.weight, turn_ids=e.turn_ids,
                            conversation_id=e.conversation_id)
         return graph

@@ -1,24 +1,30 @@
-"""A small keyed record table with two backends: the home of edges and counters.
+"""A small keyed record table with two backends: the home of edges, counters and stored items.
 
-Embedded mode keeps the rows in one SQLite file inside the data folder (WAL,
-so several processes can read and write); server mode keeps them in a Chroma
-collection of the same server, so every process and machine sees the same
-rows. Rows are never only in process memory. Every filter goes through the
-tenant scope, so a read always names its user.
+Embedded mode keeps the rows in one SQLite file inside the data folder (WAL and a
+30 s busy timeout, so several threads and processes can read and write it); server
+mode keeps them in a Chroma collection of the same server, so every process and
+machine sees the same rows. Rows are never only in process memory. Every read and
+delete goes through the tenant scope (:mod:`memstrata.memory.store.tenant`), so it
+always names its user.
 
 Example:
-    >>> table = open_table("edges", path=Path("/tmp/memstrata-doc"), client=None)    # doctest: +SKIP
-    >>> table.upsert([TableRow("k1", "alice", "c1", {"src": "a", "dst": "b"})])        # doctest: +SKIP
+    >>> table = open_table("edges", path=Path("/tmp/memstrata-doc"), client=None)
+    >>> table.upsert([TableRow("k1", "alice", "c1", {"src": "a", "dst": "b"})])
+    1
+    >>> [r.fields["dst"] for r in table.get(user_id="alice", match={"src": "a"})]
+    ['b']
+    >>> table.delete(user_id="alice")
     1
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import threading
-from collections.abc import Sequence
-from contextlib import closing
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,9 +33,13 @@ from memstrata.memory.store import tenant
 from memstrata.memory.store.tenant import StoreError
 
 Scalar = str | int | float | bool | None
-_MAX_BATCH = 2000
-TABLE_PREFIX = "memstrata__"
+MatchValue = str | int | float | bool
+TABLE_PREFIX = "memstrata__"  # two underscores: never clashes with the unit collections ``memstrata_<kind>``
 SQLITE_FILE = "memstrata_tables.sqlite3"
+BUSY_TIMEOUT_S = 30.0
+_MAX_BATCH = 2000
+_RESERVED = frozenset({"user_id", "conversation_id"})
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -43,119 +53,248 @@ class TableRow:
 
 
 class Table(Protocol):
+    """What the edge, counter and item stores need from a backend."""
+
     name: str
 
-    def upsert(self, rows: Sequence[TableRow]) -> int: ...
+    def upsert(self, rows: Sequence[TableRow]) -> int:
+        """Write whole rows (a stored row with the same key is replaced); the number written."""
+        ...
 
-    def get(self, *, user_id: str, conversation_id: str | None = None, match: dict[str, Scalar] | None = None,
-            keys: Sequence[str] | None = None) -> list[TableRow]: ...
+    def merge(self, rows: Sequence[TableRow], *, add: Mapping[str, int] | None = None) -> int:
+        """Write some fields of rows: set the named ones, add to the ``add`` ones, keep the rest."""
+        ...
 
-    def delete(self, *, user_id: str, keys: Sequence[str] | None = None) -> int: ...
+    def get(self, *, user_id: str, conversation_id: str | None = None, match: dict[str, MatchValue] | None = None,
+            keys: Sequence[str] | None = None) -> list[TableRow]:
+        """A user's rows, optionally of one conversation, with equal fields, or with given keys."""
+        ...
 
-    def count(self, *, user_id: str | None = None) -> int: ...
+    def delete(self, *, user_id: str, keys: Sequence[str] | None = None) -> int:
+        """Delete a user's rows with the given keys (``None``: all of them); the number deleted."""
+        ...
+
+    def count(self, *, user_id: str | None = None) -> int:
+        """The rows of one user, or of everyone (``None``: the operator's view)."""
+        ...
 
 
-def _fields(row: TableRow) -> dict[str, Scalar]:
-    return {k: v for k, v in row.fields.items() if v is not None}
+def check_name(name: str, what: str = "table name") -> str:
+    """``name`` when it is a plain identifier (it ends up in SQL, JSON paths and collection names)."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        msg = f"{what} must be an identifier ([A-Za-z_][A-Za-z0-9_]*), got {name!r}"
+        raise StoreError(msg)
+    return name
+
+
+def _stored(row: TableRow) -> dict[str, Scalar]:
+    """The fields of a row as stored: checked names, ``None`` values left out."""
+    tenant.check_user(row.user_id)
+    if not isinstance(row.conversation_id, str):
+        msg = f"conversation_id must be a string, got {row.conversation_id!r}"
+        raise StoreError(msg)
+    out: dict[str, Scalar] = {}
+    for name, value in row.fields.items():
+        if check_name(name, "field name") in _RESERVED:
+            msg = f"field {name!r} is reserved for the tenant scope"
+            raise StoreError(msg)
+        if value is not None and not isinstance(value, str | int | float | bool):
+            msg = f"field {name!r} must be a scalar, got {type(value).__name__}"
+            raise StoreError(msg)
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def _check_match(match: Mapping[str, MatchValue] | None) -> dict[str, MatchValue]:
+    for name, value in (match or {}).items():
+        check_name(name, "field name")
+        if not isinstance(value, str | int | float | bool):
+            msg = f"match value of {name!r} must be a non-null scalar, got {value!r}"
+            raise StoreError(msg)
+    return dict(match or {})
+
+
+def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), _MAX_BATCH):
+        yield items[start:start + _MAX_BATCH]
+
+
+def _merged(old: Mapping[str, Scalar], new: Mapping[str, Scalar], add: Mapping[str, int]) -> dict[str, Scalar]:
+    """``old`` with ``new`` set and ``add`` added on top (a missing number counts as 0)."""
+    out = {**old, **new}
+    for name, amount in add.items():
+        out[name] = (old.get(name) or 0) + amount  # type: ignore[operator]
+    return out
 
 
 class SqliteTable:
-    """Rows in a SQLite file; each call opens its own connection, so threads and processes can share it."""
+    """Rows in a SQLite file, safe from several threads and processes.
+
+    Each call opens its own connection (no connection is shared between threads);
+    writes run inside ``BEGIN IMMEDIATE``, so they take the write lock up front and
+    wait for it (up to the busy timeout) instead of failing when another process writes.
+
+    Args:
+        path: the SQLite file (created with its folder when missing).
+        name: the table inside it (an identifier).
+    """
 
     def __init__(self, path: Path, name: str) -> None:
-        if not name.isidentifier():
-            msg = f"table name must be an identifier, got {name!r}"
-            raise StoreError(msg)
-        self.path, self.name = Path(path), name
+        self.path, self.name = Path(path), check_name(name)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with closing(self._connect()) as db, db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(f"CREATE TABLE IF NOT EXISTS {name} (key TEXT PRIMARY KEY, user_id TEXT NOT NULL, "
+        with self._connect() as db:
+            db.execute("PRAGMA journal_mode=WAL")  # persistent in the file: readers never block the writer
+        with self._write() as db:
+            db.execute(f'CREATE TABLE IF NOT EXISTS "{name}" (key TEXT PRIMARY KEY, user_id TEXT NOT NULL, '
                        "conversation_id TEXT NOT NULL, data TEXT NOT NULL)")
-            db.execute(f"CREATE INDEX IF NOT EXISTS {name}_tenant ON {name} (user_id, conversation_id)")
+            db.execute(f'CREATE INDEX IF NOT EXISTS "{name}_tenant" ON "{name}" (user_id, conversation_id)')
 
-    def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, timeout=30.0)
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        # isolation_level=None: no implicit transactions, so every write states its own BEGIN IMMEDIATE.
+        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        try:
+            db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+            # With WAL, NORMAL survives a killed process intact and skips the fsync of every commit;
+            # only a power cut can lose the last commits.
+            db.execute("PRAGMA synchronous=NORMAL")
+            yield db
+        finally:
+            db.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
 
     def upsert(self, rows: Sequence[TableRow]) -> int:
-        data = [(r.key, tenant.check_user(r.user_id), r.conversation_id, json.dumps(_fields(r))) for r in rows]
-        with closing(self._connect()) as db, db:
-            db.executemany(f"INSERT INTO {self.name} VALUES (?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET "
-                           "user_id=excluded.user_id, conversation_id=excluded.conversation_id, data=excluded.data",
-                           data)
+        data = [(r.key, r.user_id, r.conversation_id, json.dumps(_stored(r))) for r in rows]
+        with self._write() as db:
+            # The WHERE keeps a key that somehow belongs to another user from being taken over.
+            db.executemany(f'INSERT INTO "{self.name}" VALUES (?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET '
+                           "conversation_id=excluded.conversation_id, data=excluded.data "
+                           "WHERE user_id=excluded.user_id", data)
         return len(data)
 
-    def get(self, *, user_id: str, conversation_id: str | None = None, match: dict[str, Scalar] | None = None,
+    def merge(self, rows: Sequence[TableRow], *, add: Mapping[str, int] | None = None) -> int:
+        """One statement per row, so an increment is atomic even across processes.
+
+        The update sets the row's fields with ``json_patch`` and then adds each ``add``
+        amount to the stored value (``data`` is the old row throughout the SET clause).
+        """
+        add = {check_name(k, "field name"): int(v) for k, v in (add or {}).items()}
+        latest = {r.key: r for r in rows}  # a key given twice counts once, as on Chroma
+        data = [(r.key, r.user_id, r.conversation_id, json.dumps(_merged({}, _stored(r), add)))
+                for r in latest.values()]
+        patched = "json_patch(data, excluded.data)"
+        for name in add:
+            path = f"'$.{name}'"  # a checked identifier, safe inside the literal
+            patched = (f"json_set({patched}, {path}, "
+                       f"COALESCE(json_extract(data, {path}), 0) + json_extract(excluded.data, {path}))")
+        with self._write() as db:
+            db.executemany(f'INSERT INTO "{self.name}" VALUES (?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET '
+                           f"data={patched} WHERE user_id=excluded.user_id", data)
+        return len(data)
+
+    def get(self, *, user_id: str, conversation_id: str | None = None, match: dict[str, MatchValue] | None = None,
             keys: Sequence[str] | None = None) -> list[TableRow]:
-        sql, args = self._where(user_id, conversation_id, match, keys)
-        with closing(self._connect()) as db:
-            found = db.execute(f"SELECT key, user_id, conversation_id, data FROM {self.name}{sql}", args).fetchall()
-        return [TableRow(k, u, c, json.loads(d)) for k, u, c, d in found]
+        wheres, found = list(self._wheres(user_id, conversation_id, match, keys)), []
+        with self._connect() as db:
+            for sql, args in wheres:
+                found += db.execute(f'SELECT key, user_id, conversation_id, data FROM "{self.name}"{sql}', args)
+        return sorted((TableRow(k, u, c, json.loads(d)) for k, u, c, d in found), key=lambda r: r.key)
 
     def delete(self, *, user_id: str, keys: Sequence[str] | None = None) -> int:
-        sql, args = self._where(user_id, None, None, keys)
-        with closing(self._connect()) as db, db:
-            return db.execute(f"DELETE FROM {self.name}{sql}", args).rowcount
+        wheres, removed = list(self._wheres(user_id, None, None, keys)), 0
+        if wheres:
+            with self._write() as db:  # one transaction, however many chunks of keys
+                for sql, args in wheres:
+                    removed += db.execute(f'DELETE FROM "{self.name}"{sql}', args).rowcount
+        return removed
 
     def count(self, *, user_id: str | None = None) -> int:
-        sql, args = self._where(user_id, None, None, None) if user_id is not None else ("", [])
-        with closing(self._connect()) as db:
-            return int(db.execute(f"SELECT COUNT(*) FROM {self.name}{sql}", args).fetchone()[0])
+        sql, args = next(self._wheres(user_id, None, None, None)) if user_id is not None else ("", [])
+        with self._connect() as db:
+            return int(db.execute(f'SELECT COUNT(*) FROM "{self.name}"{sql}', args).fetchone()[0])
 
     @staticmethod
-    def _where(user_id: str, conversation_id: str | None, match: dict[str, Scalar] | None,
-               keys: Sequence[str] | None) -> tuple[str, list[Any]]:
+    def _wheres(user_id: str, conversation_id: str | None, match: dict[str, MatchValue] | None,
+                keys: Sequence[str] | None) -> Iterator[tuple[str, list[Any]]]:
+        """The WHERE clause and its arguments: one per chunk of ``keys`` (SQLite caps bound variables)."""
         clauses, args = ["user_id = ?"], [tenant.check_user(user_id)]
         if conversation_id is not None:
             clauses.append("conversation_id = ?")
             args.append(conversation_id)
-        for name, value in (match or {}).items():
-            if not name.isidentifier():
-                msg = f"bad field name {name!r}"
-                raise StoreError(msg)
-            clauses.append(f"json_extract(data, '$.{name}') = ?")
-            args.append(value)
-        if keys is not None:
-            clauses.append(f"key IN ({','.join('?' * len(keys))})" if keys else "0")
-            args.extend(keys)
-        return " WHERE " + " AND ".join(clauses), args
+        for name, value in _check_match(match).items():
+            clauses.append("json_extract(data, ?) = ?")
+            args.extend([f"$.{name}", value])
+        if keys is None:
+            yield " WHERE " + " AND ".join(clauses), args
+            return
+        for chunk in _chunks(list(keys)):
+            yield " WHERE " + " AND ".join([*clauses, f"key IN ({','.join('?' * len(chunk))})"]), [*args, *chunk]
+
+
+_COLLECTION_LOCKS: dict[str, threading.Lock] = {}
+_COLLECTION_LOCKS_GUARD = threading.Lock()
+
+
+def _collection_lock(collection_id: str) -> threading.Lock:
+    """One lock per Chroma collection in this process, shared by every table object opened on it."""
+    with _COLLECTION_LOCKS_GUARD:
+        return _COLLECTION_LOCKS.setdefault(collection_id, threading.Lock())
 
 
 class ChromaTable:
-    """Rows in a Chroma collection (``memstrata__<name>``), for stores on a Chroma server."""
+    """Rows in a Chroma collection (``memstrata__<name>``), for stores on a Chroma server.
+
+    The rows mean nothing as vectors; Chroma needs one, so each gets the constant
+    ``[1.0]`` and an empty document, and the fields go into its metadata. Every write
+    reads the stored rows first (Chroma merges metadata on upsert, so a replaced row
+    must name the fields it drops, and :meth:`merge` needs the old counts) under one
+    lock per collection: exact within a process, last writer wins across processes.
+
+    Args:
+        client: a Chroma client (``HttpClient`` in server mode; any client works).
+        name: the table (an identifier).
+    """
 
     def __init__(self, client: Any, name: str) -> None:
-        self.name = name
+        self.name = check_name(name)
         self.collection = client.get_or_create_collection(TABLE_PREFIX + name, metadata={"memstrata_table": name},
                                                           embedding_function=None)
+        self._lock = _collection_lock(str(self.collection.id))
 
     def upsert(self, rows: Sequence[TableRow]) -> int:
-        rows = list(rows)
-        for start in range(0, len(rows), _MAX_BATCH):
-            chunk = rows[start:start + _MAX_BATCH]
-            metas = [{**_fields(r), "user_id": tenant.check_user(r.user_id), "conversation_id": r.conversation_id}
-                     for r in chunk]
-            # The rows mean nothing as vectors; Chroma needs one, so each gets the same constant.
-            self.collection.upsert(ids=[r.key for r in chunk], embeddings=[[1.0]] * len(chunk),
-                                   documents=[""] * len(chunk), metadatas=metas)
-        return len(rows)
+        return self._write(rows, {}, replace=True)
 
-    def get(self, *, user_id: str, conversation_id: str | None = None, match: dict[str, Scalar] | None = None,
+    def merge(self, rows: Sequence[TableRow], *, add: Mapping[str, int] | None = None) -> int:
+        return self._write(rows, {check_name(k, "field name"): int(v) for k, v in (add or {}).items()}, replace=False)
+
+    def get(self, *, user_id: str, conversation_id: str | None = None, match: dict[str, MatchValue] | None = None,
             keys: Sequence[str] | None = None) -> list[TableRow]:
-        if keys is not None and not keys:
-            return []
-        found = self.collection.get(where=tenant.where(user_id, conversation_id, match),
-                                    ids=list(keys) if keys is not None else None, include=["metadatas"])
+        where = tenant.where(user_id, conversation_id, _check_match(match))
+        batches = [None] if keys is None else [list(c) for c in _chunks(list(keys))]
         out = []
-        for key, meta in zip(found["ids"], found["metadatas"] or [], strict=True):
-            meta = dict(meta)
-            out.append(TableRow(key, meta.pop("user_id"), meta.pop("conversation_id"), meta))
-        return out
+        for ids in batches:
+            found = self.collection.get(where=where, ids=ids, include=["metadatas"])
+            for key, meta in zip(found["ids"], found["metadatas"] or [], strict=True):
+                fields = dict(meta or {})
+                out.append(TableRow(key, str(fields.pop("user_id")), str(fields.pop("conversation_id")), fields))
+        return sorted(out, key=lambda r: r.key)
 
     def delete(self, *, user_id: str, keys: Sequence[str] | None = None) -> int:
         found = [r.key for r in self.get(user_id=user_id, keys=keys)]
-        for start in range(0, len(found), _MAX_BATCH):
-            self.collection.delete(ids=found[start:start + _MAX_BATCH])
+        for chunk in _chunks(found):
+            # The where again: a delete can only ever reach this user's rows.
+            self.collection.delete(ids=list(chunk), where=tenant.where(user_id))
         return len(found)
 
     def count(self, *, user_id: str | None = None) -> int:
@@ -163,14 +302,46 @@ class ChromaTable:
             return int(self.collection.count())
         return len(self.collection.get(where=tenant.where(user_id), include=[])["ids"])
 
+    def _write(self, rows: Sequence[TableRow], add: Mapping[str, int], *, replace: bool) -> int:
+        """Read the stored rows, then write each one whole (replaced, or merged with ``add``)."""
+        new = {r.key: (r, _stored(r)) for r in rows}
+        with self._lock:
+            for chunk in _chunks(list(new)):
+                found = self.collection.get(ids=list(chunk), include=["metadatas"])
+                stored = {k: dict(m or {}) for k, m in zip(found["ids"], found["metadatas"] or [], strict=True)}
+                metas: dict[str, dict[str, Scalar]] = {}
+                for key in chunk:
+                    row, fields = new[key]
+                    old = stored.get(key, {})
+                    if old and old.get("user_id") != row.user_id:
+                        continue  # never take over another user's row
+                    old = {k: v for k, v in old.items() if k not in _RESERVED}
+                    # Chroma merges metadata on upsert and drops a field named as None: that is how a row is replaced.
+                    fields = {**dict.fromkeys(old), **fields} if replace else _merged(old, fields, add)
+                    metas[key] = {**fields, "user_id": row.user_id, "conversation_id": row.conversation_id}
+                if metas:
+                    self.collection.upsert(ids=list(metas), embeddings=[[1.0]] * len(metas),
+                                           documents=[""] * len(metas), metadatas=list(metas.values()))
+        return len(new)
 
-_SQLITE_LOCK = threading.Lock()
+
+_OPEN_LOCK = threading.Lock()
 
 
 def open_table(name: str, *, path: Path | None, client: Any) -> Table:
-    """The SQLite table in ``path`` (embedded mode), else a Chroma collection of ``client`` (server mode)."""
+    """The table ``name`` of a store.
+
+    Args:
+        name: the table (an identifier), e.g. ``"edges"``.
+        path: the data folder of an embedded store: the rows go to ``path / "memstrata_tables.sqlite3"``,
+            beside Chroma's own files.
+        client: the Chroma client of a server store, used when ``path`` is ``None``.
+
+    Returns:
+        A :class:`SqliteTable` (embedded mode) or a :class:`ChromaTable` (server mode).
+    """
     if path is not None:
-        with _SQLITE_LOCK:  # two stores opening the same file create its schema once
+        with _OPEN_LOCK:  # two stores of one process opening the same file create its schema one after the other
             return SqliteTable(Path(path) / SQLITE_FILE, name)
     if client is None:
         msg = f"table {name!r} needs a data folder or a Chroma client"

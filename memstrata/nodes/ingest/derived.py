@@ -28,10 +28,12 @@ async def derive_units(state: IngestState, runtime: Runtime[Context]) -> dict[st
     ctx = runtime.context
     started = time.perf_counter()
     derived = [lv for lv in levels() if lv.derive is not None]
-    conversations = list(dict.fromkeys(c for c, _ in state.get("sessions", [])))
-    if not derived or not conversations:
+    if not derived:
         return {}
     store = await aresolve_store(ctx)
+    # Touched conversations, and any whose derived units are missing (an ingest killed before this stage).
+    missing = await asyncio.to_thread(_missing, store, ctx.user_id, state.get("conversations", []), derived)
+    conversations = list(dict.fromkeys([*(c for c, _ in state.get("sessions", [])), *missing]))
     written: dict[str, int] = {}
     for conv_id in conversations:
         turns = await asyncio.to_thread(_all_turns, store, ctx.user_id, conv_id)
@@ -42,6 +44,11 @@ async def derive_units(state: IngestState, runtime: Runtime[Context]) -> dict[st
     progress("derived", ", ".join(f"{k}: {n}" for k, n in written.items()), **written)
     return {"stats": {"derived_written": written,
                       "stage_seconds": {"derived": round(time.perf_counter() - started, 3)}}}
+
+
+def _missing(store: MemoryStore, user_id: str, conversations: list[str], derived: list[Level]) -> list[str]:
+    return [c for c in conversations
+            if any(store.count(lv.kind, user_id=user_id, conversation_id=c) == 0 for lv in derived)]
 
 
 def _all_turns(store: MemoryStore, user_id: str, conv_id: str) -> list[Turn]:

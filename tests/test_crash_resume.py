@@ -1,0 +1,96 @@
+"""Crash and resume: an ingest killed with SIGKILL at each stage, then run again, equals a clean run record by record.
+
+The ingest runs in a subprocess that kills itself the moment a chosen stage reports
+progress (so every kill point is reached for sure, not by timing). Covered by
+construction: every registered kind, a plugin kind with ``derive``, the edge and
+counter tables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from memstrata.memory.levels import levels
+
+SCRIPT = r"""
+import os, signal, sys
+sys.path.insert(0, "tests")
+from conftest import EXAMPLE, HashEmbeddings
+from test_levels import SpeakerDigest, one_digest_per_speaker
+from memstrata import Memstrata
+from memstrata.memory.levels import Level, register
+
+register(Level(kind="speaker_digest", unit=SpeakerDigest, role="event", scopes=("Long",),
+               description="one digest per speaker", derive=one_digest_per_speaker))
+stage, seen = sys.argv[2], []
+
+def on_progress(event):
+    seen.append(event["stage"])
+    if event["stage"] == stage and seen.count(stage) == int(sys.argv[3]):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+Memstrata(path=sys.argv[1], embeddings=HashEmbeddings()).ingest(EXAMPLE, user_id="u", on_progress=on_progress)
+"""
+STAGES = [("turns", 1), ("contexts", 1), ("segment", 1), ("summaries", 1), ("summaries", 2), ("summaries", 3)]
+
+
+def _ingest(folder: Path, stage: str = "never", nth: int = 1) -> int:
+    return subprocess.run([sys.executable, "-c", SCRIPT, str(folder), stage, str(nth)], cwd=REPO, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True).returncode
+
+
+DIGEST = r"""
+import json, sys
+sys.path.insert(0, "tests")
+from conftest import HashEmbeddings
+from memstrata.memory.store import MemoryStore
+
+store = MemoryStore(path=sys.argv[1], embeddings=HashEmbeddings())
+out = {}
+for kind in store.stored_kinds():
+    rows = {}
+    for r in store.get(kind, user_id="u", with_vectors=True):
+        blob = json.dumps([r.document, r.payload, [round(x, 6) for x in r.metadata["_vector"]]], sort_keys=True)
+        rows[f"{r.metadata['conversation_id']}/{r.unit_id}"] = blob
+    out[kind] = rows
+for name, table in (("edges", store.edges.table), ("counters", store.counters.table)):
+    out[name] = {r.key: json.dumps(r.fields, sort_keys=True) for r in table.get(user_id="u")}
+print(json.dumps(out))
+"""
+
+
+def _digest(folder: Path) -> dict[str, dict[str, str]]:
+    """Every record of user ``u`` in every unit collection and table: document, payload and vector, by id.
+
+    Read in a process of its own: an embedded Chroma folder is only consistent within one process.
+    """
+    done = subprocess.run([sys.executable, "-c", DIGEST, str(folder)], cwd=REPO, timeout=300, capture_output=True,
+                          text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
+    folder = tmp_path_factory.mktemp("clean")
+    assert _ingest(folder) == 0
+    return _digest(folder)
+
+
+@pytest.mark.parametrize(("stage", "nth"), STAGES, ids=[f"{s}-{n}" for s, n in STAGES])
+def test_killed_ingest_resumes_to_exactly_a_clean_run(clean, tmp_path: Path, stage: str, nth: int) -> None:
+    assert _ingest(tmp_path, stage, nth) == -9  # it really died there
+    assert _digest(tmp_path) != clean  # and left the store incomplete
+    assert _ingest(tmp_path) == 0
+    resumed = _digest(tmp_path)
+    assert set(resumed) >= {lv.kind for lv in levels()} | {"speaker_digest", "edges", "counters"}
+    for kind, rows in clean.items():
+        assert resumed[kind].keys() == rows.keys(), f"{kind}: lost {rows.keys() - resumed[kind].keys()}, " \
+                                                    f"extra {resumed[kind].keys() - rows.keys()}"
+        assert resumed[kind] == rows, kind

@@ -1,0 +1,284 @@
+"""Edges and counters on both real backends: a SQLite file in a temp folder and a real Chroma server.
+
+Every test runs twice (``sqlite``, ``chroma``); each gets tables no other test uses,
+so counts over a whole table are exact even on the session's shared server.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import pytest
+
+from memstrata.memory.store import tables
+from memstrata.memory.store.counters import CounterStore, UnitCounters
+from memstrata.memory.store.edges import Edge, EdgeStore
+from memstrata.memory.store.tables import (
+    SQLITE_FILE,
+    TABLE_PREFIX,
+    ChromaTable,
+    SqliteTable,
+    Table,
+    TableRow,
+    open_table,
+)
+from memstrata.memory.store.tenant import StoreError
+
+REPO = Path(__file__).resolve().parents[1]
+TURN = ("c1", "turn", "s1:t0")
+
+
+@dataclass
+class Backend:
+    """Where this test's tables live: a SQLite file in its temp folder, or collections of its own on the server."""
+
+    kind: str
+    folder: Path
+    server: Any = None
+    prefix: str = ""
+
+    def open(self, name: str) -> Table:
+        """Open a table by name; opening the same name twice gives two objects over the same rows."""
+        if self.server is None:
+            return open_table(name, path=self.folder, client=None)
+        return open_table(self.prefix + name, path=None, client=self.server.client())
+
+
+@pytest.fixture(params=["sqlite", "chroma"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "sqlite":
+        return Backend("sqlite", tmp_path)
+    # The server lives for the whole session: each test gets collections no other test uses.
+    return Backend("chroma", tmp_path, request.getfixturevalue("chroma_server"), f"t{uuid.uuid4().hex[:12]}_")
+
+
+def _edges(user: str) -> list[Edge]:
+    """The same unit ids and conversation for every user: only the tenant tells them apart."""
+    return [Edge("c1", "s1:t0", "mentions", "ent:ann", src_kind="turn", dst_kind="entity", turn_ids=("s1:t0",)),
+            Edge("c1", "s1:t1", "mentions", "ent:ann", src_kind="turn", dst_kind="entity", weight=0.5,
+                 turn_ids=("s1:t1",), created_at=1700000000.5),
+            Edge("c1", "ent:ann", "knows", f"ent:{user}", src_kind="entity", dst_kind="entity"),
+            Edge("c2", "s1:t0", "child_of", "ep:0", src_kind="turn", dst_kind="episode")]
+
+
+def _user_ids(table: Table) -> set[str]:
+    """The users of every row in the table, read underneath the table API."""
+    if isinstance(table, SqliteTable):
+        with sqlite3.connect(table.path) as db:
+            return {u for (u,) in db.execute(f'SELECT DISTINCT user_id FROM "{table.name}"')}
+    assert isinstance(table, ChromaTable)
+    return {str(m["user_id"]) for m in table.collection.get(include=["metadatas"])["metadatas"] or []}
+
+
+def test_open_table_picks_the_backend(backend: Backend, tmp_path: Path) -> None:
+    table = backend.open("edges")
+    if isinstance(table, SqliteTable):
+        assert table.path == tmp_path / SQLITE_FILE and table.path.is_file()
+    else:
+        assert isinstance(table, ChromaTable)
+        assert table.collection.name == TABLE_PREFIX + table.name
+        assert table.collection.metadata == {"memstrata_table": table.name}
+    with pytest.raises(StoreError):
+        backend.open("bad-name; DROP TABLE x")
+
+
+def test_edges_add_get_filters(backend: Backend) -> None:
+    store = EdgeStore(backend.open("edges"))
+    assert store.add("alice", _edges("alice")) == 4
+    assert store.count("alice") == 4
+    mentions = store.get("alice", rel="mentions")
+    assert {(e.src, e.dst) for e in mentions} == {("s1:t0", "ent:ann"), ("s1:t1", "ent:ann")}
+    assert [e.rel for e in store.get("alice", src="ent:ann")] == ["knows"]
+    assert len(store.get("alice", dst="ent:ann", conversation_id="c1")) == 2
+    assert store.get("alice", src="s1:t0", conversation_id="c2") == [_edges("alice")[3]]
+    assert store.get("alice", dst="ent:nobody") == []
+    # every field comes back as it went in
+    assert sorted(store.get("alice"), key=repr) == sorted(_edges("alice"), key=repr)
+
+
+def test_edges_readd_is_idempotent_and_delete(backend: Backend) -> None:
+    store = EdgeStore(backend.open("edges"))
+    store.add("alice", _edges("alice"))
+    changed = Edge("c1", "s1:t0", "mentions", "ent:ann", weight=2.0)  # same triple, new attributes
+    assert store.add("alice", [*_edges("alice")[1:], changed]) == 4
+    assert store.count("alice") == 4
+    [again] = store.get("alice", src="s1:t0", conversation_id="c1")
+    assert again == changed and again.turn_ids == () and again.src_kind == ""  # replaced, not merged
+    assert store.delete("alice", [changed, Edge("c9", "x", "y", "z")]) == 1
+    assert store.count("alice") == 3 and store.get("alice", src="s1:t0", conversation_id="c1") == []
+    assert store.delete("alice", []) == 0
+
+
+def test_graph(backend: Backend) -> None:
+    store = EdgeStore(backend.open("edges"))
+    store.add("alice", _edges("alice"))
+    graph = store.graph("alice", conversation_id="c1")
+    assert isinstance(graph, nx.MultiDiGraph)
+    assert set(graph.edges(keys=True)) == {("s1:t0", "ent:ann", "mentions"), ("s1:t1", "ent:ann", "mentions"),
+                                           ("ent:ann", "ent:alice", "knows")}
+    assert graph["s1:t1"]["ent:ann"]["mentions"]["weight"] == 0.5
+    assert graph["s1:t1"]["ent:ann"]["mentions"]["turn_ids"] == ("s1:t1",)
+    assert graph.nodes["ent:ann"]["kind"] == "entity"
+    assert nx.has_path(graph, "s1:t0", "ent:alice")
+    everything = store.graph("alice")
+    assert everything.number_of_edges() == 4
+    assert everything.has_edge("s1:t0", "ep:0", key="c2/child_of")
+    assert store.graph("bob").number_of_edges() == 0
+
+
+def test_counters(backend: Backend) -> None:
+    store = CounterStore(backend.open("counters"))
+    other = ("c1", "summary", "s1:t0")  # same unit id, other kind: another unit
+    assert store.get("alice", [TURN, other]) == {TURN: UnitCounters(*TURN), other: UnitCounters(*other)}
+    assert store.all("alice") == []
+    store.record_recall("alice", [TURN], at=10.0)
+    store.record_recall("alice", [TURN, TURN], at=20.0)  # a unit twice in one call counts once
+    got = store.get("alice", [TURN])[TURN]
+    assert (got.recall_count, got.last_access, got.reinforcement_count, got.reinforced_at) == (2, 20.0, 0, None)
+    store.reinforce("alice", [TURN, other], at=30.0)
+    store.set_tier("alice", [TURN], "cold")
+    got = store.get("alice", [TURN, other])
+    assert got[TURN] == UnitCounters(*TURN, reinforcement_count=1, reinforced_at=30.0, recall_count=2,
+                                     last_access=20.0, tier="cold")
+    assert got[other] == UnitCounters(*other, reinforcement_count=1, reinforced_at=30.0)
+    assert [c.unit_id for c in store.all("alice", kind="summary")] == ["s1:t0"]
+    assert len(store.all("alice")) == 2
+    with pytest.raises(StoreError):
+        store.set_tier("alice", [TURN], "")
+
+
+def test_tenant_isolation(backend: Backend) -> None:
+    edge_table, counter_table = backend.open("edges"), backend.open("counters")
+    edges, counters = EdgeStore(edge_table), CounterStore(counter_table)
+    for user, recalls in (("alice", 3), ("bob", 1)):
+        edges.add(user, _edges(user))
+        for _ in range(recalls):
+            counters.record_recall(user, [TURN], at=float(recalls))
+        counters.set_tier(user, [TURN], f"tier-{user}")
+    assert edge_table.count() == 8 and counter_table.count() == 2
+    assert {e.dst for e in edges.get("bob", src="ent:ann")} == {"ent:bob"}
+    assert {e.dst for e in edges.get("alice", src="ent:ann")} == {"ent:alice"}
+    assert counters.get("alice", [TURN])[TURN].recall_count == 3
+    assert counters.get("bob", [TURN])[TURN] == UnitCounters(*TURN, recall_count=1, last_access=1.0, tier="tier-bob")
+    # a user's delete by keys cannot reach the other's rows, even when the edges are equal
+    assert edges.delete("bob", _edges("alice")[:2]) == 2
+    assert edges.count("alice") == 4 and edges.count("bob") == 2
+    assert edges.delete_user("alice") == 4 and counters.delete_user("alice") == 1
+    assert edge_table.count() == edges.count("bob") == 2 and counter_table.count() == 1
+    assert _user_ids(edge_table) == _user_ids(counter_table) == {"bob"}
+    assert edge_table.get(user_id="alice") == [] and counter_table.get(user_id="alice") == []
+    assert counters.get("bob", [TURN])[TURN].recall_count == 1 and len(edges.get("bob")) == 2
+
+
+def test_table_rows(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = backend.open("rows")
+    monkeypatch.setattr(tables, "_MAX_BATCH", 40)  # batches of 2000 in real use: the same code path, cheaper
+    rows = [TableRow(f"k{i:04d}", "alice", f"c{i % 2}", {"n": i, "even": i % 2 == 0, "x": 0.5, "gone": None})
+            for i in range(100)]  # several write batches and key chunks
+    assert table.upsert(rows) == 100 and table.count(user_id="alice") == 100 and table.count(user_id="bob") == 0
+    assert [r.fields for r in table.get(user_id="alice", match={"n": 7})] == [{"n": 7, "even": False, "x": 0.5}]
+    assert len(table.get(user_id="alice", conversation_id="c0", match={"even": True})) == 50
+    assert len(table.get(user_id="alice", keys=[r.key for r in rows] + ["nope"])) == 100
+    table.upsert([TableRow("k0001", "alice", "c1", {"n": 1})])  # a write replaces the whole row
+    assert table.get(user_id="alice", keys=["k0001"]) == [TableRow("k0001", "alice", "c1", {"n": 1})]
+    table.upsert([TableRow("k0001", "bob", "c1", {"n": -1})])  # another user's key is never taken over
+    assert table.get(user_id="bob") == [] and table.get(user_id="alice", keys=["k0001"])[0].fields == {"n": 1}
+    with pytest.raises(StoreError):
+        table.upsert([TableRow("k", "alice", "c1", {"user_id": "bob"})])
+    with pytest.raises(StoreError):
+        table.get(user_id="alice", match={"n') OR 1=1 --": 1})
+    assert table.delete(user_id="bob") == 0
+    assert table.delete(user_id="alice", keys=["k0000", "k0002"]) == 2
+    assert table.delete(user_id="alice") == 98 and table.count() == 0
+
+
+BAD_USERS = ["", "   ", None]
+
+
+@pytest.mark.parametrize("bad", BAD_USERS, ids=repr)
+def test_bad_user_id_raises(backend: Backend, bad: Any) -> None:
+    edges, counters = EdgeStore(backend.open("edges")), CounterStore(backend.open("counters"))
+    calls: list[Callable[[], object]] = [
+        lambda: edges.add(bad, _edges("x")), lambda: edges.add(bad, []), lambda: edges.get(bad),
+        lambda: edges.delete(bad, _edges("x")), lambda: edges.delete(bad, []), lambda: edges.delete_user(bad),
+        lambda: edges.count(bad), lambda: edges.graph(bad), lambda: counters.get(bad, [TURN]),
+        lambda: counters.get(bad, []), lambda: counters.all(bad), lambda: counters.record_recall(bad, [TURN], at=1.0),
+        lambda: counters.record_recall(bad, [], at=1.0), lambda: counters.reinforce(bad, [TURN], at=1.0),
+        lambda: counters.set_tier(bad, [TURN], "hot"), lambda: counters.delete_user(bad)]
+    for call in calls:
+        with pytest.raises(StoreError):
+            call()
+    assert edges.table.count() == counters.table.count() == 0
+
+
+def test_threads_count_exactly(backend: Backend) -> None:
+    # Two stores over the same rows, four threads each: exact within a process on both backends.
+    stores = [CounterStore(backend.open("counters")), CounterStore(backend.open("counters"))]
+    errors: list[BaseException] = []
+
+    def recall(store: CounterStore) -> None:
+        try:
+            for _ in range(50):
+                store.record_recall("alice", [TURN], at=5.0)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=recall, args=(stores[i % 2],)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors and not any(t.is_alive() for t in threads)
+    assert stores[0].get("alice", [TURN])[TURN].recall_count == 400
+
+
+OTHER_PROCESS = """
+import sys
+from pathlib import Path
+import chromadb
+from chromadb.config import Settings
+from memstrata.memory.store import tables
+from memstrata.memory.store.counters import CounterStore
+from memstrata.memory.store.edges import Edge, EdgeStore
+from memstrata.memory.store.tables import open_table
+
+kind, where, prefix = sys.argv[1:4]
+if kind == "sqlite":
+    open_ = lambda name: open_table(name, path=Path(where), client=None)
+else:
+    host, port = where.split(":")
+    client = chromadb.HttpClient(host=host, port=int(port), settings=Settings(anonymized_telemetry=False))
+    open_ = lambda name: open_table(prefix + name, path=None, client=client)
+EdgeStore(open_("edges")).add("alice", [Edge("c1", "s1:t9", "mentions", "ent:zoe")])
+counters = CounterStore(open_("counters"))
+for _ in range(100):
+    counters.record_recall("alice", [("c1", "turn", "s1:t0")], at=2.0)
+"""
+
+
+def test_other_process_writes_are_seen(backend: Backend) -> None:
+    edges, counters = EdgeStore(backend.open("edges")), CounterStore(backend.open("counters"))
+    where = str(backend.folder) if backend.server is None else f"{backend.server.host}:{backend.server.port}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen([sys.executable, "-c", OTHER_PROCESS, backend.kind, where, backend.prefix], cwd=REPO,
+                               env=env, stderr=subprocess.PIPE)
+    ours = 0
+    # On SQLite, increment the same counter for as long as the other process runs: both must count exactly.
+    # On Chroma increments of two processes are last-writer-wins, so only the other process counts there.
+    while backend.kind == "sqlite" and process.poll() is None:
+        counters.record_recall("alice", [TURN], at=1.0)
+        ours += 1
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr.decode()
+    assert [(e.src, e.dst) for e in edges.get("alice", src="s1:t9")] == [("s1:t9", "ent:zoe")]
+    assert counters.get("alice", [TURN])[TURN].recall_count == ours + 100
