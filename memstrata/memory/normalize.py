@@ -19,6 +19,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from memstrata.memory.conversation import Conversation, Session
 from memstrata.memory.levels.turn import Turn
 from memstrata.memory.timeparse import parse_timestamp
@@ -67,21 +69,34 @@ def normalize_input(
         session_gap: in a plain message list without session keys, a longer silence starts a new session.
     """
     kind = detect_format(data, source)
-    if kind == "locomo":
-        items = data if isinstance(data, list) else [data]
-        convs = [_locomo(item, user_id, source, i) for i, item in enumerate(items)]
-    elif kind == "langchain":
-        convs = [_messages([_from_langchain(m) for m in data], user_id, conversation_id, source, session_gap)]
-    else:
-        messages = data["messages"] if isinstance(data, dict) else data
-        conv_id = conversation_id or (data.get("conversation_id") if isinstance(data, dict) else None)
-        convs = [_messages(messages, user_id, conv_id, source, session_gap)]
+    try:
+        convs = _conversations(data, kind, user_id, conversation_id, source, session_gap)
+    except ValidationError as exc:  # a value no unit accepts: say which field, never a traceback
+        problem = exc.errors()[0]
+        where = ".".join(str(p) for p in problem.get("loc", ()))
+        msg = f"{source}: invalid input ({where}: {problem.get('msg')})"
+        raise IngestError(msg) from exc
     if only_conversation is not None:
         convs = [c for c in convs if c.conversation_id == only_conversation]
         if not convs:
             msg = f"{source}: no conversation with id {only_conversation!r}"
             raise IngestError(msg)
     return convs
+
+
+def _conversations(data: Any, kind: str, user_id: str, conversation_id: str | None, source: str,
+                   session_gap: timedelta) -> list[Conversation]:
+    if kind == "locomo":
+        items = data if isinstance(data, list) else [data]
+        return [_locomo(item, user_id, source, i) for i, item in enumerate(items)]
+    if kind == "langchain":
+        return [_messages([_from_langchain(m) for m in data], user_id, conversation_id, source, session_gap)]
+    messages = data["messages"] if isinstance(data, dict) else data
+    conv_id = conversation_id or (data.get("conversation_id") if isinstance(data, dict) else None)
+    if conv_id is not None and (not isinstance(conv_id, str) or not conv_id.strip()):
+        msg = f"{source}: 'conversation_id' must be a non-empty string, got {conv_id!r}"
+        raise IngestError(msg)
+    return [_messages(messages, user_id, conv_id, source, session_gap)]
 
 
 def detect_format(data: Any, source: str = "<input>") -> str:
@@ -168,6 +183,12 @@ def _turn(
     if not isinstance(text, str) or not text.strip():
         msg = f"{where}: empty or missing 'text'"
         raise IngestError(msg)
+    for name, value in (("speaker", str(speaker)), ("text", text)):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate: no store can keep it
+            msg = f"{where}: '{name}' is not valid Unicode at character {exc.start} ({exc.reason})"
+            raise IngestError(msg) from exc
     raw_time = raw.get("timestamp", raw.get("time"))
     when = parse_timestamp(raw_time) if raw_time is not None else session_time
     given = raw.get("position")  # a message written alone (a chat app's append) says where it goes

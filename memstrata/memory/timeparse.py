@@ -14,7 +14,7 @@ Example:
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import datetime, timezone, timedelta
 
 _FORMATS = (
     "%I:%M %p on %d %B, %Y",
@@ -38,8 +38,11 @@ def parse_timestamp(raw: object) -> datetime | None:
         return None
     if isinstance(raw, datetime):
         return _naive(raw)
-    if isinstance(raw, (int, float)):
-        return _naive(datetime.utcfromtimestamp(float(raw)))
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        try:
+            return _naive(datetime.fromtimestamp(float(raw), tz=timezone.utc))
+        except (ValueError, OverflowError, OSError):  # outside what a datetime can hold: unparseable
+            return None
     text = str(raw).strip()
     if not text:
         return None
@@ -70,8 +73,6 @@ def _dateparser(text: str) -> datetime | None:
 
 def _naive(value: datetime) -> datetime:
     if value.tzinfo is not None:
-        from datetime import timezone
-
         return value.astimezone(timezone.utc).replace(tzinfo=None)
     return value
 
