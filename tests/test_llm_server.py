@@ -206,7 +206,7 @@ async def test_a_server_killed_mid_call_ends_in_the_fallback_and_llm_error(llama
     assert records["story"].outcome == "error" and "Connection" in (records["story"].error or "")
 
 
-async def test_middleware_and_store_with_the_real_server(chat_model: Any, tmp_path: Any) -> None:
+async def test_middleware_and_store_with_the_real_server(llama_server: str, tmp_path: Any) -> None:
     """An agent on the real llama.cpp model, with memstrata as its middleware and its store (memstrata offline)."""
     from langchain.agents import create_agent
     from langgraph.checkpoint.memory import InMemorySaver
@@ -221,7 +221,11 @@ async def test_middleware_and_store_with_the_real_server(chat_model: Any, tmp_pa
     found = await store.asearch(("u",), query="Where is Priya moving?")
     assert found and all(item.namespace[0] == "u" for item in found)
 
-    agent = create_agent(chat_model, tools=[], checkpointer=InMemorySaver(), store=store,
+    # An HTTP client of this test's own: langchain-openai shares one per URL, bound to the first test's event loop.
+    import httpx
+
+    model = make_chat_model(llama_server, http_async_client=httpx.AsyncClient(timeout=120))
+    agent = create_agent(model, tools=[], checkpointer=InMemorySaver(), store=store,
                          middleware=[MemstrataMiddleware(mem, user_id="u", context_budget=400)])
     out = await agent.ainvoke({"messages": [("user", "Where is Priya moving?")]},
                               {"configurable": {"thread_id": "live"}})
