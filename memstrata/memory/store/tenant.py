@@ -29,10 +29,15 @@ def stable_hash(*parts: str, length: int = 16) -> str:
 
 
 def check_user(user_id: Any) -> str:
-    """The user id, or a :class:`StoreError` when it is missing or not a string."""
+    """The user id, or a :class:`StoreError` when it is missing, not a string or not valid Unicode."""
     if not isinstance(user_id, str) or not user_id.strip():
         msg = "user_id is required on every read and write (it is the tenant boundary)"
         raise StoreError(msg)
+    try:
+        user_id.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        msg = f"user_id is not valid Unicode at character {exc.start} ({exc.reason})"
+        raise StoreError(msg) from exc
     return user_id
 
 
