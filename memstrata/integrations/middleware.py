@@ -102,14 +102,16 @@ class MemstrataMiddleware(AgentMiddleware):
 
     # ---- after the agent's turn -----------------------------------------------------------
     async def aafter_agent(self, state: AgentState, runtime: Any) -> dict[str, Any] | None:
-        if self.write_back and self._messages(state):
-            await self.memory.aingest(self._messages(state), user_id=self.user_id,
+        messages = self._messages(state) if self.write_back else []
+        if messages:
+            await self.memory.aingest(messages, user_id=self.user_id,
                                       conversation_id=_thread_id() or self.conversation_id)
         return None
 
     def after_agent(self, state: AgentState, runtime: Any) -> dict[str, Any] | None:
-        if self.write_back and self._messages(state):
-            self.memory.ingest(self._messages(state), user_id=self.user_id,
+        messages = self._messages(state) if self.write_back else []
+        if messages:
+            self.memory.ingest(messages, user_id=self.user_id,
                                conversation_id=_thread_id() or self.conversation_id)
         return None
 

@@ -12,7 +12,7 @@ from memstrata.context import Context
 from memstrata.memory.levels.turn_context import turn_contexts
 from memstrata.memory.store import MemoryStore
 from memstrata.nodes.common import progress
-from memstrata.nodes.ingest.turns import read_sessions
+from memstrata.nodes.ingest.turns import by_conversation, read_sessions
 from memstrata.resources import aresolve_store
 from memstrata.state import IngestState
 
@@ -37,9 +37,6 @@ async def write_turn_contexts(state: IngestState, runtime: Runtime[Context]) -> 
 
 def _stored(store: MemoryStore, user_id: str, pairs: list[list[str]]) -> dict[tuple[str, str], str]:
     """The stored contextual views of the given sessions, by (conversation, id)."""
-    by_conv: dict[str, list[str]] = {}
-    for conv_id, session_id in pairs:
-        by_conv.setdefault(conv_id, []).append(session_id)
-    return {(conv_id, r.unit_id): r.document for conv_id, sessions in by_conv.items()
+    return {(conv_id, r.unit_id): r.document for conv_id, sessions in by_conversation(pairs).items()
             for r in store.get("turn_context", user_id=user_id, conversation_id=conv_id,
                                where={"session_id": {"$in": sessions}})}

@@ -22,6 +22,7 @@ from memstrata.memory.levels.summary import offline_summary
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.timeparse import format_date
 from memstrata.nodes.common import LLMStep, progress
+from memstrata.nodes.ingest.turns import by_conversation
 from memstrata.resources import aresolve_store
 from memstrata.state import EpisodeBatch, IngestState
 
@@ -71,10 +72,7 @@ def _read_batch(store: MemoryStore, user_id: str,
     """The batch's episodes (in the given order) and every turn they hold."""
     episodes: list[Episode] = []
     turns: dict[tuple[str, str], Turn] = {}
-    by_conv: dict[str, list[str]] = {}
-    for conv_id, episode_id in pairs:
-        by_conv.setdefault(conv_id, []).append(episode_id)
-    for conv_id, ids in by_conv.items():
+    for conv_id, ids in by_conversation(pairs).items():
         found = {r.unit_id: Episode.model_validate(r.payload)
                  for r in store.get("episode", user_id=user_id, conversation_id=conv_id, unit_ids=ids)}
         eps = [found[i] for i in ids if i in found]

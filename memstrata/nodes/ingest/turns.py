@@ -99,14 +99,19 @@ def incomplete_sessions(store: MemoryStore, conv: Conversation) -> list[str]:
             if not covered.get(s.session_id, set()) == viewed.get(s.session_id, set()) == {t.id for t in s.turns}]
 
 
+def by_conversation(pairs: list[list[str]]) -> dict[str, list[str]]:
+    """``[conversation_id, id]`` pairs grouped by conversation, in order (one store read per conversation)."""
+    grouped: dict[str, list[str]] = {}
+    for conv_id, unit_id in pairs:
+        grouped.setdefault(conv_id, []).append(unit_id)
+    return grouped
+
+
 def read_sessions(store: MemoryStore, user_id: str, pairs: list[list[str]], *,
                   with_vectors: bool = False) -> dict[tuple[str, str], tuple[list[Turn], np.ndarray | None]]:
     """The stored turns of some ``[conversation_id, session_id]`` pairs, in position order (with vectors)."""
-    by_conv: dict[str, list[str]] = {}
-    for conv_id, session_id in pairs:
-        by_conv.setdefault(conv_id, []).append(session_id)
     out: dict[tuple[str, str], tuple[list[Turn], np.ndarray | None]] = {}
-    for conv_id, session_ids in by_conv.items():
+    for conv_id, session_ids in by_conversation(pairs).items():
         records = store.get("turn", user_id=user_id, conversation_id=conv_id,
                             where={"session_id": {"$in": session_ids}}, with_vectors=with_vectors)
         groups: dict[str, list[Any]] = {}
