@@ -166,6 +166,12 @@ def inspect(
     conversation: Annotated[str | None, typer.Option("--conversation", "-c")] = None,
     unit: Annotated[str | None, typer.Option("--unit", help="Show one episode/summary/turn id with its raw turns.")] = None,
     html: Annotated[Path | None, typer.Option("--html", help="Write the memory as one self-contained HTML page.")] = None,
+    entities: Annotated[bool, typer.Option("--entities", help="List the entities of the entity graph.")] = False,
+    tree: Annotated[bool, typer.Option("--tree", help="Draw the temporal tree: year > month > week > day.")] = False,
+    window: Annotated[str | None, typer.Option(
+        "--window", help="What one tree window holds: 2023-05-08, 2023-W19, 2023-05, 2023 or untimed.")] = None,
+    entity: Annotated[str | None, typer.Option(
+        "--entity", help="One entity: its profile, relations, and facts with their raw turns.")] = None,
     data_dir: DataDir = None,
     chroma_url: ChromaUrl = None,
 ) -> None:
@@ -174,6 +180,19 @@ def inspect(
     try:
         if unit:
             _show_unit(store, user, conversation, unit)
+            return
+        if tree or window:
+            from memstrata.tree_views import tree_view, window_view
+
+            console.print(window_view(store, user, conversation, window) if window else tree_view(
+                store, user, conversation))
+            return
+        if entities or entity:
+            from memstrata.entity_views import entity_detail, entity_table
+
+            for part in entity_detail(store, user, conversation, entity) if entity else [
+                    entity_table(store, user, conversation)]:
+                console.print(part)
             return
         if html is not None:
             from memstrata.pages import memory_page

@@ -91,6 +91,9 @@ class Context:
     coarse_n: Annotated[int, _s("deep", "Level-1 events the deep module considers (HyMem N)")] = 30
     llm_batch_size: Annotated[int, _s("deep", "Level-1 entries per parallel LLM selection branch (HyMem d)")] = 10
     select_fallback: Annotated[int, _s("deep", "entries a failed LLM selection keeps from its batch")] = 3
+    selection_priority: Annotated[float, _s(
+        "deep", "with a model: score added to the turns of the episodes it selected, so they enter the context "
+                "first (0 ranks by score alone)")] = 1.0
     backtrack_raw_top: Annotated[int, _s("deep", "best raw turns per query added to the backtracked ones")] = 60
     backtrack_keep: Annotated[int, _s("deep", "candidates kept per query, at least")] = 120
     backtrack_keep_per_token: Annotated[float, _s(
@@ -101,6 +104,8 @@ class Context:
     follow_up_weight: Annotated[float, _s("follow_up", "score weight of the missing-info query")] = 0.9
     follow_up_texts: Annotated[int, _s("follow_up", "best candidates the missing-info check reads")] = 10
     follow_up_turns: Annotated[int, _s("follow_up", "raw turns the missing-info query adds")] = 10
+    reason_tokens: Annotated[int, _s(
+        "follow_up", "with a model: evidence tokens each sub-query's answer and missing-info call reads")] = 800
     # ---- reflection (HyMem) ---------------------------------------------------------------------
     max_iterations: Annotated[int, _s("reflect", "reflection rounds at most")] = 1
     reflect_coverage: Annotated[float, _s(
@@ -115,8 +120,8 @@ class Context:
     temporal_lambda: Annotated[float, _s("scoring", "H-Mem Eq. 1: overlap share against centre distance")] = 0.5
     decay_tau_days: Annotated[float, _s("scoring", "H-Mem Eq. 2 time constant of the decay, in days")] = 365.0
     decay_eta: Annotated[float, _s(
-        "scoring", "H-Mem Eq. 2 reinforcement strength; has NO effect yet: nothing records reinforcement "
-                   "counts until the temporal tree exists")] = 0.5
+        "scoring", "H-Mem Eq. 2 reinforcement strength: how much each consolidation the temporal tree records "
+                   "(n_m) slows the decay of the turns it holds")] = 0.5
     episode_prior: Annotated[float, _s(
         "scoring", "share of a turn's semantic score taken from the best Level-1 event linking to it")] = 0.15
     neighbour_share: Annotated[float, _s(
@@ -145,6 +150,31 @@ class Context:
     summary_max_sentences: Annotated[int, _s("ingestion", "extractive summary: sentences at most")] = 5
     summary_max_words: Annotated[int, _s("ingestion", "extractive summary: words at most")] = 90
     embed_batch: Annotated[int, _s("ingestion", "units embedded and written per batch")] = 256
+    # ---- facts and H-Mem's entity graph --------------------------------------------------------------
+    entity_typo_ratio: Annotated[float, _s(
+        "entities", "rapidfuzz ratio at or above which two names of compatible type are one entity")] = 90.0
+    supersede_max_calls: Annotated[int, _s(
+        "entities", "with a model: supersession pairs put to the model per conversation (the rule decides "
+                    "the rest)")] = 20
+    fact_k: Annotated[int, _s("entities", "facts the light module reads per query, beside the Level-1 summaries")] = 20
+    graph_hops: Annotated[int, _s("entities", "hops of expansion from the entities a query names (0 turns it off)")] = 2
+    graph_facts: Annotated[int, _s(
+        "entities", "facts reached through the entity graph that add their turns to the candidates, per query")] = 30
+    graph_hop_decay: Annotated[float, _s("entities", "weight kept per hop of graph expansion")] = 0.5
+    superseded_weight: Annotated[float, _s(
+        "entities", "score factor of a superseded fact, unless the query asks about the past")] = 0.8
+    # ---- H-Mem's temporal-semantic tree -------------------------------------------------------------
+    tree_alphas: Annotated[tuple[float, float, float], _s(
+        "tree", "H-Mem alpha: the similarity a child needs to join a week, month or year cluster of its own "
+                "window (else it gets a new parent)")] = (0.8, 0.7, 0.6)
+    tree_token_caps: Annotated[tuple[int, int, int], _s(
+        "tree", "tokens of a week, month and year node's consolidated summary, at most")] = (120, 160, 200)
+    tree_node_leaves: Annotated[int, _s(
+        "tree", "a tree node reaches the raw turns of this many of its most central event summaries")] = 3
+    tree_k: Annotated[int, _s("tree", "tree nodes the light module reads per Long or Mixed query")] = 5
+    tree_llm_calls: Annotated[int, _s(
+        "tree", "with a model: node consolidations put to the model per ingest (the extractive one does "
+                "the rest)")] = 40
 
     def __post_init__(self) -> None:
         if isinstance(self.now, str):  # Studio and the API send JSON strings
@@ -159,6 +189,8 @@ class Context:
             msg = "Context.user_id is required: pass the user whose memory this run reads or writes"
             raise ValueError(msg)
         self.window_widths = tuple(self.window_widths)
+        self.tree_alphas = tuple(self.tree_alphas)  # type: ignore[assignment]
+        self.tree_token_caps = tuple(self.tree_token_caps)  # type: ignore[assignment]
         for name in ("level1_k", "coarse_n", "context_budget", "max_fanout", "llm_batch_size", "max_sub_queries",
                      "embed_batch", "max_episode_turns", "min_episode_turns"):
             if getattr(self, name) < 1:

@@ -15,8 +15,13 @@ Outcomes recorded in :attr:`CallRecord.outcome`:
 - ``invalid``: a first reply that failed validation (a repair follows);
 - ``repaired``: the repair reply was valid;
 - ``fallback``: the repair failed too, the fallback was used;
-- ``error``: the transport failed (after retries) or timed out, the fallback was used;
+- ``error``: the transport failed (after retries) or timed out, or the server's reply held no
+  choices, the fallback was used;
 - ``skipped_budget``: the token budget could not afford the call, the fallback was used.
+
+Every record also says how many transport attempts it took (``attempts``) and why each
+earlier one failed (``retried``): a call that succeeded after two 500s is ``ok`` with
+``attempts=3``. A 429's ``Retry-After`` is honoured (up to the per-call timeout).
 
 Example:
     >>> meter = Meter(budget=100)
@@ -45,7 +50,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.messages.ai import UsageMetadata, add_usage
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T", bound=BaseModel)
@@ -68,6 +73,10 @@ class LLMError(RuntimeError):
     """An LLM call failed in a way the caller must hear about (the answer stream)."""
 
 
+class EmptyReplyError(LLMError):
+    """The server answered, but with no choice to read (an empty ``choices`` list, or a stream with no text)."""
+
+
 @dataclass
 class CallRecord:
     """One LLM call as the trace shows it (see the module docstring for outcomes)."""
@@ -79,6 +88,8 @@ class CallRecord:
     usage_source: str = "none"  # usage_metadata | local_tokenizer | none
     error: str | None = None
     seconds: float = 0.0
+    attempts: int = 1
+    retried: list[str] = field(default_factory=list)  # why each earlier transport attempt failed
 
 
 @dataclass
@@ -128,6 +139,7 @@ class Meter:
             "prompt_tokens": sum(c.prompt_tokens for c in self.calls),
             "completion_tokens": sum(c.completion_tokens for c in self.calls),
             "fallbacks": sum(r["fallbacks"] for r in per_node.values()),
+            "retries": sum(c.attempts - 1 for c in self.calls),
             "outcomes": {o: sum(c.outcome == o for c in self.calls) for o in sorted({c.outcome for c in self.calls})},
             "usage_sources": sorted({c.usage_source for c in self.calls if c.usage_source != "none"}),
             "per_node": per_node,
@@ -197,6 +209,22 @@ def is_transient(exc: BaseException) -> bool:
         return True
     status = getattr(exc, "status_code", None)
     return isinstance(status, int) and (status >= 500 or status == 429)
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """The seconds a rate-limited server asked to wait (``Retry-After``), when it said so in seconds.
+
+    Example:
+        >>> retry_after(ValueError()) is None
+        True
+    """
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) or {}
+    try:
+        value = headers.get("retry-after")
+        return max(0.0, float(value)) if value is not None else None
+    except (TypeError, ValueError):  # the HTTP-date form: the usual backoff instead
+        return None
 
 
 def _describe(exc: BaseException, timeout: float) -> str:
@@ -304,19 +332,36 @@ def _bind(model: BaseChatModel, schema: type[BaseModel]) -> Any:
         return model
 
 
+def _retrying(retries: int, timeout: float, failed: list[str]) -> AsyncRetrying:
+    """Tenacity over transport errors: backoff, or a 429's ``Retry-After`` (capped at ``timeout``); each failure
+    that is retried is described into ``failed``."""
+    backoff = wait_exponential(multiplier=0.2, max=2.0)
+
+    def wait(state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        asked = retry_after(exc) if exc is not None else None
+        return max(backoff(state), min(asked, timeout)) if asked is not None else backoff(state)
+
+    def note(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        failed.append(_describe(exc, timeout) if exc is not None else "unknown")
+
+    return AsyncRetrying(stop=stop_after_attempt(retries + 1), wait=wait, retry=retry_if_exception(is_transient),
+                         before_sleep=note, reraise=True)
+
+
 async def _invoke(model: BaseChatModel, schema: type[BaseModel], messages: list[BaseMessage],
-                  *, node: str, timeout: float, retries: int) -> AIMessage:
-    """One reply, each attempt bounded by ``timeout``; only transport errors are retried."""
+                  *, node: str, timeout: float, retries: int, failed: list[str]) -> AIMessage:
+    """One reply, each attempt bounded by ``timeout``; only transport errors are retried (each noted in ``failed``)."""
     bound = _bind(model, schema)
     config = {"tags": INTERNAL_TAGS, "run_name": f"memstrata.{node}", "metadata": {"memstrata_node": node}}
-    async for attempt in AsyncRetrying(
-        stop=stop_after_attempt(retries + 1),
-        wait=wait_exponential(multiplier=0.2, max=2.0),
-        retry=retry_if_exception(is_transient),
-        reraise=True,
-    ):
+    async for attempt in _retrying(retries, timeout, failed):
         with attempt:
-            reply = await asyncio.wait_for(bound.ainvoke(messages, config=config), timeout=timeout)
+            try:
+                reply = await asyncio.wait_for(bound.ainvoke(messages, config=config), timeout=timeout)
+            except IndexError as exc:  # LangChain reads generations[0] of a reply with no choices
+                msg = "the server's reply held no choices (an empty `choices` list)"
+                raise EmptyReplyError(msg) from exc
             return reply if isinstance(reply, AIMessage) else AIMessage(str(getattr(reply, "content", reply)))
     msg = "unreachable"
     raise LLMError(msg)  # pragma: no cover
@@ -345,7 +390,8 @@ async def decide(
         node: the node name, for the trace and the run name.
         fallback: the deterministic answer when the model fails.
         meter: records the call(s) and holds the token budget.
-        timeout: seconds per attempt; the worst case is ``2 * (retries + 1) * timeout`` plus backoff.
+        timeout: seconds per attempt; the worst case is ``2 * (2 * retries + 1) * timeout`` (every
+            attempt timing out, or a 429 asking to wait longer than that) plus backoff.
         retries: extra attempts on transport errors (never on bad output).
         validate: may raise ``ValueError`` (or ``LookupError``) for answers that are
             well-formed but impossible, e.g. an id that was never offered; it may
@@ -370,24 +416,26 @@ async def decide(
         if not meter.affords(_count_local(_prompt_text(messages)) if meter.budget is not None else 0):
             meter.add(CallRecord(node, "skipped_budget"))
             return fallback(), "skipped_budget"
-        started = time.monotonic()
+        started, failed = time.monotonic(), list[str]()
         try:
-            reply = await _invoke(model, schema, messages, node=node, timeout=timeout, retries=retries)
+            reply = await _invoke(model, schema, messages, node=node, timeout=timeout, retries=retries, failed=failed)
         except Exception as exc:  # noqa: BLE001 - any transport failure ends in the fallback
             meter.add(CallRecord(node, "error", *usage_of(messages, None), error=_describe(exc, timeout),
-                                 seconds=time.monotonic() - started))
-            logger.warning("memstrata.%s: LLM call failed (%s); using the fallback", node, _describe(exc, timeout))
+                                 seconds=time.monotonic() - started, attempts=len(failed) + 1, retried=failed))
+            logger.warning("memstrata.%s: LLM call failed after %d attempt(s) (%s); using the fallback", node,
+                           len(failed) + 1, _describe(exc, timeout))
             return fallback(), "error"
-        seconds = time.monotonic() - started
+        seconds, tries = time.monotonic() - started, {"attempts": len(failed) + 1, "retried": failed}
         try:
             value = _check(schema, reply, validate)
         except _INVALID as exc:
             outcome = "invalid" if attempt == 0 else "fallback"
-            meter.add(CallRecord(node, outcome, *usage_of(messages, reply), error=str(exc)[:300], seconds=seconds))
+            meter.add(CallRecord(node, outcome, *usage_of(messages, reply), error=str(exc)[:300], seconds=seconds,
+                                 **tries))
             messages = _repair(messages, reply, exc, schema)
             continue
         outcome = "repaired" if attempt else ("ok" if reply.tool_calls else "parsed_text")
-        meter.add(CallRecord(node, outcome, *usage_of(messages, reply), seconds=seconds))
+        meter.add(CallRecord(node, outcome, *usage_of(messages, reply), seconds=seconds, **tries))
         return value, outcome
     logger.info("memstrata.%s: the model's output stayed invalid; using the fallback", node)
     return fallback(), "fallback"
@@ -452,19 +500,26 @@ async def stream_answer(
         >>> asyncio.run(stream_answer(ScriptedChatModel(script=["Miso is a cat."]), [], meter=Meter()))
         'Miso is a cat.'
     """
-    prompt, parts, usage = list(messages), list[str](), None
+    prompt, parts, usage, failed = list(messages), list[str](), None, list[str]()
     started = time.monotonic()
     for attempt in range(retries + 1):
         try:
             usage = await _stream_into(parts, model, prompt, node=node, timeout=timeout)
+            if not "".join(parts).strip():
+                msg = "the model streamed no text (the server sent no choices)"
+                raise EmptyReplyError(msg)
             break
         except Exception as exc:  # noqa: BLE001 - every failure becomes one clear LLMError
             # A silent server is not retried: the user is already waiting on the stream.
             if parts or attempt == retries or not is_transient(exc) or isinstance(exc, TimeoutError):
-                _stream_failed(prompt, "".join(parts), exc, node=node, meter=meter, timeout=timeout, started=started)
-            await asyncio.sleep(min(2.0, 0.2 * 2**attempt))
+                _stream_failed(prompt, "".join(parts), exc, node=node, meter=meter, timeout=timeout, started=started,
+                               failed=failed)
+            failed.append(_describe(exc, timeout))
+            asked = retry_after(exc)
+            await asyncio.sleep(max(min(2.0, 0.2 * 2**attempt), min(asked, timeout) if asked is not None else 0.0))
     reply = AIMessage("".join(parts), usage_metadata=usage)
-    meter.add(CallRecord(node, "ok", *usage_of(prompt, reply), seconds=time.monotonic() - started))
+    meter.add(CallRecord(node, "ok", *usage_of(prompt, reply), seconds=time.monotonic() - started,
+                         attempts=len(failed) + 1, retried=failed))
     return reply.text
 
 
@@ -480,10 +535,11 @@ async def _stream_into(parts: list[str], model: BaseChatModel, prompt: list[Base
 
 
 def _stream_failed(prompt: list[BaseMessage], partial: str, exc: Exception, *, node: str, meter: Meter,
-                   timeout: float, started: float) -> NoReturn:
+                   timeout: float, started: float, failed: list[str]) -> NoReturn:
     """Record the failed stream (tokens so far counted locally) and raise :class:`LLMError`."""
     p, c, src = usage_of(prompt, AIMessage(partial))
-    meter.add(CallRecord(node, "error", p, c, src, error=_describe(exc, timeout), seconds=time.monotonic() - started))
+    meter.add(CallRecord(node, "error", p, c, src, error=_describe(exc, timeout), seconds=time.monotonic() - started,
+                         attempts=len(failed) + 1, retried=failed))
     kind = "the connection to the model failed" if is_transient(exc) else "the model raised an error"
     msg = (f"memstrata.{node}: {kind} after {len(partial)} streamed characters "
            f"({_describe(exc, timeout)})")

@@ -25,9 +25,12 @@ from langchain_core.language_models import BaseChatModel
 
 from memstrata.context import CHROMA_URL_ENV, MODEL_ENV, Context, default_data_dir
 from memstrata.memory.fusion import Weights
+from memstrata.memory.graph.expansion import GraphSearch, GraphView
 from memstrata.memory.index import MemoryIndex, forget_store
+from memstrata.memory.levels import ENTITY, FACT, TREE_NODE, levels
 from memstrata.memory.query import Query
 from memstrata.memory.store import MemoryStore
+from memstrata.memory.tree.search import has_reinforcement, load_reinforcement
 
 _STORES: dict[tuple[Any, ...], MemoryStore] = {}
 _STORES_LOCK = threading.Lock()
@@ -99,9 +102,17 @@ async def open_index(ctx: Context) -> MemoryIndex:
     cached = MemoryIndex.fresh(store, user_id=ctx.user_id, conversation_id=ctx.conversation_id,
                                refresh_seconds=ctx.snapshot_refresh_s)
     if cached is not None and cached.window_widths == ctx.window_widths:
-        return cached
-    return await asyncio.to_thread(MemoryIndex.load, store, user_id=ctx.user_id, conversation_id=ctx.conversation_id,
-                                   refresh_seconds=ctx.snapshot_refresh_s, window_widths=ctx.window_widths)
+        return await _reinforced(store, ctx, cached)
+    return await _reinforced(store, ctx, await asyncio.to_thread(
+        MemoryIndex.load, store, user_id=ctx.user_id, conversation_id=ctx.conversation_id,
+        refresh_seconds=ctx.snapshot_refresh_s, window_widths=ctx.window_widths))
+
+
+async def _reinforced(store: MemoryStore, ctx: Context, index: MemoryIndex) -> MemoryIndex:
+    """The snapshot with the temporal tree's reinforcement counts (read once per snapshot version)."""
+    if not has_reinforcement(index):
+        await asyncio.to_thread(load_reinforcement, index, store.counters, ctx.user_id)
+    return index
 
 
 async def embed_texts(ctx: Context, texts: list[str]) -> np.ndarray:
@@ -142,3 +153,35 @@ def weights(ctx: Context) -> Weights:
 def reference_now(ctx: Context, index: MemoryIndex) -> datetime | None:
     """``Context.now``, else the namespace's latest turn, so results never depend on the day they run."""
     return ctx.now or index.latest
+
+
+def event_k(ctx: Context) -> dict[str, int]:
+    """How many of each event kind's best units the light module reads: ``fact_k`` for facts, ``tree_k`` for
+    tree nodes, else ``level1_k``."""
+    return {lv.kind: ctx.fact_k if lv.kind == FACT.kind else ctx.tree_k if lv.kind == TREE_NODE.kind else ctx.level1_k
+            for lv in levels(role="event")}
+
+
+def pool_size(ctx: Context) -> int:
+    """Turns each query brings to the candidates at least: enough to fill the context budget.
+
+    A turn costs about ``mmr_tokens_per_pick`` tokens at least, so a pool of
+    ``context_budget / mmr_tokens_per_pick`` turns can fill the budget; a fixed pool
+    runs dry at large budgets and leaves context unused.
+    """
+    return max(ctx.direct_turns, ctx.context_budget // ctx.mmr_tokens_per_pick)
+
+
+async def graph_search(ctx: Context, index: MemoryIndex) -> GraphSearch | None:
+    """The entity graph of the snapshot's scope, for expansion (``None`` when it is off or empty)."""
+    facts = index.events.get(FACT.kind)
+    entities = index.tables.get(ENTITY.kind)
+    if ctx.graph_hops < 0 or facts is None or entities is None or not len(entities):
+        return None
+    view = index.memo.get("graph_view")
+    if view is None:
+        store = await aresolve_store(ctx)
+        edges = await asyncio.to_thread(store.edges.get, ctx.user_id, conversation_id=ctx.conversation_id)
+        view = GraphView.build(entities.units, facts.units, [e for e in edges if e.src_kind == ENTITY.kind])
+        index.remember("graph_view", view)
+    return GraphSearch(view, hops=ctx.graph_hops, decay=ctx.graph_hop_decay, top=ctx.graph_facts)

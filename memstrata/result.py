@@ -18,7 +18,12 @@ class Evidence(BaseModel):
     time: str | None = None
     image_caption: str | None = None
     level: str = Field(description="'level1' (reached through a summary) or 'level2' (raw-turn search / backtrack)")
-    found_by: str = Field(default="", description="the unit kind whose search led to this turn, e.g. 'summary'")
+    found_by: str = Field(default="", description="the unit kind whose search led to this turn, e.g. 'summary', "
+                                                  "'fact', or 'entity_graph'")
+    via: str = Field(default="", description="for 'entity_graph': the entity path and the fact that reached it")
+    scope: str = Field(default="", description="H-Mem scope of the query that found it: Short, Long or Mixed")
+    window: str = Field(default="", description="the temporal-tree window that led to it, e.g. 'month 2023-05' "
+                                                "(the query's hint window holding it, or the tree node that reached it)")
     score: float = 0.0
     score_parts: dict[str, float] = Field(default_factory=dict)
 

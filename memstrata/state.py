@@ -83,13 +83,19 @@ class RetrievalOutput(TypedDict, total=False):
 
 class RetrievalState(TypedDict, total=False):
     query: str
+    run_key: str  # names the query's shared LLM meter (see memstrata.nodes.retrieve.budget)
     sub_queries: list[Query]
-    active: list[Query]  # the queries searched this round
-    iteration: int
+    active: list[Query]  # the queries searched this round (a wave of sub-queries, or a rewrite)
+    searched: list[str]  # ids of the sub-queries searched so far (dependents wait for their prerequisites)
+    iteration: int  # reflection rounds so far
+    round: int  # Level-1 lookups so far (a dependent wave is a round too)
     level1: list[Hit]  # this round's top-k Level-1 events (HyMem's light evidence)
     coarse: list[Hit]  # this round's top-N Level-1 events (the deep module's pool)
-    selected: Annotated[list[str], add]  # keys of the Level-1 events the model chose
+    selected: Annotated[list[list[Any]], add]  # [round, key] of the Level-1 events the model chose
     candidates: Annotated[list[Hit], keep_best]  # raw turns, best score per turn
+    pool: Annotated[list[dict[str, Any]], add]  # HyMem's M_i: the intermediate answers, one per round
+    sub_answers: Annotated[list[dict[str, Any]], add]  # H-Mem's A_k: one answer per sub-query searched
+    halted: str | None  # the node where llm_token_budget stopped the query
     answer: str | None
     evidence: list[dict[str, Any]]
     context: str
@@ -104,8 +110,25 @@ class SelectBatch(TypedDict):
 
     query: Query
     entries: list[Hit]
+    round: int
+    run_key: str
+    llm_calls: list[dict[str, Any]]
+
+
+class SubQueryTask(TypedDict):
+    """The payload ``Send`` gives one sub-query's reasoning branch (sub-answer and missing-info query)."""
+
+    question: str  # the user's question, q0
+    query: Query
+    evidence: list[Hit]  # the candidates this sub-query found, best first
+    prerequisites: list[dict[str, Any]]  # the sub-answers of the sub-queries it depends on
+    pool: list[dict[str, Any]]
+    main: bool  # the round's main query: its answer is the round's answer_i
+    iteration: int
+    round: int
+    run_key: str
     llm_calls: list[dict[str, Any]]
 
 
 __all__ = ["EpisodeBatch", "IngestInput", "IngestOutput", "IngestState", "RetrievalInput", "RetrievalOutput",
-           "RetrievalState", "SelectBatch", "keep_best", "merge_dicts", "union"]
+           "RetrievalState", "SelectBatch", "SubQueryTask", "keep_best", "merge_dicts", "union"]

@@ -48,3 +48,14 @@ def test_ask_json_stays_machine_readable(store: Path) -> None:
 def test_errors_reach_the_user_as_one_line_not_a_traceback(store: Path, tmp_path: Path) -> None:
     done = _run("ingest", str(tmp_path / "missing.json"), "--user", "demo", "--data-dir", str(store))
     assert done.returncode == 2 and "no such file" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_inspect_lists_entities_and_shows_one_with_its_facts_and_raw_turns(store: Path) -> None:
+    listed = _run("inspect", "--user", "demo", "--data-dir", str(store), "--entities")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert "entities of demo" in listed.stdout and "Priya" in listed.stdout and "speaker" in listed.stdout
+    one = _run("inspect", "--user", "demo", "--data-dir", str(store), "--entity", "miso")
+    assert one.returncode == 0, one.stderr[-2000:]
+    assert "Miso comes with Priya" in one.stdout and "s1:t4" in one.stdout and "relations" in one.stdout
+    missing = _run("inspect", "--user", "demo", "--data-dir", str(store), "--entity", "Nobody Atall")
+    assert missing.returncode == 2 and "no entity named" in missing.stderr and "Traceback" not in missing.stderr

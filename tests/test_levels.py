@@ -79,7 +79,9 @@ def test_unknown_kinds_and_bad_declarations_are_clear_errors() -> None:
 
 
 def test_scope_routing_is_a_table() -> None:
-    assert scope_table() == {"Short": ["turn", "summary"], "Long": ["summary"], "Mixed": ["turn", "summary"]}
+    table = scope_table()
+    assert table["Short"][:3] == ["turn", "summary", "fact"] and table["Mixed"][:3] == ["turn", "summary", "fact"]
+    assert table["Long"][:2] == ["summary", "fact"] and "turn" not in table["Long"]
     assert Context(user_id="u", scope_kinds={"Long": ["turn"]}).scopes() == {"Long": ["turn"]}
 
 

@@ -75,6 +75,11 @@ def locomo(
     limit: Annotated[int | None, typer.Option(help="first N questions of each conversation only")] = None,
     torch_threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's own)")] = None,
     progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
+    reader: Annotated[str | None, typer.Option(help=(
+        "run memstrata in LLM mode and report its LLM cost: 'oracle' (an upper-bound instrument that knows the "
+        "gold evidence; never answer quality), 'oracle-deep' (the same, forced onto the deep path), or the base "
+        "URL of an OpenAI-compatible server"))] = None,
+    reader_model: Annotated[str, typer.Option(help="model name sent to a --reader URL")] = "smollm2",
 ) -> None:
     """Evidence recall@B of memstrata and the baselines on LoCoMo, measured in one run."""
     if torch_threads is not None:
@@ -83,7 +88,7 @@ def locomo(
         torch.set_num_threads(torch_threads)
     result = run_locomo(path, conversations=_split(conversations), budgets=_budgets(budgets),
                         methods=_methods(methods), progress=progress, questions_per_conversation=limit,
-                        command=command_line())
+                        command=command_line(), reader=reader, reader_model=reader_model)
     result["torch_threads"] = torch_threads
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -64,9 +64,32 @@ def category_table(result: dict[str, Any], *, budget: int | None = None) -> Tabl
     return table
 
 
+def llm_table(result: dict[str, Any]) -> Table | None:
+    """LLM mode's cost per query by category: light share, calls, tokens, context tokens, recall_all."""
+    stats = result["methods"].get("memstrata", {})
+    llm = stats.get("llm")
+    if not llm:
+        return None
+    key = str(llm["budget"])
+    table = Table(title=f"LLM mode, reader {llm['reader']}: per query at B={key}")
+    for header in ("category", "n", "light %", "calls", "prompt tok", "completion tok", "context tok",
+                   "recall_all %", "top nodes by tokens"):
+        table.add_column(header, justify="left" if header in ("category", "top nodes by tokens") else "right")
+    for cat, row in llm["per_category"].items():
+        recall = (stats["recall_all"] if cat == "1-4" else stats["per_category"].get(cat, {}).get("recall_all", {}))
+        nodes = sorted(row["per_node"].items(), key=lambda kv: -(kv[1]["prompt_tokens"] + kv[1]["completion_tokens"]))
+        top = ", ".join(f"{n} {v['prompt_tokens'] + v['completion_tokens']:.0f}" for n, v in nodes[:4])
+        name = CATEGORY_NAMES.get(int(cat), cat) if cat.isdigit() else cat
+        table.add_row(name, str(row["questions"]), _pct(row["light_share"]), f"{row['calls']:.1f}",
+                      f"{row['prompt_tokens']:.0f}", f"{row['completion_tokens']:.0f}", f"{row['context_tokens']:.0f}",
+                      _pct(recall[key]) if key in recall else "-", top)
+    return table
+
+
 def results_tables(result: dict[str, Any]) -> list[Table]:
     """The tables the CLI prints, in order."""
-    return [recall_table(result), category_table(result), cost_table(result)]
+    llm = llm_table(result)
+    return [recall_table(result), category_table(result), cost_table(result), *([llm] if llm else [])]
 
 
 def plot_recall(result: dict[str, Any], path: str | Path) -> Path:

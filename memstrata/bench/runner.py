@@ -63,13 +63,16 @@ class MethodStats:
 
 
 def resolve_methods(
-    methods: Sequence[str | Method] | None, *, embeddings: Embeddings | None = None,
+    methods: Sequence[str | Method] | None, *, embeddings: Embeddings | None = None, reader: str | None = None,
+    reader_model: str = "smollm2",
 ) -> list[Method]:
     """Build methods from names (``memstrata``, ``bm25``, ``dense``, ``hybrid_rrf``, ``random``) or pass objects through.
 
     Args:
         methods: names or ready :class:`Method` objects; all five names when ``None``.
         embeddings: the shared embedder (packaged MiniLM when ``None``).
+        reader: ask memstrata in LLM mode with this reader (``oracle``, ``oracle-deep`` or a server URL).
+        reader_model: the model name sent to a URL reader.
     """
     wanted = list(methods) if methods is not None else list(METHOD_NAMES)
     if not wanted:
@@ -80,13 +83,19 @@ def resolve_methods(
 
         embeddings = MiniLMEmbeddings()
     counter = TokenCounter()
-    return [_build_method(m, embeddings=embeddings, counter=counter) if isinstance(m, str) else m for m in wanted]
+    return [_build_method(m, embeddings=embeddings, counter=counter, reader=reader, reader_model=reader_model)
+            if isinstance(m, str) else m for m in wanted]
 
 
-def _build_method(name: str, *, embeddings: Embeddings | None, counter: TokenCounter) -> Method:
+def _build_method(name: str, *, embeddings: Embeddings | None, counter: TokenCounter, reader: str | None = None,
+                  reader_model: str = "smollm2") -> Method:
     if name not in METHOD_NAMES:
         msg = f"methods: unknown method {name!r}; choose from {list(METHOD_NAMES)}"
         raise ValueError(msg)
+    if name == "memstrata" and reader:
+        from memstrata.bench.reader import ReaderMethod
+
+        return ReaderMethod(embeddings=embeddings, reader=reader, model_name=reader_model)  # type: ignore[arg-type]
     if name == "memstrata":
         from memstrata.bench.system import MemstrataMethod
 
@@ -104,6 +113,8 @@ def run_locomo(
     questions_per_conversation: int | None = None,
     embeddings: Embeddings | None = None,
     command: str | None = None,
+    reader: str | None = None,
+    reader_model: str = "smollm2",
 ) -> dict[str, Any]:
     """Measure every method on LoCoMo in the same run.
 
@@ -116,6 +127,9 @@ def run_locomo(
         questions_per_conversation: keep only the first N questions of each conversation (for quick runs).
         embeddings: the embedder shared by dense, hybrid and memstrata (packaged MiniLM by default).
         command: the command line to record (default: this process's ``sys.argv``).
+        reader: run memstrata in LLM mode with this reader and report its LLM cost (see
+            :mod:`memstrata.bench.reader`); ``None`` runs it offline.
+        reader_model: the model name sent to a URL reader.
 
     Returns:
         The results dict; see ``benchmarks/README.md`` for its keys.
@@ -125,10 +139,13 @@ def run_locomo(
     convs = load_locomo(path, conversations=conversations)
     for conv in convs:
         conv.questions = conv.questions[:questions_per_conversation]
-    active = resolve_methods(methods, embeddings=embeddings)
+    active = resolve_methods(methods, embeddings=embeddings, reader=reader, reader_model=reader_model)
     _check_unique([m.name for m in active])
     stats = {m.name: MethodStats(budgets=budgets) for m in active}
     latency_budget = LATENCY_BUDGET if LATENCY_BUDGET in budgets else budgets[len(budgets) // 2]
+    for method in active:
+        if hasattr(method, "record_budget"):
+            method.record_budget = latency_budget  # LLM cost is metered at the latency budget
     counter = TokenCounter()
     try:
         with _progress_bars(progress) as bars:
@@ -137,6 +154,13 @@ def run_locomo(
         for method in active:
             _close(method)
     result = _report(convs, stats, counter=counter, latency_budget=latency_budget)
+    for method in active:
+        rows = getattr(method, "rows", None)
+        if rows is not None:
+            from memstrata.bench.reader import cost_report
+
+            result["methods"][method.name]["llm"] = {"reader": reader, "budget": latency_budget,
+                                                     "per_category": cost_report(rows)}
     result.update(_run_info(path, convs, budgets, command, time.perf_counter() - started))
     return result
 
@@ -152,8 +176,11 @@ def _run_all(
             bars.update(task, description=f"{method.name} · prepare {conv.sample_id}")
             stats[method.name].prepare_seconds += _timed_prepare(method, conv)
             bars.update(task, description=f"{method.name} · {conv.sample_id}")
+            begin = getattr(method, "begin_question", None)
             for question in conv.questions:
                 gold = [texts[dia_id] for dia_id in question.evidence]
+                if begin is not None:
+                    begin(question, conv)
                 _run_question(method, question, conv, gold, stats[method.name], counter=counter,
                               latency_budget=latency_budget)
                 bars.advance(task)

@@ -18,6 +18,7 @@ import numpy as np
 
 from memstrata.memory.fusion import Weights
 from memstrata.memory.hits import score_query, turn_hit
+from memstrata.memory.tree.search import tag_hits
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.query import Hit, Query
 
@@ -25,13 +26,16 @@ from memstrata.memory.query import Hit, Query
 def backtrack(
     index: MemoryIndex, queries: Sequence[Query], vectors: np.ndarray, event_turns: Sequence[int], *,
     raw_top: int, weights: Weights, now: datetime | None, scope_kinds: Mapping[str, Sequence[str]],
-    keep: int | None = None, top_events: int = 1,
+    keep: int | None = None, top_events: int = 1, chosen_bonus: float = 0.0,
 ) -> list[Hit]:
     """The turns of the chosen events plus each query's best ``raw_top`` raw turns, reranked.
 
     ``keep`` bounds how many of the best-scored turns per query become candidates;
     the hierarchy prior of the turn scores comes from the query's best ``top_events``
-    events of the kinds its scope searches.
+    events of the kinds its scope searches. ``chosen_bonus`` is added to the score
+    of every turn of a chosen event (and ``parts["chosen"]`` set), so that when a
+    model chose the events, their turns enter the context before any turn that
+    only scored well; offline it is 0 and the rerank is by score alone.
     """
     linked = set(event_turns)
     out = []
@@ -40,7 +44,15 @@ def backtrack(
         _, parts = score_query(index, query, qvec, event_kinds=kinds, top_events=max(top_events, 1),
                                weights=weights, now=now)
         chosen = np.fromiter(linked | {int(i) for i in np.argsort(-parts["score"])[:raw_top]}, dtype=int)
-        chosen = chosen[np.argsort(-parts["score"][chosen])][:keep]
-        out += [turn_hit(index, int(i), parts, level="level2", found_by=index.turns_kind, query=query)
-                for i in chosen]
+        if chosen_bonus:
+            order = np.argsort(-(parts["score"][chosen] + chosen_bonus * np.isin(chosen, list(linked))))
+        else:
+            order = np.argsort(-parts["score"][chosen])
+        out += tag_hits(index, query, [  # the scope and tree window that led to each turn
+            _bonus(turn_hit(index, int(i), parts, level="level2", found_by=index.turns_kind, query=query),
+                   chosen_bonus if int(i) in linked else 0.0) for i in chosen[order][:keep]])
     return out
+
+
+def _bonus(hit: Hit, bonus: float) -> Hit:
+    return hit.with_(score=round(hit.score + bonus, 4), parts={**hit.parts, "chosen": bonus}) if bonus else hit

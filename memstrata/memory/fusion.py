@@ -15,22 +15,23 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
 
-from memstrata.memory.hmem_scoring import Interval, fuse, temporal_relevance
+from memstrata.memory.hmem_scoring import Interval, fuse
 from memstrata.memory.index import KindTable, MemoryIndex
 from memstrata.memory.query import Query
+from memstrata.memory.tree.search import turn_robustness, window_relevance
 
 RRF_K = 60
 
 
 @dataclass(frozen=True)
 class Weights:
-    """Fusion settings, taken from the run context (``eta`` has no effect until reinforcement counts exist)."""
+    """Fusion settings, taken from the run context (``eta`` weighs the reinforcement the temporal tree records)."""
 
     semantic: float = 0.70
     temporal: float = 0.15
@@ -76,15 +77,35 @@ def ranked_events(scores: dict[str, np.ndarray], kinds: Sequence[str]) -> list[t
     return [(pairs[i][0], pairs[i][1], float(flat[i])) for i in np.argsort(-flat)]
 
 
-def event_prior(index: MemoryIndex, ranked: list[tuple[str, int, float]], top: int) -> np.ndarray:
-    """Per turn: the best normalized score among the top ``top`` events linking to it."""
+def event_prior(index: MemoryIndex, ranked: list[tuple[str, int, float]], top: int | Mapping[str, int]) -> np.ndarray:
+    """Per turn: the best normalized score among the top events of each kind linking to it.
+
+    ``top`` is how many of each kind's best events count (one number for every kind, or per kind);
+    each kind is normalized by its own best score, so a kind with more units never crowds out another.
+    Kinds whose level does not ``lends_prior`` are skipped.
+    """
     prior = np.zeros(len(index.turns))
-    if not ranked:
-        return prior
-    best = ranked[0][2] or 1.0
-    for kind, row, score in ranked[:top]:
+    best: dict[str, float] = {}
+    taken: dict[str, int] = {}
+    for kind, row, score in ranked:
+        if not index.events[kind].level.lends_prior:
+            continue
+        limit = top if isinstance(top, int) else top.get(kind, 0)
+        if taken.get(kind, 0) >= limit:
+            continue
+        taken[kind] = taken.get(kind, 0) + 1
+        norm = best.setdefault(kind, score or 1.0)
         idx = index.events[kind].turn_rows[row]
-        prior[idx] = np.maximum(prior[idx], score / best)
+        prior[idx] = np.maximum(prior[idx], score / norm)
+    return prior
+
+
+def link_prior(index: MemoryIndex, rows: Sequence[tuple[list[int], float]]) -> np.ndarray:
+    """Per turn: the best normalized score of the units reaching it (e.g. facts reached through the graph)."""
+    prior = np.zeros(len(index.turns))
+    best = max((s for _, s in rows), default=0.0) or 1.0
+    for turn_rows, score in rows:
+        prior[turn_rows] = np.maximum(prior[turn_rows], score / best)
     return prior
 
 
@@ -151,16 +172,11 @@ def _neighbour_max(index: MemoryIndex, values: np.ndarray) -> np.ndarray:
 
 
 def robustness_all(index: MemoryIndex, now: datetime | None, weights: Weights) -> np.ndarray:
-    """Vectorized H-Mem Eq. 2 with no reinforcement (no kind records consolidations yet, so ``eta``
-    has no effect); 1.0 where times are unknown."""
-    if now is None:
-        return np.ones(len(index.turns))
-    elapsed = np.clip(now.timestamp() - index.ts_seconds, 0, None)
-    return np.where(np.isnan(elapsed), 1.0, np.exp(-elapsed / (weights.tau_days * 86400.0)))
+    """Vectorized H-Mem Eq. 2 with the reinforcement the temporal tree records (n_m, r_m of the event
+    summary holding each turn; see :func:`memstrata.memory.tree.search.turn_robustness`); 1.0 where untimed."""
+    return turn_robustness(index, now, tau_days=weights.tau_days, eta=weights.eta)
 
 
 def _temporal(index: MemoryIndex, hint: Interval | None, lam: float) -> np.ndarray:
-    if hint is None:
-        return np.zeros(len(index.turns))
-    return np.array([temporal_relevance(Interval(t.timestamp, t.timestamp) if t.timestamp else None, hint, lam=lam)
-                     for t in index.turns])
+    """Temporal relevance through the tree: 1 inside the windows the hint selects, else H-Mem Eq. 1."""
+    return window_relevance(index, hint, lam)

@@ -7,15 +7,22 @@ per query text and memoized on the snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 import numpy as np
 
-from memstrata.memory.fusion import Weights, event_prior, ranked_events, score_events, score_turns, turn_semantic
+from memstrata.memory.fusion import (
+    Weights, event_prior, link_prior, ranked_events, score_events, score_turns, turn_semantic,
+)
+from memstrata.memory.graph.expansion import GraphSearch, Reach, graph_reach
 from memstrata.memory.index import MemoryIndex, tokenize
 from memstrata.memory.query import Hit, Query
+from memstrata.memory.levels.fact import FACT
 from memstrata.memory.timeparse import format_date
+
+FACT_KIND = FACT.kind
 
 
 def turn_hit(index: MemoryIndex, i: int, parts: dict[str, np.ndarray], *, level: str, found_by: str,
@@ -52,15 +59,67 @@ def event_turn_rows(index: MemoryIndex, hits: Sequence[Hit]) -> list[int]:
 
 
 def score_query(index: MemoryIndex, query: Query, qvec: np.ndarray, *, event_kinds: Sequence[str],
-                top_events: int, weights: Weights,
-                now: datetime | None) -> tuple[list[tuple[str, int, float]], dict[str, np.ndarray]]:
-    """The query's events of the given kinds, best first, and every turn's fused score with its parts."""
-    key = f"{query.text}\x1f{query.dense_text or ''}"
+                top_events: int | Mapping[str, int], weights: Weights, now: datetime | None,
+                graph: GraphSearch | None = None,
+                superseded: float = 1.0) -> tuple[list[tuple[str, int, float]], dict[str, np.ndarray]]:
+    """The query's events of the given kinds, best first, and every turn's fused score with its parts.
+
+    With ``graph``, the facts reached through the entity graph add a prior of their own to the turns they
+    reach (H-Mem: an entity path gives its fragments relevance). Units that are no longer current (a
+    superseded fact) score ``superseded`` times their match, unless the query asks about the past.
+    """
+    key = f"{query.text}\x1f{query.dense_text or ''}\x1f{superseded}"
     if key not in index.memo:
         tokens = tokenize([query.text])[0]
-        events = {k: score_events(t, qvec, tokens) for k, t in index.events.items()}
+        events = {k: score_events(t, qvec, tokens) * _validity(index, k, superseded, query.text)
+                  for k, t in index.events.items()}
         index.remember(key, (events, turn_semantic(index, qvec, tokens)))
     events, own = index.memo[key]
     ranked = ranked_events(events, event_kinds)
     prior = event_prior(index, ranked, top_events)
+    reached = query_graph(index, query, graph, events)
+    if reached:
+        facts = index.events[FACT_KIND]
+        prior = np.maximum(prior, link_prior(index, [(facts.turn_rows[row], s) for row, s, _ in reached]))
     return ranked, score_turns(index, query, own, prior, weights=weights, now=now)
+
+
+def query_graph(index: MemoryIndex, query: Query, graph: GraphSearch | None,
+                events: dict[str, np.ndarray] | None = None) -> list[tuple[int, float, Reach]]:
+    """The facts the query reaches through the entity graph, memoized per query text on the snapshot.
+
+    :func:`score_query` computes it from the query's fact scores; later calls read the memo.
+    """
+    if graph is None or graph.hops < 0:
+        return []
+    key = f"graph\x1f{query.text}\x1f{graph.hops}\x1f{graph.decay}\x1f{graph.top}"
+    if key not in index.memo:
+        if events is None or FACT_KIND not in events:
+            return []
+        index.remember(key, graph_reach(graph, query.text, events[FACT_KIND]))
+    return index.memo[key]
+
+
+def graph_hits(index: MemoryIndex, query: Query, reached: Sequence[tuple[int, float, Reach]],
+               parts: dict[str, np.ndarray]) -> list[Hit]:
+    """The raw turns of the facts reached through the graph, each naming the entity path that found it."""
+    facts = index.events[FACT_KIND]
+    out = []
+    for row, _, how in reached:
+        out += [turn_hit(index, i, parts, level="level1", found_by="entity_graph", query=query).with_(
+            via=f"{how.describe()} -> {facts.units[row].id}") for i in facts.turn_rows[row]]
+    return out
+
+
+_PAST = re.compile(r"\b(before|used to|previous(?:ly)?|former(?:ly)?|originally|earlier|at first|past)\b", re.I)
+
+
+def _validity(index: MemoryIndex, kind: str, factor: float, text: str) -> np.ndarray | float:
+    """Per unit: 1, or ``factor`` for a unit that is no longer current (unless the text asks about the past)."""
+    if factor == 1.0 or _PAST.search(text):
+        return 1.0
+    key = f"validity\x1f{kind}\x1f{factor}"
+    if key not in index.memo:
+        units = index.events[kind].units
+        index.remember(key, np.array([1.0 if getattr(u, "current", True) else factor for u in units]))
+    return index.memo[key]

@@ -22,9 +22,11 @@ from datetime import datetime
 import numpy as np
 
 from memstrata.memory.fusion import Weights
-from memstrata.memory.hits import event_hit, score_query, turn_hit
+from memstrata.memory.graph.expansion import GraphSearch
+from memstrata.memory.hits import event_hit, graph_hits, query_graph, score_query, turn_hit
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.query import Hit, Query
+from memstrata.memory.tree.search import tag_hits
 
 
 @dataclass
@@ -38,27 +40,45 @@ class LightResult:
 
 
 def light_lookup(
-    index: MemoryIndex, queries: Sequence[Query], vectors: np.ndarray, *, level1_k: int, coarse_n: int,
-    weights: Weights, now: datetime | None, scope_kinds: Mapping[str, Sequence[str]], raw_per_query: int = 30,
+    index: MemoryIndex, queries: Sequence[Query], vectors: np.ndarray, *, level1_k: int | Mapping[str, int],
+    coarse_n: int, weights: Weights, now: datetime | None, scope_kinds: Mapping[str, Sequence[str]],
+    raw_per_query: int = 30, graph: GraphSearch | None = None, superseded: float = 1.0,
 ) -> LightResult:
-    """Top-``level1_k`` events per query, the coarse top-``coarse_n``, and their turns (plus direct raw turns)."""
+    """Top-k events of each kind per query, the coarse top-``coarse_n``, and their turns (plus direct raw turns).
+
+    ``level1_k`` is k for every kind, or k per kind (a kind not named gets none). ``raw_per_query`` is
+    how many turns each query brings at least: the best raw turns for scopes that search them
+    directly, else the turns of further events beyond the top k. With ``graph``, the facts reached
+    through the entity graph bring their turns too (``found_by="entity_graph"``).
+    """
     level1: dict[str, Hit] = {}
     coarse: dict[str, Hit] = {}
     out = LightResult()
     for query, qvec in zip(queries, vectors, strict=True):
-        kinds = scope_kinds.get(query.scope, ())
-        ranked, parts = score_query(index, query, qvec, event_kinds=[k for k in kinds if k in index.events],
-                                    top_events=level1_k, weights=weights, now=now)
-        for rank, (kind, row, score) in enumerate(ranked[:coarse_n]):
+        kinds = [k for k in scope_kinds.get(query.scope, ()) if k in index.events]
+        reads_raw = index.turns_kind in scope_kinds.get(query.scope, ())
+        ks = {k: level1_k if isinstance(level1_k, int) else level1_k.get(k, 0) for k in kinds}
+        ranked, parts = score_query(index, query, qvec, event_kinds=kinds, top_events=ks, weights=weights,
+                                    now=now, graph=graph, superseded=superseded)
+        found: list[Hit] = []
+        seen: dict[str, int] = {}
+        for kind, row, score in ranked:
+            rank = seen[kind] = seen.get(kind, -1) + 1
+            if rank >= max(coarse_n, ks[kind]):
+                continue
             hit = event_hit(index, kind, row, score * query.weight, query)
             coarse.setdefault(hit.key, hit)
-            if rank < level1_k:
+            if rank < ks[kind]:
                 level1.setdefault(hit.key, hit)
-                out.turns += [turn_hit(index, i, parts, level="level1", found_by=kind, query=query)
-                              for i in index.events[kind].turn_rows[row]]
-        if index.turns_kind in kinds and len(parts["score"]):
-            out.turns += [turn_hit(index, int(i), parts, level="level2", found_by=index.turns_kind, query=query)
-                          for i in np.argsort(-parts["score"])[:raw_per_query]]
+            elif reads_raw or len(found) >= raw_per_query:
+                continue  # beyond the top k, events bring turns only to fill a scope that reads no raw turns
+            found += [turn_hit(index, i, parts, level="level1", found_by=kind, query=query)
+                      for i in index.events[kind].turn_rows[row]]
+        found += graph_hits(index, query, query_graph(index, query, graph), parts)
+        if reads_raw and len(parts["score"]):
+            found += [turn_hit(index, int(i), parts, level="level2", found_by=index.turns_kind, query=query)
+                      for i in np.argsort(-parts["score"])[:raw_per_query]]
+        out.turns += tag_hits(index, query, found)  # the scope and tree window that led to each turn
     out.level1 = list(level1.values())
     out.coarse = sorted(coarse.values(), key=lambda h: -h.score)
     for hit in out.turns:

@@ -5,7 +5,9 @@
 * :func:`predict_scope` labels a sub-query Short/Long/Mixed and extracts temporal hints;
 * :func:`coverage` measures how much of a query the evidence covers (the offline
   gate and reflection check);
-* :func:`follow_up_query` builds the entity-anchored missing-info query;
+* :func:`follow_up_query` builds the entity-anchored missing-info query of the question;
+* :func:`anchored_follow_up` builds a sub-query's missing-info query anchored on its evidence (H-Mem A.4);
+* :func:`dependent_rewrite` fills a dependent sub-query with what its prerequisite found;
 * :func:`expand_query` rewrites a query with pseudo-relevance feedback terms.
 
 Example:
@@ -22,9 +24,10 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from memstrata.memory.hmem_scoring import Interval
-from memstrata.memory.query import Query, Scope
+from memstrata.memory.query import Hit, Query, Scope
+from memstrata.memory.temporal_hints import hint_interval
 from memstrata.memory.text import STOPWORDS, content_words, proper_nouns
-from memstrata.memory.timeparse import RELATIVE_PATTERN, resolve_relative
+from memstrata.memory.timeparse import RELATIVE_PATTERN, parse_timestamp, resolve_relative
 
 _QUESTION_WORDS = frozenset("what when where who whom whose which why how did does do is are was were has have".split())
 _NAME_PAIR = re.compile(r"\b([A-Z][\w'-]+)((?:, [A-Z][\w'-]+)*),? (?:and|&) ([A-Z][\w'-]+)\b")
@@ -67,6 +70,9 @@ def predict_scope(text: str, *, now: datetime | None) -> tuple[Scope, Interval |
 
 def temporal_hint(text: str, *, now: datetime | None) -> Interval | None:
     """An explicit date, month or year in the text, or a relative one resolved against ``now``."""
+    parsed = hint_interval(text, now=now)  # memstrata.memory.temporal_hints: the tree's window parser
+    if parsed is not None:
+        return parsed
     match = _DATE.search(text)
     if match:
         return _interval(match)
@@ -142,3 +148,63 @@ def expand_query(query: str, texts: Sequence[str], *, terms: int = 4) -> str:
     extra = [n for n, _ in names.most_common(terms)] + [w for w, c in words.most_common(terms * 2) if c > 1]
     extra = list(dict.fromkeys(extra))[:terms]
     return f"{query} {' '.join(extra)}".strip() if extra else query
+
+
+def evidence_anchors(top: Sequence[Hit], *, limit: int = 4) -> list[str]:
+    """The concrete anchors of the best evidence: its speakers and the names it mentions, best first."""
+    names: list[str] = []
+    for hit in top:
+        names += [hit.speaker] if hit.speaker else []
+        names += proper_nouns(" x " + hit.text)
+    return list(dict.fromkeys(n for n in names if n.lower() not in _QUESTION_WORDS))[:limit]
+
+
+def evidence_span(top: Sequence[Hit]) -> Interval | None:
+    """The days the best evidence was said on, as one interval (``None`` when it carries no dates)."""
+    days = [d for d in (parse_timestamp(h.time) for h in top if h.time) if d is not None]
+    if not days:
+        return None
+    start = datetime.combine(min(days).date(), datetime.min.time())
+    return Interval(start, datetime.combine(max(days).date(), datetime.max.time()))
+
+
+def anchored_follow_up(query: str, texts: Sequence[str], top: Sequence[Hit]) -> tuple[str, Interval | None] | None:
+    """H-Mem's missing-info query, offline: the slot the evidence lacks, anchored on what the evidence found.
+
+    The slot is the query's words that the evidence does not contain; the anchors
+    are the names (speakers and mentioned names) of the best evidence, and its
+    dates become the query's time hint. ``None`` when nothing is missing.
+
+    Example:
+        >>> top = [Hit(kind="turn", unit_id="D1:2", conversation_id="c", score=1.0, speaker="Ann",
+        ...            text="I adopted a dog from the Porto shelter.", time="8 May 2023")]
+        >>> anchored_follow_up("What breed is the dog Ann adopted?", [top[0].text], top)[0]
+        'Ann Porto breed'
+    """
+    missing = missing_terms(query, texts)
+    if not missing:
+        return None
+    anchors = evidence_anchors(top)
+    have = {a.lower() for a in anchors}
+    return " ".join(dict.fromkeys([*anchors, *(m for m in missing if m not in have)])), evidence_span(top)
+
+
+def has_anchor(query: str, texts: Sequence[str]) -> bool:
+    """Whether a follow-up query names something the evidence contains (a name or a content word)."""
+    haystack = set(content_words(" ".join(texts)))
+    words = set(content_words(query)) - set(_QUESTION_WORDS)
+    return bool(words & haystack)
+
+
+def dependent_rewrite(query: str, found: Sequence[Hit]) -> str:
+    """A dependent sub-query rewritten, offline, with the names and dates its prerequisite's best evidence found.
+
+    Example:
+        >>> top = [Hit(kind="turn", unit_id="D1:2", conversation_id="c", score=1.0, speaker="Ann",
+        ...            text="We moved to Porto.", time="8 May 2023")]
+        >>> dependent_rewrite("What is the weather like there?", top)
+        'What is the weather like there? Ann Porto 8 May 2023'
+    """
+    extra = [a for a in evidence_anchors(found) if a.lower() not in query.lower()]
+    dates = list(dict.fromkeys(h.time for h in found if h.time))[:1]
+    return " ".join([query, *extra, *dates]).strip()

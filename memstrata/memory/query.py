@@ -73,6 +73,8 @@ class Hit:
         query_id: the query that found it.
         text / time: the unit's text and its date as shown to readers.
         session_id / position / speaker / image_caption / show_caption: turn fields for the packer.
+        via: how a graph search reached it (the entity path and the fact), else empty.
+        scope / window: the query's scope, and the tree window (``"month 2023-05"``) that led to it, if any.
     """
 
     kind: str
@@ -91,6 +93,9 @@ class Hit:
     speaker: str = ""
     image_caption: str | None = None
     show_caption: bool = True
+    via: str = ""
+    scope: str = ""
+    window: str = ""
 
     @property
     def key(self) -> str:
@@ -105,15 +110,22 @@ class Hit:
         """The public evidence record of a turn hit (see :class:`memstrata.result.Evidence`)."""
         return {"turn_id": self.unit_id, "conversation_id": self.conversation_id, "session_id": self.session_id,
                 "speaker": self.speaker, "text": self.text, "time": self.time, "image_caption": self.image_caption,
-                "level": self.level, "found_by": self.found_by, "score": self.score, "score_parts": self.parts}
+                "level": self.level, "found_by": self.found_by, "score": self.score, "score_parts": self.parts,
+                **({"via": self.via} if self.via else {}), **({"scope": self.scope} if self.scope else {}),
+                **({"window": self.window} if self.window else {})}
 
 
 def keep_best(left: list[Hit] | None, right: list[Hit] | None) -> list[Hit]:
-    """Reducer: hits by key; a unit found again keeps its best score, and stays Level-1 once reached so."""
+    """Reducer: hits by key; a unit found again keeps its best score, stays Level-1 once reached so, and keeps
+    the entity path of a graph search that also reached it."""
     out = {h.key: h for h in left or []}
     for hit in right or []:
         old = out.get(hit.key)
         if old is None or hit.score > old.score:
-            out[hit.key] = hit.with_(level=old.level, found_by=old.found_by) \
+            new = hit.with_(level=old.level, found_by=old.found_by, scope=old.scope, window=old.window) \
                 if old is not None and old.level == "level1" else hit
+        else:
+            new = old
+        via = new.via or hit.via or (old.via if old is not None else "")
+        out[hit.key] = new.with_(via=via) if via != new.via else new
     return list(out.values())

@@ -28,10 +28,12 @@ dates in YYYY-MM-DD, resolving relative times against the reference date {now}. 
 
 LIGHT_ANSWER_PROMPT = f"""<role>You answer questions from summaries of past conversations, strictly.</role>
 <task>
-Decide whether the memory summaries below clearly contain the answer.
-- If they do, set finished to 0 and give a complete, specific answer. Resolve relative times to absolute dates.
-- If they do not match, are incomplete, vague or you are unsure, set finished to 2 and leave the answer empty:
-  a more precise search of the raw conversation will follow. Be strict; a guess is worse than finishing with 2.
+You get a question, summaries of the memory episodes closest to it, and possibly answers found in earlier rounds.
+Decide whether the summaries (with the earlier answers) clearly contain the answer.
+- If they do, set finished to 0 and give a complete, specific answer. Resolve relative times to absolute dates
+  ("last year" said in 2022 is 2021).
+- If they do not match, are incomplete, vague or ambiguous, or you are unsure, set finished to 2 and leave the answer
+  empty: the raw conversation will be searched next. Be strict; a guess is worse than finishing with 2.
 </task>
 <rules>{DATA_RULE}</rules>"""
 
@@ -43,28 +45,44 @@ Return an empty list if none fits.
 </task>
 <rules>{DATA_RULE}</rules>"""
 
-FOLLOW_UP_PROMPT = f"""<role>You find what is still missing to answer a question from memory.</role>
+FOLLOW_UP_PROMPT = f"""<role>You answer one sub-question from retrieved memory and find what is still missing.</role>
 <task>
-Given the question and the evidence found so far, decide whether one specific piece of information is still missing.
-If so, set missing to true and write one short search query for exactly that piece, anchored on names, places and
-times already found. Otherwise set missing to false.
+You get the user's question, the sub-question to answer now, answers already found, and the raw conversation
+turns retrieved for the sub-question.
+1. In answer, answer the sub-question from the turns. List every candidate answer the turns support and cite the
+   turns as [D3:7]. Infer boldly from the evidence when it points to an answer; leave answer empty only when the
+   turns say nothing about it.
+2. Decide whether one specific piece of information is still missing to answer it: an unresolved name, a vague
+   reference, a missing date, or several candidates to choose between. If so, set missing to true and write in query
+   one short search query for exactly that piece. The query must ask for the missing piece, not repeat the
+   sub-question, and must contain a concrete anchor the turns above already found: a name, place, object or date.
+   Otherwise set missing to false.
+</task>
+<rules>{DATA_RULE}</rules>"""
+
+DEPENDENT_PROMPT = f"""<role>You rewrite a sub-question with what its prerequisites found.</role>
+<task>
+The sub-question depends on earlier sub-questions, whose answers are given. Rewrite it as one self-contained search
+question that names what those answers found (people, places, objects, dates) in place of references to them.
 </task>
 <rules>{DATA_RULE}</rules>"""
 
 REFLECT_PROMPT = f"""<role>You review whether a question has been fully answered from memory.</role>
 <task>
-Check that every part of the question is covered by the evidence. If something is missing or the evidence is off
-topic, set finished to false and write a stronger search question for what is missing in new_question. If the
-evidence answers every part, set finished to true.
+You get the question and the answer produced in this round (with the sub-answers it rests on). Judge the answer, not
+the search: if it is irrelevant, contradicts the question, or leaves a part of the question unanswered, set finished
+to false and write in new_question a stronger search question aimed at what the answer lacks. If the answer is
+generally complete and well reasoned, set finished to true.
 </task>
 <rules>{DATA_RULE}</rules>"""
 
 ANSWER_PROMPT = f"""<role>You answer questions about past conversations using the retrieved memory.</role>
 <task>
-Answer the question from the memory below. Each session header starts with a session id (e.g. [D3 · 8 May 2023]) and
-each line with a turn number; cite the turns you rely on as session id, colon, turn number in square brackets, e.g.
-[D3:7].
-Resolve relative times ("last year") to absolute dates using the session dates. If the memory does not contain the
-answer, say so briefly; infer the most likely answer only when the evidence supports it.
+Answer the question from the memory below: raw conversation turns, and possibly answers found in earlier rounds and
+answers to sub-questions. Each session header starts with a session id (e.g. [D3 · 8 May 2023]) and each line with a
+turn number; cite the turns you rely on as session id, colon, turn number in square brackets, e.g. [D3:7].
+Answers are not always single: list every candidate answer the memory supports. Resolve relative times ("last year")
+to absolute dates using the session dates. When the memory is incomplete, infer boldly the most likely answer from
+what it does say, and say briefly what it rests on; do not refuse.
 </task>
 <rules>{DATA_RULE}</rules>"""

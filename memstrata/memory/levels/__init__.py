@@ -1,7 +1,8 @@
 """Unit kinds, one module each, and their registry (see :mod:`memstrata.memory.levels.base`).
 
 Importing this package registers the built-in kinds in hierarchy order: raw
-turns, their contextual view, Level-2 episodes, Level-1 summaries.
+turns, their contextual view, Level-2 episodes, Level-1 summaries, atomic facts, entities,
+H-Mem's temporal-semantic tree nodes.
 """
 
 from memstrata.memory.levels.base import (
@@ -11,8 +12,11 @@ from memstrata.memory.levels.turn import TURN, Turn
 from memstrata.memory.levels.turn_context import TURN_CONTEXT, TurnContext
 from memstrata.memory.levels.episode import EPISODE, Episode
 from memstrata.memory.levels.summary import SUMMARY, EventSummary
+from memstrata.memory.levels.fact import FACT, Fact
+from memstrata.memory.levels.entity import ENTITY, Entity
+from memstrata.memory.levels.tree_node import TREE_NODE, TreeNode
 
 __all__ = [
-    "EPISODE", "SCOPES", "SUMMARY", "TURN", "TURN_CONTEXT", "Episode", "EventSummary", "Level", "Turn",
-    "TurnContext", "get_level", "levels", "raw_kind", "register", "scope_table", "unregister",
+    "ENTITY", "EPISODE", "FACT", "Entity", "Fact", "SCOPES", "SUMMARY", "TURN", "TURN_CONTEXT", "Episode", "EventSummary", "Level", "Turn",
+    "TREE_NODE", "TreeNode", "TurnContext", "get_level", "levels", "raw_kind", "register", "scope_table", "unregister",
 ]

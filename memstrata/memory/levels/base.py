@@ -13,14 +13,16 @@ Roles:
 - ``view``: another embedding of the raw turns (one unit per turn, linked by its turn id);
 - ``container``: verbatim groupings of turns (HyMem's Level-2 episodes), read by id, not searched;
 - ``event``: units that stand for a set of turns and are searched first (HyMem's Level-1 summaries,
-  and any later kind of the same role). A hit on an event reaches its turns.
+  atomic facts, and any later kind of the same role). A hit on an event reaches its turns;
+- ``node``: nodes of a graph over the events (H-Mem's entities), loaded into the search snapshot so a
+  query can seed a traversal by name, but never ranked by vectors themselves.
 
 Example:
     >>> from memstrata.memory.levels import get_level, scope_table
     >>> get_level("summary").role
     'event'
     >>> scope_table()["Long"]
-    ['summary']
+    ['summary', 'fact', 'tree_node']
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from memstrata.memory.models import Unit
 if TYPE_CHECKING:
     from memstrata.memory.levels.turn import Turn
 
-Role = Literal["raw", "view", "container", "event"]
+Role = Literal["raw", "view", "container", "event", "node"]
 SCOPES = ("Short", "Long", "Mixed")
 Deriver = Callable[[Sequence["Turn"]], list[Unit]]
 
@@ -53,6 +55,9 @@ class Level:
         derive: for kinds built by the generic ingestion stage: the units of one
             conversation, from all of its turns in order. Built-in kinds have
             stages of their own and leave this ``None``.
+        lends_prior: for ``event`` kinds: whether a unit's score lends its turns the hierarchy
+            prior (a summary stands for an episode and raises all of its turns). A kind whose
+            units restate single turns (atomic facts) only brings its turns as candidates.
     """
 
     kind: str
@@ -62,6 +67,7 @@ class Level:
     scopes: tuple[str, ...] = ()
     searched: bool = True
     derive: Deriver | None = None
+    lends_prior: bool = True
 
     def __post_init__(self) -> None:
         if not self.kind.replace("_", "").isalnum() or not self.kind.islower():

@@ -13,10 +13,11 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -392,13 +393,62 @@ def _make_client(*, path: str | Path | None, url: str | None) -> Any:
             msg = f"bad Chroma server URL {url!r}: expected http://host:port"
             raise StoreError(msg)
         try:
-            return chromadb.HttpClient(host=parsed.hostname, port=parsed.port or 8000,
-                                       ssl=parsed.scheme == "https", settings=settings)
+            client = chromadb.HttpClient(host=parsed.hostname, port=parsed.port or 8000,
+                                         ssl=parsed.scheme == "https", settings=settings)
         except Exception as exc:
             msg = f"cannot reach the Chroma server at {url}: {exc}"
             raise StoreError(msg) from exc
+        return ServerGuard(client, url)
     if path is None:
         msg = "MemoryStore needs a path (embedded Chroma) or a url (Chroma server)"
         raise StoreError(msg)
     Path(path).mkdir(parents=True, exist_ok=True)
     return chromadb.PersistentClient(path=str(path), settings=settings)
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    import httpx
+
+    return (httpx.TransportError, ConnectionError)
+
+
+class ServerGuard:
+    """A Chroma server client, or one of its collections, whose lost connections are :class:`StoreError`.
+
+    chromadb lets ``httpx`` errors through when the server stops or restarts; a caller
+    (the CLI above all) should hear which server went away and what to do, not get a
+    traceback from deep inside an HTTP library. Attributes pass through unchanged;
+    collections a call returns come back guarded too.
+
+    Args:
+        target: a ``chromadb.HttpClient`` or a collection of one.
+        url: the server's address, for the message.
+
+    Example:
+        >>> client = ServerGuard(chromadb.HttpClient(port=1), "http://127.0.0.1:1")  # doctest: +SKIP
+        >>> client.list_collections()                                             # doctest: +SKIP
+        Traceback (most recent call last):
+        StoreError: the Chroma server at http://127.0.0.1:1 stopped answering (ConnectError: ...); ...
+    """
+
+    def __init__(self, target: Any, url: str) -> None:
+        self._target, self._url = target, url
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        return self._guarded(value) if callable(value) else value
+
+    def _guarded(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        from chromadb.api.models.Collection import Collection
+
+        @functools.wraps(method)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                out = method(*args, **kwargs)
+            except _transport_errors() as exc:
+                msg = (f"the Chroma server at {self._url} stopped answering ({type(exc).__name__}: {exc}); "
+                       "start it again and re-run the same command: what was stored is kept, the rest is redone")
+                raise StoreError(msg) from exc
+            return ServerGuard(out, self._url) if isinstance(out, Collection) else out
+
+        return call

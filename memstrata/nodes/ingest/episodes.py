@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from memstrata.context import Context
 from memstrata.llm import GOOD_OUTCOMES
-from memstrata.memory.levels import Episode, Turn
+from memstrata.memory.levels import Episode, Turn, levels
 from memstrata.memory.levels.episode import build_episodes, episode_vector
 from memstrata.memory.segmentation import segment_session
 from memstrata.memory.store import MemoryStore
@@ -103,9 +103,20 @@ def _drop_stale(store: MemoryStore, user_id: str, conv_id: str, session_id: str,
                  unit_ids=[r.unit_id for r in stale if r.unit_id not in new])
     store.delete("summary", user_id=user_id, conversation_id=conv_id,
                  unit_ids=[r.payload.get("summary_id", "") for r in stale])
+    _drop_episode_units(store, user_id, conv_id, [r.unit_id for r in stale])
     stale_ids = {r.unit_id for r in stale}
     same = [r for r in old if r.unit_id not in stale_ids]
     summarized = {r.unit_id for r in store.get("summary", user_id=user_id, conversation_id=conv_id,
                                                  unit_ids=[r.payload.get("summary_id", "") for r in same])}
     done = {r.unit_id for r in same if r.payload.get("summary_id") in summarized}
     return sum(r.unit_id not in new for r in stale), done
+
+
+def _drop_episode_units(store: MemoryStore, user_id: str, conv_id: str, episode_ids: list[str]) -> None:
+    """Delete the units of every event kind distilled from these episodes (e.g. their facts)."""
+    if not episode_ids:
+        return
+    for level in levels(role="event"):
+        found = store.get(level.kind, user_id=user_id, conversation_id=conv_id,
+                          where={"episode_id": {"$in": episode_ids}})
+        store.delete(level.kind, user_id=user_id, conversation_id=conv_id, unit_ids=[r.unit_id for r in found])

@@ -17,12 +17,11 @@ from pydantic import BaseModel, Field
 
 from memstrata.context import Context
 from memstrata.llm import GOOD_OUTCOMES
-from memstrata.memory.levels import Episode, EventSummary, Turn
+from memstrata.memory.levels import Episode, EventSummary
 from memstrata.memory.levels.summary import offline_summary
-from memstrata.memory.store import MemoryStore
 from memstrata.memory.timeparse import format_date
 from memstrata.nodes.common import LLMStep, progress
-from memstrata.nodes.ingest.turns import by_conversation
+from memstrata.nodes.ingest.turns import read_episodes
 from memstrata.resources import aresolve_store
 from memstrata.state import EpisodeBatch, IngestState
 
@@ -37,7 +36,7 @@ def route_summaries(state: IngestState, runtime: Runtime[Context]) -> list[Send]
     """Fan the new episodes out to at most ``Context.max_fanout`` summarizer branches."""
     episodes = state.get("episodes", [])
     if not episodes:
-        return "derive_units"
+        return "consolidate_tree"
     width = min(runtime.context.max_fanout, len(episodes))
     size = math.ceil(len(episodes) / width)
     return [Send("summarize_batch", {"episodes": episodes[i:i + size]}) for i in range(0, len(episodes), size)]
@@ -49,7 +48,7 @@ async def summarize_batch(batch: EpisodeBatch, runtime: Runtime[Context]) -> dic
     started = time.perf_counter()
     store = await aresolve_store(ctx)
     step = LLMStep(ctx, budget=False)
-    episodes, turns = await asyncio.to_thread(_read_batch, store, ctx.user_id, batch["episodes"])
+    episodes, turns = await asyncio.to_thread(read_episodes, store, ctx.user_id, batch["episodes"])
     out: list[EventSummary] = []
     for ep in episodes:
         summary = offline_summary(ep, [turns[(ep.conversation_id, t)] for t in ep.turn_ids],
@@ -65,22 +64,6 @@ async def summarize_batch(batch: EpisodeBatch, runtime: Runtime[Context]) -> dic
     if step.model is not None:
         stats["llm"] = {"summarize": step.meter.summary()}
     return {"stats": stats}
-
-
-def _read_batch(store: MemoryStore, user_id: str,
-                pairs: list[list[str]]) -> tuple[list[Episode], dict[tuple[str, str], Turn]]:
-    """The batch's episodes (in the given order) and every turn they hold."""
-    episodes: list[Episode] = []
-    turns: dict[tuple[str, str], Turn] = {}
-    for conv_id, ids in by_conversation(pairs).items():
-        found = {r.unit_id: Episode.model_validate(r.payload)
-                 for r in store.get("episode", user_id=user_id, conversation_id=conv_id, unit_ids=ids)}
-        eps = [found[i] for i in ids if i in found]
-        needed = sorted({t for e in eps for t in e.turn_ids})
-        for r in store.get("turn", user_id=user_id, conversation_id=conv_id, unit_ids=needed):
-            turns[(conv_id, r.unit_id)] = Turn.model_validate(r.payload)
-        episodes += eps
-    return episodes, turns
 
 
 async def _llm_summary(step: LLMStep, ep: Episode, fallback: EventSummary) -> EventSummary:

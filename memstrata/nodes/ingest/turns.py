@@ -17,7 +17,7 @@ from langgraph.runtime import Runtime
 
 from memstrata.context import Context
 from memstrata.memory.conversation import Conversation
-from memstrata.memory.levels import Turn
+from memstrata.memory.levels import Episode, Turn
 from memstrata.memory.levels.turn import changed_turns
 from memstrata.memory.normalize import load_path, normalize_input
 from memstrata.memory.store import MemoryStore
@@ -51,6 +51,8 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
     return {"conversations": [c.conversation_id for c in convs], "sessions": sessions,
             # Every count starts at zero, so stages that had nothing to do still report it.
             "stats": {"contexts_written": 0, "episodes_written": 0, "episodes_replaced": 0, "summaries_written": 0,
+                      "facts_written": 0, "facts_fallbacks": 0, "entities_written": 0, "relations_written": 0,
+                      "facts_superseded": 0,
                       "conversations": len(convs), "turns_seen": total, "turns_added": added,
                       "sessions_touched": len(sessions), "warnings": [w for c in convs for w in c.warnings],
                       "stage_seconds": {"turns": round(time.perf_counter() - started, 3)}}}
@@ -122,3 +124,19 @@ def read_sessions(store: MemoryStore, user_id: str, pairs: list[list[str]], *,
             vecs = np.asarray([r.metadata["_vector"] for r in recs], dtype=float) if with_vectors else None
             out[(conv_id, session_id)] = ([Turn.model_validate(r.payload) for r in recs], vecs)
     return out
+
+
+def read_episodes(store: MemoryStore, user_id: str,
+                  pairs: list[list[str]]) -> tuple[list[Episode], dict[tuple[str, str], Turn]]:
+    """Some ``[conversation_id, episode_id]`` pairs' episodes (in the given order) and every turn they hold."""
+    episodes: list[Episode] = []
+    turns: dict[tuple[str, str], Turn] = {}
+    for conv_id, ids in by_conversation(pairs).items():
+        found = {r.unit_id: Episode.model_validate(r.payload)
+                 for r in store.get("episode", user_id=user_id, conversation_id=conv_id, unit_ids=ids)}
+        eps = [found[i] for i in ids if i in found]
+        needed = sorted({t for e in eps for t in e.turn_ids})
+        for r in store.get("turn", user_id=user_id, conversation_id=conv_id, unit_ids=needed):
+            turns[(conv_id, r.unit_id)] = Turn.model_validate(r.payload)
+        episodes += eps
+    return episodes, turns

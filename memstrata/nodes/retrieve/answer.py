@@ -1,4 +1,15 @@
-"""Retrieval: pack the evidence into the context budget and, with a model, stream a cited answer."""
+"""Retrieval: pack the evidence into the context budget and, with a model, give the answer.
+
+The context is always cited raw turns (what users cite and EVAL.md scores).
+With a model the answer is:
+
+* the light answer, when every round stayed on the light path (HyMem: the
+  summaries sufficed, so no call reads the raw context);
+* otherwise a streamed synthesis over the raw context, the memory pool M of
+  intermediate answers and the sub-answers (HyMem's G_gamma and H-Mem's Psi);
+* when ``llm_token_budget`` stopped the query, or cannot afford the synthesis,
+  the latest intermediate answer, if any, and the trace says so.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +25,9 @@ from memstrata.llm import CallRecord, Meter
 from memstrata.memory.render import pack_context
 from memstrata.memory.selection import mark_captions, mmr
 from memstrata.memory.tokens import TokenCounter
-from memstrata.nodes.common import LLMStep, progress
+from memstrata.nodes.common import progress
+from memstrata.nodes.retrieve.budget import Step, close_meter
+from memstrata.nodes.retrieve.prompting import pool_block
 from memstrata.resources import open_index
 from memstrata.state import RetrievalState
 
@@ -27,25 +40,48 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
                  picks=ctx.context_budget // ctx.mmr_tokens_per_pick)
     ranked = mark_captions(ranked, [state["query"], *(q.text for q in state.get("sub_queries", []))])
     context, chosen, tokens = pack_context(ranked, budget=ctx.context_budget, counter=TokenCounter())
-    step = LLMStep(ctx, state.get("llm_calls"))
+    step = Step(ctx, state.get("run_key"), state.get("llm_calls"))
     text, note = None, "offline: no model configured"
     if step.model is not None and ctx.generate_answer:
-        messages = [SystemMessage(ctx.prompt("ANSWER_PROMPT")),
-                    HumanMessage(f"<memory>\n{context}\n</memory>\n<question>{state['query']}</question>")]
-        if not step.meter.affords(TokenCounter().count("\n".join(str(m.content) for m in messages))):
-            note = "llm_token_budget exhausted before the answer"
-        else:
-            progress("answer", "writing the answer")
-            try:
-                text = await llm.stream_answer(step.model, messages, node="answer", meter=step.meter,
-                                               timeout=ctx.llm_timeout_s)
-                note = "streamed"
-            except llm.LLMError as exc:
-                note = f"answer failed: {exc}"
+        text, note = await _answer_text(state, context, step)
+    close_meter(state.get("run_key"))
     calls = [*state.get("llm_calls", []), *step.records]
     trace = build_trace(state, calls, note, tokens, len(ranked), chosen)
+    trace["budget"] = {"llm_token_budget": ctx.llm_token_budget, "spent": step.shared.spent,
+                       "halted_at": state.get("halted") or step.halted}
     return {"answer": text, "context": context, "context_tokens": tokens, "trace": trace,
             "evidence": [c.evidence() for c in chosen], "llm_calls": step.records}
+
+
+async def _answer_text(state: RetrievalState, context: str, step: Step) -> tuple[str | None, str]:
+    pool = [p for p in state.get("pool", []) if p.get("answer")]
+    latest = pool[-1]["answer"] if pool else None
+    halted = state.get("halted") or step.halted
+    if halted:
+        return latest, (f"llm_token_budget reached at {halted}: stopped deepening and answered with "
+                        f"{'the latest intermediate answer' if latest else 'nothing (no answer was found yet)'}")
+    if pool and all(p["path"] == "light" for p in pool) and not state.get("sub_answers"):
+        progress("answer", "answered from the summaries", answer=latest)
+        return latest, "light answer: the summaries sufficed, no call read the raw context"
+    ctx = step.ctx
+    extra = pool_block(pool) + _sub_answers(state)
+    messages = [SystemMessage(ctx.prompt("ANSWER_PROMPT")),
+                HumanMessage(f"<memory>\n{context}\n</memory>{extra}\n<question>{state['query']}</question>")]
+    if not step.meter.affords(TokenCounter().count("\n".join(str(m.content) for m in messages))):
+        return latest, "llm_token_budget exhausted before the answer; " + (
+            "answered with the latest intermediate answer" if latest else "no answer")
+    progress("answer", "writing the answer")
+    try:
+        text = await llm.stream_answer(step.model, messages, node="answer", meter=step.meter,
+                                       timeout=ctx.llm_timeout_s, retries=ctx.llm_retries)
+    except llm.LLMError as exc:
+        return latest, f"answer failed: {exc}"
+    return text, "streamed"
+
+
+def _sub_answers(state: RetrievalState) -> str:
+    lines = [f"- {a['question']}: {a['answer']}" for a in state.get("sub_answers", [])]
+    return "\n<sub_answers>\n" + "\n".join(lines) + "\n</sub_answers>" if lines else ""
 
 
 def build_trace(state: RetrievalState, calls: list[dict[str, Any]], note: str, tokens: int, candidates: int,
@@ -60,7 +96,10 @@ def build_trace(state: RetrievalState, calls: list[dict[str, Any]], note: str, t
         "iterations": state.get("iteration", 0),
         "sub_queries": [q.text for q in state.get("sub_queries", [])],
         "scopes": {q.id: q.scope for q in state.get("sub_queries", [])},
+        "windows": next((e["windows"] for e in events if e["node"] == "predict_scope" and "windows" in e), {}),
+        "depends_on": {q.id: q.depends_on for q in state.get("sub_queries", []) if q.depends_on},
         "found_by": dict(Counter(h.found_by for h in chosen)),
+        "pool": state.get("pool", []), "sub_answers": state.get("sub_answers", []),
         "answer": note, "context_tokens": tokens, "candidates": candidates,
         "llm": meter.summary(), "events": events,
     }

@@ -1,4 +1,12 @@
-"""Retrieval: HyMem's deep module. Follow the chosen Level-1 events back to their verbatim Level-2 turns."""
+"""Retrieval: HyMem's deep module. Follow the chosen Level-1 events back to their verbatim Level-2 turns.
+
+With a model, its selection decides: the turns of the selected episodes enter
+the context first (``selection_priority`` lifts them above every turn that only
+scored well; those fill what budget is left). A selection of nothing falls back,
+explicitly and in the trace, to the best ``select_fallback`` episodes of the
+coarse top-N. Offline every coarse episode's turns are reranked with the best
+raw turns, by score alone.
+"""
 
 from __future__ import annotations
 
@@ -9,27 +17,46 @@ from langgraph.runtime import Runtime
 from memstrata.context import Context
 from memstrata.memory.deep_module import backtrack
 from memstrata.memory.hits import event_turn_rows
+from memstrata.memory.query import Hit
 from memstrata.memory.selection import drop_near_duplicates
 from memstrata.nodes.common import progress
+from memstrata.nodes.retrieve.budget import Step
 from memstrata.resources import open_index, query_vectors, reference_now, weights
 from memstrata.state import RetrievalState
+
+
+def chosen_episodes(state: RetrievalState, ctx: Context) -> tuple[list[Hit], str, float]:
+    """The coarse entries whose episodes are backtracked, how they were chosen, and their turns' priority."""
+    coarse = state.get("coarse", [])
+    round_no = state.get("round", 0)
+    ran = any(e["node"] == "select_level1" and e.get("round") == round_no for e in state.get("events", []))
+    if not ran:
+        return coarse, "coarse-top-n", 0.0
+    keys = {key for r, key in state.get("selected", []) if r == round_no}
+    priority = ctx.selection_priority
+    if not keys:
+        return coarse[:ctx.select_fallback], f"selection-empty: fallback to coarse top-{ctx.select_fallback}", priority
+    return [c for c in coarse if c.key in keys], "llm-selection", priority
 
 
 async def backtrack_level2(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Rerank the chosen events' turns with the best raw turns; skip near-duplicates."""
     ctx = runtime.context
+    halted = Step(ctx, state.get("run_key"), state.get("llm_calls")).halted
+    if halted:  # the budget ran out during selection: stop deepening, answer with what is there
+        return {"halted": halted, "events": [{"node": "backtrack_level2", "iteration": state.get("iteration", 0),
+                                              "round": state.get("round", 0), "how": f"skipped: budget ({halted})",
+                                              "episodes": 0, "admitted": 0, "fallback": False}]}
     index = await open_index(ctx)
-    coarse = state.get("coarse", [])
-    selected = set(state.get("selected", []))
-    picked = [c for c in coarse if c.key in selected] if selected else coarse
-    how = "llm-selection" if selected else "coarse-top-n"
+    picked, how, priority = chosen_episodes(state, ctx)
     progress("backtrack_level2", f"going deeper: {len(picked)} episodes ({how})")
     queries = list(state.get("active") or [])
     limit = max(ctx.backtrack_keep, int(ctx.context_budget * ctx.backtrack_keep_per_token))
     found = backtrack(index, queries, await query_vectors(ctx, queries), event_turn_rows(index, picked),
                       raw_top=ctx.backtrack_raw_top, weights=weights(ctx), now=reference_now(ctx, index),
-                      scope_kinds=ctx.scopes(), keep=limit, top_events=len(picked))
+                      scope_kinds=ctx.scopes(), keep=limit, top_events=len(picked), chosen_bonus=priority)
     kept, redundant = drop_near_duplicates(found, index, max_items=limit, threshold=ctx.duplicate_threshold)
     return {"candidates": kept, "events": [{
-        "node": "backtrack_level2", "iteration": state.get("iteration", 0), "episodes": len(picked), "how": how,
+        "node": "backtrack_level2", "iteration": state.get("iteration", 0), "round": state.get("round", 0),
+        "episodes": len(picked), "how": how, "fallback": how.startswith("selection-empty"),
         "admitted": len(kept), "near_duplicates_skipped": redundant}]}

@@ -10,7 +10,8 @@ from pydantic import BaseModel, Field
 from memstrata.context import Context
 from memstrata.memory.planning import decompose_query
 from memstrata.memory.query import Query
-from memstrata.nodes.common import LLMStep, progress
+from memstrata.nodes.common import progress
+from memstrata.nodes.retrieve.budget import Step, open_meter
 from memstrata.state import RetrievalState
 
 
@@ -35,8 +36,8 @@ def _checker(max_parts: int) -> Any:
         if len(set(ids)) != len(ids) or any(not p.question.strip() for p in plan.sub_queries):
             msg = "sub-query ids must be unique and questions non-empty"
             raise ValueError(msg)
-        if any(d not in ids for p in plan.sub_queries for d in p.depends_on):
-            msg = "depends_on may only name ids of this plan"
+        if any(d not in ids[:i] for i, p in enumerate(plan.sub_queries) for d in p.depends_on):
+            msg = "depends_on may only name ids of earlier sub-questions of this plan"
             raise ValueError(msg)
         return plan
 
@@ -52,7 +53,8 @@ async def decompose(state: RetrievalState, runtime: Runtime[Context]) -> dict[st
         raise ValueError(msg)
     progress("decompose", "planning the search")
     offline = decompose_query(text, max_parts=ctx.max_sub_queries)
-    step = LLMStep(ctx, state.get("llm_calls"))
+    key = state.get("run_key") or open_meter(ctx, state.get("llm_calls"))
+    step = Step(ctx, key)
     plan, how = await step.decide(
         Plan, "DECOMPOSE_PROMPT", f"<question>{text}</question>", node="decompose",
         validate=_checker(ctx.max_sub_queries), max_parts=ctx.max_sub_queries,
@@ -63,6 +65,13 @@ async def decompose(state: RetrievalState, runtime: Runtime[Context]) -> dict[st
         Query(id=p.id, text=p.question.strip(), depends_on=p.depends_on, weight=ctx.sub_query_weight)
         for p in plan.sub_queries if p.question.strip() != text
     ]
-    subs = subs[:ctx.max_sub_queries]
-    return {"sub_queries": subs, "iteration": 0, "llm_calls": step.records,
+    subs = _drop_dangling(subs[:ctx.max_sub_queries])
+    return {"sub_queries": subs, "iteration": 0, "round": 0, "run_key": key, "llm_calls": step.records,
             "events": [{"node": "decompose", "how": how, "sub_queries": [q.text for q in subs]}]}
+
+
+def _drop_dangling(subs: list[Query]) -> list[Query]:
+    """Dependencies on sub-queries that were cut (or were q0's duplicate) are dropped, so nothing waits forever."""
+    ids = {q.id for q in subs}
+    return [q if set(q.depends_on) <= ids else Query(**{**vars(q), "depends_on": [d for d in q.depends_on if d in ids]})
+            for q in subs]

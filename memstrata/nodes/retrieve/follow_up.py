@@ -1,50 +1,129 @@
-"""Retrieval: H-Mem's missing-info follow-up, one targeted query for what is still missing."""
+"""Retrieval: H-Mem's per-sub-query reasoning and missing-info query, one ``Send`` branch per active query.
+
+Each branch reads what its own query found. With a model, one call answers the
+sub-query from its best turns (the sub-answer A_k; for the round's main query it
+is HyMem's deep answer answer_i, which joins the memory pool) and says whether a
+piece is still missing; the missing-info query must carry an anchor the evidence
+found (H-Mem A.4), else it is repaired once and then replaced by the offline
+rule. Offline, the missing-info query is the slot the evidence lacks, anchored
+on the names of the best evidence with its dates as the time hint.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from langgraph.runtime import Runtime
+from langgraph.types import Send
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
 from memstrata.llm import GOOD_OUTCOMES
 from memstrata.memory.deep_module import backtrack
-from memstrata.memory.planning import follow_up_query
+from memstrata.memory.planning import anchored_follow_up, has_anchor
 from memstrata.memory.query import Query
 from memstrata.memory.selection import coverage_texts
-from memstrata.nodes.common import LLMStep, progress
+from memstrata.memory.tokens import TokenCounter
+from memstrata.nodes.common import progress
+from memstrata.nodes.retrieve.budget import Step
+from memstrata.nodes.retrieve.prompting import pool_block, ranked_lines
 from memstrata.resources import open_index, query_vectors, reference_now, weights
-from memstrata.state import RetrievalState
+from memstrata.state import RetrievalState, SubQueryTask
+
+ANCHOR_HITS = 3  # the best evidence whose names and dates anchor an offline missing-info query
+EVIDENCE_CAP = 80  # hits a branch carries (it reads at most reason_tokens of them)
 
 
-class MissingInfo(BaseModel):
-    """Whether one piece of information is missing, and the query that would find it."""
+class SubAnswer(BaseModel):
+    """A sub-query's answer from its evidence, and the one piece still missing, if any."""
 
-    missing: bool
-    query: str = Field(default="", description="one short search query for the missing piece")
+    answer: str = Field(default="", description="the answer with cited turns, or empty")
+    missing: bool = False
+    query: str = Field(default="", description="one short search query for the missing piece, with an anchor")
 
 
-async def follow_up(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Search once more for the missing slot, anchored on the query's entities and what was found."""
+def follow_up_sends(state: RetrievalState, ctx: Context) -> list[Send]:
+    """One reasoning branch per active query, each with the evidence it found itself (else all of it)."""
+    ranked = sorted(state.get("candidates", []), key=lambda h: (-h.score, h.key))
+    answers = state.get("sub_answers", [])
+    active = list(state.get("active") or [])
+    sends = []
+    for i, query in enumerate(active):
+        own = [h for h in ranked if h.query_id == query.id] if query.id != "q0" else ranked
+        prereq = [a for a in answers if a["id"] in query.depends_on]
+        sends.append(Send("follow_up", {
+            "question": state["query"], "query": query, "evidence": (own or ranked)[:EVIDENCE_CAP],
+            "prerequisites": prereq, "pool": state.get("pool", []), "main": i == 0,
+            "iteration": state.get("iteration", 0), "round": state.get("round", 0),
+            "run_key": state.get("run_key", ""), "llm_calls": state.get("llm_calls", [])}))
+    return sends
+
+
+def route_follow_up(state: RetrievalState, runtime: Runtime[Context]) -> list[Send] | Literal["answer"]:
+    """After the deep module: reason over each active query's evidence in parallel (or answer, at the budget)."""
+    if state.get("halted"):
+        return "answer"
+    return follow_up_sends(state, runtime.context) or "answer"
+
+
+def _anchored(texts: list[str]) -> Any:
+    def check(value: SubAnswer) -> SubAnswer:
+        if value.missing and value.query.strip() and not has_anchor(value.query, texts):
+            msg = ("the missing-info query must contain a name, place, object or date that the turns above "
+                   "already mention; ask for the missing piece around it")
+            raise ValueError(msg)
+        return value
+
+    return check
+
+
+async def follow_up(task: SubQueryTask, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Answer one sub-query from its evidence and search once more for what it lacks."""
     ctx = runtime.context
-    index = await open_index(ctx)
-    texts = coverage_texts(state.get("candidates", []), ctx.follow_up_texts)
-    rule = follow_up_query(state["query"], texts, speakers=index.speakers)
-    step = LLMStep(ctx, state.get("llm_calls"))
-    evidence = "\n".join(texts)
+    query, evidence = task["query"], task["evidence"]
+    texts = coverage_texts(evidence, ctx.follow_up_texts)
+    rule = anchored_follow_up(query.text, texts, evidence[:ANCHOR_HITS])
+    step = Step(ctx, task.get("run_key"), task.get("llm_calls"))
+    lines = ranked_lines(evidence, budget=ctx.reason_tokens, counter=TokenCounter())
     info, how = await step.decide(
-        MissingInfo, "FOLLOW_UP_PROMPT", f"<question>{state['query']}</question>\n<memory>\n{evidence}\n</memory>",
-        node="follow_up", fallback=lambda: MissingInfo(missing=rule is not None, query=rule or ""),
-    )
-    event: dict[str, Any] = {"node": "follow_up", "iteration": state.get("iteration", 0), "how": how,
-                             "query": info.query if info.missing else None}
-    if not info.missing or not info.query.strip():
-        return {"events": [event], "llm_calls": step.records}
+        SubAnswer, "FOLLOW_UP_PROMPT", _prompt(task, lines), node="follow_up", validate=_anchored(lines),
+        fallback=lambda: SubAnswer(missing=rule is not None, query=rule[0] if rule else ""))
+    event: dict[str, Any] = {"node": "follow_up", "iteration": task["iteration"], "round": task["round"],
+                             "sub_query": query.id, "how": how, "query": info.query if info.missing else None}
+    update: dict[str, Any] = {"events": [event], "llm_calls": step.records, **_answers(task, info, how)}
+    if not info.missing or not info.query.strip() or step.halted:
+        return update
     progress("follow_up", f"follow-up: {info.query}")
-    query = Query(id="follow_up", text=info.query.strip(), scope="Short", weight=ctx.follow_up_weight,
-                  dense_text=None if how in GOOD_OUTCOMES else state["query"])
-    found = backtrack(index, [query], await query_vectors(ctx, [query]), [], raw_top=ctx.follow_up_turns,
+    modelled = how in GOOD_OUTCOMES
+    hint = rule[1] if rule and not modelled else None
+    missing = Query(id=f"{query.id}.follow_up", text=info.query.strip(), scope="Short", weight=ctx.follow_up_weight,
+                    dense_text=None if modelled else query.text, hint_start=hint.start if hint else None,
+                    hint_end=hint.end if hint else None)
+    index = await open_index(ctx)
+    found = backtrack(index, [missing], await query_vectors(ctx, [missing]), [], raw_top=ctx.follow_up_turns,
                       weights=weights(ctx), now=reference_now(ctx, index), scope_kinds=ctx.scopes())
     event["found"] = len(found)
-    return {"candidates": found, "events": [event], "llm_calls": step.records}
+    return {**update, "candidates": found}
+
+
+def _prompt(task: SubQueryTask, lines: list[str]) -> str:
+    query = task["query"]
+    parts = [f"<question>{task['question']}</question>", f"<sub_question>{query.text}</sub_question>"]
+    if task["prerequisites"]:
+        found = "\n".join(f"- {a['question']}: {a['answer']}" for a in task["prerequisites"])
+        parts.append(f"<prerequisite_answers>\n{found}\n</prerequisite_answers>")
+    memory = "\n".join(lines)
+    return "\n".join(parts) + f"\n<memory>\n{memory}\n</memory>" + pool_block(task["pool"])
+
+
+def _answers(task: SubQueryTask, info: SubAnswer, how: str) -> dict[str, Any]:
+    """The sub-answer A_k, and for the round's main query HyMem's deep answer answer_i in the pool M."""
+    if how not in GOOD_OUTCOMES or not info.answer.strip():
+        return {}
+    query = task["query"]
+    out: dict[str, Any] = {"sub_answers": [{"id": query.id, "question": query.text, "answer": info.answer.strip(),
+                                            "iteration": task["iteration"], "round": task["round"]}]}
+    if task["main"]:
+        out["pool"] = [{"iteration": task["iteration"], "round": task["round"], "path": "deep", "query": query.text,
+                        "answer": info.answer.strip()}]
+    return out

@@ -1,4 +1,14 @@
-"""Retrieval: the uncertainty gate. Can the light context answer, or must we backtrack to Level-2?"""
+"""Retrieval: HyMem's light module self-check (Algorithm 1, line 7). Do the summaries answer, or go deep?
+
+With a model, the light generator reads the question q0, the top-k Level-1
+summaries and the memory pool M_i of earlier answers, and either answers
+(``finished=0``: the light answer joins the pool and reflection grades it, with
+no raw-text search) or asks for the deep module (``finished=2``: the model's
+selection over the top-N fans out with ``Send``). Offline, retrieval confidence
+and query-term coverage decide, and the light path goes through the missing-info
+follow-up as before. A call the token budget cannot afford stops deepening: the
+query goes straight to its answer with what it has.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +22,10 @@ from memstrata.context import Context
 from memstrata.llm import GOOD_OUTCOMES
 from memstrata.memory.planning import coverage
 from memstrata.memory.selection import coverage_texts
-from memstrata.nodes.common import LLMStep, progress
+from memstrata.nodes.common import progress
+from memstrata.nodes.retrieve.budget import Step
+from memstrata.nodes.retrieve.follow_up import follow_up_sends
+from memstrata.nodes.retrieve.prompting import pool_block
 from memstrata.state import RetrievalState
 
 
@@ -34,31 +47,51 @@ def offline_confidence(state: RetrievalState, ctx: Context) -> tuple[bool, str]:
 
 
 async def gate(state: RetrievalState, runtime: Runtime[Context]) -> Command[
-        Literal["select_level1", "backtrack_level2", "follow_up"]]:
-    """Accept the light path, or go deep (LLM selection fans out with ``Send``)."""
+        Literal["select_level1", "backtrack_level2", "follow_up", "next_wave", "answer"]]:
+    """Accept the light path, or go deep (the model's selection fans out with ``Send``)."""
     ctx = runtime.context
     ok, why = offline_confidence(state, ctx)
-    step = LLMStep(ctx, state.get("llm_calls"))
+    step = Step(ctx, state.get("run_key"), state.get("llm_calls"))
     memory = "\n".join(f"[{h.time}] {h.text}" for h in state.get("level1", []))
     verdict, how = await step.decide(
-        LightAnswer, "LIGHT_ANSWER_PROMPT", f"<question>{state['query']}</question>\n<memory>\n{memory}\n</memory>",
+        LightAnswer, "LIGHT_ANSWER_PROMPT",
+        f"<question>{state['query']}</question>\n<memory>\n{memory}\n</memory>{pool_block(state.get('pool', []))}",
         node="gate", fallback=lambda: LightAnswer(finished=0 if ok else 2),
     )
     light = verdict.finished == 0
-    reason = f"model self-check: finished={verdict.finished}" if how in GOOD_OUTCOMES else why
-    event = {"node": "gate", "iteration": state.get("iteration", 0), "path": "light" if light else "deep",
-             "reason": reason, "how": how}
-    update: dict[str, Any] = {"events": [event], "llm_calls": step.records}
+    modelled = how in GOOD_OUTCOMES
+    round_no = state.get("round", 0) + 1
+    event = {"node": "gate", "iteration": state.get("iteration", 0), "round": round_no,
+             "path": "light" if light else "deep", "how": how,
+             "reason": f"model self-check: finished={verdict.finished}" if modelled else why}
+    update: dict[str, Any] = {"events": [event], "llm_calls": step.records, "round": round_no}
+    if light and modelled and verdict.answer.strip():
+        query = state.get("active", [None])[0]
+        update["pool"] = [{"iteration": state.get("iteration", 0), "round": round_no, "path": "light",
+                           "query": query.text if query else state["query"], "answer": verdict.answer.strip()}]
+    if step.halted:
+        progress("gate", "token budget reached: answering with what was found")
+        return Command(update={**update, "halted": step.halted}, goto="answer")
     if light:
         progress("gate", "the summaries suffice")
-        return Command(update=update, goto="follow_up")
-    progress("gate", f"going deeper ({reason})")
-    if step.model is None or step.meter.exhausted:
-        return Command(update=update, goto="backtrack_level2")
-    coarse = state.get("coarse", [])
+        if step.model is not None:
+            return Command(update=update, goto="next_wave")  # Algorithm 1: a light answer goes on to R
+        return Command(update=update, goto=follow_up_sends({**state, **update}, ctx))
+    progress("gate", f"going deeper ({event['reason']})")
+    return Command(update=update, goto=_deepen(state, ctx, step, round_no) or "backtrack_level2")
+
+
+def _deepen(state: RetrievalState, ctx: Context, step: Step, round_no: int) -> list[Send]:
+    """One selection branch per batch of the coarse top-N, reading this round's query q_i (none offline).
+
+    The model reads HyMem's N best entries over every event kind (the coarse pool holds each kind's N).
+    """
+    if step.model is None:
+        return []
+    coarse = state.get("coarse", [])[:ctx.coarse_n]
     size = ctx.llm_batch_size
     batches = [coarse[i:i + size] for i in range(0, len(coarse), size)][:ctx.max_fanout]
+    query = (state.get("active") or state["sub_queries"])[0]
     calls = [*state.get("llm_calls", []), *step.records]
-    query = state["sub_queries"][0]
-    sends = [Send("select_level1", {"query": query, "entries": b, "llm_calls": calls}) for b in batches]
-    return Command(update=update, goto=sends or "backtrack_level2")
+    return [Send("select_level1", {"query": query, "entries": b, "round": round_no, "run_key": state.get("run_key", ""),
+                                   "llm_calls": calls}) for b in batches]

@@ -9,19 +9,22 @@ from langgraph.runtime import Runtime
 from memstrata.context import Context
 from memstrata.memory.light_module import light_lookup
 from memstrata.nodes.common import progress
-from memstrata.resources import open_index, query_vectors, reference_now, weights
+from memstrata.resources import (
+    event_k, graph_search, open_index, pool_size, query_vectors, reference_now, weights,
+)
 from memstrata.state import RetrievalState
 
 
 async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Top-``level1_k`` events per active query, the coarse top-``coarse_n``, and their linked turns."""
+    """Top-k events of each kind per active query, the coarse top-``coarse_n``, and their linked turns."""
     ctx = runtime.context
     progress("lookup_level1", "searching summaries")
     index = await open_index(ctx)
     queries = list(state.get("active") or [])
-    found = light_lookup(index, queries, await query_vectors(ctx, queries), level1_k=ctx.level1_k,
+    found = light_lookup(index, queries, await query_vectors(ctx, queries), level1_k=event_k(ctx),
                          coarse_n=ctx.coarse_n, weights=weights(ctx), now=reference_now(ctx, index),
-                         scope_kinds=ctx.scopes(), raw_per_query=ctx.direct_turns)
+                         scope_kinds=ctx.scopes(), raw_per_query=pool_size(ctx),
+                         graph=await graph_search(ctx, index), superseded=ctx.superseded_weight)
     return {
         "level1": found.level1, "coarse": found.coarse, "candidates": found.turns,
         "events": [{"node": "lookup_level1", "iteration": state.get("iteration", 0),

@@ -1,4 +1,12 @@
-"""Retrieval: HyMem's reflection. Is every sub-question answered? If not, rewrite and search again."""
+"""Retrieval: HyMem's reflection R(answer_i, q0). Is the answer complete? If not, rewrite the query and loop.
+
+With a model, reflection grades this round's answer (the light answer, or the
+deep answer of the round's main query, with the sub-answers it rests on) and
+writes q_{i+1}; the memory pool M carries every round's answer into the next
+round's generators. Offline, a coverage check per sub-query stands in, and its
+rewrites use pseudo-relevance feedback from the best evidence. The loop is
+bounded by ``max_iterations`` and by the shared ``llm_token_budget``.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +21,8 @@ from memstrata.llm import GOOD_OUTCOMES
 from memstrata.memory.planning import coverage, expand_query
 from memstrata.memory.query import Query
 from memstrata.memory.selection import coverage_texts
-from memstrata.nodes.common import LLMStep, progress
+from memstrata.nodes.common import progress
+from memstrata.nodes.retrieve.budget import Step
 from memstrata.state import RetrievalState
 
 
@@ -21,7 +30,7 @@ class Reflection(BaseModel):
     """HyMem R: finished, or a stronger question for another round."""
 
     finished: bool
-    new_question: str = Field(default="", description="a rewritten search question for what is missing")
+    new_question: str = Field(default="", description="a rewritten search question for what the answer lacks")
 
 
 def offline_reflection(state: RetrievalState, ctx: Context) -> tuple[Reflection, list[tuple[str, str]]]:
@@ -37,6 +46,15 @@ def offline_reflection(state: RetrievalState, ctx: Context) -> tuple[Reflection,
     return Reflection(finished=False, new_question=rewrites[0][0]), rewrites
 
 
+def round_answer(state: RetrievalState) -> str:
+    """answer_i with the sub-answers of the same round, as the reflection prompt shows them."""
+    iteration = state.get("iteration", 0)
+    pooled = [p["answer"] for p in state.get("pool", []) if p["iteration"] == iteration]
+    subs = [f"- {a['question']}: {a['answer']}" for a in state.get("sub_answers", []) if a["iteration"] == iteration]
+    text = f"<answer>{pooled[-1] if pooled else '(no answer was found)'}</answer>"
+    return text + ("\n<sub_answers>\n" + "\n".join(subs) + "\n</sub_answers>" if subs else "")
+
+
 async def reflect(state: RetrievalState, runtime: Runtime[Context]) -> Command[Literal["lookup_level1", "answer"]]:
     """Loop back to ``lookup_level1`` with rewritten queries, within ``max_iterations`` and the LLM budget."""
     ctx = runtime.context
@@ -46,15 +64,21 @@ async def reflect(state: RetrievalState, runtime: Runtime[Context]) -> Command[L
         event.update(decision="stop", reason=f"iteration cap {ctx.max_iterations} reached", how="budget")
         return Command(update={"iteration": iteration, "events": [event]}, goto="answer")
     rule, rewrites = offline_reflection(state, ctx)
-    step = LLMStep(ctx, state.get("llm_calls"))
-    evidence = "\n".join(coverage_texts(state.get("candidates", []), ctx.reflect_prompt_texts))
+    step = Step(ctx, state.get("run_key"), state.get("llm_calls"))
+    if step.halted:
+        event.update(decision="stop", how="budget", reason=f"llm_token_budget reached at {step.halted}")
+        return Command(update={"iteration": iteration, "halted": step.halted, "events": [event]}, goto="answer")
     verdict, how = await step.decide(
-        Reflection, "REFLECT_PROMPT", f"<question>{state['query']}</question>\n<memory>\n{evidence}\n</memory>",
+        Reflection, "REFLECT_PROMPT", f"<question>{state['query']}</question>\n{round_answer(state)}",
         node="reflect", fallback=lambda: rule,
     )
     update: dict[str, Any] = {"iteration": iteration, "llm_calls": step.records}
+    if step.halted:
+        event.update(decision="stop", how=how, reason=f"llm_token_budget reached at {step.halted}")
+        return Command(update={**update, "halted": step.halted, "events": [event]}, goto="answer")
     if verdict.finished or not verdict.new_question.strip():
-        event.update(decision="finish", how=how, reason="every sub-question is covered")
+        event.update(decision="finish", how=how,
+                     reason="the answer is complete" if how in GOOD_OUTCOMES else "every sub-question is covered")
         return Command(update={**update, "events": [event]}, goto="answer")
     # The model's rewrite is a new question (embedded); a rule rewrite searches densely as its source question.
     pairs = [(verdict.new_question.strip(), None)] if how in GOOD_OUTCOMES else rewrites

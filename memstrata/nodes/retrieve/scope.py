@@ -13,7 +13,9 @@ from memstrata.context import Context
 from memstrata.memory.planning import predict_scope as rule_scope
 from memstrata.memory.query import Query
 from memstrata.memory.timeparse import format_date
-from memstrata.nodes.common import LLMStep, progress
+from memstrata.memory.tree.search import select_windows, with_anchor
+from memstrata.nodes.common import progress
+from memstrata.nodes.retrieve.budget import Step
 from memstrata.resources import open_index, reference_now
 from memstrata.state import RetrievalState
 
@@ -37,7 +39,7 @@ async def predict_scope(state: RetrievalState, runtime: Runtime[Context]) -> dic
     index = await open_index(ctx)
     now = reference_now(ctx, index)
     subs = state["sub_queries"]
-    rules = {q.id: rule_scope(q.text, now=now) for q in subs}
+    rules = {q.id: with_anchor(rule_scope(q.text, now=now), index, q.text, now=now) for q in subs}
 
     def fallback() -> Scopes:
         return Scopes(items=[ScopeItem(id=i, scope=sc, start_date=h.start.date() if h else None,
@@ -49,17 +51,19 @@ async def predict_scope(state: RetrievalState, runtime: Runtime[Context]) -> dic
             raise ValueError(msg)
         return value
 
-    step = LLMStep(ctx, state.get("llm_calls"))
+    step = Step(ctx, state.get("run_key"), state.get("llm_calls"))
     listing = "\n".join(f"{q.id}: {q.text}" for q in subs)
     scopes, how = await step.decide(Scopes, "SCOPE_PROMPT", f"<sub_questions>\n{listing}\n</sub_questions>",
                                     node="predict_scope", fallback=fallback, validate=check,
                                     now=format_date(now) or "unknown")
     by_id = {i.id: i for i in scopes.items}
-    active = [_scoped(q, by_id[q.id]) for q in subs]
-    progress("predict_scope", ", ".join(f"{q.id}: {q.scope}" for q in active))
-    return {"active": active, "sub_queries": active, "llm_calls": step.records,
+    scoped = [_scoped(q, by_id[q.id]) for q in subs]
+    active = [q for q in scoped if not q.depends_on]  # dependents wait for their prerequisites
+    progress("predict_scope", ", ".join(f"{q.id}: {q.scope}" for q in scoped))
+    return {"active": active, "sub_queries": scoped, "searched": [q.id for q in active], "llm_calls": step.records,
             "events": [{"node": "predict_scope", "how": how,
-                        "scopes": {q.id: [q.scope, _iso(q.hint_start), _iso(q.hint_end)] for q in active}}]}
+                        "scopes": {q.id: [q.scope, _iso(q.hint_start), _iso(q.hint_end)] for q in scoped},
+                        "windows": {q.id: [w.as_dict() for w in select_windows(index, q.hint)] for q in scoped}}]}
 
 
 def _scoped(query: Query, item: ScopeItem) -> Query:

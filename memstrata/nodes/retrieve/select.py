@@ -1,4 +1,5 @@
-"""Retrieval: HyMem's deep-module selection. The model picks Level-1 entries, one ``Send`` branch per batch."""
+"""Retrieval: HyMem's deep-module selection f_gamma(q_i, [s]_N). The model picks Level-1 entries, one ``Send`` branch
+per batch; the picked entries decide which Level-2 episodes enter the context."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
-from memstrata.nodes.common import LLMStep
+from memstrata.nodes.retrieve.budget import Step
 from memstrata.state import SelectBatch
 
 
@@ -22,7 +23,7 @@ async def select_level1(batch: SelectBatch, runtime: Runtime[Context]) -> dict[s
     """One parallel branch: the model picks Level-1 entries out of a batch of the coarse top-N."""
     ctx = runtime.context
     entries = batch["entries"]
-    step = LLMStep(ctx, batch.get("llm_calls"))
+    step = Step(ctx, batch.get("run_key"), batch.get("llm_calls"))
 
     def check(sel: Selection) -> Selection:
         if any(i < 0 or i >= len(entries) for i in sel.ids):
@@ -36,6 +37,7 @@ async def select_level1(batch: SelectBatch, runtime: Runtime[Context]) -> dict[s
         node="select_level1", validate=check,
         fallback=lambda: Selection(ids=list(range(min(ctx.select_fallback, len(entries))))),
     )
-    chosen = [entries[i].key for i in dict.fromkeys(sel.ids)]
+    chosen = [[batch["round"], entries[i].key] for i in dict.fromkeys(sel.ids)]
     return {"selected": chosen, "llm_calls": step.records,
-            "events": [{"node": "select_level1", "how": how, "offered": len(entries), "chosen": len(chosen)}]}
+            "events": [{"node": "select_level1", "round": batch["round"], "query": batch["query"].text, "how": how,
+                        "offered": len(entries), "chosen": len(chosen)}]}

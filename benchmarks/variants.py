@@ -1,0 +1,107 @@
+"""Which part of memstrata's retrieval carries recall: one ingest, then the same questions under named variants.
+
+Each conversation is ingested once (offline, MiniLM) into a folder kept under ``--cache``; every variant is a set
+of :class:`memstrata.context.Context` overrides (or the pool sizing of the light lookup replaced by the old fixed
+pool), run over the same questions at the given budgets, scored as ``shared/docs/EVAL.md`` says. This is how the
+rows "per idea" of BENCHMARKS.md are measured; the headline numbers always come from ``memstrata bench locomo``.
+
+    python benchmarks/variants.py ../shared/data/locomo/locomo10.json --conversations conv-26,conv-30 \\
+        --budgets 1500,4000 --cache /tmp/variants
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from memstrata import Memstrata
+from memstrata.bench.locomo import load_locomo
+from memstrata.bench.metric import score_context
+from memstrata.memory.embeddings import MiniLMEmbeddings
+from memstrata.memory.levels import FACT, register, scope_table
+from memstrata.memory import planning
+from memstrata.nodes.retrieve import follow_up, lookup
+from memstrata.resources import pool_size
+
+NO_FACTS = {scope: [k for k in kinds if k != FACT.kind] for scope, kinds in scope_table().items()}
+VARIANTS: dict[str, dict[str, Any]] = {
+    "memstrata (all)": {},
+    "follow-up without a time hint": {"_follow_up_hint": False},
+    "facts lend no prior": {"_fact_prior": False},
+    "facts lend the prior": {"_fact_prior": True},
+    "no entity graph": {"graph_hops": -1},
+    "no facts and no graph": {"graph_hops": -1, "scope_kinds": NO_FACTS},
+    "fixed pool (before)": {"_pool": "fixed"},
+    "no facts/graph and fixed pool (as before)": {"graph_hops": -1, "scope_kinds": NO_FACTS, "_pool": "fixed"},
+}
+
+
+def run(path: str, conversations: list[str], budgets: list[int], cache: Path, names: list[str]) -> dict[str, Any]:
+    emb = MiniLMEmbeddings()
+    convs = load_locomo(path, conversations=conversations or None)
+    out: dict[str, Any] = {}
+    for name in names:
+        settings = dict(VARIANTS[name])
+        lookup.pool_size = _pool(settings.pop("_pool", None))
+        follow_up.anchored_follow_up = _follow_up(settings.pop("_follow_up_hint", True))
+        prior = settings.pop("_fact_prior", None)
+        if prior is not None:
+            register(replace(FACT, lends_prior=prior))
+        tally: dict[str, dict[int, list[bool]]] = {}
+        for conv in convs:
+            folder = cache / conv.sample_id
+            mem = Memstrata(path=folder, embeddings=emb)
+            if not mem.store.count("turn", user_id="bench"):
+                mem.ingest(conv.raw, user_id="bench")
+            for q in conv.questions:
+                if q.category not in (1, 2, 3, 4):
+                    continue
+                texts = conv.turn_texts()
+                gold = [texts[e] for e in q.evidence if e in texts]
+                for budget in budgets:
+                    ctx = mem.retrieve(q.question, user_id="bench", conversation_id=conv.sample_id,
+                                       context_budget=budget, **settings).context
+                    hit, _ = score_context(ctx, gold)
+                    for key in ("all", str(q.category)):
+                        tally.setdefault(key, {}).setdefault(budget, []).append(hit)
+            mem.close()
+        register(FACT)
+        out[name] = {key: {b: round(100 * sum(v) / len(v), 1) for b, v in per.items()} for key, per in tally.items()}
+        print(name, json.dumps(out[name]), flush=True)
+    lookup.pool_size = pool_size
+    return out
+
+
+def _follow_up(hint: bool) -> Callable[..., Any]:
+    def no_hint(*args: Any) -> Any:
+        rule = planning.anchored_follow_up(*args)
+        return (rule[0], None) if rule else None
+
+    return planning.anchored_follow_up if hint else no_hint
+
+
+def _pool(kind: str | None) -> Callable[[Any], int]:
+    return (lambda ctx: ctx.direct_turns) if kind == "fixed" else pool_size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path")
+    parser.add_argument("--conversations", default="")
+    parser.add_argument("--budgets", default="1500,4000")
+    parser.add_argument("--cache", default="/tmp/memstrata-variants")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--out", default="")
+    args = parser.parse_args()
+    result = run(args.path, [c for c in args.conversations.split(",") if c],
+                 [int(b) for b in args.budgets.split(",")], Path(args.cache), args.variants.split(","))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

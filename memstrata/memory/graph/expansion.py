@@ -1,0 +1,148 @@
+"""Retrieval through H-Mem's entity graph (§3.3): seeds named in the query, hops over relations, facts reached.
+
+1. **Seeds**: entities whose name or an alias appears in the query (whole words,
+   any case; a name of five letters or more also matches a typo of it, by
+   ``rapidfuzz``).
+2. **Expansion**: up to ``hops`` hops over the relation edges of the edge store
+   (``networkx``), each hop keeping ``decay`` x the edge's weight; overlap edges
+   (nickname-like variants) weigh half. Every reached entity keeps its best
+   weight and the path that gave it.
+3. **Facts**: every fact that names a reached entity scores its own semantic
+   match to the query times its entity's weight; the best ``top`` are returned
+   with their path, and reach their raw turns.
+
+Example:
+    >>> view = GraphView.build(entities, facts, edges)          # doctest: +SKIP
+    >>> reach = expand(view, view.seeds("What does Max eat?"), hops=2, decay=0.5)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+from rapidfuzz import fuzz
+
+from memstrata.memory.levels import Entity, Fact
+from memstrata.memory.store.edges import Edge
+
+Node = tuple[str, str]  # (conversation_id, entity id)
+_TITLE = re.compile(r"^(?:mr|ms|mrs|dr|prof) ")
+
+
+@dataclass
+class Reach:
+    """How an entity was reached: its weight and the path from a seed (names and labels)."""
+
+    weight: float
+    path: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        return " ".join(self.path)
+
+
+@dataclass(frozen=True)
+class GraphSearch:
+    """What one query's expansion uses: the view, and the settings from the run context."""
+
+    view: GraphView
+    hops: int = 2
+    decay: float = 0.5
+    top: int = 30
+
+
+@dataclass
+class GraphView:
+    """The user's entity graph as traversal needs it: nodes, names, relation edges, and each node's fact rows."""
+
+    graph: nx.MultiGraph
+    names: dict[Node, str]
+    aliases: list[tuple[str, Node]]
+    fact_rows: dict[Node, list[int]]
+
+    @classmethod
+    def build(cls, entities: Sequence[Entity], facts: Sequence[Fact], edges: Sequence[Edge]) -> GraphView:
+        """From the snapshot's entities and facts (facts in table row order) and the edge store's relations."""
+        graph = nx.MultiGraph()
+        names: dict[Node, str] = {}
+        aliases: list[tuple[str, Node]] = []
+        for e in entities:
+            node = (e.conversation_id, e.id)
+            graph.add_node(node)
+            names[node] = e.name
+            keys = {" ".join(re.findall(r"[\w'-]+", a.casefold())) for a in [e.name, *e.aliases]}
+            keys |= {_TITLE.sub("", k) for k in keys}  # "ms okafor" is also "okafor"
+            aliases += [(k, node) for k in sorted(keys) if len(k) > 1]
+        for e in edges:
+            src, dst = (e.conversation_id, e.src), (e.conversation_id, e.dst)
+            if src in names and dst in names:
+                graph.add_edge(src, dst, key=e.rel, rel=e.rel, weight=e.weight)
+        rows: dict[Node, list[int]] = {}
+        for row, fact in enumerate(facts):
+            for eid in fact.entity_ids:
+                rows.setdefault((fact.conversation_id, eid), []).append(row)
+        return cls(graph, names, aliases, rows)
+
+    def seeds(self, text: str) -> list[Node]:
+        """Entities the text names (an alias as whole words, or a typo of a one-word alias of 5+ letters).
+
+        When the text names exactly one entity, "his/her/their X" also reads as "<that name>'s X"
+        ("What does Melanie do with her kids?" seeds *Melanie's kids* too).
+        """
+        words = re.findall(r"[\w'-]+", text.casefold())
+        found = self._match(words)
+        owners = {self.names[n].casefold() for n in found}
+        if len(owners) == 1:
+            owner = owners.pop()
+            extra = [f"{owner}'s {m.group(2)}" for m in re.finditer(r"\b(his|her|their) ([\w-]+)", text.casefold())]
+            found |= self._match(words, extra)
+        return sorted(found)
+
+    def _match(self, words: list[str], extra: Sequence[str] = ()) -> set[Node]:
+        grams = {" ".join(words[i:i + n]) for n in range(1, 5) for i in range(len(words) - n + 1)}
+        grams |= {g.removesuffix("'s") for g in grams} | set(extra)
+        long_words = [w for w in words if len(w) >= 5]
+        return {node for alias, node in self.aliases
+                if alias in grams or (long_words and len(alias) >= 5 and " " not in alias and any(
+                    w[0] == alias[0] and fuzz.ratio(w, alias) >= 90 for w in long_words))}
+
+
+def graph_reach(search: GraphSearch, text: str, fact_scores: np.ndarray) -> list[tuple[int, float, Reach]]:
+    """Seeds of the text, expanded, and the best facts they reach (empty when nothing is named)."""
+    seeds = search.view.seeds(text)
+    if not seeds or search.hops < 0:
+        return []
+    reach = expand(search.view, seeds, hops=search.hops, decay=search.decay)
+    return reached_facts(search.view, reach, fact_scores, top=search.top)
+
+
+def expand(view: GraphView, seeds: Sequence[Node], *, hops: int, decay: float) -> dict[Node, Reach]:
+    """Best weight and path of every entity within ``hops`` of a seed (seeds weigh 1)."""
+    reach = {s: Reach(1.0, [view.names[s]]) for s in seeds if s in view.names}
+    frontier = list(reach)
+    for _ in range(max(hops, 0)):
+        nxt = []
+        for node in frontier:
+            for _, other, data in view.graph.edges(node, data=True):
+                weight = reach[node].weight * decay * float(data.get("weight", 1.0))
+                if other not in reach or weight > reach[other].weight:
+                    reach[other] = Reach(weight, [*reach[node].path, f"-{data['rel']}-", view.names[other]])
+                    nxt.append(other)
+        frontier = nxt
+    return reach
+
+
+def reached_facts(view: GraphView, reach: dict[Node, Reach], fact_scores: np.ndarray, *,
+                  top: int) -> list[tuple[int, float, Reach]]:
+    """The best ``top`` facts naming a reached entity: (fact row, score x entity weight, how it was reached)."""
+    best: dict[int, tuple[float, Reach]] = {}
+    for node, how in reach.items():
+        for row in view.fact_rows.get(node, []):
+            score = float(fact_scores[row]) * how.weight
+            if row not in best or score > best[row][0]:
+                best[row] = (score, how)
+    ranked = sorted(best.items(), key=lambda kv: -kv[1][0])[:top]
+    return [(row, score, how) for row, (score, how) in ranked]

@@ -1,0 +1,79 @@
+"""Offline entity mentions, by rules: speakers, capitalised spans, and kin or pets after a possessive.
+
+What this is, truthfully: pattern rules, not a named-entity recogniser.
+
+- a speaker named in the clause (and the speaker behind "I", the other behind "you");
+- capitalised spans that do not start a sentence (``"Sweden"``, ``"Ms. Okafor"``, ``"Cais do Sodré"``),
+  without months, weekdays and sentence-initial words; typed ``place`` after a place preposition
+  ("in", "to", "from", "at", "near", "visited"), else ``name``;
+- noun phrases after possessives: ``"my sister"`` is the entity *Caroline's sister* (a relative), and
+  ``"my dog Max"`` is *Max* (a pet); each also yields the relation ``(Caroline, dog, Max)``.
+
+Example:
+    >>> [(m.name, m.type, m.links) for m in find_mentions("my dog Max loves Porto", speaker="Ann", other=None,
+    ...                                                     speakers=["Ann"])]
+    [('Ann', 'speaker', []), ('Max', 'pet', [('Ann', 'dog', 'Max')]), ('Porto', 'name', [])]
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from memstrata.memory.text import STOPWORDS
+
+KIN = ("sister brother mom mother dad father parents son daughter kids kid children child husband wife partner "
+       "boyfriend girlfriend fiance fiancee friend bestie cousin aunt uncle niece nephew grandma grandmother grandpa "
+       "grandfather family baby boss coworker colleague neighbor neighbour teacher mentor roommate").split()
+PETS = "dog dogs cat cats puppy kitten pet pets horse bird fish rabbit hamster turtle guinea".split()
+_POSSESSIVE = re.compile(
+    rf"\b(?i:(my|your|our)\s+(?:(?:little|older|younger|big|best|new|old|two|three)\s+)?({'|'.join(KIN + PETS)})s?)\b"
+    r"(?:,?\s+([A-Z][a-z]+))?")
+_NOT_NAMES = frozenset({*(m.lower() for m in calendar.month_name if m), *(d.lower() for d in calendar.day_name),
+                        "i", "im", "omg", "ok", "okay", "hey", "wow", "yes", "no", "oh", "thanks", "god", "lol",
+                        *(d.lower() for d in calendar.day_abbr), *(m.lower() for m in calendar.month_abbr if m)})
+_NAME = r"[A-ZÀ-Þ][\w'-]*"
+_TITLE = r"(?:Mr|Ms|Mrs|Dr|Prof)\.?\s+"
+_SPAN = re.compile(rf"(?<![.!?]\s)(?<!^)\b((?:{_TITLE})?{_NAME}(?:\s+(?:(?:of|do|da|de|del|la|van|von)\s+)?{_NAME})*)")
+_PLACE_BEFORE = re.compile(r"\b(?:in|to|from|at|near|visit(?:ed|ing)?|around)\s+(?:the\s+)?$", re.IGNORECASE)
+
+
+@dataclass
+class Mention:
+    """An entity named in a clause: its name as written, a type, and relations the phrase implies."""
+
+    name: str
+    type: str
+    links: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def find_mentions(clause: str, *, speaker: str, other: str | None, speakers: Sequence[str]) -> list[Mention]:
+    """Every entity the clause names, in order of first appearance, each once."""
+    found: dict[str, Mention] = {}
+    if re.search(r"\b(?:I|I'm|I've|my|me|we|our)\b", clause, re.IGNORECASE):
+        found[speaker] = Mention(speaker, "speaker")
+    if other and re.search(r"\b(?:you|your|you're)\b", clause, re.IGNORECASE):
+        found.setdefault(other, Mention(other, "speaker"))
+    for name in speakers:
+        if re.search(rf"\b{re.escape(name.split()[0])}\b", clause):
+            found.setdefault(name, Mention(name, "speaker"))
+    for m in _POSSESSIVE.finditer(clause):
+        owner = speaker if m.group(1).lower() in {"my", "our"} else other
+        if owner is None:
+            continue
+        noun = m.group(2).lower()
+        kind = "pet" if noun in PETS else "relative"
+        name = m.group(3) if m.group(3) and m.group(3).lower() not in STOPWORDS else f"{owner}'s {noun}"
+        found.setdefault(name, Mention(name, kind, [(owner, noun, name)]))
+    for m in _SPAN.finditer(clause):
+        name = m.group(1).removesuffix("'s")
+        if (name in found or name.lower() in _NOT_NAMES or name.startswith("I'") or name.lower() in STOPWORDS
+                or len(name) < 2):
+            continue
+        if any(name == s or name == s.split()[0] for s in speakers):
+            continue
+        kind = "place" if _PLACE_BEFORE.search(clause[:m.start()]) else "name"
+        found[name] = Mention(name, kind)
+    return list(found.values())

@@ -1,0 +1,210 @@
+"""Temporal hints in a question, parsed into a time interval, or into an offset from an anchor event.
+
+H-Mem's planner infers "explicit temporal hints ... such as specific dates and
+relative time cues" (§3.3, step 1). Offline, these rules do it:
+
+- absolute: "on 8 May 2023", "May 8, 2023", "in May 2023", "in 2022", "2023-05-08";
+- a month without a year ("in June"): the latest such month up to the reference time;
+- relative to the reference time: "yesterday", "last week", "this month", "last year", "last weekend",
+  "last Friday", "three weeks ago";
+- relative to an event: "the weekend before the concert", "two days after the wedding", "the week before
+  27 June 2023". The parse gives an :class:`Offset` and the anchor's text; the anchor is a date (resolved at
+  once) or an event, whose date the caller finds in memory (:func:`resolve`).
+
+The reference time is the query's: ``Context.now``, else the latest memory.
+
+Example:
+    >>> from datetime import datetime
+    >>> h = parse_hint("What did Ann do the weekend before the concert?", now=datetime(2023, 7, 1))
+    >>> h.offset, h.anchor, h.interval
+    (Offset(direction=-1, unit='weekend', count=1), 'the concert', None)
+    >>> resolve(h, lambda anchor: datetime(2023, 6, 14)).start.date().isoformat()
+    '2023-06-10'
+    >>> parse_hint("Where did we go last week?", now=datetime(2023, 5, 10)).interval.start.date().isoformat()
+    '2023-05-01'
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from memstrata.memory.hmem_scoring import Interval
+from memstrata.memory.timeparse import resolve_relative
+
+_MONTH_NAMES = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
+_MONTH_NAMES |= {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m} | {"sept": 9}
+_MON = "(" + "|".join(sorted(_MONTH_NAMES, key=len, reverse=True)) + r")\.?"
+_NUM = r"(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a couple of|couple of|a few|few)"
+_COUNTS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+           "eight": 8, "nine": 9, "ten": 10, "a couple of": 2, "couple of": 2, "a few": 3, "few": 3}
+
+_ANCHORED = re.compile(rf"\b(?:the\s+|a\s+)?(?:{_NUM}\s+)?(day|week|weekend|month|year)s?\s+(before|after)\s+"
+                       r"(?!that\b|then\b)([^?.!;]+?)\s*(?:[?.!;]|,(?!\s*\d)|$)", re.I)
+_DAY_MONTH_YEAR = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_MON},?\s+(\d{{4}})\b", re.I)
+_MONTH_DAY_YEAR = re.compile(rf"\b{_MON}\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b", re.I)
+_ISO_DAY = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
+_MONTH_YEAR = re.compile(rf"\b{_MON},?\s+(\d{{4}})\b", re.I)
+_YEAR = re.compile(r"\b(?:in|during|of|since)\s+((?:19|20)\d{2})\b|\b((?:19|20)\d{2})\b", re.I)
+_MONTH_ONLY = re.compile(rf"\b(?:in|during|last|this)\s+{_MON}(?!\s*\d)\b", re.I)
+_RELATIVE = re.compile(
+    rf"\b(yesterday|today|tonight|last night|this morning|(?:last|this|past|previous) "
+    rf"(?:week(?:end)?|month|year|monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
+    rf"{_NUM} (day|week|month|year)s? ago)\b", re.I)
+
+
+@dataclass(frozen=True)
+class Offset:
+    """``count`` units (day, week, weekend, month, year) before (-1) or after (+1) an anchor."""
+
+    direction: int
+    unit: str
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class TemporalHint:
+    """What a question says about time: an interval, or an offset from an anchor still to be dated."""
+
+    phrase: str
+    interval: Interval | None = None
+    granularity: str = "day"
+    offset: Offset | None = None
+    anchor: str | None = None
+
+
+def parse_hint(text: str, *, now: datetime | None) -> TemporalHint | None:
+    """The first temporal hint of the text, or ``None``; relative ones need ``now``."""
+    match = _ANCHORED.search(text)
+    if match:
+        offset = Offset(-1 if match[3].lower() == "before" else 1, match[2].lower(), _count(match[1]))
+        anchor = match[4].strip()
+        dated = _absolute(anchor)
+        if dated is not None:
+            return TemporalHint(match[0].strip(" ?.!;,"), apply_offset(offset, dated.interval.start),  # type: ignore[union-attr]
+                                _granularity(offset.unit), offset, anchor)
+        return TemporalHint(match[0].strip(" ?.!;,"), None, _granularity(offset.unit), offset, anchor)
+    return _absolute(text) or _month_only(text, now) or _relative(text, now)
+
+
+def resolve(hint: TemporalHint, find: Callable[[str], datetime | None]) -> Interval | None:
+    """The hint's interval; an anchored one is dated by ``find(anchor)`` (``None`` when the event is unknown)."""
+    if hint.interval is not None or hint.offset is None or hint.anchor is None:
+        return hint.interval
+    when = find(hint.anchor)
+    return apply_offset(hint.offset, when) if when is not None else None
+
+
+def hint_interval(text: str, *, now: datetime | None) -> Interval | None:
+    """The interval of the text's hint when it needs no memory (anchored-on-event hints give ``None``)."""
+    hint = parse_hint(text, now=now)
+    return hint.interval if hint is not None else None
+
+
+def apply_offset(offset: Offset, anchor: datetime) -> Interval:
+    """The period ``offset`` away from ``anchor``: "the weekend before" is the last Saturday and Sunday before it."""
+    day = anchor.replace(hour=0, minute=0, second=0, microsecond=0)
+    sign, n = offset.direction, offset.count
+    if offset.unit == "weekend":
+        if sign < 0:
+            saturday = day - timedelta(days=(day.weekday() - 5) % 7 or 7) - timedelta(weeks=n - 1)
+        else:
+            saturday = day + timedelta(days=(5 - day.weekday()) % 7 or 7) + timedelta(weeks=n - 1)
+        return Interval(saturday, saturday + timedelta(days=2, microseconds=-1))
+    if offset.unit == "day":
+        start = day + timedelta(days=sign * n)
+        return Interval(start, start + timedelta(days=1, microseconds=-1))
+    if offset.unit == "week":
+        start = day - timedelta(days=day.weekday()) + timedelta(weeks=sign * n)
+        return Interval(start, start + timedelta(days=7, microseconds=-1))
+    if offset.unit == "month":
+        return _month(_shift_month(day.year, day.month, sign * n))
+    return _year(day.year + sign * n)
+
+
+def _absolute(text: str) -> TemporalHint | None:
+    for pattern, order in ((_DAY_MONTH_YEAR, "dmy"), (_MONTH_DAY_YEAR, "mdy"), (_ISO_DAY, "iso")):
+        match = pattern.search(text)
+        if match:
+            day = _day(match, order)
+            if day is not None:
+                return TemporalHint(match[0], Interval(day, day + timedelta(days=1, microseconds=-1)), "day")
+    match = _MONTH_YEAR.search(text)
+    if match:
+        return TemporalHint(match[0], _month((int(match[2]), _MONTH_NAMES[match[1].lower()])), "month")
+    match = _YEAR.search(text)
+    if match:
+        return TemporalHint(match[0], _year(int(match[1] or match[2])), "year")
+    return None
+
+
+def _month_only(text: str, now: datetime | None) -> TemporalHint | None:
+    match = _MONTH_ONLY.search(text)
+    if match is None or now is None or match[1].lower() == "may" and not match[0].lower().startswith(("in", "during")):
+        return None  # "may" is also a verb: only "in May" / "during May" count
+    month = _MONTH_NAMES[match[1].lower()]
+    year = now.year if month <= now.month else now.year - 1
+    if match[0].lower().startswith("last") and year == now.year and month == now.month:
+        year -= 1
+    return TemporalHint(match[0], _month((year, month)), "month")
+
+
+def _relative(text: str, now: datetime | None) -> TemporalHint | None:
+    match = _RELATIVE.search(text)
+    if match is None or now is None:
+        return None
+    phrase = match[0].lower().replace("previous", "last").replace("past", "last")
+    ago = re.fullmatch(rf"{_NUM} (day|week|month|year)s? ago", phrase)
+    if ago:  # "three weeks ago": that day, week, month or year
+        return TemporalHint(match[0], apply_offset(Offset(-1, ago[2], _count(ago[1])), now), ago[2])
+    words = phrase.split()
+    if words[0] in ("last", "this") and words[1] in ("week", "weekend", "month", "year"):
+        last = words[0] == "last"
+        count = 1 if last or words[1] == "weekend" else 0  # "this week": the reference time's own week
+        offset = Offset(-1 if last else 1, words[1], count)
+        return TemporalHint(match[0], apply_offset(offset, now), _granularity(words[1]))
+    when = resolve_relative(phrase, now)  # yesterday, today, last Friday
+    if when is None:
+        return None
+    return TemporalHint(match[0], apply_offset(Offset(1, "day", 0), when), "day")
+
+
+def _day(match: re.Match[str], order: str) -> datetime | None:
+    if order == "iso":
+        y, m, d = int(match[1]), int(match[2]), int(match[3])
+    elif order == "dmy":
+        d, m, y = int(match[1]), _MONTH_NAMES[match[2].lower()], int(match[3])
+    else:
+        m, d, y = _MONTH_NAMES[match[1].lower()], int(match[2]), int(match[3])
+    try:
+        return datetime(y, m, d)
+    except ValueError:
+        return None
+
+
+def _count(word: str | None) -> int:
+    if not word:
+        return 1
+    return int(word) if word.isdigit() else _COUNTS.get(word.lower(), 1)
+
+
+def _granularity(unit: str) -> str:
+    return "week" if unit == "weekend" else unit
+
+
+def _shift_month(year: int, month: int, delta: int) -> tuple[int, int]:
+    index = year * 12 + (month - 1) + delta
+    return index // 12, index % 12 + 1
+
+
+def _month(year_month: tuple[int, int]) -> Interval:
+    year, month = year_month
+    start = datetime(year, month, 1)
+    return Interval(start, start + timedelta(days=calendar.monthrange(year, month)[1], microseconds=-1))
+
+
+def _year(year: int) -> Interval:
+    return Interval(datetime(year, 1, 1), datetime(year + 1, 1, 1) - timedelta(microseconds=1))

@@ -1,0 +1,219 @@
+"""Retrieval through the temporal-semantic tree (H-Mem §3.3, step 2): windows, evidence tags, robustness.
+
+- :func:`select_windows`: the tree windows a temporal hint selects, at the hint's own granularity
+  (a day, a week, a month, a year), each with the tree nodes and events it holds;
+- :func:`window_relevance`: each raw turn's temporal relevance to the hint. A turn inside a selected
+  window scores 1 (evidence inside the window is preferred); any other turn gets H-Mem's Eq. 1
+  between its day and the hint, which is at most about 0.5;
+- :func:`anchor_time`: the date of an event a hint is anchored on ("the weekend before the concert"),
+  from the best BM25 match among the event summaries;
+- :func:`tag_hits`: the scope, the tree level and the window that led to each evidence item;
+- :func:`turn_robustness`: H-Mem's Eq. 2 per turn with the reinforcement (n_m, r_m) of the event
+  summary that holds it, read from the counters store by :func:`load_reinforcement`.
+
+Example:
+    >>> windows = select_windows(index, query.hint)                            # doctest: +SKIP
+    >>> [(w.level, w.key, w.events) for w in windows]                          # doctest: +SKIP
+    [('month', '2023-05', 14)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from memstrata.memory.hmem_scoring import DAY, Interval, temporal_relevance
+from memstrata.memory.index import MemoryIndex, tokenize
+from memstrata.memory.levels.tree_node import TREE_NODE
+from memstrata.memory.query import Hit, Query, Scope
+from memstrata.memory.temporal_hints import parse_hint, resolve
+from memstrata.memory.tree.windows import level_for_span, window_key, window_span, windows_between
+
+SUMMARY_KIND = "summary"
+FACT_KIND = "fact"
+_REINFORCEMENT = "tree\x1freinforcement"
+
+
+@dataclass(frozen=True)
+class Window:
+    """One tree window a hint selected: its level and key, its span, and what the tree holds there."""
+
+    level: str
+    key: str
+    start: datetime
+    end: datetime
+    nodes: tuple[str, ...] = ()
+    events: int = 0
+
+    def describe(self) -> str:
+        return f"{self.level} {self.key}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"level": self.level, "window": self.key, "nodes": list(self.nodes), "events": self.events}
+
+
+def select_windows(index: MemoryIndex, hint: Interval | None, *, limit: int = 64) -> list[Window]:
+    """The windows of the hint's granularity that overlap it, with the tree nodes and events each holds."""
+    if hint is None:
+        return []
+    key = f"tree\x1fwindows\x1f{hint.start.isoformat()}\x1f{hint.end.isoformat()}"
+    if key not in index.memo:
+        level = level_for_span(hint.start, hint.end)
+        nodes: dict[str, list[str]] = {}
+        table = index.tables.get(TREE_NODE.kind)
+        for unit in table.units if table is not None else []:
+            if getattr(unit, "level", None) == level:
+                nodes.setdefault(unit.window, []).append(unit.id)  # type: ignore[attr-defined]
+        events: dict[str, int] = {}
+        summaries = index.events.get(SUMMARY_KIND)
+        for unit in summaries.units if summaries is not None else []:
+            if unit.timestamp is not None:
+                wk = window_key(level, unit.timestamp)
+                events[wk] = events.get(wk, 0) + 1
+        found = [Window(level, k, *window_span(k), tuple(sorted(nodes.get(k, ()))), events.get(k, 0))
+                 for k in windows_between(level, hint.start, hint.end, limit=limit)]
+        index.remember(key, found)
+    return index.memo[key]
+
+
+def window_relevance(index: MemoryIndex, hint: Interval | None, lam: float) -> np.ndarray:
+    """Per turn: 1 inside a window the hint selects, else H-Mem Eq. 1 between the turn's day and the hint."""
+    n = len(index.turns)
+    if hint is None or n == 0:
+        return np.zeros(n)
+    key = f"tree\x1frelevance\x1f{hint.start.isoformat()}\x1f{hint.end.isoformat()}\x1f{lam}"
+    if key not in index.memo:
+        ts = index.ts_seconds
+        inside = np.zeros(n, dtype=bool)
+        for w in select_windows(index, hint):
+            inside |= (ts >= w.start.timestamp()) & (ts <= w.end.timestamp())
+        days: dict[float, float] = {}
+        out = np.zeros(n)
+        for i, t in enumerate(index.turns):
+            if inside[i]:
+                out[i] = 1.0
+            elif t.timestamp is not None:
+                day = t.timestamp.replace(hour=0, minute=0, second=0, microsecond=0)
+                stamp = day.timestamp()
+                if stamp not in days:
+                    days[stamp] = temporal_relevance(Interval(day, datetime.fromtimestamp(stamp + DAY - 1)),
+                                                     hint, lam=lam)
+                out[i] = days[stamp]
+        index.remember(key, out)
+    return index.memo[key]
+
+
+def anchor_time(index: MemoryIndex, phrase: str) -> datetime | None:
+    """When the event a hint is anchored on happened: the absolute date of the best-matching fact when it
+    names one ("I ran it two weeks ago" said on 14 April is 31 March), else the time of the best-matching
+    event summary (BM25 over each kind)."""
+    tokens = tokenize([phrase])[0]
+    for kind, field in ((FACT_KIND, "event_date"), (SUMMARY_KIND, "timestamp")):
+        table = index.events.get(kind)
+        if table is None or not len(table) or table.bm25 is None or not tokens:
+            continue
+        scores = table.bm25.scores(tokens)
+        best = int(np.argmax(scores))
+        when = getattr(table.units[best], field, None) if scores[best] > 0 else None
+        if when is not None:
+            return when
+    return None
+
+
+def with_anchor(rule: tuple[Scope, Interval | None], index: MemoryIndex, text: str, *,
+                now: datetime | None) -> tuple[Scope, Interval | None]:
+    """A rule-based (scope, hint), with the hint of an event-anchored phrase ("the weekend before the
+    concert") dated through the memory when the rules found none; a dated hint makes the scope Short."""
+    scope, hint = rule
+    if hint is not None:
+        return rule
+    parsed = parse_hint(text, now=now)
+    found = resolve(parsed, lambda anchor: anchor_time(index, anchor)) if parsed is not None else None
+    return ("Short", found) if found is not None else rule
+
+
+def tag_hits(index: MemoryIndex, query: Query, hits: Sequence[Hit]) -> list[Hit]:
+    """Each hit with the query's scope and the window that led to it: the hint's window holding it, else the
+    tree node that reached it (``found_by="tree_node"``), else none."""
+    windows = select_windows(index, query.hint)
+    reached = _node_of_turn(index)
+    out = []
+    for hit in hits:
+        row = index.by_key.get((hit.conversation_id, hit.unit_id))
+        when = index.turns[row].timestamp if row is not None else None
+        inside = next((w for w in windows if when is not None and w.start <= when <= w.end), None)
+        if inside is not None:
+            window = inside.describe()
+        elif hit.found_by == TREE_NODE.kind and row is not None:
+            window = reached.get(row, "")
+        else:
+            window = ""
+        out.append(hit.with_(scope=query.scope, window=window))
+    return out
+
+
+def _node_of_turn(index: MemoryIndex) -> dict[int, str]:
+    """Turn row -> ``"<level> <window>"`` of the lowest tree node reaching it."""
+    key = "tree\x1fnode_of_turn"
+    if key not in index.memo:
+        table = index.events.get(TREE_NODE.kind)
+        rank = {"week": 0, "month": 1, "year": 2}
+        best: dict[int, tuple[int, str]] = {}
+        for unit, rows in zip(table.units if table else [], table.turn_rows if table else [], strict=True):
+            level = getattr(unit, "level", "year")
+            for r in rows:
+                if r not in best or rank[level] < best[r][0]:
+                    best[r] = (rank[level], f"{level} {getattr(unit, 'window', '')}")
+        index.remember(key, {r: v for r, (_, v) in best.items()})
+    return index.memo[key]
+
+
+def has_reinforcement(index: MemoryIndex) -> bool:
+    """Whether the snapshot already holds the reinforcement counts."""
+    return _REINFORCEMENT in index.memo
+
+
+def load_reinforcement(index: MemoryIndex, counters: Any, user_id: str) -> None:
+    """Read the event summaries' n_m and r_m from the counters store into the snapshot's memo (once per version).
+
+    The memo is dropped whenever the snapshot changes, and reinforcement only changes when the tree is
+    written, which changes the snapshot too; reading the counters never invalidates anything.
+    """
+    if _REINFORCEMENT in index.memo:
+        return
+    found = {(c.conversation_id, c.unit_id): (c.reinforcement_count, c.reinforced_at)
+             for c in counters.all(user_id, kind=SUMMARY_KIND)}
+    index.remember(_REINFORCEMENT, found)
+
+
+def turn_robustness(index: MemoryIndex, now: datetime | None, *, tau_days: float, eta: float) -> np.ndarray:
+    """H-Mem Eq. 2 per turn: ``exp(-(t - r) / (tau (1 + eta ln(1 + n))))`` with the best (n, r) of the event
+    summaries holding the turn (r at memory time; never earlier than the turn's own time); 1.0 where untimed."""
+    n_turns = len(index.turns)
+    if now is None:
+        return np.ones(n_turns)
+    key = f"tree\x1frobustness\x1f{now.isoformat()}\x1f{tau_days}\x1f{eta}\x1f{has_reinforcement(index)}"
+    if key not in index.memo:
+        index.remember(key, _robustness(index, now, tau_days, eta))
+    return index.memo[key]
+
+
+def _robustness(index: MemoryIndex, now: datetime, tau_days: float, eta: float) -> np.ndarray:
+    counts = np.zeros(len(index.turns))
+    last = index.ts_seconds.copy()
+    found = index.memo.get(_REINFORCEMENT, {})
+    summaries = index.events.get(SUMMARY_KIND)
+    for unit, rows in zip(summaries.units if summaries else [], summaries.turn_rows if summaries else [], strict=True):
+        n, at = found.get((unit.conversation_id, unit.id), (0, None))
+        if rows and n:
+            counts[rows] = np.maximum(counts[rows], n)
+            if at:  # 0 marks an untimed consolidation
+                last[rows] = np.fmax(last[rows], at)
+    elapsed = np.clip(now.timestamp() - last, 0, None)
+    scale = tau_days * DAY * (1 + eta * np.log1p(counts))
+    return np.where(np.isnan(elapsed), 1.0, np.exp(-elapsed / scale))
+

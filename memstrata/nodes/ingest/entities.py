@@ -1,0 +1,127 @@
+"""Ingestion stage 5: entity linking, H-Mem's entity-relation graph, and knowledge updates, per conversation.
+
+For each conversation with new facts, every fact of the conversation is read
+back, names are resolved to entities (:mod:`memstrata.memory.graph.resolution`),
+relations and overlap edges are written to the edge store, entities (with their
+profiles) are written as units, and supersession is decided: offline by the
+conservative rule, with a model by the model on the rule's candidate pairs (at
+most ``Context.supersede_max_calls`` per conversation; the rule decides the rest
+and any garbage). Facts whose subject, entities or validity changed are
+rewritten with their stored vectors (nothing is re-embedded); entities and edges
+the conversation no longer yields are deleted, so re-running adds nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import numpy as np
+from langgraph.runtime import Runtime
+from pydantic import BaseModel, Field
+
+from memstrata.context import Context
+from memstrata.llm import GOOD_OUTCOMES
+from memstrata.memory.facts.supersession import apply_supersession, attribute_of, candidate_pairs, supersede
+from memstrata.memory.graph.resolution import Linked, link_entities as resolve
+from memstrata.memory.levels import Fact
+from memstrata.memory.store import MemoryStore
+from memstrata.nodes.common import LLMStep, progress
+from memstrata.resources import aresolve_store
+from memstrata.state import IngestState
+
+
+class Replaces(BaseModel):
+    """Whether the newer fact replaces the older one as the current value of one attribute."""
+
+    replaces: bool = Field(description="true only if the newer fact makes the older one no longer current")
+
+
+async def link_entities(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Resolve entities, write the graph and decide knowledge updates for the conversations with new facts."""
+    ctx = runtime.context
+    started = time.perf_counter()
+    store = await aresolve_store(ctx)
+    step = LLMStep(ctx, budget=False)
+    touched = list(dict.fromkeys(c for c, _ in [*state.get("sessions", []), *state.get("episodes", [])]))
+    missing = await asyncio.to_thread(_unlinked, store, ctx.user_id, state.get("conversations", []))
+    totals = {"entities_written": 0, "relations_written": 0, "facts_superseded": 0}
+    for conv_id in dict.fromkeys([*touched, *missing]):
+        facts, vectors = await asyncio.to_thread(_read_facts, store, ctx.user_id, conv_id)
+        if not facts:
+            continue
+        linked = resolve(facts, speakers=_speakers(facts), typo_ratio=ctx.entity_typo_ratio)
+        replaced = await _supersession(step, linked.facts, ctx.supersede_max_calls)
+        counts = await asyncio.to_thread(_write, store, ctx.user_id, conv_id, facts, linked, replaced, vectors)
+        totals = {k: totals[k] + counts[k] for k in totals}
+    progress("entities", f"linked {totals['entities_written']} entities, {totals['relations_written']} relations",
+             **totals)
+    stats: dict[str, Any] = {**totals, "stage_seconds": {"entities": round(time.perf_counter() - started, 3)}}
+    if step.model is not None:
+        stats["llm"] = {"supersede": step.meter.summary()}
+    return {"stats": stats}
+
+
+def _unlinked(store: MemoryStore, user_id: str, conversations: list[str]) -> list[str]:
+    """Conversations that hold facts but no entities (an ingest stopped before this stage)."""
+    return [c for c in conversations if store.count("fact", user_id=user_id, conversation_id=c)
+            and not store.count("entity", user_id=user_id, conversation_id=c)]
+
+
+def _read_facts(store: MemoryStore, user_id: str, conv_id: str) -> tuple[list[Fact], dict[str, list[float]]]:
+    records = store.get("fact", user_id=user_id, conversation_id=conv_id, with_vectors=True)
+    facts = sorted((Fact.model_validate(r.payload) for r in records), key=lambda f: (f.episode_id, f.n))
+    return facts, {r.unit_id: r.metadata["_vector"] for r in records}
+
+
+def _speakers(facts: list[Fact]) -> list[str]:
+    return sorted({name for f in facts for name, kind in f.types.items() if kind == "speaker"})
+
+
+async def _supersession(step: LLMStep, facts: list[Fact], max_calls: int) -> dict[str, str]:
+    """fact id -> id of the fact that replaces it: the rule offline, the model's verdict on candidates otherwise."""
+    rule = {old.id: new for old, new in supersede(facts)}
+    if step.model is None:
+        return rule
+    decided = dict(rule)
+    for older, newer in candidate_pairs(facts, by_label=True)[:max_calls]:
+        user = f"<older>{older.text}</older>\n<newer>{newer.text}</newer>"
+        verdict, how = await step.decide(Replaces, "SUPERSEDE_PROMPT", user, node="supersede",
+                                         fallback=lambda o=older: Replaces(replaces=o.id in rule))
+        if how in GOOD_OUTCOMES and verdict.replaces:
+            decided[older.id] = newer.id
+        elif how in GOOD_OUTCOMES or attribute_of(older) is None:
+            decided.pop(older.id, None)
+    return decided
+
+
+def _write(store: MemoryStore, user_id: str, conv_id: str, stored: list[Fact], linked: Linked,
+           replaced: dict[str, str], vectors: dict[str, list[float]]) -> dict[str, int]:
+    """Rewrite changed facts, replace the conversation's entities and entity edges; counts."""
+    before = {f.id: f for f in stored}
+    facts = {f.id: f for f in linked.facts}
+    facts.update({f.id: f for f in apply_supersession(linked.facts, replaced)})
+    changed = [f for f in facts.values() if f != before.get(f.id)]
+    if changed:
+        store.upsert("fact", changed, documents=[f.embed_text() for f in changed],
+                     vectors=[vectors[f.id] for f in changed], extra=[f.metadata() for f in changed])
+    old_edges = [e for e in store.edges.get(user_id, conversation_id=conv_id) if e.src_kind == "entity"]
+    new_keys = {(e.src, e.rel, e.dst) for e in linked.relations}
+    store.edges.delete(user_id, [e for e in old_edges if (e.src, e.rel, e.dst) not in new_keys])
+    store.edges.add(user_id, linked.relations)
+    old_entities = {r.unit_id for r in store.get("entity", user_id=user_id, conversation_id=conv_id)}
+    store.delete("entity", user_id=user_id, conversation_id=conv_id,
+                 unit_ids=sorted(old_entities - {e.id for e in linked.entities}))
+    ents = linked.entities
+    store.upsert("entity", ents, documents=[e.embed_text() for e in ents],
+                 vectors=[_mean([vectors[i] for i in e.fact_ids if i in vectors]) for e in ents],
+                 extra=[e.metadata() for e in ents])
+    return {"entities_written": len(ents), "relations_written": len(linked.relations),
+            "facts_superseded": sum(1 for f in facts.values() if f.superseded_by)}
+
+
+def _mean(rows: list[list[float]]) -> list[float]:
+    mean = np.asarray(rows, dtype=float).mean(axis=0)
+    return (mean / (float(np.linalg.norm(mean)) or 1.0)).tolist()
+

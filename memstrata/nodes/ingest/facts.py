@@ -1,0 +1,147 @@
+"""Ingestion stage 4: atomic facts of each new episode, fanned out over episode batches with ``Send``.
+
+Offline, the clause extractor (:mod:`memstrata.memory.facts.clauses`); with a
+model, one extraction call per episode (Bi-Mem §4.2.1, xMemory §3.2 in our own
+wording) with a schema, retries, and the offline facts of that episode when the
+model's output is unusable (counted as ``facts_fallbacks``). Facts are stored
+with their episode id; an episode's facts that its new extraction no longer
+yields are deleted, so re-extracting never duplicates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from datetime import datetime
+from typing import Any
+
+from langgraph.runtime import Runtime
+from langgraph.types import Send
+from pydantic import BaseModel, Field
+
+from memstrata.context import Context
+from memstrata.llm import GOOD_OUTCOMES
+from memstrata.memory.facts.clauses import extract_facts as offline_facts
+from memstrata.memory.levels import Episode, Fact, Turn
+from memstrata.memory.store import MemoryStore
+from memstrata.memory.timeparse import format_date, parse_timestamp
+from memstrata.nodes.common import LLMStep, progress
+from memstrata.nodes.ingest.turns import by_conversation, read_episodes
+from memstrata.resources import aresolve_store
+from memstrata.state import EpisodeBatch, IngestState
+
+ENTITY_TYPES = ("person", "pet", "place", "org", "thing")
+
+
+class ExtractedFact(BaseModel):
+    """One fact as the model states it."""
+
+    statement: str = Field(description="one self-contained sentence, names instead of pronouns")
+    subject: str = Field(description="who or what the fact is about, by name")
+    relation: str = Field(default="", description="a short verb label, e.g. adopt, live_in, like")
+    object: str = Field(default="", description="the object of the relation, if any")
+    messages: list[int] = Field(default_factory=list, description="indices of the messages it comes from")
+    date: str | None = Field(default=None, description="absolute date it happened, if the text says")
+
+
+class ExtractedEntity(BaseModel):
+    name: str
+    type: str = Field(default="thing", description="person, pet, place, org or thing")
+
+
+class EpisodeFacts(BaseModel):
+    """The model's facts and entities of one episode."""
+
+    facts: list[ExtractedFact] = Field(default_factory=list)
+    entities: list[ExtractedEntity] = Field(default_factory=list)
+
+
+def route_facts(state: IngestState, runtime: Runtime[Context]) -> list[Send] | str:
+    """Fan the new episodes out to at most ``Context.max_fanout`` fact extraction branches."""
+    episodes = state.get("episodes", [])
+    if not episodes:
+        return "link_entities"
+    width = min(runtime.context.max_fanout, len(episodes))
+    size = math.ceil(len(episodes) / width)
+    return [Send("extract_facts", {"episodes": episodes[i:i + size]}) for i in range(0, len(episodes), size)]
+
+
+async def extract_facts(batch: EpisodeBatch, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Extract and store the facts of one batch of episodes."""
+    ctx = runtime.context
+    started = time.perf_counter()
+    store = await aresolve_store(ctx)
+    step = LLMStep(ctx, budget=False)
+    episodes, turns = await asyncio.to_thread(read_episodes, store, ctx.user_id, batch["episodes"])
+    facts: list[Fact] = []
+    fallbacks = 0
+    for ep in episodes:
+        ep_turns = [turns[(ep.conversation_id, t)] for t in ep.turn_ids if (ep.conversation_id, t) in turns]
+        offline = offline_facts(ep_turns, episode_id=ep.id, speakers=_speakers(ep_turns), session_time=ep.timestamp)
+        if step.model is not None:
+            got, ok = await _llm_facts(step, ep, ep_turns, offline)
+            fallbacks += not ok
+            offline = got
+        facts += offline
+    written = await asyncio.to_thread(_replace, store, ctx.user_id, episodes, facts, ctx.embed_batch)
+    progress("facts", f"extracted {written} facts from {len(episodes)} episodes", done=len(episodes))
+    stats: dict[str, Any] = {"facts_written": written, "facts_fallbacks": fallbacks,
+                             "stage_seconds": {"facts": round(time.perf_counter() - started, 3)}}
+    if step.model is not None:
+        stats["llm"] = {"facts": step.meter.summary()}
+    return {"stats": stats}
+
+
+def _speakers(turns: list[Turn]) -> list[str]:
+    return list(dict.fromkeys(t.speaker for t in turns))
+
+
+def _replace(store: MemoryStore, user_id: str, episodes: list[Episode], facts: list[Fact], batch: int) -> int:
+    """Store the episodes' facts; delete their earlier facts the new extraction no longer yields."""
+    keep = {(f.conversation_id, f.id) for f in facts}
+    for conv_id, ids in by_conversation([[e.conversation_id, e.id] for e in episodes]).items():
+        old = store.get("fact", user_id=user_id, conversation_id=conv_id, where={"episode_id": {"$in": ids}})
+        store.delete("fact", user_id=user_id, conversation_id=conv_id,
+                     unit_ids=[r.unit_id for r in old if (conv_id, r.unit_id) not in keep])
+    for start in range(0, len(facts), batch):
+        part = facts[start:start + batch]
+        store.upsert("fact", part, documents=[f.embed_text() for f in part], extra=[f.metadata() for f in part])
+    return len(facts)
+
+
+async def _llm_facts(step: LLMStep, ep: Episode, turns: list[Turn], fallback: list[Fact]) -> tuple[list[Fact], bool]:
+    """The model's facts of one episode, or the offline ones (and ``False``) when its output is unusable."""
+    when = format_date(ep.timestamp) or (ep.timestamp_raw or "unknown")
+    listing = "\n".join(f"[{i}] {t.render()}" for i, t in enumerate(turns))
+    user = f"<episode session_date=\"{when}\">\n{listing}\n</episode>"
+
+    def valid(value: EpisodeFacts) -> EpisodeFacts:
+        if any(i < 0 or i >= len(turns) for f in value.facts for i in f.messages):
+            msg = f"message indices must be between 0 and {len(turns) - 1}"
+            raise ValueError(msg)
+        return value
+
+    value, outcome = await step.decide(EpisodeFacts, "FACT_PROMPT", user, node="facts",
+                                       fallback=lambda: EpisodeFacts(), validate=valid)
+    usable = [f for f in value.facts if f.statement.strip() and f.subject.strip()]
+    if outcome not in GOOD_OUTCOMES or (not usable and fallback):
+        return fallback, False  # garbage, or nothing where the clauses found statements
+    types = {e.name.strip(): e.type if e.type in ENTITY_TYPES else "thing" for e in value.entities if e.name.strip()}
+    types.update({t.speaker: "speaker" for t in turns})
+    return [_fact(ep, turns, f, n, types) for n, f in enumerate(usable)], True
+
+
+def _fact(ep: Episode, turns: list[Turn], f: ExtractedFact, n: int, types: dict[str, str]) -> Fact:
+    source = [turns[i] for i in dict.fromkeys(f.messages)] or turns[:1]
+    date = parse_timestamp(f.date) if f.date else None
+    statement = f.statement.strip()[:500]
+    mentions = [name for name in types if name != f.subject.strip() and name.casefold() in statement.casefold()]
+    return Fact(
+        user_id=ep.user_id, conversation_id=ep.conversation_id, episode_id=ep.id, session_id=ep.session_id, n=n,
+        text=statement, subject=f.subject.strip()[:100], relation=f.relation.strip().lower()[:40],
+        object=f.object.strip()[:200], mentions=mentions,
+        types={k: v for k, v in types.items() if k in (f.subject.strip(), *mentions)},
+        turn_ids=[t.id for t in source], timestamp=ep.timestamp, timestamp_raw=ep.timestamp_raw,
+        event_date=date if isinstance(date, datetime) else None, method="llm",
+    )

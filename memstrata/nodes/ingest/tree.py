@@ -1,0 +1,102 @@
+"""Ingestion, after the Level-1 summaries: H-Mem's temporal-semantic tree over them, updated incrementally.
+
+For each conversation with new summaries (or a tree that misses some, after a
+crash), new leaves are placed bottom-up in their windows, and only the nodes
+whose children changed, and their ancestors, are recomputed: with a model, the
+consolidation prompt (at most ``Context.tree_llm_calls`` per ingest), else
+the extractive consolidation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from langgraph.runtime import Runtime
+from pydantic import BaseModel, Field
+
+from memstrata.context import Context
+from memstrata.llm import GOOD_OUTCOMES
+from memstrata.memory.levels.tree_node import TREE_NODE, TreeNode
+from memstrata.memory.store import MemoryStore
+from memstrata.memory.tokens import TokenCounter
+from memstrata.memory.tree import tree_levels
+from memstrata.memory.tree.persist import TreeUpdate, header, load_tree, offline_text, refresh, save_tree
+from memstrata.memory.tree.windows import UPPER
+from memstrata.nodes.common import LLMStep, progress
+from memstrata.resources import aresolve_store
+from memstrata.state import IngestState
+
+
+class Consolidation(BaseModel):
+    """The model's consolidated entry for one tree node."""
+
+    summary: str = Field(description="the consolidated entry: plain statements keeping names, places, dates, numbers")
+
+
+async def consolidate_tree(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Place the new summaries in the tree and recompute the stale nodes of each touched conversation."""
+    ctx = runtime.context
+    started = time.perf_counter()
+    store = await aresolve_store(ctx)
+    touched = [c for c, _ in state.get("sessions", [])]
+    convs = await asyncio.to_thread(_to_update, store, ctx.user_id, touched, state.get("conversations", []))
+    step = LLMStep(ctx, budget=False)
+    calls = {"left": ctx.tree_llm_calls if step.model is not None else 0}
+    written: dict[str, int] = {level: 0 for level in UPPER}
+    for conv_id in convs:
+        update = await asyncio.to_thread(load_tree, store, ctx.user_id, conv_id)
+        units = [await _recompute(step, ctx, update, node_id, calls) for node_id in update.grow(
+            tree_levels(ctx.tree_alphas))]
+        await asyncio.to_thread(save_tree, store, update, units)
+        for unit in units:
+            written[unit.level] += 1
+    progress("tree", "tree nodes recomputed: " + ", ".join(f"{k} {n}" for k, n in written.items()), **written)
+    stats: dict[str, Any] = {"tree_nodes_written": written,
+                             "stage_seconds": {"tree": round(time.perf_counter() - started, 3)}}
+    if step.model is not None:
+        stats["llm"] = {"consolidate_tree": step.meter.summary()}
+    return {"stats": stats}
+
+
+def _to_update(store: MemoryStore, user_id: str, touched: list[str], conversations: list[str]) -> list[str]:
+    """Touched conversations, and any whose tree lacks some of its summaries (an ingest killed before this stage)."""
+    out = list(dict.fromkeys(touched))
+    for conv in dict.fromkeys(conversations):
+        if conv in out:
+            continue
+        weeks = store.get(TREE_NODE.kind, user_id=user_id, conversation_id=conv, where={"level": "week"})
+        placed = sum(len(r.payload.get("children", [])) for r in weeks)
+        if placed != store.count("summary", user_id=user_id, conversation_id=conv):
+            out.append(conv)
+    return out
+
+
+async def _recompute(step: LLMStep, ctx: Context, update: TreeUpdate, node_id: str,
+                     calls: dict[str, int]) -> TreeNode:
+    """One stale node's new text: the model's consolidation while the budget lasts, else the extractive one."""
+    caps = dict(zip(UPPER, ctx.tree_token_caps, strict=True))
+    counter = TokenCounter()
+    text = offline_text(update, node_id, caps, counter.count)
+    method = "extractive"
+    if calls["left"] > 0:
+        calls["left"] -= 1
+        node = update.forest.nodes[node_id]
+        entries = "\n".join(f"<entry>{c.text}</entry>" for c in update.children(node_id))
+        value, outcome = await step.decide(
+            Consolidation, "TREE_CONSOLIDATION_PROMPT", f"<entries>\n{entries}\n</entries>", node="consolidate_tree",
+            fallback=lambda: Consolidation(summary=""), level=node.level, window=node.window,
+            words=int(caps[node.level] * 0.7))
+        summary = value.summary.strip() if isinstance(value.summary, str) else ""
+        if outcome in GOOD_OUTCOMES and summary:
+            text, method = _capped(f"[{header(update, node_id)}] {summary}", caps[node.level], counter), "llm"
+    return refresh(update, node_id, text, method=method, leaves_per_node=ctx.tree_node_leaves)
+
+
+def _capped(text: str, cap: int, counter: TokenCounter) -> str:
+    """The text cut at a word boundary so that it fits ``cap`` tokens (a model may overrun its word count)."""
+    words = text.split()
+    while len(words) > 1 and counter.count(" ".join(words)) > cap:
+        words = words[: max(1, int(len(words) * 0.9))]
+    return " ".join(words)

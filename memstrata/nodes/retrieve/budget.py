@@ -1,0 +1,172 @@
+"""One LLM token budget per query, shared by every node and every parallel ``Send`` branch.
+
+Each node used to rebuild a :class:`~memstrata.llm.Meter` from the calls in its
+input state, so two parallel branches each saw the same remaining budget and
+together could overspend ``Context.llm_token_budget``. Here the first node of a
+query opens a :class:`SharedMeter` under a run key (a string in the state), and
+every node or branch meters through its own :class:`MeterView` of it.
+
+A call is admitted only if its prompt plus the completion cap
+(``Context.llm_max_tokens``) fits in what is neither spent nor reserved by a call
+in flight; the reservation is released when the call's record arrives. So,
+as long as a reply stays within the completion cap and the prompt count is the
+one the budget was checked with, spent tokens never exceed the budget, whatever
+the branches' order.
+
+When the state was restored from a checkpoint in another process the run key is
+unknown; the meter is then rebuilt from the calls the state carries.
+
+Example:
+    >>> shared = SharedMeter(budget=1000, completion_cap=100)
+    >>> a, b = MeterView(shared), MeterView(shared)
+    >>> a.affords(500), b.affords(500)      # a's call is in flight, b's would not fit
+    (True, False)
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any, TypeVar
+
+from langchain_core.language_models import BaseChatModel
+from pydantic import BaseModel
+
+from memstrata.context import Context
+from memstrata.llm import CallRecord, Meter, decide
+from memstrata.resources import resolve_model
+
+T = TypeVar("T", bound=BaseModel)
+_OPEN: OrderedDict[str, SharedMeter] = OrderedDict()
+_MAX_OPEN = 256  # runs that died before their answer node must not pile up
+
+
+class SharedMeter:
+    """Spent and reserved tokens of one query, across nodes and branches."""
+
+    def __init__(self, *, budget: int | None, completion_cap: int, calls: list[CallRecord] | None = None) -> None:
+        self.budget = budget
+        self.completion_cap = completion_cap
+        self.calls: list[CallRecord] = list(calls or [])
+        self.reserved: dict[int, int] = {}
+        self.halted: str | None = None  # the node where the budget stopped the query, if it did
+
+    @property
+    def spent(self) -> int:
+        return sum(c.prompt_tokens + c.completion_tokens for c in self.calls)
+
+    def free(self, holder: int | None = None) -> int | None:
+        """Tokens neither spent nor reserved by another holder (``None`` without a budget)."""
+        if self.budget is None:
+            return None
+        others = sum(v for k, v in self.reserved.items() if k != holder)
+        return max(0, self.budget - self.spent - others)
+
+    def reserve(self, holder: int, prompt_tokens: int) -> bool:
+        """Reserve the prompt plus the completion cap for ``holder``'s next call, if it fits."""
+        free = self.free(holder)
+        need = prompt_tokens + self.completion_cap
+        if free is not None and need > free:
+            return False
+        self.reserved[holder] = need
+        return True
+
+    def settle(self, holder: int, record: CallRecord) -> None:
+        """Record a finished call and release its reservation."""
+        self.reserved.pop(holder, None)
+        self.calls.append(record)
+
+
+class MeterView(Meter):
+    """What one node (or branch) hands to :func:`memstrata.llm.decide`: a window on the shared meter."""
+
+    def __init__(self, shared: SharedMeter) -> None:
+        super().__init__(budget=shared.budget)
+        self.shared = shared
+        self.own: list[CallRecord] = []
+
+    def add(self, record: CallRecord) -> None:
+        self.own.append(record)
+        self.shared.settle(id(self), record)
+
+    @property
+    def tokens(self) -> int:
+        return self.shared.spent
+
+    @property
+    def remaining(self) -> int | None:
+        return self.shared.free(id(self))
+
+    @property
+    def exhausted(self) -> bool:
+        free = self.shared.free(id(self))
+        return free is not None and free <= self.shared.completion_cap
+
+    def affords(self, prompt_tokens: int) -> bool:
+        return self.shared.reserve(id(self), prompt_tokens)
+
+
+def open_meter(ctx: Context, calls: list[dict[str, Any]] | None = None) -> str:
+    """Start a query's shared meter; returns its run key (kept in the state)."""
+    key = uuid.uuid4().hex
+    _OPEN[key] = SharedMeter(budget=ctx.llm_token_budget, completion_cap=ctx.llm_max_tokens,
+                             calls=[CallRecord(**c) for c in calls or []])
+    while len(_OPEN) > _MAX_OPEN:
+        _OPEN.popitem(last=False)
+    return key
+
+
+def shared_meter(ctx: Context, key: str | None, calls: list[dict[str, Any]] | None = None) -> SharedMeter:
+    """The query's meter; rebuilt from the state's call records when this process never saw the key."""
+    if key and key in _OPEN:
+        return _OPEN[key]
+    meter = SharedMeter(budget=ctx.llm_token_budget, completion_cap=ctx.llm_max_tokens,
+                        calls=[CallRecord(**c) for c in calls or []])
+    if key:
+        _OPEN[key] = meter
+    return meter
+
+
+def close_meter(key: str | None) -> None:
+    """Forget a finished query's meter."""
+    if key:
+        _OPEN.pop(key, None)
+
+
+class Step:
+    """The model side of one retrieval node run, metered against the query's shared budget.
+
+    Args:
+        ctx: the run context.
+        key: the run key from the state (``run_key``).
+        calls: the call records in the input state (used only to rebuild a lost meter).
+    """
+
+    def __init__(self, ctx: Context, key: str | None, calls: list[dict[str, Any]] | None = None) -> None:
+        self.ctx = ctx
+        self.model: BaseChatModel | None = resolve_model(ctx)
+        self.shared = shared_meter(ctx, key, calls)
+        self.meter = MeterView(self.shared)
+
+    async def decide(self, schema: type[T], prompt: str, user: str, *, node: str, fallback: Callable[[], T],
+                     validate: Callable[[T], T] | None = None, **fmt: Any) -> tuple[T, str]:
+        """One structured decision with the named prompt; a call the budget cannot afford halts the query."""
+        system = self.ctx.prompt(prompt)
+        value, how = await decide(self.model, schema, system.format(**fmt) if fmt else system, user, node=node,
+                                  fallback=fallback, meter=self.meter, validate=validate,
+                                  timeout=self.ctx.llm_timeout_s, retries=self.ctx.llm_retries)
+        if how == "skipped_budget" and self.shared.halted is None:
+            self.shared.halted = node
+        return value, how
+
+    @property
+    def halted(self) -> str | None:
+        """The node where ``llm_token_budget`` stopped this query, if it has."""
+        return self.shared.halted
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """The calls this step made, as plain dicts for the state."""
+        return [asdict(c) for c in self.meter.own]

@@ -1,0 +1,351 @@
+"""A real Chroma server under concurrent writers, a reader during writes, and a server that stops mid-ingest.
+
+Each case starts its writers as separate processes (``memstrata`` over ``chroma run``
+on loopback), holds them at a barrier until every one has imported and opened its
+store, and releases them together. Afterwards every user's records, in every
+registered kind (iterated from :func:`memstrata.memory.levels.levels`, so kinds added
+later are covered by construction), the edges and the counters equal those of a
+sequential run into a fresh embedded store, record by record: nothing lost, nothing
+duplicated. A raw scan of every collection, without the tenant filter, shows that no
+row of these users is hidden from them and that every row's key is its own user's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import REPO, HashEmbeddings
+from memstrata import Memstrata
+from memstrata.memory.levels import levels
+from memstrata.memory.store import MemoryStore
+from memstrata.memory.store.tenant import storage_key
+from plugins.chroma_server import ChromaServer, start_chroma
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "ANONYMIZED_TELEMETRY": "False"}
+TIMEOUT_S = 600
+
+WRITER = r"""
+import json, os, sys, time
+sys.path.insert(0, "tests")
+from conftest import HashEmbeddings
+from memstrata import Memstrata
+
+url, user, source, go = sys.argv[1:5]
+mem = Memstrata(url=url, embeddings=HashEmbeddings())
+mem.store.collection("turn")  # connected and checked before the barrier
+print("ready", flush=True)
+while not os.path.exists(go):
+    time.sleep(0.005)
+stats = mem.ingest(source, user_id=user)
+print(json.dumps({"turns_added": stats["turns_added"]}), flush=True)
+"""
+
+TOPICS = [
+    ("signed the lease on a flat in {city}", "Which neighbourhood did you pick?"),
+    ("adopted a grey cat called {pet}", "Does {pet} like the new balcony?"),
+    ("started cello lessons with {teacher} on Tuesdays", "How is the cello going?"),
+    ("ran the {city} half marathon in 1:52", "What was your split at 10k?"),
+]
+
+
+def conversation(conversation_id: str, marker: str, *, sessions: int = 2, turns: int = 8) -> dict[str, Any]:
+    """A plain message list: the same template for everyone, with a user's own marker words in it.
+
+    Users built from it hold near-identical content (the only differences are the marker words),
+    which is what an isolation failure would need to show up.
+    """
+    words = {"city": f"{marker}ville", "pet": f"{marker}cat", "teacher": f"{marker}teacher"}
+    messages = []
+    for s in range(sessions):
+        for t in range(turns):
+            said, asked = TOPICS[(s + t // 2) % len(TOPICS)]
+            text = (f"I {said.format(**words)} ({marker} s{s} t{t})." if t % 2 == 0
+                    else f"{asked.format(**words)} Tell me more, {marker}.")
+            messages.append({"speaker": ("Priya", "Tom")[t % 2], "text": text,
+                             "timestamp": f"2024-0{s + 1}-1{s}T18:{t:02d}:00"})
+    return {"conversation_id": conversation_id, "messages": messages}
+
+
+def write(folder: Path, name: str, data: dict[str, Any]) -> Path:
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+# ---- what a store holds ---------------------------------------------------------------------------
+
+
+def unit_kinds(store: MemoryStore) -> list[str]:
+    """Every registered kind (the registry is the source of truth) plus any stored one."""
+    return sorted({lv.kind for lv in levels()} | set(store.stored_kinds()))
+
+
+def digest(store: MemoryStore, user_id: str) -> dict[str, dict[str, str]]:
+    """One user's records as read through the tenant scope: per kind, ``conversation/unit id -> document, payload``.
+
+    Edges and counters are keyed by their storage key (derived from the user and the link).
+    """
+    out: dict[str, dict[str, str]] = {}
+    for kind in unit_kinds(store):
+        rows = store.get(kind, user_id=user_id)
+        out[kind] = {f"{r.metadata['conversation_id']}/{r.unit_id}": json.dumps([r.document, r.payload],
+                                                                              sort_keys=True) for r in rows}
+        assert len(out[kind]) == len(rows), f"{kind}: two records with one id for {user_id}"
+    for name, table in (("edges", store.edges.table), ("counters", store.counters.table)):
+        out[name] = {r.key: json.dumps([r.conversation_id, r.fields], sort_keys=True)
+                     for r in table.get(user_id=user_id)}
+    return out
+
+
+def owners(store: MemoryStore) -> Counter[tuple[str, str]]:
+    """Rows per ``(part, user_id)`` from a raw scan of every collection, without any tenant filter.
+
+    Every unit row's key must be the one the tenant scope derives from its own user,
+    conversation and unit id (no row can be read or overwritten through another user's key).
+    """
+    found: Counter[tuple[str, str]] = Counter()
+    for kind in unit_kinds(store):
+        res = store.collection(kind).get(include=["metadatas"])
+        for key, meta in zip(res["ids"], res["metadatas"], strict=True):
+            assert key == storage_key(meta["user_id"], meta["conversation_id"], meta["unit_id"]), (kind, meta)
+            found[(kind, meta["user_id"])] += 1
+    for name, table in (("edges", store.edges.table), ("counters", store.counters.table)):
+        for meta in table.collection.get(include=["metadatas"])["metadatas"]:
+            found[(name, meta["user_id"])] += 1
+    return found
+
+
+def reference(folder: Path, jobs: list[tuple[str, Path]]) -> dict[str, dict[str, dict[str, str]]]:
+    """The digests of the same ingests run one after the other into a fresh embedded store."""
+    mem = Memstrata(path=folder, embeddings=HashEmbeddings())
+    try:
+        for user, source in jobs:
+            mem.ingest(source, user_id=user)
+        return {user: digest(mem.store, user) for user in dict.fromkeys(u for u, _ in jobs)}
+    finally:
+        mem.close()
+
+
+def server_store(server: ChromaServer) -> MemoryStore:
+    return MemoryStore(url=server.url, embeddings=HashEmbeddings())
+
+
+def run_together(url: str, jobs: list[tuple[str, Path]], go: Path) -> list[dict[str, Any]]:
+    """Start one writer process per job, release them at once, and return what each reports."""
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, url, user, str(source), str(go)], cwd=REPO, env=ENV,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for user, source in jobs]
+    try:
+        for proc in procs:
+            line = proc.stdout.readline() if proc.stdout else ""
+            assert line.strip() == "ready", f"writer did not start: {line!r}\n{proc.communicate()[1][-3000:]}"
+        go.touch()
+        outs = [proc.communicate(timeout=TIMEOUT_S) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for proc, (out, errs) in zip(procs, outs, strict=True):
+        assert proc.returncode == 0, errs[-3000:]
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+
+
+def assert_exactly(server: ChromaServer, expected: dict[str, dict[str, dict[str, str]]]) -> None:
+    """Each user holds exactly the expected records, in every kind, edges and counters, and nothing else."""
+    store = server_store(server)
+    for user, want in expected.items():
+        got = digest(store, user)
+        assert set(got) >= set(want), f"kinds missing for {user}: {set(want) - set(got)}"
+        for part, rows in want.items():
+            lost, extra = rows.keys() - got[part].keys(), got[part].keys() - rows.keys()
+            assert not lost and not extra, f"{user} {part}: lost {sorted(lost)[:5]}, extra {sorted(extra)[:5]}"
+            assert got[part] == rows, f"{user} {part}: records differ from a sequential run"
+        assert sum(len(r) for k, r in got.items() if k not in ("edges", "counters")) > 0
+    raw = owners(store)
+    for user, want in expected.items():
+        for part, rows in want.items():
+            assert raw[(part, user)] == len(rows), f"{user} {part}: {raw[(part, user)]} rows stored, " \
+                                                   f"{len(rows)} visible"
+
+
+# ---- the three concurrency cases -------------------------------------------------------------------
+
+
+def test_eight_processes_ingest_eight_users_at_once(chroma_server: ChromaServer, tmp_path: Path) -> None:
+    # The same conversation id for everyone: equal unit ids in eight tenants.
+    jobs = [(f"cc8-user{i}", write(tmp_path, f"u{i}", conversation("chat", f"mk{i}x"))) for i in range(8)]
+    reports = run_together(chroma_server.url, jobs, tmp_path / "go")
+    assert [r["turns_added"] for r in reports] == [16] * 8
+    assert_exactly(chroma_server, reference(tmp_path / "ref", jobs))
+
+
+def test_four_processes_ingest_four_conversations_of_one_user(chroma_server: ChromaServer, tmp_path: Path) -> None:
+    jobs = [("cc4-solo", write(tmp_path, f"c{i}", conversation(f"conv{i}", f"cv{i}x", sessions=3)))
+            for i in range(4)]
+    reports = run_together(chroma_server.url, jobs, tmp_path / "go")
+    assert [r["turns_added"] for r in reports] == [24] * 4
+    expected = reference(tmp_path / "ref", jobs)
+    assert {k.split("/")[0] for k in expected["cc4-solo"]["turn"]} == {f"conv{i}" for i in range(4)}
+    assert_exactly(chroma_server, expected)
+
+
+def test_two_processes_ingest_the_same_file_at_the_same_moment(chroma_server: ChromaServer, tmp_path: Path) -> None:
+    source = write(tmp_path, "same", conversation("same", "twinx", sessions=3))
+    jobs = [("cc2-twin", source), ("cc2-twin", source)]
+    reports = run_together(chroma_server.url, jobs, tmp_path / "go")
+    assert sum(r["turns_added"] for r in reports) >= 24  # both may write a turn; the store keeps it once
+    assert_exactly(chroma_server, reference(tmp_path / "ref", jobs[:1]))
+
+
+# ---- a reader while a writer writes ----------------------------------------------------------------
+
+PAUSING_WRITER = r"""
+import os, sys, time
+sys.path.insert(0, "tests")
+from conftest import HashEmbeddings
+from memstrata import Memstrata
+
+url, user, source, gate = sys.argv[1:5]
+stops, seen = sys.argv[5].split(","), []
+
+def on_progress(event):
+    # The graph's event loop stands still here, so nothing more is written until the reader says so.
+    seen.append(event["stage"])
+    name = f"{event['stage']}-{seen.count(event['stage'])}"
+    if name in stops:
+        print(f"paused {name}", flush=True)
+        while not os.path.exists(f"{gate}.{name}"):
+            time.sleep(0.01)
+
+Memstrata(url=url, embeddings=HashEmbeddings()).ingest(source, user_id=user, on_progress=on_progress)
+print("done", flush=True)
+"""
+PAUSES = ["turns-1", "contexts-1", "segment-1", "summaries-1"]
+
+
+def read_units(store: MemoryStore, user_id: str, *, reverse: bool) -> dict[str, dict[tuple[str, str], Any]]:
+    """Every registered kind of one user as a reader sees it, read kind after kind (children first if ``reverse``)."""
+    order = list(reversed(levels())) if reverse else levels()
+    return {lv.kind: {(r.metadata["conversation_id"], r.unit_id): lv.unit.model_validate(r.payload)
+                      for r in store.get(lv.kind, user_id=user_id)} for lv in order}
+
+
+def dangling(seen: dict[str, dict[tuple[str, str], Any]], links: str) -> list[str]:
+    """Links (``"children"``: child and raw-turn ids; ``"parents"``: parent ids) that point at no unit seen."""
+    ids = {key for units in seen.values() for key in units}
+    out = []
+    for kind, units in seen.items():
+        for (conv, _), unit in units.items():
+            targets = [*unit.child_ids(), *unit.linked_turn_ids()] if links == "children" else unit.parent_ids()
+            out += [f"{kind} {unit.id} -> {t}" for t in targets if (conv, t) not in ids]
+    return sorted(out)
+
+
+@pytest.fixture(scope="module")
+def reader_views(chroma_server: ChromaServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """What a second process sees at four points of an ingest that adds three sessions to a stored one.
+
+    The writer holds still at each point (a progress event it waits in) while this process
+    reads the store kind by kind and runs a query through the public API.
+    """
+    folder, user = tmp_path_factory.mktemp("reader"), "cc-reader"
+    first = write(folder, "first", conversation("chat", "rdx", sessions=1))
+    mem = Memstrata(url=chroma_server.url, embeddings=HashEmbeddings(), snapshot_refresh_s=0.0)
+    mem.ingest(first, user_id=user)
+    source, gate = write(folder, "all", conversation("chat", "rdx", sessions=4)), folder / "gate"
+    proc = subprocess.Popen([sys.executable, "-c", PAUSING_WRITER, chroma_server.url, user, str(source), str(gate),
+                             ",".join(PAUSES)], cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    views: dict[str, dict[str, Any]] = {}
+    try:
+        for name in PAUSES:
+            line = proc.stdout.readline() if proc.stdout else ""
+            assert line.strip() == f"paused {name}", f"{line!r}\n{proc.stderr.read()[-3000:] if proc.stderr else ''}"
+            result = mem.retrieve("Which neighbourhood did you pick?", user_id=user)
+            views[name] = {"children": dangling(read_units(mem.store, user, reverse=True), "children"),
+                           "parents": dangling(read_units(mem.store, user, reverse=False), "parents"),
+                           "evidence": result.evidence}
+            Path(f"{gate}.{name}").touch()
+        _, errs = proc.communicate(timeout=TIMEOUT_S)
+        assert proc.returncode == 0, errs[-3000:]
+        views["after"] = {"parents": dangling(read_units(mem.store, user, reverse=False), "parents")}
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        mem.close()
+    return views
+
+
+def test_a_reader_during_writes_never_sees_a_dangling_link(reader_views: dict[str, dict[str, Any]]) -> None:
+    # Read children first: whatever a unit links down to (its episode, its raw turns) is already there.
+    for name in PAUSES:
+        assert reader_views[name]["children"] == [], name
+        evidence = reader_views[name]["evidence"]
+        assert evidence and all("rdx" in e.text for e in evidence), name
+    assert reader_views["after"]["parents"] == []
+
+
+@pytest.mark.xfail(strict=True, reason="ingestion stores a session's episodes (segment_episodes) before their "
+                   "summaries (summarize_batch), and a reader's snapshot shows every stored unit; see the README's "
+                   "Reliability section")
+def test_a_reader_during_writes_never_sees_an_episode_without_its_summary(
+        reader_views: dict[str, dict[str, Any]]) -> None:
+    for name in PAUSES:
+        assert reader_views[name]["parents"] == [], name
+
+
+# ---- the server stops mid-ingest -------------------------------------------------------------------
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "memstrata", *args], cwd=REPO, env=ENV, capture_output=True,
+                          text=True, timeout=TIMEOUT_S)
+
+
+@pytest.fixture
+def private_server(tmp_path: Path) -> Iterator[list[ChromaServer]]:
+    """Servers this test starts and stops itself over one data folder; whatever still runs is stopped after."""
+    servers: list[ChromaServer] = []
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+def test_a_server_stopped_mid_ingest_is_a_clear_error_and_a_rerun_loses_nothing(
+        private_server: list[ChromaServer], tmp_path: Path, minilm: Any) -> None:
+    from memstrata.memory.normalize import load_path, normalize_input
+    from memstrata.nodes.ingest.turns import incomplete_sessions
+
+    data = tmp_path / "data"
+    private_server.append(start_chroma(data))
+    source = write(tmp_path, "big", conversation("big", "bgx", sessions=4, turns=40))
+    proc = subprocess.Popen([sys.executable, "-m", "memstrata", "ingest", str(source), "--user", "stop",
+                             "--chroma-url", private_server[0].url], cwd=REPO, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = private_server[0].client()
+    while proc.poll() is None and not any(c.name == "memstrata_turn" and c.count() for c in client.list_collections()):
+        time.sleep(0.05)
+    private_server[0].stop()  # the first turns are in: the ingest is under way
+    out, errs = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 2, (out, errs)
+    assert "Traceback" not in out + errs
+    assert "Chroma server" in errs and "stopped answering" in errs and "re-run" in errs, errs
+
+    private_server.append(start_chroma(data))
+    rerun = cli("ingest", str(source), "--user", "stop", "--chroma-url", private_server[1].url)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    store = MemoryStore(url=private_server[1].url, embeddings=minilm)
+    conv = normalize_input(load_path(source), user_id="stop")[0]
+    assert {r.unit_id for r in store.get("turn", user_id="stop")} == {t.id for s in conv.sessions for t in s.turns}
+    assert incomplete_sessions(store, conv) == []  # every turn in an episode with its summary, every view there

@@ -1,0 +1,158 @@
+"""Facts, entities and the entity graph through ingestion and retrieval, offline and with a scripted model."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from langchain_core.messages import BaseMessage
+
+from conftest import EXAMPLE
+from memstrata import Memstrata
+from memstrata.memory.fusion import Weights
+from memstrata.memory.hits import score_query
+from memstrata.memory.index import MemoryIndex
+from memstrata.memory.levels import Fact, levels
+from memstrata.memory.query import Query
+from memstrata.prompts.ingestion import FACT_PROMPT, SUPERSEDE_PROMPT
+from memstrata.testing import ScriptedChatModel
+
+GRAPH_KINDS = ("fact", "entity")
+
+
+def counts(mem: Memstrata, user: str) -> dict[str, int]:
+    return {**{k: mem.store.count(k, user_id=user) for k in GRAPH_KINDS}, "edges": mem.store.edges.count(user)}
+
+
+def renamed_copy(tmp_path, old: str, new: str) -> str:
+    """The example conversation with one name changed: near-identical content for another user."""
+    text = EXAMPLE.read_text().replace(old, new)
+    path = tmp_path / f"copy-{new}.json"
+    path.write_text(text)
+    return str(path)
+
+
+def test_ingest_writes_facts_entities_and_edges_once(data_dir, hash_embeddings) -> None:
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    stats = mem.ingest(EXAMPLE, user_id="u")
+    assert stats["facts_written"] > 10 and stats["entities_written"] >= 4 and stats["relations_written"] > 0
+    before = counts(mem, "u")
+    assert before["fact"] == stats["facts_written"] and before["edges"] > 0
+    facts = [Fact.model_validate(r.payload) for r in mem.store.get("fact", user_id="u")]
+    assert all(f.subject_id.startswith("ent:") and f.turn_ids for f in facts)
+    assert any(f.text.startswith("Priya") and "Lisbon" in f.text for f in facts)  # "I'm moving" -> Priya
+    entities = {r.unit_id: r.payload for r in mem.store.get("entity", user_id="u")}
+    assert {"ent:priya", "ent:tom", "ent:lisbon"} <= set(entities)
+    again = mem.ingest(EXAMPLE, user_id="u")
+    assert again["facts_written"] == again["entities_written"] == 0
+    assert counts(mem, "u") == before  # re-ingesting adds nothing
+
+
+def test_graph_evidence_names_its_entity_path(data_dir, hash_embeddings) -> None:
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest(EXAMPLE, user_id="u")
+    result = mem.retrieve("What is Ms. Okafor like as a teacher?", user_id="u", context_budget=800)
+    lookup = next(e for e in result.trace["events"] if e["node"] == "lookup_level1")
+    assert lookup["found_by"].get("entity_graph", 0) > 0
+    graph_items = [e for e in result.evidence if e.via]  # reached through the graph (maybe also otherwise)
+    assert graph_items and all("-> fact:" in e.via for e in graph_items)
+    assert any(e.via.startswith("Ms. Okafor") for e in graph_items)
+
+
+def test_users_never_see_each_others_facts_entities_or_edges(tmp_path, data_dir, hash_embeddings) -> None:
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest(EXAMPLE, user_id="a")
+    mem.ingest(renamed_copy(tmp_path, "Lisbon", "Lyon"), user_id="b")
+    for user, own, other in (("a", "Lisbon", "Lyon"), ("b", "Lyon", "Lisbon")):
+        texts = [r.document for k in GRAPH_KINDS for r in mem.store.get(k, user_id=user)]
+        assert any(own in t for t in texts) and not any(other in t for t in texts)
+        assert all(other not in json.dumps(e.__dict__) for e in mem.store.edges.get(user))
+        result = mem.retrieve(f"When is Priya moving to {other}?", user_id=user, context_budget=4000)
+        assert result.evidence and not any(other in e.text or other in e.via for e in result.evidence)
+    removed = mem.delete_user("a")
+    assert removed["fact"] > 0 and removed["entity"] > 0 and removed["edges"] > 0
+    assert all(mem.store.count(lv.kind, user_id="a") == 0 for lv in levels()) and mem.store.edges.count("a") == 0
+    assert counts(mem, "b")["fact"] > 0 and mem.store.edges.count("b") > 0  # the other user keeps everything
+
+
+def conversation(*sessions: list[str], speaker: str = "Ann") -> dict[str, Any]:
+    messages = []
+    for day, texts in enumerate(sessions, start=1):
+        for i, text in enumerate(texts):
+            messages.append({"speaker": speaker if i % 2 == 0 else "Bo", "text": text,
+                             "timestamp": f"2023-0{day}-0{day}T10:0{i}:00"})
+    return {"conversation_id": "moves", "messages": messages}
+
+
+def test_a_move_supersedes_the_old_home_which_stays_as_history(data_dir, hash_embeddings) -> None:
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings, session_gap_hours=6)
+    source = conversation(["I live in Porto with my cat Miso.", "Porto is lovely."],
+                          ["I moved to Lisbon last week, the flat is great.", "Lisbon, wow!"])
+    stats = mem.ingest(source, user_id="u")
+    assert stats["facts_superseded"] == 1
+    facts = {f.object: f for f in (Fact.model_validate(r.payload) for r in mem.store.get("fact", user_id="u"))}
+    assert facts["Porto"].superseded_by == facts["Lisbon"].id and facts["Lisbon"].current
+    index = MemoryIndex.load(mem.store, user_id="u")
+    table = index.events["fact"]
+    row = table.by_key[("moves", facts["Porto"].id)]
+
+    def porto_score(text: str, factor: float) -> float:
+        q = Query(id="q0", text=text)
+        qvec = np.asarray(mem.store.embeddings.embed_query(text), dtype=np.float32)
+        ranked, _ = score_query(index, q, qvec, event_kinds=["fact"], top_events=5, weights=Weights(), now=None,
+                                superseded=factor)
+        return next(s for k, r, s in ranked if r == row)
+
+    assert porto_score("Where does Ann live?", 0.8) == pytest.approx(0.8 * porto_score("Where does Ann live?", 1.0))
+    assert porto_score("Where did Ann live before?", 0.8) == porto_score("Where did Ann live before?", 1.0)
+
+
+def fact_script(reply_for_facts: Any):
+    """A scripted model that answers the fact prompt with ``reply_for_facts`` and every other prompt with junk."""
+
+    def reply(messages: list[BaseMessage]) -> Any:
+        if str(messages[0].content) == FACT_PROMPT:
+            return reply_for_facts(messages) if callable(reply_for_facts) else reply_for_facts
+        return "not json at all"
+
+    return reply
+
+
+def test_the_models_facts_are_used_and_garbage_falls_back_per_episode(data_dir, hash_embeddings) -> None:
+    good = {"facts": [{"statement": "Priya signed a lease in Lisbon on 1 March 2024.", "subject": "Priya",
+                       "relation": "sign", "object": "lease", "messages": [0], "date": "2024-03-01"}],
+            "entities": [{"name": "Lisbon", "type": "place"}]}
+    model = ScriptedChatModel(default=fact_script(good))
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings, model=model, llm_retries=0)
+    stats = mem.ingest(EXAMPLE, user_id="u")
+    facts = [Fact.model_validate(r.payload) for r in mem.store.get("fact", user_id="u")]
+    assert stats["facts_fallbacks"] == 0 and facts and all(f.method == "llm" for f in facts)
+    assert facts[0].event_date is not None and "ent:lisbon" in facts[0].entity_ids
+
+    junk = ScriptedChatModel(default=fact_script("{ this is not the schema"))
+    mem2 = Memstrata(path=data_dir + "-junk", embeddings=hash_embeddings, model=junk, llm_retries=0)
+    stats = mem2.ingest(EXAMPLE, user_id="u")
+    episodes = mem2.store.count("episode", user_id="u")
+    assert stats["facts_fallbacks"] == episodes > 0  # every episode fell back, and it is counted
+    offline = [Fact.model_validate(r.payload) for r in mem2.store.get("fact", user_id="u")]
+    assert offline and all(f.method == "clauses" for f in offline)
+
+
+def test_with_a_model_the_model_decides_supersession_and_garbage_keeps_the_rule(data_dir, hash_embeddings) -> None:
+    source = conversation(["I love hiking in the hills.", "Nice."], ["I love painting landscapes now.", "Cool!"])
+
+    def model_saying(verdict: Any) -> ScriptedChatModel:
+        def reply(messages: list[BaseMessage]) -> Any:
+            return verdict if str(messages[0].content) == SUPERSEDE_PROMPT else "not json at all"
+        return ScriptedChatModel(default=reply)
+
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings, model=model_saying({"replaces": True}), llm_retries=0)
+    stats = mem.ingest(source, user_id="u")
+    facts = {f.object: f for f in (Fact.model_validate(r.payload) for r in mem.store.get("fact", user_id="u"))}
+    assert stats["facts_superseded"] == 1 and stats["llm"]["supersede"]["calls"] >= 1
+    assert facts["hiking hills"].superseded_by == facts["painting landscapes"].id  # the model said so, not the rule
+
+    garbage = Memstrata(path=data_dir + "-2", embeddings=hash_embeddings, model=model_saying("{{{"), llm_retries=0)
+    assert garbage.ingest(source, user_id="u")["facts_superseded"] == 0  # the rule's verdict: hobbies stay
