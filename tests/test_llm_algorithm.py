@@ -223,9 +223,8 @@ async def test_missing_info_query_per_sub_query_and_anchored(mem: Memstrata) -> 
 def test_offline_missing_info_is_anchored_on_the_evidence_not_the_question() -> None:
     top = [Hit(kind="turn", unit_id="D1:2", conversation_id="c", score=1.0, speaker="Ann",
                text="I adopted a puppy from the Porto shelter.", time="8 May 2023")]
-    text, hint = anchored_follow_up("What breed is the dog Ben adopted?", ["Ann: " + top[0].text], top)
+    text = anchored_follow_up("What breed is the dog Ben adopted?", ["Ann: " + top[0].text], top)
     assert text.split() == ["Ann", "Porto", "breed", "dog", "ben"]  # anchors first, then the missing slot
-    assert hint is not None and hint.start.day == 8 and hint.end.day == 8
     assert anchored_follow_up("Where did Ann adopt the puppy?", ["Ann: adopted puppy where"], top) is None
 
 

@@ -138,7 +138,7 @@ class OracleReader:
         rule = anchored_follow_up(_section(user, "sub_question"), [f"{h.speaker}: {h.text}" for h in hits[:10]],
                                   hits[:3])
         return {"answer": self.cite(_section(user, "memory")), "missing": rule is not None,
-                "query": rule[0] if rule else ""}
+                "query": rule or ""}
 
     def rewrite(self, user: str) -> dict[str, Any]:
         answers = _section(user, "prerequisite_answers").replace("- ", " ").split()

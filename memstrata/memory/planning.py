@@ -27,7 +27,7 @@ from memstrata.memory.hmem_scoring import Interval
 from memstrata.memory.query import Hit, Query, Scope
 from memstrata.memory.temporal_hints import hint_interval
 from memstrata.memory.text import STOPWORDS, content_words, proper_nouns
-from memstrata.memory.timeparse import RELATIVE_PATTERN, parse_timestamp, resolve_relative
+from memstrata.memory.timeparse import RELATIVE_PATTERN, resolve_relative
 
 _QUESTION_WORDS = frozenset("what when where who whom whose which why how did does do is are was were has have".split())
 _NAME_PAIR = re.compile(r"\b([A-Z][\w'-]+)((?:, [A-Z][\w'-]+)*),? (?:and|&) ([A-Z][\w'-]+)\b")
@@ -159,26 +159,18 @@ def evidence_anchors(top: Sequence[Hit], *, limit: int = 4) -> list[str]:
     return list(dict.fromkeys(n for n in names if n.lower() not in _QUESTION_WORDS))[:limit]
 
 
-def evidence_span(top: Sequence[Hit]) -> Interval | None:
-    """The days the best evidence was said on, as one interval (``None`` when it carries no dates)."""
-    days = [d for d in (parse_timestamp(h.time) for h in top if h.time) if d is not None]
-    if not days:
-        return None
-    start = datetime.combine(min(days).date(), datetime.min.time())
-    return Interval(start, datetime.combine(max(days).date(), datetime.max.time()))
-
-
-def anchored_follow_up(query: str, texts: Sequence[str], top: Sequence[Hit]) -> tuple[str, Interval | None] | None:
+def anchored_follow_up(query: str, texts: Sequence[str], top: Sequence[Hit]) -> str | None:
     """H-Mem's missing-info query, offline: the slot the evidence lacks, anchored on what the evidence found.
 
     The slot is the query's words that the evidence does not contain; the anchors
-    are the names (speakers and mentioned names) of the best evidence, and its
-    dates become the query's time hint. ``None`` when nothing is missing.
+    are the names (speakers and mentioned names) of the best evidence. Its dates
+    are not a time hint: the missing piece is usually said in other sessions.
+    ``None`` when nothing is missing.
 
     Example:
         >>> top = [Hit(kind="turn", unit_id="D1:2", conversation_id="c", score=1.0, speaker="Ann",
         ...            text="I adopted a dog from the Porto shelter.", time="8 May 2023")]
-        >>> anchored_follow_up("What breed is the dog Ann adopted?", [top[0].text], top)[0]
+        >>> anchored_follow_up("What breed is the dog Ann adopted?", [top[0].text], top)
         'Ann Porto breed'
     """
     missing = missing_terms(query, texts)
@@ -186,7 +178,7 @@ def anchored_follow_up(query: str, texts: Sequence[str], top: Sequence[Hit]) -> 
         return None
     anchors = evidence_anchors(top)
     have = {a.lower() for a in anchors}
-    return " ".join(dict.fromkeys([*anchors, *(m for m in missing if m not in have)])), evidence_span(top)
+    return " ".join(dict.fromkeys([*anchors, *(m for m in missing if m not in have)]))
 
 
 def has_anchor(query: str, texts: Sequence[str]) -> bool:

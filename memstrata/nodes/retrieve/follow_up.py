@@ -6,7 +6,8 @@ is HyMem's deep answer answer_i, which joins the memory pool) and says whether a
 piece is still missing; the missing-info query must carry an anchor the evidence
 found (H-Mem A.4), else it is repaired once and then replaced by the offline
 rule. Offline, the missing-info query is the slot the evidence lacks, anchored
-on the names of the best evidence with its dates as the time hint.
+on the names of the best evidence (its dates are not used as a time hint: the
+missing piece is usually said in other sessions than the ones already found).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ async def follow_up(task: SubQueryTask, runtime: Runtime[Context]) -> dict[str, 
     lines = ranked_lines(evidence, budget=ctx.reason_tokens, counter=TokenCounter())
     info, how = await step.decide(
         SubAnswer, "FOLLOW_UP_PROMPT", _prompt(task, lines), node="follow_up", validate=_anchored(lines),
-        fallback=lambda: SubAnswer(missing=rule is not None, query=rule[0] if rule else ""))
+        fallback=lambda: SubAnswer(missing=rule is not None, query=rule or ""))
     event: dict[str, Any] = {"node": "follow_up", "iteration": task["iteration"], "round": task["round"],
                              "sub_query": query.id, "how": how, "query": info.query if info.missing else None}
     update: dict[str, Any] = {"events": [event], "llm_calls": step.records, **_answers(task, info, how)}
@@ -95,10 +96,10 @@ async def follow_up(task: SubQueryTask, runtime: Runtime[Context]) -> dict[str, 
         return update
     progress("follow_up", f"follow-up: {info.query}")
     modelled = how in GOOD_OUTCOMES
-    hint = rule[1] if rule and not modelled else None
+    # No time hint from the evidence's dates: what is missing is usually said elsewhere, and a hint would
+    # pull the search back into the sessions already found. The anchors are the evidence's names.
     missing = Query(id=f"{query.id}.follow_up", text=info.query.strip(), scope="Short", weight=ctx.follow_up_weight,
-                    dense_text=None if modelled else query.text, hint_start=hint.start if hint else None,
-                    hint_end=hint.end if hint else None)
+                    dense_text=None if modelled else query.text)
     index = await open_index(ctx)
     found = backtrack(index, [missing], await query_vectors(ctx, [missing]), [], raw_top=ctx.follow_up_turns,
                       weights=weights(ctx), now=reference_now(ctx, index), scope_kinds=ctx.scopes())
