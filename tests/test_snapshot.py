@@ -87,3 +87,24 @@ def test_another_process_writes_are_seen(chroma_server, hash_embeddings) -> None
     assert len(index.turns) == len(_messages())  # the count check noticed the other process and rebuilt
     assert mem.retrieve("Brighton half marathon", user_id=user).evidence
     mem.delete_user(user)
+
+
+def test_rewritten_and_deleted_graph_units_are_applied_in_place(data_dir, hash_embeddings) -> None:
+    from memstrata.memory.levels import Entity
+
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest(EXAMPLE, user_id="u")
+    index = MemoryIndex.load(mem.store, user_id="u")
+    records = mem.store.get("entity", user_id="u", with_vectors=True)
+    first = Entity.model_validate(records[0].payload)
+    renamed = first.model_copy(update={"aliases": [*first.aliases, "a new alias"]})
+    mem.store.upsert("entity", [renamed], documents=[renamed.embed_text()],
+                     vectors=[records[0].metadata["_vector"]], extra=[renamed.metadata()])
+    mem.store.delete("entity", user_id="u", conversation_id=records[1].metadata["conversation_id"],
+                     unit_ids=[records[1].unit_id])
+    after = MemoryIndex.load(mem.store, user_id="u")
+    assert after is index  # applied in place, no rebuild
+    table = after.tables["entity"]
+    assert "a new alias" in table.units[table.by_key[(first.conversation_id, first.id)]].aliases
+    assert (records[1].metadata["conversation_id"], records[1].unit_id) not in table.by_key
+    assert len(table.turn_rows) == len(table.units) == len(records) - 1

@@ -134,7 +134,7 @@ class MemoryIndex:
         self.view_tables = [t for t in tables.values() if t.level.role == "view"]
         self._views = [Rows(self._aligned(t)) for t in self.view_tables]
         self.events = {k: t for k, t in tables.items() if t.level.role == "event"}
-        for table in self.events.values():
+        for table in (t for t in tables.values() if t is not raw):  # every table keeps one entry per row
             table.turn_rows = [self.rows_of(u.conversation_id, u.linked_turn_ids()) for u in table.units]
         self._link_turns()
         self.window_widths = tuple(window_widths)
