@@ -58,7 +58,7 @@ async def link_entities(state: IngestState, runtime: Runtime[Context]) -> dict[s
     progress("entities", f"linked {totals['entities_written']} entities, {totals['relations_written']} relations",
              **totals)
     stats: dict[str, Any] = {**totals, "stage_seconds": {"entities": round(time.perf_counter() - started, 3)}}
-    if step.model is not None:
+    if step.model is not None and step.meter.calls:  # only nodes that called the model report
         stats["llm"] = {"supersede": step.meter.summary()}
     return {"stats": stats}
 

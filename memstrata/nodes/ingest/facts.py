@@ -88,7 +88,7 @@ async def extract_facts(batch: EpisodeBatch, runtime: Runtime[Context]) -> dict[
     progress("facts", f"extracted {written} facts from {len(episodes)} episodes", done=len(episodes))
     stats: dict[str, Any] = {"facts_written": written, "facts_fallbacks": fallbacks,
                              "stage_seconds": {"facts": round(time.perf_counter() - started, 3)}}
-    if step.model is not None:
+    if step.model is not None and step.meter.calls:  # only nodes that called the model report
         stats["llm"] = {"facts": step.meter.summary()}
     return {"stats": stats}
 

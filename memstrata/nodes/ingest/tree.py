@@ -55,7 +55,7 @@ async def consolidate_tree(state: IngestState, runtime: Runtime[Context]) -> dic
     progress("tree", "tree nodes recomputed: " + ", ".join(f"{k} {n}" for k, n in written.items()), **written)
     stats: dict[str, Any] = {"tree_nodes_written": written,
                              "stage_seconds": {"tree": round(time.perf_counter() - started, 3)}}
-    if step.model is not None:
+    if step.model is not None and step.meter.calls:  # only nodes that called the model report
         stats["llm"] = {"consolidate_tree": step.meter.summary()}
     return {"stats": stats}
 
