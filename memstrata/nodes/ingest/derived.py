@@ -1,4 +1,4 @@
-"""Ingestion stage 5: every registered kind that declares ``derive`` (kinds without a stage of their own).
+"""Ingestion, last stage: every registered kind that declares ``derive`` (kinds without a stage of their own).
 
 For each conversation with touched sessions, the kind's ``derive`` function
 gets all of the conversation's turns in order and returns its units; they are

@@ -11,7 +11,6 @@ yields are deleted, so re-extracting never duplicates.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from datetime import datetime
 from typing import Any
@@ -27,7 +26,7 @@ from memstrata.memory.levels import Episode, Fact, Turn
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.timeparse import format_date, parse_timestamp
 from memstrata.nodes.common import LLMStep, progress
-from memstrata.nodes.ingest.turns import by_conversation, read_episodes
+from memstrata.nodes.ingest.turns import by_conversation, episode_sends, read_episodes
 from memstrata.resources import aresolve_store
 from memstrata.state import EpisodeBatch, IngestState
 
@@ -62,9 +61,7 @@ def route_facts(state: IngestState, runtime: Runtime[Context]) -> list[Send] | s
     episodes = state.get("episodes", [])
     if not episodes:
         return "link_entities"
-    width = min(runtime.context.max_fanout, len(episodes))
-    size = math.ceil(len(episodes) / width)
-    return [Send("extract_facts", {"episodes": episodes[i:i + size]}) for i in range(0, len(episodes), size)]
+    return episode_sends("extract_facts", episodes, runtime.context.max_fanout)
 
 
 async def extract_facts(batch: EpisodeBatch, runtime: Runtime[Context]) -> dict[str, Any]:

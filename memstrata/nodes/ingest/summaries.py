@@ -1,4 +1,4 @@
-"""Ingestion stage 4: HyMem's Level-1 summaries, fanned out over episode batches with ``Send``.
+"""Ingestion stage 6: HyMem's Level-1 summaries, fanned out over episode batches with ``Send``.
 
 Each branch reads its episodes and their turns from the store, summarizes them
 (the model's key information, or extractive offline) and stores its summaries.
@@ -7,7 +7,6 @@ Each branch reads its episodes and their turns from the store, summarizes them
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from typing import Any
 
@@ -21,7 +20,7 @@ from memstrata.memory.levels import Episode, EventSummary
 from memstrata.memory.levels.summary import offline_summary
 from memstrata.memory.timeparse import format_date
 from memstrata.nodes.common import LLMStep, progress
-from memstrata.nodes.ingest.turns import read_episodes
+from memstrata.nodes.ingest.turns import episode_sends, read_episodes
 from memstrata.resources import aresolve_store
 from memstrata.state import EpisodeBatch, IngestState
 
@@ -37,9 +36,7 @@ def route_summaries(state: IngestState, runtime: Runtime[Context]) -> list[Send]
     episodes = state.get("episodes", [])
     if not episodes:
         return "consolidate_tree"
-    width = min(runtime.context.max_fanout, len(episodes))
-    size = math.ceil(len(episodes) / width)
-    return [Send("summarize_batch", {"episodes": episodes[i:i + size]}) for i in range(0, len(episodes), size)]
+    return episode_sends("summarize_batch", episodes, runtime.context.max_fanout)
 
 
 async def summarize_batch(batch: EpisodeBatch, runtime: Runtime[Context]) -> dict[str, Any]:

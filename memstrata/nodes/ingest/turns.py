@@ -7,6 +7,7 @@ turns back from the store by session, so the state carries ids, not conversation
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 from langgraph.runtime import Runtime
+from langgraph.types import Send
 
 from memstrata.context import Context
 from memstrata.memory.conversation import Conversation
@@ -140,3 +142,9 @@ def read_episodes(store: MemoryStore, user_id: str,
             turns[(conv_id, r.unit_id)] = Turn.model_validate(r.payload)
         episodes += eps
     return episodes, turns
+
+
+def episode_sends(node: str, episodes: list[list[str]], max_fanout: int) -> list[Send]:
+    """Episode id pairs cut into at most ``max_fanout`` batches, one ``Send`` to ``node`` per batch."""
+    size = math.ceil(len(episodes) / min(max_fanout, len(episodes)))
+    return [Send(node, {"episodes": episodes[i:i + size]}) for i in range(0, len(episodes), size)]
