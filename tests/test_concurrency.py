@@ -349,3 +349,33 @@ def test_a_server_stopped_mid_ingest_is_a_clear_error_and_a_rerun_loses_nothing(
     conv = normalize_input(load_path(source), user_id="stop")[0]
     assert {r.unit_id for r in store.get("turn", user_id="stop")} == {t.id for s in conv.sessions for t in s.turns}
     assert incomplete_sessions(store, conv) == []  # every turn in an episode with its summary, every view there
+
+
+def test_a_transient_server_read_error_is_retried_and_a_lasting_one_raised() -> None:
+    """The Chroma server's "hnsw segment reader" race is repeated away; anything else, or for too long, is raised."""
+    from chromadb.errors import InternalError
+
+    from memstrata.memory.store.vectors import ServerGuard
+
+    race = "Error executing plan: Internal error: Error creating hnsw segment reader: Nothing found on disk"
+
+    class Flaky:
+        def __init__(self, failures: int, message: str) -> None:
+            self.failures, self.message, self.calls = failures, message, 0
+
+        def get(self) -> str:
+            self.calls += 1
+            if self.calls <= self.failures:
+                raise InternalError(self.message)
+            return "rows"
+
+    twice = Flaky(2, race)
+    assert ServerGuard(twice, "http://127.0.0.1:1").get() == "rows" and twice.calls == 3
+    always = Flaky(100, race)
+    with pytest.raises(InternalError):
+        ServerGuard(always, "http://127.0.0.1:1").get()
+    assert always.calls == 6
+    other = Flaky(1, "Error executing plan: collection not found")
+    with pytest.raises(InternalError):
+        ServerGuard(other, "http://127.0.0.1:1").get()
+    assert other.calls == 1

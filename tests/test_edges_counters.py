@@ -151,6 +151,12 @@ def test_counters(backend: Backend) -> None:
     assert got[TURN] == UnitCounters(*TURN, reinforcement_count=1, reinforced_at=30.0, recall_count=2,
                                      last_access=20.0, tier="cold")
     assert got[other] == UnitCounters(*other, reinforcement_count=1, reinforced_at=30.0)
+    store.reinforce("alice", [other], at=30.0)  # the same consolidation replayed: still one
+    assert store.get("alice", [other])[other].reinforcement_count == 1
+    store.reinforce("alice", [other], at=25.0)  # older than the last: counted in time order, so not again
+    assert store.get("alice", [other])[other] == UnitCounters(*other, reinforcement_count=1, reinforced_at=30.0)
+    store.reinforce("alice", [other], at=40.0)
+    assert store.get("alice", [other])[other] == UnitCounters(*other, reinforcement_count=2, reinforced_at=40.0)
     assert [c.unit_id for c in store.all("alice", kind="summary")] == ["s1:t0"]
     assert len(store.all("alice")) == 2
     with pytest.raises(StoreError):

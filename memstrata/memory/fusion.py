@@ -45,12 +45,14 @@ class Weights:
 
 
 def ranks_to_unit(scores: np.ndarray) -> np.ndarray:
-    """RRF contribution of each item's rank, scaled so rank 1 is 1.0."""
+    """RRF contribution of each item's rank, scaled so rank 1 is 1.0.
+
+    Equal scores share the best of their ranks, so the result never depends on the order
+    the units happen to be stored in (a snapshot updated in place equals a rebuilt one).
+    """
     if scores.size == 0:
         return scores
-    order = np.argsort(-scores, kind="stable")
-    ranks = np.empty(len(scores))
-    ranks[order] = np.arange(len(scores))
+    ranks = np.searchsorted(np.sort(-scores), -scores, side="left").astype(float)
     return (RRF_K + 1) / (RRF_K + 1 + ranks)
 
 

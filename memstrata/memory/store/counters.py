@@ -6,7 +6,8 @@ touches the vector store, so it never invalidates a search snapshot, and a query
 that records an access stays cheap.
 
 Every update goes through the table's ``merge`` hook, which sets the named fields,
-adds to the counted ones and keeps the rest:
+adds to the counted ones and keeps the rest (a reinforcement reads the stored count
+first and sets the next one, so replaying the same consolidation never counts twice):
 
 - SQLite (embedded mode): one ``INSERT ... ON CONFLICT DO UPDATE`` per unit inside
   ``BEGIN IMMEDIATE``, so an increment is atomic even between processes;
@@ -120,8 +121,25 @@ class CounterStore:
         self._merge(user_id, items, {"last_access": float(at)}, add={"recall_count": 1})
 
     def reinforce(self, user_id: str, items: Sequence[Item], *, at: float) -> None:
-        """The units were consolidated again: ``reinforcement_count`` += 1, ``reinforced_at`` = ``at``."""
-        self._merge(user_id, items, {"reinforced_at": float(at)}, add={"reinforcement_count": 1})
+        """The units were consolidated at memory time ``at``: ``reinforcement_count`` += 1, ``reinforced_at`` = ``at``.
+
+        Consolidations are counted in memory-time order: a unit whose last reinforcement is
+        at ``at`` or later is left as it is. So a replayed consolidation (a resumed ingest, or
+        two processes ingesting the same conversation at once) is counted once, as in a single
+        sequential run, and the count is the number of distinct memory times the unit was
+        consolidated at. The price: a consolidation older than the last one, e.g. a session
+        imported out of order, is not counted.
+        """
+        tenant.check_user(user_id)
+        at = float(at)
+        with self._lock:
+            stored = self.get(user_id, items)
+            rows = [TableRow(_key(user_id, item), user_id, item[0],
+                             {"kind": item[1], "unit_id": item[2], "reinforcement_count": old.reinforcement_count + 1,
+                              "reinforced_at": at})
+                    for item, old in stored.items() if old.reinforced_at is None or at > old.reinforced_at]
+            if rows:
+                self.table.merge(rows)
 
     def set_tier(self, user_id: str, items: Sequence[Item], tier: str) -> None:
         """Set the storage tier of the units."""

@@ -26,6 +26,7 @@ from urllib.parse import urlparse
 import numpy as np
 from langchain_core.embeddings import Embeddings
 from pydantic import BaseModel
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from memstrata.memory import levels
 from memstrata.memory.embeddings import MiniLMEmbeddings, embedder_identity
@@ -412,13 +413,28 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     return (httpx.TransportError, ConnectionError)
 
 
+# A Chroma server (1.5.x) may answer a read of a collection that another client is writing
+# for the first time with "Error creating hnsw segment reader: Nothing found on disk"
+# (chroma-core/chroma#4212): its vector segment is not flushed yet. The next try succeeds,
+# so these calls are repeated a bounded number of times before the error is raised.
+_TRANSIENT = ("Error creating hnsw segment reader",)
+_TRANSIENT_ATTEMPTS = 6
+
+
+def _is_transient(exc: BaseException) -> bool:
+    from chromadb.errors import ChromaError
+
+    return isinstance(exc, ChromaError) and any(text in str(exc) for text in _TRANSIENT)
+
+
 class ServerGuard:
     """A Chroma server client, or one of its collections, whose lost connections are :class:`StoreError`.
 
     chromadb lets ``httpx`` errors through when the server stops or restarts; a caller
     (the CLI above all) should hear which server went away and what to do, not get a
-    traceback from deep inside an HTTP library. Attributes pass through unchanged;
-    collections a call returns come back guarded too.
+    traceback from deep inside an HTTP library. A call the server fails with a known
+    transient error (see ``_TRANSIENT``) is repeated, at most ``_TRANSIENT_ATTEMPTS`` times.
+    Attributes pass through unchanged; collections a call returns come back guarded too.
 
     Args:
         target: a ``chromadb.HttpClient`` or a collection of one.
@@ -443,8 +459,10 @@ class ServerGuard:
 
         @functools.wraps(method)
         def call(*args: Any, **kwargs: Any) -> Any:
+            retrying = Retrying(retry=retry_if_exception(_is_transient), stop=stop_after_attempt(_TRANSIENT_ATTEMPTS),
+                                wait=wait_exponential(multiplier=0.05, max=2.0), reraise=True)
             try:
-                out = method(*args, **kwargs)
+                out = retrying(method, *args, **kwargs)
             except _transport_errors() as exc:
                 msg = (f"the Chroma server at {self._url} stopped answering ({type(exc).__name__}: {exc}); "
                        "start it again and re-run the same command: what was stored is kept, the rest is redone")

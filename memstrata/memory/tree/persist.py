@@ -142,8 +142,14 @@ def save_tree(store: MemoryStore, update: TreeUpdate, units: Sequence[TreeNode])
 
 
 def _reinforce(store: MemoryStore, update: TreeUpdate, units: Sequence[TreeNode]) -> None:
-    """H-Mem's n_m += 1 and r_m for every consolidation, at memory time (so results never depend on run time)."""
-    events = [*update.reinforcements, *(Reinforcement(u.id, u.end) for u in units)]
+    """H-Mem's n_m += 1 and r_m for every consolidation, at memory time (so results never depend on run time).
+
+    A recomputed node counts one consolidation per distinct time of the leaves under it, as if
+    each leaf had arrived alone: the counters skip times at or before the stored ``r_m``, so the
+    count is the same however the conversation was batched, resumed or written concurrently.
+    """
+    leaf_times = {u.id: {update.forest.leaves[i].when for i in update.forest.descendants(u.id)} for u in units}
+    events = [*update.reinforcements, *(Reinforcement(u.id, t) for u in units for t in leaf_times[u.id])]
     by_time: dict[float, list[tuple[str, str, str]]] = {}
     for event in events:
         kind = SUMMARY_KIND if event.unit_id in update.summaries else TREE_NODE.kind
