@@ -55,14 +55,15 @@ class IngestState(TypedDict, total=False):
     only_conversation: str | None
     conversations: list[str]  # ids of the conversations in the input
     sessions: list[list[str]]  # [conversation_id, session_id] pairs with new or changed turns
-    episodes: Annotated[list[list[str]], union]  # [conversation_id, episode_id] pairs to summarize
+    episodes: Annotated[list[list[str]], union]  # [conversation_id, episode_id] pairs of the new episodes
+    drafts: list[dict[str, Any]]  # the new episodes (payload and vector), stored by distill_batch
     stats: Annotated[dict[str, Any], merge_dicts]
 
 
 class EpisodeBatch(TypedDict):
-    """The payload ``Send`` gives one summarizer branch: ``[conversation_id, episode_id]`` pairs."""
+    """The payload ``Send`` gives one ``distill_batch`` branch: new episodes as ``{"episode", "vector"}`` dicts."""
 
-    episodes: list[list[str]]
+    drafts: list[dict[str, Any]]
 
 
 # ---- retrieval -------------------------------------------------------------------

@@ -296,9 +296,6 @@ def test_a_reader_during_writes_never_sees_a_dangling_link(reader_views: dict[st
     assert reader_views["after"]["parents"] == []
 
 
-@pytest.mark.xfail(strict=True, reason="ingestion stores a session's episodes (segment_episodes) before their "
-                   "summaries (summarize_batch), and a reader's snapshot shows every stored unit; see the README's "
-                   "Reliability section")
 def test_a_reader_during_writes_never_sees_an_episode_without_its_summary(
         reader_views: dict[str, dict[str, Any]]) -> None:
     for name in PAUSES:

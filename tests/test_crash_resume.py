@@ -36,9 +36,22 @@ def on_progress(event):
     if event["stage"] == stage and seen.count(stage) == int(sys.argv[3]):
         os.kill(os.getpid(), signal.SIGKILL)
 
+if stage.startswith("upsert:"):  # die just before the nth write of one kind, in the middle of a stage
+    from memstrata.memory.store import MemoryStore
+    plain = MemoryStore.upsert
+
+    def upsert(self, kind, *args, **kwargs):
+        seen.append(f"upsert:{kind}")
+        if f"upsert:{kind}" == stage and seen.count(stage) == int(sys.argv[3]):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return plain(self, kind, *args, **kwargs)
+
+    MemoryStore.upsert = upsert
+
 Memstrata(path=sys.argv[1], embeddings=HashEmbeddings()).ingest(EXAMPLE, user_id="u", on_progress=on_progress)
 """
-STAGES = [("turns", 1), ("contexts", 1), ("segment", 1), ("summaries", 1), ("summaries", 2), ("summaries", 3)]
+STAGES = [("turns", 1), ("contexts", 1), ("segment", 1), ("upsert:episode", 1), ("upsert:fact", 1),
+          ("summaries", 1), ("summaries", 2), ("upsert:episode", 3), ("summaries", 3), ("entities", 1)]
 
 
 def _ingest(folder: Path, stage: str = "never", nth: int = 1) -> int:
@@ -76,6 +89,19 @@ def _digest(folder: Path) -> dict[str, dict[str, str]]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _orphans(digest: dict[str, dict[str, str]]) -> list[str]:
+    """Stored units whose parent is not stored (an episode without its summary, a fact without its episode)."""
+    ids = {key for rows in digest.values() for key in rows}
+    out = []
+    for kind in ("episode", "fact"):
+        for key, blob in digest.get(kind, {}).items():
+            payload = json.loads(blob)[1]
+            parent = payload["summary_id"] if kind == "episode" else payload["episode_id"]
+            if f"{payload['conversation_id']}/{parent}" not in ids:
+                out.append(f"{key} -> {parent}")
+    return out
+
+
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
     folder = tmp_path_factory.mktemp("clean")
@@ -86,7 +112,9 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]
 @pytest.mark.parametrize(("stage", "nth"), STAGES, ids=[f"{s}-{n}" for s, n in STAGES])
 def test_killed_ingest_resumes_to_exactly_a_clean_run(clean, tmp_path: Path, stage: str, nth: int) -> None:
     assert _ingest(tmp_path, stage, nth) == -9  # it really died there
-    assert _digest(tmp_path) != clean  # and left the store incomplete
+    crashed = _digest(tmp_path)
+    assert crashed != clean  # and left the store incomplete
+    assert _orphans(crashed) == []  # but never a unit whose parent is not stored
     assert _ingest(tmp_path) == 0
     resumed = _digest(tmp_path)
     assert set(resumed) >= {lv.kind for lv in levels()} | {"speaker_digest", "edges", "counters"}

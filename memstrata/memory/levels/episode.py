@@ -30,6 +30,8 @@ class Episode(Unit):
     end_position: int
     text: str = Field(description="The verbatim turns, one rendered turn per line")
     summary_id: str = ""
+    fact_ids: list[str] = Field(default_factory=list, description=(
+        "The facts distilled from it, stored after it: an episode whose facts are not all stored is unfinished"))
 
     @model_validator(mode="after")
     def _derive_id(self) -> Episode:

@@ -1,4 +1,4 @@
-"""Ingestion stage 4: atomic facts of each new episode, fanned out over episode batches with ``Send``.
+"""The atomic facts of one episode, and how a batch's facts are stored (used by :mod:`.distill`).
 
 Offline, the clause extractor (:mod:`memstrata.memory.facts.clauses`); with a
 model, one extraction call per episode (Bi-Mem §4.2.1, xMemory §3.2 in our own
@@ -10,25 +10,17 @@ yields are deleted, so re-extracting never duplicates.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from datetime import datetime
-from typing import Any
 
-from langgraph.runtime import Runtime
-from langgraph.types import Send
 from pydantic import BaseModel, Field
 
-from memstrata.context import Context
 from memstrata.llm import GOOD_OUTCOMES
 from memstrata.memory.facts.clauses import extract_facts as offline_facts
 from memstrata.memory.levels import Episode, Fact, Turn
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.timeparse import format_date, parse_timestamp
-from memstrata.nodes.common import LLMStep, progress
-from memstrata.nodes.ingest.turns import by_conversation, episode_sends, read_episodes
-from memstrata.resources import aresolve_store
-from memstrata.state import EpisodeBatch, IngestState
+from memstrata.nodes.common import LLMStep
+from memstrata.nodes.ingest.turns import by_conversation
 
 ENTITY_TYPES = ("person", "pet", "place", "org", "thing")
 
@@ -56,45 +48,19 @@ class EpisodeFacts(BaseModel):
     entities: list[ExtractedEntity] = Field(default_factory=list)
 
 
-def route_facts(state: IngestState, runtime: Runtime[Context]) -> list[Send] | str:
-    """Fan the new episodes out to at most ``Context.max_fanout`` fact extraction branches."""
-    episodes = state.get("episodes", [])
-    if not episodes:
-        return "link_entities"
-    return episode_sends("extract_facts", episodes, runtime.context.max_fanout)
-
-
-async def extract_facts(batch: EpisodeBatch, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Extract and store the facts of one batch of episodes."""
-    ctx = runtime.context
-    started = time.perf_counter()
-    store = await aresolve_store(ctx)
-    step = LLMStep(ctx, budget=False)
-    episodes, turns = await asyncio.to_thread(read_episodes, store, ctx.user_id, batch["episodes"])
-    facts: list[Fact] = []
-    fallbacks = 0
-    for ep in episodes:
-        ep_turns = [turns[(ep.conversation_id, t)] for t in ep.turn_ids if (ep.conversation_id, t) in turns]
-        offline = offline_facts(ep_turns, episode_id=ep.id, speakers=_speakers(ep_turns), session_time=ep.timestamp)
-        if step.model is not None:
-            got, ok = await _llm_facts(step, ep, ep_turns, offline)
-            fallbacks += not ok
-            offline = got
-        facts += offline
-    written = await asyncio.to_thread(_replace, store, ctx.user_id, episodes, facts, ctx.embed_batch)
-    progress("facts", f"extracted {written} facts from {len(episodes)} episodes", done=len(episodes))
-    stats: dict[str, Any] = {"facts_written": written, "facts_fallbacks": fallbacks,
-                             "stage_seconds": {"facts": round(time.perf_counter() - started, 3)}}
-    if step.model is not None and step.meter.calls:  # only nodes that called the model report
-        stats["llm"] = {"facts": step.meter.summary()}
-    return {"stats": stats}
+async def episode_facts(step: LLMStep, ep: Episode, turns: list[Turn]) -> tuple[list[Fact], bool]:
+    """The episode's facts: the clauses offline; with a model its facts, or the clauses (and ``False``)."""
+    offline = offline_facts(turns, episode_id=ep.id, speakers=_speakers(turns), session_time=ep.timestamp)
+    if step.model is None:
+        return offline, True
+    return await _llm_facts(step, ep, turns, offline)
 
 
 def _speakers(turns: list[Turn]) -> list[str]:
     return list(dict.fromkeys(t.speaker for t in turns))
 
 
-def _replace(store: MemoryStore, user_id: str, episodes: list[Episode], facts: list[Fact], batch: int) -> int:
+def replace_facts(store: MemoryStore, user_id: str, episodes: list[Episode], facts: list[Fact], batch: int) -> int:
     """Store the episodes' facts; delete their earlier facts the new extraction no longer yields."""
     keep = {(f.conversation_id, f.id) for f in facts}
     for conv_id, ids in by_conversation([[e.conversation_id, e.id] for e in episodes]).items():

@@ -1,28 +1,19 @@
-"""Ingestion stage 6: HyMem's Level-1 summaries, fanned out over episode batches with ``Send``.
+"""HyMem's Level-1 summary of one episode (used by :mod:`.distill`).
 
-Each branch reads its episodes and their turns from the store, summarizes them
-(the model's key information, or extractive offline) and stores its summaries.
+Extractive offline (:func:`memstrata.memory.levels.summary.offline_summary`); with
+a model, its key information as short sentences, or the extractive summary when
+its output is unusable.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from typing import Any
-
-from langgraph.runtime import Runtime
-from langgraph.types import Send
 from pydantic import BaseModel, Field
 
-from memstrata.context import Context
 from memstrata.llm import GOOD_OUTCOMES
-from memstrata.memory.levels import Episode, EventSummary
+from memstrata.memory.levels import Episode, EventSummary, Turn
 from memstrata.memory.levels.summary import offline_summary
 from memstrata.memory.timeparse import format_date
-from memstrata.nodes.common import LLMStep, progress
-from memstrata.nodes.ingest.turns import episode_sends, read_episodes
-from memstrata.resources import aresolve_store
-from memstrata.state import EpisodeBatch, IngestState
+from memstrata.nodes.common import LLMStep
 
 
 class KeyInformation(BaseModel):
@@ -31,36 +22,11 @@ class KeyInformation(BaseModel):
     keywords: list[str] = Field(description="Each piece of key information as one concise sentence")
 
 
-def route_summaries(state: IngestState, runtime: Runtime[Context]) -> list[Send] | str:
-    """Fan the new episodes out to at most ``Context.max_fanout`` summarizer branches."""
-    episodes = state.get("episodes", [])
-    if not episodes:
-        return "consolidate_tree"
-    return episode_sends("summarize_batch", episodes, runtime.context.max_fanout)
-
-
-async def summarize_batch(batch: EpisodeBatch, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Summarize and store one batch of episodes."""
-    ctx = runtime.context
-    started = time.perf_counter()
-    store = await aresolve_store(ctx)
-    step = LLMStep(ctx, budget=False)
-    episodes, turns = await asyncio.to_thread(read_episodes, store, ctx.user_id, batch["episodes"])
-    out: list[EventSummary] = []
-    for ep in episodes:
-        summary = offline_summary(ep, [turns[(ep.conversation_id, t)] for t in ep.turn_ids],
-                                  max_sentences=ctx.summary_max_sentences, max_words=ctx.summary_max_words)
-        if step.model is not None:
-            summary = await _llm_summary(step, ep, summary)
-        out.append(summary)
-    await asyncio.to_thread(store.upsert, "summary", out, documents=[s.embed_text() for s in out],
-                            extra=[s.metadata() for s in out])
-    progress("summaries", f"summarized and stored {len(out)} episodes (Level-1)", done=len(out))
-    stats: dict[str, Any] = {"summaries_written": len(out),
-                             "stage_seconds": {"summaries": round(time.perf_counter() - started, 3)}}
-    if step.model is not None:
-        stats["llm"] = {"summarize": step.meter.summary()}
-    return {"stats": stats}
+async def episode_summary(step: LLMStep, ep: Episode, turns: list[Turn]) -> EventSummary:
+    """The episode's Level-1 summary: extractive offline, the model's key information otherwise."""
+    ctx = step.ctx
+    summary = offline_summary(ep, turns, max_sentences=ctx.summary_max_sentences, max_words=ctx.summary_max_words)
+    return await _llm_summary(step, ep, summary) if step.model is not None else summary
 
 
 async def _llm_summary(step: LLMStep, ep: Episode, fallback: EventSummary) -> EventSummary:

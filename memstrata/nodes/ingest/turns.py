@@ -83,24 +83,35 @@ def _stored_turns(store: MemoryStore, conv: Conversation) -> dict[str, str]:
 
 
 def incomplete_sessions(store: MemoryStore, conv: Conversation) -> list[str]:
-    """Sessions whose episodes do not cover every turn, lack a summary or lack turn contexts.
+    """Sessions whose finished episodes do not cover every turn, or that lack turn contexts.
 
-    That is an interrupted ingest, or a store written before turn contexts existed; either way
-    re-ingesting the same input repairs it.
+    An episode is finished when its summary and all its facts are stored (they are written
+    summary, episode, facts). Anything less is an interrupted ingest, or a store written
+    before turn contexts existed; either way re-ingesting the same input repairs it.
     """
     key = {"user_id": conv.user_id, "conversation_id": conv.conversation_id, "where": _sessions_of(conv)}
     episodes = store.get("episode", **key)
-    summaries = {r.unit_id for r in store.get("summary", **key)}
     covered: dict[str, set[str]] = {}
-    for ep in episodes:
-        p = ep.payload
-        if p["summary_id"] in summaries:
-            covered.setdefault(p["session_id"], set()).update(p["turn_ids"])
+    for ep in finished_episodes(store, conv.user_id, conv.conversation_id, episodes):
+        covered.setdefault(ep.payload["session_id"], set()).update(ep.payload["turn_ids"])
     viewed: dict[str, set[str]] = {}
     for r in store.get("turn_context", **key):
         viewed.setdefault(str(r.metadata.get("session_id")), set()).add(str(r.metadata.get("turn_id")))
     return [s.session_id for s in conv.sessions
             if not covered.get(s.session_id, set()) == viewed.get(s.session_id, set()) == {t.id for t in s.turns}]
+
+
+def finished_episodes(store: MemoryStore, user_id: str, conv_id: str, records: list[Any]) -> list[Any]:
+    """The stored episode records whose summary and every fact are stored too."""
+    if not records:
+        return []
+    wanted = [r.payload.get("summary_id", "") for r in records]
+    summaries = {r.unit_id for r in store.get("summary", user_id=user_id, conversation_id=conv_id, unit_ids=wanted)}
+    fact_ids = [f for r in records for f in r.payload.get("fact_ids", [])]
+    facts = {r.unit_id for r in store.get("fact", user_id=user_id, conversation_id=conv_id, unit_ids=fact_ids)} \
+        if fact_ids else set()
+    return [r for r in records if r.payload.get("summary_id") in summaries
+            and all(f in facts for f in r.payload.get("fact_ids", []))]
 
 
 def by_conversation(pairs: list[list[str]]) -> dict[str, list[str]]:
@@ -128,23 +139,16 @@ def read_sessions(store: MemoryStore, user_id: str, pairs: list[list[str]], *,
     return out
 
 
-def read_episodes(store: MemoryStore, user_id: str,
-                  pairs: list[list[str]]) -> tuple[list[Episode], dict[tuple[str, str], Turn]]:
-    """Some ``[conversation_id, episode_id]`` pairs' episodes (in the given order) and every turn they hold."""
-    episodes: list[Episode] = []
+def read_episode_turns(store: MemoryStore, user_id: str, episodes: list[Episode]) -> dict[tuple[str, str], Turn]:
+    """Every stored turn the episodes hold, by ``(conversation_id, turn_id)``."""
     turns: dict[tuple[str, str], Turn] = {}
-    for conv_id, ids in by_conversation(pairs).items():
-        found = {r.unit_id: Episode.model_validate(r.payload)
-                 for r in store.get("episode", user_id=user_id, conversation_id=conv_id, unit_ids=ids)}
-        eps = [found[i] for i in ids if i in found]
-        needed = sorted({t for e in eps for t in e.turn_ids})
-        for r in store.get("turn", user_id=user_id, conversation_id=conv_id, unit_ids=needed):
+    for conv_id, ids in by_conversation([[e.conversation_id, t] for e in episodes for t in e.turn_ids]).items():
+        for r in store.get("turn", user_id=user_id, conversation_id=conv_id, unit_ids=sorted(set(ids))):
             turns[(conv_id, r.unit_id)] = Turn.model_validate(r.payload)
-        episodes += eps
-    return episodes, turns
+    return turns
 
 
-def episode_sends(node: str, episodes: list[list[str]], max_fanout: int) -> list[Send]:
-    """Episode id pairs cut into at most ``max_fanout`` batches, one ``Send`` to ``node`` per batch."""
-    size = math.ceil(len(episodes) / min(max_fanout, len(episodes)))
-    return [Send(node, {"episodes": episodes[i:i + size]}) for i in range(0, len(episodes), size)]
+def episode_sends(node: str, drafts: list[dict[str, Any]], max_fanout: int) -> list[Send]:
+    """New episodes cut into at most ``max_fanout`` batches, one ``Send`` to ``node`` per batch."""
+    size = math.ceil(len(drafts) / min(max_fanout, len(drafts)))
+    return [Send(node, {"drafts": drafts[i:i + size]}) for i in range(0, len(drafts), size)]

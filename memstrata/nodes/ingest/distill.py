@@ -1,0 +1,103 @@
+"""Ingestion stage 4: per batch of new episodes, HyMem's Level-1 summaries and the atomic facts, then the writes.
+
+Fanned out over episode batches with ``Send``. Each branch summarizes its episodes
+(:mod:`.summaries`) and extracts their facts (:mod:`.facts`), then stores, in one
+thread, summaries, then episodes (each listing its fact ids), then facts. A unit is
+stored only after the unit it points up to, so the store never holds an episode
+without its summary or a fact without its episode, even after a crash; and an
+episode whose facts are not all stored counts as unfinished, so a re-run redoes it.
+The branches take turns to write, and each reports progress before it lets the
+next one write: at a progress event no batch is half-written, so a reader paused
+there sees every session before or after its episodes, never in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from typing import Any
+
+from langgraph.runtime import Runtime
+from langgraph.types import Send
+
+from memstrata.context import Context
+from memstrata.memory.levels import Episode, EventSummary, Fact
+from memstrata.memory.store import MemoryStore
+from memstrata.nodes.common import LLMStep, progress
+from memstrata.nodes.ingest.facts import episode_facts, replace_facts
+from memstrata.nodes.ingest.summaries import episode_summary
+from memstrata.nodes.ingest.turns import episode_sends, read_episode_turns
+from memstrata.resources import aresolve_store
+from memstrata.state import EpisodeBatch, IngestState
+
+
+def route_episodes(state: IngestState, runtime: Runtime[Context]) -> list[Send] | str:
+    """Fan the new episodes out to at most ``Context.max_fanout`` branches."""
+    drafts = state.get("drafts", [])
+    if not drafts:
+        return "link_entities"
+    return episode_sends("distill_batch", drafts, runtime.context.max_fanout)
+
+
+async def distill_batch(batch: EpisodeBatch, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Summarize one batch of episodes and extract their facts; store summaries, episodes, facts in that order."""
+    ctx = runtime.context
+    store = await aresolve_store(ctx)
+    episodes = [Episode.model_validate(d["episode"]) for d in batch["drafts"]]
+    vectors = [d["vector"] for d in batch["drafts"]]
+    turns = await asyncio.to_thread(read_episode_turns, store, ctx.user_id, episodes)
+    of = {e.id: [turns[(e.conversation_id, t)] for t in e.turn_ids if (e.conversation_id, t) in turns]
+          for e in episodes}
+    fact_step, summary_step = LLMStep(ctx, budget=False), LLMStep(ctx, budget=False)
+    started = time.perf_counter()
+    facts: list[Fact] = []
+    fallbacks = 0
+    for i, ep in enumerate(episodes):
+        got, ok = await episode_facts(fact_step, ep, of[ep.id])
+        facts += got
+        fallbacks += not ok
+        episodes[i] = ep.model_copy(update={"fact_ids": [f.id for f in got]})
+    facts_s = time.perf_counter() - started
+    summaries = [await episode_summary(summary_step, ep, of[ep.id]) for ep in episodes]
+    summaries_s = time.perf_counter() - started - facts_s
+    async with _write_lock():  # a progress event is a moment when no branch is half-way through its writes
+        spent = await asyncio.to_thread(_write, store, ctx.user_id, summaries, episodes, vectors, facts,
+                                        ctx.embed_batch)
+        progress("facts", f"extracted {len(facts)} facts from {len(episodes)} episodes", done=len(episodes))
+        progress("summaries", f"summarized and stored {len(summaries)} episodes (Level-1)", done=len(summaries))
+    stats: dict[str, Any] = {
+        "summaries_written": len(summaries), "facts_written": len(facts), "facts_fallbacks": fallbacks,
+        "stage_seconds": {"summaries": round(summaries_s + spent["summaries"], 3),
+                          "facts": round(facts_s + spent["facts"], 3)},
+    }
+    llm = {name: step.meter.summary() for name, step in (("facts", fact_step), ("summarize", summary_step))
+           if step.model is not None and step.meter.calls}  # only steps that called the model report
+    if llm:
+        stats["llm"] = llm
+    return {"stats": stats}
+
+
+_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+def _write_lock() -> asyncio.Lock:
+    """One lock per event loop: the branches' writes (not their model calls) take turns."""
+    loop = asyncio.get_running_loop()
+    lock = _LOCKS.get(loop)
+    if lock is None:
+        lock = _LOCKS[loop] = asyncio.Lock()
+    return lock
+
+
+def _write(store: MemoryStore, user_id: str, summaries: list[EventSummary], episodes: list[Episode],
+           vectors: list[list[float]], facts: list[Fact], batch: int) -> dict[str, float]:
+    """Summaries, then episodes, then facts (parents first); the seconds each part took."""
+    started = time.perf_counter()
+    store.upsert("summary", summaries, documents=[s.embed_text() for s in summaries],
+                 extra=[s.metadata() for s in summaries])
+    store.upsert("episode", episodes, documents=[e.embed_text() for e in episodes], vectors=vectors,
+                 extra=[e.metadata() for e in episodes])
+    middle = time.perf_counter()
+    replace_facts(store, user_id, episodes, facts, batch)
+    return {"summaries": middle - started, "facts": time.perf_counter() - middle}
