@@ -122,3 +122,83 @@ def test_killed_ingest_resumes_to_exactly_a_clean_run(clean, tmp_path: Path, sta
         assert resumed[kind].keys() == rows.keys(), f"{kind}: lost {rows.keys() - resumed[kind].keys()}, " \
                                                     f"extra {resumed[kind].keys() - rows.keys()}"
         assert resumed[kind] == rows, kind
+
+
+# ---- LLM mode: the real llama.cpp server decides segments, facts, summaries, supersession and tree text ----
+
+LLM_SCRIPT = r"""
+import json, os, signal, sys
+sys.path.insert(0, "tests")
+from conftest import HashEmbeddings
+from plugins.llm_server import make_chat_model
+from memstrata import Memstrata
+from memstrata.memory.store import MemoryStore
+
+folder, stage, nth, url, source = sys.argv[1:6]
+seen = []
+
+def on_progress(event):
+    seen.append(event["stage"])
+    if event["stage"] == stage and seen.count(stage) == int(nth):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+plain = MemoryStore.upsert
+
+def upsert(self, kind, *args, **kwargs):
+    seen.append(f"upsert:{kind}")
+    if f"upsert:{kind}" == stage and seen.count(stage) == int(nth):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return plain(self, kind, *args, **kwargs)
+
+MemoryStore.upsert = upsert
+mem = Memstrata(path=folder, embeddings=HashEmbeddings(), model=make_chat_model(url), max_fanout=1)
+stats = mem.ingest(source, user_id="u", conversation_id="priya-tom", on_progress=on_progress)
+print(json.dumps({k: v["calls"] for k, v in stats.get("llm", {}).items()}))
+"""
+LLM_STAGES = [("segment", 1), ("upsert:fact", 1), ("summaries", 1)]
+
+
+def _ingest_llm(folder: Path, url: str, source: Path, stage: str = "never", nth: int = 1) -> tuple[int, str]:
+    """The ingest's return code, and (when it finished) the model calls per node as JSON."""
+    done = subprocess.run([sys.executable, "-c", LLM_SCRIPT, str(folder), stage, str(nth), url, str(source)],
+                          cwd=REPO, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True,
+                          text=True)
+    assert done.returncode in (0, -9), done.stderr[-3000:]
+    return done.returncode, done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+
+
+@pytest.fixture(scope="module")
+def two_sessions(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from test_llm_server import small_conversation
+
+    path = tmp_path_factory.mktemp("llm-source") / "priya-tom.json"
+    path.write_text(json.dumps({"conversation_id": "priya-tom", "messages": small_conversation()}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def clean_llm(llama_server: str, two_sessions: Path, tmp_path_factory: pytest.TempPathFactory
+              ) -> dict[str, dict[str, str]]:
+    folder = tmp_path_factory.mktemp("clean-llm")
+    code, calls = _ingest_llm(folder, llama_server, two_sessions)
+    assert code == 0
+    assert {"segment", "facts", "summarize"} <= {k for k, n in json.loads(calls).items() if n}, calls
+    return _digest(folder)
+
+
+@pytest.mark.parametrize(("stage", "nth"), LLM_STAGES, ids=[f"{s}-{n}" for s, n in LLM_STAGES])
+def test_killed_llm_mode_ingest_resumes_to_exactly_a_clean_run(
+        clean_llm: dict[str, dict[str, str]], llama_server: str, two_sessions: Path, tmp_path: Path,
+        stage: str, nth: int) -> None:
+    """The model decides episode boundaries and writes facts and summaries; greedy decoding makes a redone
+    episode's text the same, so the resumed store equals the clean one record by record."""
+    assert clean_llm["episode"] and clean_llm["summary"] and clean_llm["fact"]
+    assert _ingest_llm(tmp_path, llama_server, two_sessions, stage, nth)[0] == -9
+    crashed = _digest(tmp_path)
+    assert crashed != clean_llm and _orphans(crashed) == []
+    assert _ingest_llm(tmp_path, llama_server, two_sessions)[0] == 0
+    resumed = _digest(tmp_path)
+    for kind, rows in clean_llm.items():
+        assert resumed[kind].keys() == rows.keys(), f"{kind}: lost {rows.keys() - resumed[kind].keys()}, " \
+                                                    f"extra {resumed[kind].keys() - rows.keys()}"
+        assert resumed[kind] == rows, kind
