@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -65,12 +66,33 @@ def test_delete_and_replace_remove_the_old_messages_from_memory(store: Memstrata
     store.delete(("ann", "chat"), "m3")
     assert store.get(("ann", "chat"), "m3") is None
     mem = store.memory
-    assert all("pottery" not in r.document for kind in ("turn", "episode", "summary")
-               for r in mem.store.get(kind, user_id="ann"))
+    # No copy of the deleted message is left in any kind (facts, entities, tree nodes included) or edge.
+    for kind in mem.store.stored_kinds():
+        for r in mem.store.get(kind, user_id="ann"):
+            assert "pottery" not in r.document.lower() and "pottery" not in json.dumps(r.payload).lower(), kind
+    assert not any("pottery" in json.dumps(e.__dict__, default=str).lower() for e in mem.store.edges.get("ann"))
     assert mem.store.count("summary", user_id="ann") >= 1  # the rest of the conversation is summarized again
+    assert _dangling(mem, "ann") == []
+    for key in ("m0", "m1", "m2"):  # every message deleted: nothing of the conversation is left
+        store.delete(("ann", "chat"), key)
+    assert {k: mem.store.count(k, user_id="ann") for k in mem.store.stored_kinds()} == \
+        dict.fromkeys(mem.store.stored_kinds(), 0)
+    assert mem.store.edges.count("ann") == 0 and mem.store.counters.all("ann") == []
+    _fill(store, "ann")
     store.put(("ann", "chat"), "m0", {"speaker": "Ann", "text": "I moved to Porto, not Lisbon."})
     texts = {r.document for r in mem.store.get("turn", user_id="ann")}
     assert "Ann: I moved to Porto, not Lisbon." in texts and not any("last week" in t for t in texts)
+
+
+def _dangling(mem: Memstrata, user: str) -> list[str]:
+    """Links of stored units (children, raw turns, parents) that point at no stored unit."""
+    from memstrata.memory.levels import levels
+
+    units = {lv.kind: [lv.unit.model_validate(r.payload) for r in mem.store.get(lv.kind, user_id=user)]
+             for lv in levels()}
+    ids = {(u.conversation_id, u.id) for found in units.values() for u in found}
+    return [f"{kind} {u.id} -> {t}" for kind, found in units.items() for u in found
+            for t in [*u.child_ids(), *u.linked_turn_ids(), *u.parent_ids()] if (u.conversation_id, t) not in ids]
 
 
 def test_tenants_never_meet(store: MemstrataStore) -> None:

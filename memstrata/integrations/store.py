@@ -108,13 +108,8 @@ class MemstrataStore(BaseStore):
         if not rows:
             return
         gone = json.loads(str(rows[0].fields["turn_ids"]))
-        store = self.memory.store
-        store.delete("turn", user_id=user, conversation_id=conv, unit_ids=gone)
-        store.delete("turn_context", user_id=user, conversation_id=conv, unit_ids=[f"ctx:{t}" for t in gone])
-        for kind in ("episode", "summary"):  # rebuilt below from the messages that remain
-            stale = [r.unit_id for r in store.get(kind, user_id=user, conversation_id=conv)
-                     if set(r.payload.get("turn_ids", [])) & set(gone)]
-            store.delete(kind, user_id=user, conversation_id=conv, unit_ids=stale)
+        # The turns and every unit and edge built from them; what remains is rebuilt below.
+        self.memory.store.delete_turns(user, conv, gone)
         self._items.delete(user_id=user, keys=[key])
         remaining = self._conversation_messages(user, conv)
         if remaining:

@@ -148,6 +148,12 @@ class CounterStore:
             raise StoreError(msg)
         self._merge(user_id, items, {"tier": tier})
 
+    def delete(self, user_id: str, items: Sequence[Item]) -> int:
+        """Delete the counters of these units; the number gone."""
+        tenant.check_user(user_id)
+        keys = [_key(user_id, item) for item in _items(items)]
+        return self.table.delete(user_id=user_id, keys=keys) if keys else 0
+
     def delete_user(self, user_id: str) -> int:
         """Delete every counter of the user; the number gone."""
         return self.table.delete(user_id=user_id)
