@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
@@ -147,6 +147,9 @@ class Context:
     session_gap_hours: Annotated[float, _s(
         "ingestion", "plain message lists: a longer silence starts a new session")] = 6.0
     context_width: Annotated[int, _s("ingestion", "neighbours each side in a turn's contextual view")] = 1
+    context_vectors: Annotated[Literal["encoded", "pooled"], _s(
+        "ingestion", "a contextual view's vector: its text encoded by the embedder, or its turns' vectors pooled "
+        "(no model call; neighbours weigh half)")] = "pooled"
     summary_max_sentences: Annotated[int, _s("ingestion", "extractive summary: sentences at most")] = 5
     summary_max_words: Annotated[int, _s("ingestion", "extractive summary: words at most")] = 90
     embed_batch: Annotated[int, _s("ingestion", "units embedded and written per batch")] = 256

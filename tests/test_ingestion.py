@@ -139,3 +139,29 @@ def test_store_without_contexts_is_repaired_by_reingest(mem: Memstrata) -> None:
     stats = mem.ingest(EXAMPLE, user_id="u")
     assert stats["turns_added"] == 0 and stats["sessions_touched"] == 1 and stats["contexts_written"] == len(lost)
     assert mem.store.count("turn_context", user_id="u") == full
+
+
+@pytest.mark.parametrize("mode", ["pooled", "encoded"])
+def test_turn_context_vectors_are_pooled_or_encoded(tmp_path: Path, hash_embeddings, mode: str) -> None:
+    import numpy as np
+
+    from memstrata.memory.levels.turn_context import pooled_vectors
+
+    mem = Memstrata(path=tmp_path / mode, embeddings=hash_embeddings, context_vectors=mode)
+    mem.ingest(EXAMPLE, user_id="u")
+    turns = mem.store.get("turn", user_id="u", with_vectors=True)
+    views = {r.payload["turn_id"]: r for r in mem.store.get("turn_context", user_id="u", with_vectors=True)}
+    assert len(views) == len(turns)
+    by_session: dict[str, list] = {}
+    for r in sorted(turns, key=lambda r: r.metadata["position"]):
+        by_session.setdefault(r.metadata["session_id"], []).append(r)
+    for recs in by_session.values():
+        own = np.array([r.metadata["_vector"] for r in recs])
+        got = np.array([views[r.unit_id].metadata["_vector"] for r in recs])
+        if mode == "pooled":  # the neighbours' vectors pooled, no model call
+            assert np.allclose(got, pooled_vectors(own, width=1), atol=1e-5)
+        else:  # the window's text encoded
+            want = hash_embeddings.embed_documents([views[r.unit_id].document for r in recs])
+            assert np.allclose(got, want, atol=1e-5)
+        if len(recs) > 1:
+            assert not np.allclose(got, own, atol=1e-3)  # a view is not the turn alone

@@ -3,6 +3,9 @@
 A reply like "Went swimming with the kids!" says little alone; next to the
 question it answers, its vector matches what it is about. One unit per turn,
 linked by ``turn_id``; the turn itself stays verbatim and is what retrieval returns.
+Its vector is either the window's text encoded by the model, or (``Context.context_vectors
+= "pooled"``) the window's turn vectors pooled by :func:`pooled_vectors`, which costs no
+model call.
 
 Example:
     >>> from memstrata.memory.levels.turn import Turn
@@ -17,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from memstrata.memory.levels.base import Level, register
@@ -54,6 +58,22 @@ def turn_contexts(session_turns: Sequence[Turn], *, width: int = 1) -> list[Turn
             text="\n".join(t.render() for t in window), timestamp=turn.timestamp, timestamp_raw=turn.timestamp_raw,
         ))
     return out
+
+
+def pooled_vectors(turn_vectors: np.ndarray, *, width: int = 1, neighbour_weight: float = 0.5) -> np.ndarray:
+    """Each turn's contextual vector from the turn vectors alone (no model call), one row per turn.
+
+    The normalized weighted sum of the turn's own vector and those of up to ``width``
+    neighbours each side in the session (each neighbour weighted ``neighbour_weight``):
+    the same window as :func:`turn_contexts`, pooled instead of encoded as one text.
+    """
+    vecs = np.asarray(turn_vectors, dtype=float)
+    out = vecs.copy()
+    for shift in range(1, width + 1):
+        out[shift:] += neighbour_weight * vecs[:-shift]
+        out[:-shift] += neighbour_weight * vecs[shift:]
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return out / np.where(norms > 0, norms, 1.0)
 
 
 TURN_CONTEXT = register(Level(kind="turn_context", unit=TurnContext, role="view",

@@ -1,4 +1,4 @@
-"""Ingestion stage 2: each touched session's turns embedded with their neighbours (the ``turn_context`` view)."""
+"""Ingestion stage 2: each touched session's turns with their neighbours (the ``turn_context`` view), encoded or pooled."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from memstrata.context import Context
-from memstrata.memory.levels.turn_context import turn_contexts
+from memstrata.memory.levels.turn_context import pooled_vectors, turn_contexts
 from memstrata.memory.store import MemoryStore
 from memstrata.nodes.common import progress
 from memstrata.nodes.ingest.turns import by_conversation, read_sessions
@@ -22,13 +22,20 @@ async def write_turn_contexts(state: IngestState, runtime: Runtime[Context]) -> 
     ctx = runtime.context
     started = time.perf_counter()
     store = await aresolve_store(ctx)
-    sessions = await asyncio.to_thread(read_sessions, store, ctx.user_id, state.get("sessions", []))
-    views = [v for turns, _ in sessions.values() for v in turn_contexts(turns, width=ctx.context_width)]
+    pooled = ctx.context_vectors == "pooled"
+    sessions = await asyncio.to_thread(read_sessions, store, ctx.user_id, state.get("sessions", []),
+                                       with_vectors=pooled)
+    views, vectors = [], []
+    for turns, vecs in sessions.values():
+        views += turn_contexts(turns, width=ctx.context_width)
+        vectors += pooled_vectors(vecs, width=ctx.context_width).tolist() if pooled else [None] * len(turns)
     stored = await asyncio.to_thread(_stored, store, ctx.user_id, state.get("sessions", []))
-    views = [v for v in views if stored.get((v.conversation_id, v.id)) != v.embed_text()]  # only what changed
+    changed = [i for i, v in enumerate(views) if stored.get((v.conversation_id, v.id)) != v.embed_text()]
+    views, vectors = [views[i] for i in changed], [vectors[i] for i in changed]  # only what changed
     for start in range(0, len(views), ctx.embed_batch):
         batch = views[start:start + ctx.embed_batch]
         await asyncio.to_thread(store.upsert, "turn_context", batch, documents=[v.embed_text() for v in batch],
+                                vectors=vectors[start:start + len(batch)] if pooled else None,
                                 extra=[v.metadata() for v in batch])
         progress("contexts", f"embedded {start + len(batch)}/{len(views)} turn contexts", done=len(batch))
     return {"stats": {"contexts_written": len(views),
