@@ -54,42 +54,35 @@ class MemoryStore(VectorStore):
 
         Every unit of every registered kind that links to one of the turns goes (facts,
         summaries, episodes, entities, tree nodes, and kinds added later), and every unit
-        whose parent goes; so do the edges that come from the turns or touch a removed unit,
-        and the counters of every unit of the conversation no longer stored (a re-segmentation
-        leaves the counters of the units it replaced). The loop over units ends when a pass removes
-        nothing new (at most one pass per unit).
-        Units that link up to a parent go first, raw turns last, so no reader meets a unit
-        whose parent is gone. Re-ingesting the turns that remain rebuilds what they support.
+        whose parent goes, repeated until a pass adds nothing (a fact goes with its episode).
+        Units that link up to a parent are deleted first and raw turns last, so no reader
+        meets a unit whose parent is gone. The edges that come from the turns or touch a
+        removed unit go too, and so do the counters of every unit of the conversation no
+        longer stored (a re-segmentation leaves the counters of the units it replaced).
+        Re-ingesting the turns that remain rebuilds what they support.
         """
         from memstrata.memory.levels import levels
 
         gone = set(turn_ids)
-        removed: dict[str, int] = {}
-        dropped: set[tuple[str, str]] = set()
         units = {lv.kind: [lv.unit.model_validate(r.payload)
                            for r in self.get(lv.kind, user_id=user_id, conversation_id=conversation_id)]
                  for lv in levels()}
-        doomed = set(gone)  # unit ids; grown until a pass adds nothing (a fact goes with its episode)
-        while True:
-            more = {u.id for stored in units.values() for u in stored if u.id not in doomed
-                    and doomed & {*u.linked_turn_ids(), *u.parent_ids()}}
-            if not more:
-                break
+        doomed = set(gone)  # unit ids (raw turn ids included)
+        while more := {u.id for stored in units.values() for u in stored
+                       if u.id not in doomed and doomed & {*u.linked_turn_ids(), *u.parent_ids()}}:
             doomed |= more
-        found = {kind: [u.id for u in stored if u.id in doomed] for kind, stored in units.items()}
         linked_up = {kind for kind, stored in units.items() if any(u.parent_ids() for u in stored)}
         raw, *built = [lv.kind for lv in levels()]
         later_first = list(reversed(built))  # a kind registered later is built from earlier ones
-        order = [k for k in later_first if k in linked_up] + [k for k in later_first if k not in linked_up] + [raw]
-        for kind in order:
-            self.delete(kind, user_id=user_id, conversation_id=conversation_id, unit_ids=found[kind])
-            removed[kind] = len(found[kind])
-            dropped |= {(kind, i) for i in found[kind]}
-        names = {i for _, i in dropped}
+        removed: dict[str, int] = {}
+        for kind in [k for k in later_first if k in linked_up] + [k for k in later_first if k not in linked_up] + [raw]:
+            ids = [u.id for u in units[kind] if u.id in doomed]
+            self.delete(kind, user_id=user_id, conversation_id=conversation_id, unit_ids=ids)
+            removed[kind] = len(ids)
         edges = [e for e in self.edges.get(user_id, conversation_id=conversation_id)
-                 if gone & set(e.turn_ids) or e.src in names or e.dst in names]
+                 if doomed & {*e.turn_ids, e.src, e.dst}]
         removed["edges"] = self.edges.delete(user_id, edges)
-        kept = {(kind, u.id) for kind, stored in units.items() for u in stored} - dropped
+        kept = {(kind, u.id) for kind, stored in units.items() for u in stored if u.id not in doomed}
         stale = [(c.conversation_id, c.kind, c.unit_id) for c in self.counters.all(user_id)
                  if c.conversation_id == conversation_id and (c.kind, c.unit_id) not in kept]
         removed["counters"] = self.counters.delete(user_id, stale)

@@ -1,4 +1,7 @@
-"""Ingestion stage 2: each touched session's turns with their neighbours (the ``turn_context`` view), encoded or pooled."""
+"""Ingestion stage 2: each touched session's turns with their neighbours (the ``turn_context`` view).
+
+A view's vector is its text encoded, or its turns' stored vectors pooled (``Context.context_vectors``).
+"""
 
 from __future__ import annotations
 
@@ -25,17 +28,19 @@ async def write_turn_contexts(state: IngestState, runtime: Runtime[Context]) -> 
     pooled = ctx.context_vectors == "pooled"
     sessions = await asyncio.to_thread(read_sessions, store, ctx.user_id, state.get("sessions", []),
                                        with_vectors=pooled)
-    views, vectors = [], []
+    views, vectors = [], {}
     for turns, vecs in sessions.values():
-        views += turn_contexts(turns, width=ctx.context_width)
-        vectors += pooled_vectors(vecs, width=ctx.context_width).tolist() if pooled else [None] * len(turns)
+        session_views = turn_contexts(turns, width=ctx.context_width)
+        views += session_views
+        if pooled:
+            vectors |= {(v.conversation_id, v.id): p for v, p in
+                        zip(session_views, pooled_vectors(vecs, width=ctx.context_width).tolist(), strict=True)}
     stored = await asyncio.to_thread(_stored, store, ctx.user_id, state.get("sessions", []))
-    changed = [i for i, v in enumerate(views) if stored.get((v.conversation_id, v.id)) != v.embed_text()]
-    views, vectors = [views[i] for i in changed], [vectors[i] for i in changed]  # only what changed
+    views = [v for v in views if stored.get((v.conversation_id, v.id)) != v.embed_text()]  # only what changed
     for start in range(0, len(views), ctx.embed_batch):
         batch = views[start:start + ctx.embed_batch]
         await asyncio.to_thread(store.upsert, "turn_context", batch, documents=[v.embed_text() for v in batch],
-                                vectors=vectors[start:start + len(batch)] if pooled else None,
+                                vectors=[vectors[(v.conversation_id, v.id)] for v in batch] if pooled else None,
                                 extra=[v.metadata() for v in batch])
         progress("contexts", f"embedded {start + len(batch)}/{len(views)} turn contexts", done=len(batch))
     return {"stats": {"contexts_written": len(views),
