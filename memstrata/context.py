@@ -58,6 +58,10 @@ class Context:
     embeddings: SkipJsonSchema[Embeddings | None] = None
     snapshot_refresh_s: Annotated[float, _s(
         "store", "seconds a search snapshot is trusted before a count check looks for other processes' writes")] = 5.0
+    blas_threads: Annotated[int | None, _s(
+        "store", "numpy BLAS threads of this process, set when a store opens (process-wide; None leaves them "
+                 "alone). memstrata's matrix products are small, and multi-threaded OpenBLAS spins threads that "
+                 "slow the embedding model on a few cores")] = 1
     # ---- the model ------------------------------------------------------------------
     model: Annotated[BaseChatModel | str | None, _s(
         "llm", "a chat model or model name; LLM mode is on only when this (or $MEMSTRATA_MODEL) is set")] = None
@@ -79,6 +83,9 @@ class Context:
         "planning", "reference time for relative dates and decay; default: the user's latest turn")] = None
     # ---- HyMem light module ---------------------------------------------------------------
     level1_k: Annotated[int, _s("light", "Level-1 events the light module reads per query (HyMem k)")] = 10
+    level1_rank: Annotated[Literal["own", "turns", "fused"], _s(
+        "light", "how the light module orders summaries: by their own text match, by their best linked raw "
+                 "turn, or both fused by rank")] = "fused"
     direct_turns: Annotated[int, _s(
         "light", "raw turns a Short or Mixed query reads directly, besides those reached through events")] = 30
     # ---- the gate ---------------------------------------------------------------------------

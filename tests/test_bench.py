@@ -16,6 +16,7 @@ from memstrata.bench.locomo import LocomoConversation, LocomoTurn, load_locomo, 
 from memstrata.bench.metric import is_present, score_context
 from memstrata.bench.packing import pack_lines
 from memstrata.bench.runner import run_locomo
+from memstrata.bench.report import llm_table
 from memstrata.memory.tokens import TokenCounter
 
 BUDGETS = (500, 1000, 1500, 2000, 4000)
@@ -287,6 +288,21 @@ def test_memstrata_method_stays_within_budget(tiny_path: Path, hash_embeddings) 
     assert stats["budget_violations"] == 0
     assert result["ingest_seconds"] > 0
     assert stats["recall_frac"]["500"] > 0
+
+
+@pytest.mark.integration
+def test_oracle_reader_bench_reports_cost_per_path(tiny_path: Path, hash_embeddings) -> None:  # type: ignore[no-untyped-def]
+    """``--reader oracle`` meters every query; ``oracle-deep`` is the same pipeline forced onto the deep path."""
+    runs = {r: run_locomo(tiny_path, methods=["memstrata"], embeddings=hash_embeddings, budgets=(1500,),
+                          progress=False, reader=r)["methods"]["memstrata"]["llm"] for r in ("oracle", "oracle-deep")}
+    light, deep = runs["oracle"]["per_category"]["1-4"], runs["oracle-deep"]["per_category"]["1-4"]
+    assert light["questions"] == deep["questions"] == 3 and deep["light_share"] == 0.0
+    assert set(deep["tokens_by_path"]) == {"deep"} and "select_level1" in deep["per_node"]
+    assert light["light_share"] > 0 and "light" in light["tokens_by_path"]  # a 5-turn store: its summaries suffice
+    assert light["tokens_by_path"]["light"] < deep["tokens_by_path"]["deep"]
+    assert light["fallback_rate"] == deep["fallback_rate"] == 0.0  # the oracle's replies always validate
+    table = llm_table({"methods": {"memstrata": {"llm": runs["oracle"], "recall_all": {}, "per_category": {}}}})
+    assert table is not None and table.row_count == len(runs["oracle"]["per_category"])
 
 
 def test_bench_scale_smoke(tmp_path, locomo_path) -> None:

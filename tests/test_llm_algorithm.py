@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from memstrata import Memstrata
 from memstrata.bench.oracle_reader import OracleReader
 from memstrata.llm import Meter, decide, usage_of
+from memstrata.memory.index import MemoryIndex
 from memstrata.memory.planning import anchored_follow_up, dependent_rewrite
 from memstrata.memory.query import Hit
 from memstrata.nodes.retrieve.budget import MeterView, SharedMeter
@@ -76,6 +77,21 @@ def _events(result: Any, node: str) -> list[dict[str, Any]]:
 
 
 # ---- Algorithm 1 ------------------------------------------------------------------------------------------------
+
+
+async def test_light_accept_answers_from_the_summaries_and_cites_raw_turns(mem: Memstrata) -> None:
+    script = Script(gate=[{"finished": 0, "answer": "Tidewater Labs"}])
+    result = await _ask(mem, script)
+    assert result.trace["path"] == "light" and result.answer == "Tidewater Labs"
+    assert script.seen("select_level1") == 0 and script.seen("answer") == 0 and script.seen("follow_up") == 0
+    assert "<answer>Tidewater Labs</answer>" in script.prompts["reflect"][0]  # R grades the light answer
+    index = MemoryIndex.load(mem.store, user_id="u")
+    summaries = {u.embed_text() for u in index.events["summary"].units}
+    memory = script.prompts["gate"][0].split("<memory>\n")[1].split("\n</memory>")[0].splitlines()
+    assert memory and all(line.split("] ", 1)[1] in summaries for line in memory)  # summaries only, no facts
+    assert index.events["fact"].units  # (the facts exist: the light generator is not shown them)
+    turns = {t.id: t.text for t in index.turns}
+    assert result.evidence and all(turns[e.turn_id] == e.text for e in result.evidence)  # users cite raw turns
 
 
 async def test_light_reject_goes_deep_and_the_deep_answer_is_graded(mem: Memstrata) -> None:

@@ -160,3 +160,38 @@ def test_extractive_answer_is_none_when_nothing_fits() -> None:
     from memstrata.memory.extractive_answer import extractive_answer
 
     assert extractive_answer("How many dogs?", [("Ann: No idea at all.", None)]) is None
+
+
+def test_level1_summaries_reranked_by_their_turns_own_text_or_both() -> None:
+    from types import SimpleNamespace
+
+    from memstrata.memory.fusion import ranked_events
+    from memstrata.memory.light_module import rerank_summaries
+
+    # Summary 0 matches by its own words only; summary 2 holds the best turn (row 4); facts keep their slots.
+    index = SimpleNamespace(events={"summary": SimpleNamespace(turn_rows=[[0, 1], [2], [3, 4]])})
+    ranked = ranked_events({"summary": np.array([0.9, 0.5, 0.3]), "fact": np.array([0.7, 0.1])}, ["summary", "fact"])
+    assert [(k, r) for k, r, _ in ranked] == [("summary", 0), ("fact", 0), ("summary", 1), ("summary", 2), ("fact", 1)]
+    turns = np.array([0.1, 0.2, 0.6, 0.3, 0.9])
+    assert rerank_summaries(index, ranked, turns, "own") == ranked
+    by_turns = rerank_summaries(index, ranked, turns, "turns")
+    assert [(k, r) for k, r, _ in by_turns] == [("summary", 2), ("fact", 0), ("summary", 1), ("summary", 0), ("fact", 1)]
+    assert by_turns[0][2] == 0.3  # a summary keeps its own score; only its place changes
+    # Own ranks 0,1,2 and turn ranks 2,1,0: the two that each lead one ranking beat the one second in both.
+    fused = rerank_summaries(index, ranked, turns, "fused")
+    assert [(k, r) for k, r, _ in fused] == [("summary", 0), ("fact", 0), ("summary", 2), ("summary", 1), ("fact", 1)]
+    turns[4] = 0.0  # turn ranks now 2,0,1: summary 1 (first by turns, second by own) leads, 2 (last, second) trails
+    assert [r for k, r, _ in rerank_summaries(index, ranked, turns, "fused") if k == "summary"] == [1, 0, 2]
+    with pytest.raises(ValueError, match="level1_rank"):
+        rerank_summaries(index, ranked, turns, "best")
+
+
+def test_ranked_events_depth_keeps_each_kinds_best_in_order() -> None:
+    from memstrata.memory.fusion import ranked_events
+
+    scores = {"fact": np.array([0.2, 0.8, 0.5, 0.9, 0.1]), "summary": np.array([0.7, 0.3])}
+    full = ranked_events(scores, ["summary", "fact"])
+    assert [s for _, _, s in full] == sorted([s for _, _, s in full], reverse=True) and len(full) == 7
+    cut = ranked_events(scores, ["summary", "fact"], {"fact": 2})
+    assert cut == [x for x in full if x[0] == "summary" or x[1] in (3, 1)]  # facts 3 and 1, the two best
+    assert ranked_events(scores, ["fact"], {"fact": 0}) == []

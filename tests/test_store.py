@@ -79,3 +79,26 @@ def test_other_embedder_is_a_clear_error_and_reindex_fixes_it(data_dir, hash_emb
 def test_telemetry_is_off(data_dir, hash_embeddings) -> None:
     store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
     assert store.client.get_settings().anonymized_telemetry is False
+
+
+def test_opening_a_store_caps_blas_threads_unless_told_not_to(tmp_path, hash_embeddings) -> None:
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from memstrata.context import Context
+    from memstrata.resources import release_store, resolve_store
+
+    def blas_threads() -> set[int]:
+        return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+
+    if not blas_threads():
+        pytest.skip("numpy has no BLAS thread pool threadpoolctl can see")
+    with threadpool_limits(limits=2, user_api="blas"):
+        if blas_threads() != {2}:
+            pytest.skip("this BLAS cannot run 2 threads here")
+        left = Context(user_id="u", data_dir=str(tmp_path / "a"), embeddings=hash_embeddings, blas_threads=None)
+        resolve_store(left)
+        assert blas_threads() == {2}  # None leaves the process's BLAS alone
+        capped = Context(user_id="u", data_dir=str(tmp_path / "b"), embeddings=hash_embeddings)
+        resolve_store(capped)
+        assert blas_threads() == {1}  # the default: one thread
+        release_store(left), release_store(capped)

@@ -17,6 +17,10 @@ import typer
 from rich.console import Console
 
 from memstrata.bench.report import plot_recall, results_tables
+from memstrata.context import Context
+from memstrata.resources import limit_blas
+
+BLAS_THREADS = Context.blas_threads
 from memstrata.bench.runner import DEFAULT_BUDGETS, METHOD_NAMES, run_locomo
 
 bench_app = typer.Typer(name="bench", help="Benchmarks: evidence recall under a token budget.",
@@ -86,10 +90,12 @@ def locomo(
         import torch
 
         torch.set_num_threads(torch_threads)
+    limit_blas(BLAS_THREADS)  # memstrata's default, set before any method runs: the baselines run under it too
     result = run_locomo(path, conversations=_split(conversations), budgets=_budgets(budgets),
                         methods=_methods(methods), progress=progress, questions_per_conversation=limit,
                         command=command_line(), reader=reader, reader_model=reader_model)
     result["torch_threads"] = torch_threads
+    result["blas_threads"] = BLAS_THREADS
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     plot_recall(result, plot)

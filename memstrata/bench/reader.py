@@ -117,4 +117,6 @@ def _summarize(items: list[dict[str, Any]]) -> dict[str, Any]:
             "context_tokens": _mean(items, "context_tokens"),
             "fallback_rate": round(sum(r["fallbacks"] for r in items) / max(1, sum(r["calls"] for r in items)), 3),
             "selection_empty_share": round(sum(r["selection_empty"] for r in items) / n, 3),
+            "tokens_by_path": {path: round(sum(r["prompt_tokens"] + r["completion_tokens"] for r in rows) / len(rows), 1)
+                               for path in ("light", "deep") if (rows := [r for r in items if r["path"] == path])},
             "per_node": {k: {kk: round(vv, 1) for kk, vv in v.items()} for k, v in sorted(nodes.items())}}

@@ -72,16 +72,18 @@ def llm_table(result: dict[str, Any]) -> Table | None:
         return None
     key = str(llm["budget"])
     table = Table(title=f"LLM mode, reader {llm['reader']}: per query at B={key}")
-    for header in ("category", "n", "light %", "calls", "prompt tok", "completion tok", "context tok",
-                   "recall_all %", "top nodes by tokens"):
+    for header in ("category", "n", "light %", "calls", "prompt tok", "completion tok", "tok light / deep path",
+                   "context tok", "recall_all %", "top nodes by tokens"):
         table.add_column(header, justify="left" if header in ("category", "top nodes by tokens") else "right")
     for cat, row in llm["per_category"].items():
         recall = (stats["recall_all"] if cat == "1-4" else stats["per_category"].get(cat, {}).get("recall_all", {}))
         nodes = sorted(row["per_node"].items(), key=lambda kv: -(kv[1]["prompt_tokens"] + kv[1]["completion_tokens"]))
         top = ", ".join(f"{n} {v['prompt_tokens'] + v['completion_tokens']:.0f}" for n, v in nodes[:4])
         name = CATEGORY_NAMES.get(int(cat), cat) if cat.isdigit() else cat
+        by_path = row.get("tokens_by_path", {})
+        paths = " / ".join(f"{by_path[p]:.0f}" if p in by_path else "-" for p in ("light", "deep"))
         table.add_row(name, str(row["questions"]), _pct(row["light_share"]), f"{row['calls']:.1f}",
-                      f"{row['prompt_tokens']:.0f}", f"{row['completion_tokens']:.0f}", f"{row['context_tokens']:.0f}",
+                      f"{row['prompt_tokens']:.0f}", f"{row['completion_tokens']:.0f}", paths, f"{row['context_tokens']:.0f}",
                       _pct(recall[key]) if key in recall else "-", top)
     return table
 

@@ -42,7 +42,7 @@ def backtrack(
     for query, qvec in zip(queries, vectors, strict=True):
         kinds = [k for k in scope_kinds.get(query.scope, ()) if k in index.events]
         _, parts = score_query(index, query, qvec, event_kinds=kinds, top_events=max(top_events, 1),
-                               weights=weights, now=now)
+                               weights=weights, now=now, depth={})
         chosen = np.fromiter(linked | {int(i) for i in np.argsort(-parts["score"])[:raw_top]}, dtype=int)
         if chosen_bonus:
             order = np.argsort(-(parts["score"][chosen] + chosen_bonus * np.isin(chosen, list(linked))))

@@ -70,13 +70,27 @@ def score_events(table: KindTable, qvec: np.ndarray, qtokens: list[str]) -> np.n
     return hybrid_semantic(table.dense(qvec), table.bm25.scores(qtokens) if table.bm25 else np.zeros(len(table)))
 
 
-def ranked_events(scores: dict[str, np.ndarray], kinds: Sequence[str]) -> list[tuple[str, int, float]]:
-    """``(kind, row, score)`` of the given event kinds, best first (one kind keeps its own order)."""
-    pairs = [(k, r) for k in kinds if k in scores for r in range(len(scores[k]))]
-    if not pairs:
+def ranked_events(scores: dict[str, np.ndarray], kinds: Sequence[str],
+                  depth: Mapping[str, int] | None = None) -> list[tuple[str, int, float]]:
+    """``(kind, row, score)`` of the given event kinds, best first (ties in kind, then row order).
+
+    With ``depth``, only each named kind's best ``depth[kind]`` rows are ranked (a kind not named keeps
+    all): callers read a few dozen events, and a kind such as facts can hold thousands.
+    """
+    rows, names, flat = [], [], []
+    for kind in kinds:
+        if kind not in scores:
+            continue
+        s = scores[kind]
+        n = min(len(s), depth.get(kind, len(s))) if depth is not None else len(s)
+        top = np.sort(np.argpartition(-s, n - 1)[:n]) if 0 < n < len(s) else np.arange(n)
+        rows.append(top)
+        names += [kind] * n
+        flat.append(s[top])
+    if not names:
         return []
-    flat = np.concatenate([scores[k] for k in kinds if k in scores])
-    return [(pairs[i][0], pairs[i][1], float(flat[i])) for i in np.argsort(-flat)]
+    row_of, score_of = np.concatenate(rows), np.concatenate(flat)
+    return [(names[i], int(row_of[i]), float(score_of[i])) for i in np.argsort(-score_of, kind="stable")]
 
 
 def event_prior(index: MemoryIndex, ranked: list[tuple[str, int, float]], top: int | Mapping[str, int]) -> np.ndarray:

@@ -34,9 +34,17 @@ def turn_hit(index: MemoryIndex, i: int, parts: dict[str, np.ndarray], *, level:
         score=float(parts["score"][i]) * query.weight,
         parts={k: round(float(v[i]), 4) for k, v in parts.items() if k != "score"},
         turn_ids=[t.id], found_by=found_by, level=level, query_id=query.id, text=t.text,
-        time=format_date(t.timestamp) or t.timestamp_raw, session_id=t.session_id, position=t.position,
-        speaker=t.speaker, image_caption=t.image_caption,
+        time=turn_dates(index)[i], session_id=t.session_id, position=t.position,
+        speaker=t.speaker, image_caption=t.image_caption, scope=query.scope,
     )
+
+
+def turn_dates(index: MemoryIndex) -> list[str | None]:
+    """Each turn's date as readers see it (``8 May 2023``, else the raw timestamp), once per snapshot version."""
+    key = "turn_dates"
+    if key not in index.memo:
+        index.remember(key, [format_date(t.timestamp) or t.timestamp_raw for t in index.turns])
+    return index.memo[key]
 
 
 def event_hit(index: MemoryIndex, kind: str, row: int, score: float, query: Query) -> Hit:
@@ -60,9 +68,12 @@ def event_turn_rows(index: MemoryIndex, hits: Sequence[Hit]) -> list[int]:
 
 def score_query(index: MemoryIndex, query: Query, qvec: np.ndarray, *, event_kinds: Sequence[str],
                 top_events: int | Mapping[str, int], weights: Weights, now: datetime | None,
-                graph: GraphSearch | None = None,
-                superseded: float = 1.0) -> tuple[list[tuple[str, int, float]], dict[str, np.ndarray]]:
+                graph: GraphSearch | None = None, superseded: float = 1.0,
+                depth: Mapping[str, int] | None = None) -> tuple[list[tuple[str, int, float]], dict[str, np.ndarray]]:
     """The query's events of the given kinds, best first, and every turn's fused score with its parts.
+
+    Each kind's events are ranked as deep as ``top_events`` needs, or as ``depth`` asks when deeper
+    (a kind ``depth`` names with no limit: ``len`` of its table). Without ``depth``, every event is ranked.
 
     With ``graph``, the facts reached through the entity graph add a prior of their own to the turns they
     reach (H-Mem: an entity path gives its fragments relevance). Units that are no longer current (a
@@ -75,7 +86,9 @@ def score_query(index: MemoryIndex, query: Query, qvec: np.ndarray, *, event_kin
                   for k, t in index.events.items()}
         index.remember(key, (events, turn_semantic(index, qvec, tokens)))
     events, own = index.memo[key]
-    ranked = ranked_events(events, event_kinds)
+    ranked = ranked_events(events, event_kinds, None if depth is None else {
+        k: max(depth.get(k, 0), top_events if isinstance(top_events, int) else top_events.get(k, 0))
+        for k in event_kinds})
     prior = event_prior(index, ranked, top_events)
     reached = query_graph(index, query, graph, events)
     if reached:

@@ -1,7 +1,8 @@
 """HyMem's light module (§3.2), offline: the top-k Level-1 events of each query, and the turns they reach.
 
 The Level-1 lookup ranks every ``event`` kind the query's scope searches (the
-event summaries, and any later event kind), keeps the top ``level1_k`` as this
+event summaries, and any later event kind), orders the summaries by their own
+match fused with their turns' (:func:`rerank_summaries`), keeps the top ``level1_k`` as this
 round's light evidence and the top ``coarse_n`` as the deep module's pool, and
 turns the light events into candidate raw turns. Following H-Mem's scopes, a
 query whose scope also searches the raw kind reads the best raw turns directly
@@ -21,10 +22,11 @@ from datetime import datetime
 
 import numpy as np
 
-from memstrata.memory.fusion import Weights
+from memstrata.memory.fusion import RRF_K, Weights
 from memstrata.memory.graph.expansion import GraphSearch
 from memstrata.memory.hits import event_hit, graph_hits, query_graph, score_query, turn_hit
 from memstrata.memory.index import MemoryIndex
+from memstrata.memory.levels.summary import SUMMARY
 from memstrata.memory.query import Hit, Query
 from memstrata.memory.tree.search import tag_hits
 
@@ -43,13 +45,15 @@ def light_lookup(
     index: MemoryIndex, queries: Sequence[Query], vectors: np.ndarray, *, level1_k: int | Mapping[str, int],
     coarse_n: int, weights: Weights, now: datetime | None, scope_kinds: Mapping[str, Sequence[str]],
     raw_per_query: int = 30, graph: GraphSearch | None = None, superseded: float = 1.0,
+    level1_rank: str = "fused",
 ) -> LightResult:
     """Top-k events of each kind per query, the coarse top-``coarse_n``, and their turns (plus direct raw turns).
 
     ``level1_k`` is k for every kind, or k per kind (a kind not named gets none). ``raw_per_query`` is
     how many turns each query brings at least: the best raw turns for scopes that search them
     directly, else the turns of further events beyond the top k. With ``graph``, the facts reached
-    through the entity graph bring their turns too (``found_by="entity_graph"``).
+    through the entity graph bring their turns too (``found_by="entity_graph"``). ``level1_rank``
+    orders the summaries (see :func:`rerank_summaries`).
     """
     level1: dict[str, Hit] = {}
     coarse: dict[str, Hit] = {}
@@ -58,8 +62,11 @@ def light_lookup(
         kinds = [k for k in scope_kinds.get(query.scope, ()) if k in index.events]
         reads_raw = index.turns_kind in scope_kinds.get(query.scope, ())
         ks = {k: level1_k if isinstance(level1_k, int) else level1_k.get(k, 0) for k in kinds}
+        deep = {k: len(index.events[k]) if k == SUMMARY.kind and level1_rank != "own" else max(coarse_n, ks[k])
+                for k in kinds}
         ranked, parts = score_query(index, query, qvec, event_kinds=kinds, top_events=ks, weights=weights,
-                                    now=now, graph=graph, superseded=superseded)
+                                    now=now, graph=graph, superseded=superseded, depth=deep)
+        ranked = rerank_summaries(index, ranked, parts["score"], level1_rank)
         found: list[Hit] = []
         seen: dict[str, int] = {}
         for kind, row, score in ranked:
@@ -83,4 +90,42 @@ def light_lookup(
     out.coarse = sorted(coarse.values(), key=lambda h: -h.score)
     for hit in out.turns:
         out.kinds[hit.found_by] = out.kinds.get(hit.found_by, 0) + 1
+    return out
+
+
+LEVEL1_RANKS = ("own", "turns", "fused")
+
+
+def rerank_summaries(index: MemoryIndex, ranked: list[tuple[str, int, float]], turn_scores: np.ndarray,
+                     how: str) -> list[tuple[str, int, float]]:
+    """The Level-1 summaries in ``ranked`` reordered among their own slots; other kinds stay where they are.
+
+    * ``own``: by the summary's own text match (HyMem ranks summaries so);
+    * ``turns``: by the best fused score among the raw turns the summary links to (bottom-up: a
+      summary is as relevant as the best turn it stands for);
+    * ``fused``: reciprocal-rank fusion of the two, so a summary whose own words match and one whose
+      turns match both reach the top k.
+
+    Offline summaries are extractive and miss much of what their turns say; the turns' evidence
+    lets the light module show the summaries of the episodes the turn search found.
+    """
+    if how not in LEVEL1_RANKS:
+        raise ValueError(f"level1_rank must be one of {LEVEL1_RANKS}, not {how!r}")
+    slots = [i for i, (kind, _, _) in enumerate(ranked) if kind == SUMMARY.kind]
+    if how == "own" or len(slots) < 2:
+        return ranked
+    own = [ranked[i] for i in slots]
+    links = index.events[SUMMARY.kind].turn_rows
+    best = np.array([turn_scores[links[row]].max() if len(links[row]) else -np.inf for _, row, _ in own])
+    by_turns = np.argsort(-best, kind="stable")
+    if how == "turns":
+        order = by_turns
+    else:
+        turn_rank = np.empty(len(own))
+        turn_rank[by_turns] = np.arange(len(own))
+        fused = 1 / (RRF_K + np.arange(len(own))) + 1 / (RRF_K + turn_rank)
+        order = np.argsort(-fused, kind="stable")
+    out = list(ranked)
+    for slot, i in zip(slots, order, strict=True):
+        out[slot] = own[i]
     return out

@@ -152,7 +152,8 @@ def tag_hits(index: MemoryIndex, query: Query, hits: Sequence[Hit]) -> list[Hit]
             window = reached.get(row, "")
         else:
             window = ""
-        out.append(hit.with_(scope=query.scope, window=window))
+        same = hit.scope == query.scope and hit.window == window
+        out.append(hit if same else hit.with_(scope=query.scope, window=window))
     return out
 
 

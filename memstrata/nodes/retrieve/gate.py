@@ -1,7 +1,7 @@
 """Retrieval: HyMem's light module self-check (Algorithm 1, line 7). Do the summaries answer, or go deep?
 
 With a model, the light generator reads the question q0, the top-k Level-1
-summaries and the memory pool M_i of earlier answers, and either answers
+summaries (not the facts or tree nodes found beside them) and the memory pool M_i of earlier answers, and either answers
 (``finished=0``: the light answer joins the pool and reflection grades it, with
 no raw-text search) or asks for the deep module (``finished=2``: the model's
 selection over the top-N fans out with ``Send``). Offline, retrieval confidence
@@ -20,7 +20,9 @@ from pydantic import BaseModel, Field
 
 from memstrata.context import Context
 from memstrata.llm import GOOD_OUTCOMES
+from memstrata.memory.levels.summary import SUMMARY
 from memstrata.memory.planning import coverage
+from memstrata.memory.query import Hit
 from memstrata.memory.selection import coverage_texts
 from memstrata.nodes.common import progress
 from memstrata.nodes.retrieve.budget import Step
@@ -34,6 +36,15 @@ class LightAnswer(BaseModel):
 
     finished: Literal[0, 2] = Field(description="0 = answered from the summaries, 2 = needs a deeper search")
     answer: str = ""
+
+
+def light_summaries(state: RetrievalState) -> list[Hit]:
+    """What the model's self-check reads: the round's top-k Level-1 summaries only (HyMem §3.2).
+
+    Facts and tree nodes found beside them bring their turns to the candidates, and
+    the deep module's selection reads them; the light generator does not.
+    """
+    return [h for h in state.get("level1", []) if h.kind == SUMMARY.kind]
 
 
 def offline_confidence(state: RetrievalState, ctx: Context) -> tuple[bool, str]:
@@ -52,7 +63,7 @@ async def gate(state: RetrievalState, runtime: Runtime[Context]) -> Command[
     ctx = runtime.context
     ok, why = offline_confidence(state, ctx)
     step = Step(ctx, state.get("run_key"), state.get("llm_calls"))
-    memory = "\n".join(f"[{h.time}] {h.text}" for h in state.get("level1", []))
+    memory = "\n".join(f"[{h.time}] {h.text}" for h in light_summaries(state))
     verdict, how = await step.decide(
         LightAnswer, "LIGHT_ANSWER_PROMPT",
         f"<question>{state['query']}</question>\n<memory>\n{memory}\n</memory>{pool_block(state.get('pool', []))}",

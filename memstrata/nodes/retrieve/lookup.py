@@ -24,7 +24,8 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
     found = light_lookup(index, queries, await query_vectors(ctx, queries), level1_k=event_k(ctx),
                          coarse_n=ctx.coarse_n, weights=weights(ctx), now=reference_now(ctx, index),
                          scope_kinds=ctx.scopes(), raw_per_query=pool_size(ctx),
-                         graph=await graph_search(ctx, index), superseded=ctx.superseded_weight)
+                         graph=await graph_search(ctx, index), superseded=ctx.superseded_weight,
+                         level1_rank=ctx.level1_rank)
     return {
         "level1": found.level1, "coarse": found.coarse, "candidates": found.turns,
         "events": [{"node": "lookup_level1", "iteration": state.get("iteration", 0),
