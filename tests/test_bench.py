@@ -318,3 +318,14 @@ def test_bench_scale_smoke(tmp_path, locomo_path) -> None:
     assert row["turns"] >= 500 and row["questions"] == 10 and 0 <= row["planted_recall_all@1500"] <= 100
     assert result["chat"]["rounds"] == 3 and result["chat"]["ratio_p50"] > 0
     assert "reuse" in result["note"] and plot.stat().st_size > 0
+
+
+def test_a_server_reader_waits_as_long_as_its_client(hash_embeddings) -> None:  # type: ignore[no-untyped-def]
+    """A local server answers parallel selection branches one at a time; the run's call timeout is the client's."""
+    from memstrata.bench.reader import READER_TIMEOUT_S, ReaderMethod
+
+    url = ReaderMethod(embeddings=hash_embeddings, reader="http://127.0.0.1:9/v1")
+    assert url.settings["llm_timeout_s"] == READER_TIMEOUT_S == url.model.request_timeout
+    assert "llm_timeout_s" not in ReaderMethod(embeddings=hash_embeddings, reader="oracle").settings
+    mine = ReaderMethod(embeddings=hash_embeddings, reader="http://127.0.0.1:9/v1", settings={"llm_timeout_s": 5})
+    assert mine.settings["llm_timeout_s"] == 5

@@ -23,12 +23,15 @@ from memstrata.bench.oracle_reader import OracleReader, summary_links
 from memstrata.bench.system import BENCH_USER, MemstrataMethod
 
 
+READER_TIMEOUT_S = 120.0
+
+
 def chat_model(url: str, name: str, *, max_tokens: int = 256) -> Any:
     """A ChatOpenAI client for an OpenAI-compatible server (temperature 0, usage streamed)."""
     from langchain_openai import ChatOpenAI
 
-    return ChatOpenAI(base_url=url, api_key="sk-local", model=name, temperature=0, timeout=120, max_retries=0,
-                      stream_usage=True, max_tokens=max_tokens)
+    return ChatOpenAI(base_url=url, api_key="sk-local", model=name, temperature=0, timeout=READER_TIMEOUT_S,
+                      max_retries=0, stream_usage=True, max_tokens=max_tokens)
 
 
 class ReaderMethod(MemstrataMethod):
@@ -44,6 +47,8 @@ class ReaderMethod(MemstrataMethod):
 
     def __init__(self, *, embeddings: Embeddings, reader: str, model_name: str = "smollm2",
                  record_budget: int = 1500, settings: dict[str, Any] | None = None) -> None:
+        if not reader.startswith("oracle"):  # a local server answers parallel branches one by one: wait as long
+            settings = {"llm_timeout_s": READER_TIMEOUT_S, **(settings or {})}  # as the client does
         super().__init__(embeddings=embeddings, settings=settings)
         self.reader = reader
         self.oracle = OracleReader(force_deep=reader == "oracle-deep") if reader.startswith("oracle") else None
