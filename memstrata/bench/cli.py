@@ -17,11 +17,11 @@ import typer
 from rich.console import Console
 
 from memstrata.bench.report import plot_recall, results_tables
+from memstrata.bench.runner import DEFAULT_BUDGETS, METHOD_NAMES, run_locomo
 from memstrata.context import Context
 from memstrata.resources import limit_blas
 
-BLAS_THREADS = Context.blas_threads
-from memstrata.bench.runner import DEFAULT_BUDGETS, METHOD_NAMES, run_locomo
+BLAS_THREADS = Context.blas_threads  # memstrata's default cap, applied to every method of a bench run
 
 bench_app = typer.Typer(name="bench", help="Benchmarks: evidence recall under a token budget.",
                         no_args_is_help=True)
