@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,8 @@ from memstrata.context import CHROMA_URL_ENV, MODEL_ENV, Context, default_data_d
 from memstrata.memory.fusion import Weights
 from memstrata.memory.graph.expansion import GraphSearch, GraphView
 from memstrata.memory.index import MemoryIndex, forget_store
+from memstrata.memory.index.bounded import Bounds, working_set
+from memstrata.memory.index.snapshot import forget_snapshot
 from memstrata.memory.levels import ENTITY, FACT, TREE_NODE, levels
 from memstrata.memory.query import Query
 from memstrata.memory.store import MemoryStore
@@ -37,6 +41,8 @@ _STORES_LOCK = threading.Lock()
 _VECTORS: OrderedDict[tuple[int, str], np.ndarray] = OrderedDict()
 _VECTORS_LOCK = threading.Lock()
 _VECTOR_CACHE_SIZE = 2048
+_SIZES: dict[tuple[Any, ...], tuple[float, bool]] = {}
+_SIZES_LOCK = threading.Lock()
 
 
 def resolve_store(ctx: Context) -> MemoryStore:
@@ -111,9 +117,21 @@ def resolve_model(ctx: Context) -> BaseChatModel | None:
     )
 
 
-async def open_index(ctx: Context) -> MemoryIndex:
-    """The user's search snapshot (loaded once per process, refreshed after writes)."""
+async def open_index(ctx: Context, *, run: str | None = None, queries: Sequence[Query] = ()) -> MemoryIndex:
+    """The search snapshot a node reads.
+
+    Up to ``Context.snapshot_max_turns`` raw turns: the user's whole memory, loaded once per
+    process and updated after writes. Above it: the bounded snapshot of one retrieval ``run``
+    (:mod:`memstrata.memory.index.bounded`), grown with the candidates of ``queries`` the run
+    has not searched before.
+    """
     store = await aresolve_store(ctx)
+    if await _is_large(store, ctx):
+        ws = working_set(store, user_id=ctx.user_id, conversation_id=ctx.conversation_id, run=run or "",
+                         bounds=bounds(ctx), window_widths=ctx.window_widths)
+        vectors = await query_vectors(ctx, list(queries)) if queries else None
+        index = await asyncio.to_thread(ws.ensure, [q.text for q in queries], vectors)
+        return await _reinforced(store, ctx, index)
     cached = MemoryIndex.fresh(store, user_id=ctx.user_id, conversation_id=ctx.conversation_id,
                                refresh_seconds=ctx.snapshot_refresh_s)
     if cached is not None and cached.window_widths == ctx.window_widths:
@@ -121,6 +139,29 @@ async def open_index(ctx: Context) -> MemoryIndex:
     return await _reinforced(store, ctx, await asyncio.to_thread(
         MemoryIndex.load, store, user_id=ctx.user_id, conversation_id=ctx.conversation_id,
         refresh_seconds=ctx.snapshot_refresh_s, window_widths=ctx.window_widths))
+
+
+def bounds(ctx: Context) -> Bounds:
+    """The bounded path's candidate counts."""
+    return Bounds(dense_k=ctx.bounded_dense_k, event_k=ctx.bounded_event_k, lexical_k=ctx.bounded_lexical_k,
+                  sessions=ctx.bounded_sessions)
+
+
+async def _is_large(store: MemoryStore, ctx: Context) -> bool:
+    """Whether the searched scope holds more than ``snapshot_max_turns`` raw turns (re-checked every
+    ``snapshot_refresh_s``); a scope that grew past it drops its whole-memory snapshot."""
+    key = (id(store), ctx.user_id, ctx.conversation_id, ctx.snapshot_max_turns)
+    with _SIZES_LOCK:
+        seen = _SIZES.get(key)
+    if seen is not None and time.monotonic() - seen[0] < ctx.snapshot_refresh_s:
+        return seen[1]
+    large = await asyncio.to_thread(store.holds_more_than, levels(role="raw")[0].kind, ctx.snapshot_max_turns,
+                                    user_id=ctx.user_id, conversation_id=ctx.conversation_id)
+    with _SIZES_LOCK:
+        _SIZES[key] = (time.monotonic(), large)
+    if large:
+        forget_snapshot(store, ctx.user_id, ctx.conversation_id)
+    return large
 
 
 async def _reinforced(store: MemoryStore, ctx: Context, index: MemoryIndex) -> MemoryIndex:
@@ -196,7 +237,12 @@ async def graph_search(ctx: Context, index: MemoryIndex) -> GraphSearch | None:
     view = index.memo.get("graph_view")
     if view is None:
         store = await aresolve_store(ctx)
-        edges = await asyncio.to_thread(store.edges.get, ctx.user_id, conversation_id=ctx.conversation_id)
+        bounded = index.bounded
+        if bounded is None:
+            edges = await asyncio.to_thread(store.edges.get, ctx.user_id, conversation_id=ctx.conversation_id)
+        else:  # the bounded path reads only the edges of the conversations whose entities the queries name
+            edges = [e for conv in bounded if ctx.conversation_id in (None, conv)
+                     for e in await asyncio.to_thread(store.edges.get, ctx.user_id, conversation_id=conv)]
         view = GraphView.build(entities.units, facts.units, [e for e in edges if e.src_kind == ENTITY.kind])
         index.remember("graph_view", view)
     return GraphSearch(view, hops=ctx.graph_hops, decay=ctx.graph_hop_decay, top=ctx.graph_facts)

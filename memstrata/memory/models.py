@@ -65,4 +65,7 @@ class Unit(BaseModel):
     def metadata(self) -> dict[str, Any]:
         """Scalar fields stored beside the unit for filtering (``None`` values are dropped)."""
         start, _ = self.span()
-        return {"session_id": getattr(self, "session_id", None), "ts": start.timestamp() if start else None}
+        session = getattr(self, "session_id", None)
+        # session_key lets one read fetch whole sessions across conversations (the bounded search path)
+        return {"session_id": session, "session_key": f"{self.conversation_id}/{session}" if session else None,
+                "ts": start.timestamp() if start else None}

@@ -125,6 +125,8 @@ class MemoryIndex:
         self.tables = tables
         self.version, self.counts, self.loaded_at = version, counts, time.monotonic()
         self.memo: dict[str, Any] = {}
+        # set by the bounded path (memstrata.memory.index.bounded): the conversations whose edges are read
+        self.bounded: list[str] | None = None
         self.lock = threading.Lock()
         raw = tables[levels.raw_kind()]
         self.raw = raw
@@ -224,7 +226,7 @@ class MemoryIndex:
         tables = {}
         for level in levels.levels(searched=True):
             records = store.get(level.kind, user_id=user_id, conversation_id=conversation_id, with_vectors=True)
-            tables[level.kind] = _table(level, records)
+            tables[level.kind] = kind_table(level, records)
         return cls(tables, window_widths=window_widths, version=version,
                    counts=tuple(len(t) for t in tables.values()))
 
@@ -353,6 +355,12 @@ def forget_store(store: Any) -> None:
             del _CACHE[key]
 
 
+def forget_snapshot(store: Any, user_id: str, conversation_id: str | None) -> None:
+    """Drop one scope's cached snapshot (it grew past the whole-memory path)."""
+    with _CACHE_LOCK:
+        _CACHE.pop((id(store), user_id, conversation_id), None)
+
+
 def _counts(store: Any, user_id: str, conversation_id: str | None) -> tuple[int, ...]:
     return tuple(store.count(lv.kind, user_id=user_id, conversation_id=conversation_id)
                  for lv in levels.levels(searched=True))
@@ -362,7 +370,7 @@ def _session_key(session_id: str) -> tuple[int, str]:
     return (int(session_id), "") if session_id.isdigit() else (1 << 30, session_id)
 
 
-def _table(level: Level, records: list[Any]) -> KindTable:
+def kind_table(level: Level, records: list[Any]) -> KindTable:
     """A kind's table from its stored records; raw turns are put in conversation order."""
     units = [level.unit.model_validate(r.payload) for r in records]
     vecs = [r.metadata["_vector"] for r in records]

@@ -283,18 +283,24 @@ class ChromaTable:
         where = tenant.where(user_id, conversation_id, _check_match(match))
         batches = [None] if keys is None else [list(c) for c in _chunks(list(keys))]
         out = []
+        wanted = {k: v for k, v in (("user_id", user_id), ("conversation_id", conversation_id)) if v is not None}
+        wanted.update(_check_match(match))
         for ids in batches:
-            found = self.collection.get(where=where, ids=ids, include=["metadatas"])
+            # By key, no where: Chroma 1.5 scans every record per key when both come together. The keys are
+            # derived from the tenant, and the stored fields are checked here instead.
+            found = self.collection.get(where=where, include=["metadatas"]) if ids is None else \
+                self.collection.get(ids=ids, include=["metadatas"])
             for key, meta in zip(found["ids"], found["metadatas"] or [], strict=True):
                 fields = dict(meta or {})
+                if any(fields.get(k) != v for k, v in wanted.items()):
+                    continue
                 out.append(TableRow(key, str(fields.pop("user_id")), str(fields.pop("conversation_id")), fields))
         return sorted(out, key=lambda r: r.key)
 
     def delete(self, *, user_id: str, keys: Sequence[str] | None = None) -> int:
         found = [r.key for r in self.get(user_id=user_id, keys=keys)]
         for chunk in _chunks(found):
-            # The where again: a delete can only ever reach this user's rows.
-            self.collection.delete(ids=list(chunk), where=tenant.where(user_id))
+            self.collection.delete(ids=list(chunk))  # keys read back above under this user's where
         return len(found)
 
     def count(self, *, user_id: str | None = None) -> int:

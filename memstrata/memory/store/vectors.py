@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -148,6 +149,7 @@ class VectorStore:
         self.embeddings = embeddings or MiniLMEmbeddings()
         self.embedder_name, self._dim = getattr(self.embeddings, "name", None), getattr(self.embeddings, "dimension", None)
         self.client = client or _make_client(path=path, url=url)
+        self._path = None if client is not None or url else path
         self.location = str(url or path or "<client>")
         self._collections: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -199,6 +201,22 @@ class VectorStore:
             )
             raise EmbedderMismatchError(msg)
         return col
+
+    def _reopen(self) -> None:
+        """A new embedded client, whose HNSW readers load what other processes wrote since.
+
+        Embedded Chroma keeps each collection's HNSW index in memory and does not see another process's
+        writes to it (metadata and documents it does see); a filtered query then fails with "Error finding
+        id" (chroma-core/chroma#3792). Chroma caches one system per path, so that entry is dropped first.
+        A Chroma server (``url``) has no such problem and is the supported way to share a store.
+        """
+        from chromadb.api.shared_system_client import SharedSystemClient
+
+        logger.info("reopening the embedded Chroma client at %s: another process wrote", self.location)
+        with self._lock:
+            SharedSystemClient._identifier_to_system.pop(getattr(self.client, "_identifier", None), None)
+            self.client = _make_client(path=self._path, url=None)
+            self._collections.clear()
 
     # ---- writes ----------------------------------------------------------------
     def upsert(
@@ -252,8 +270,10 @@ class VectorStore:
     def delete(self, kind: str, *, user_id: str, conversation_id: str, unit_ids: Sequence[str]) -> None:
         """Delete some units of one user."""
         if unit_ids:
+            # The keys are derived from the tenant, so they name only this user's records; Chroma 1.5 is very
+            # slow when ids and a where clause come together (tens of seconds on a 50k-record collection).
             keys = [self.storage_key(user_id, conversation_id, u) for u in unit_ids]
-            self.collection(kind).delete(ids=keys, where=self._scope(user_id, conversation_id))
+            self.collection(kind).delete(ids=keys)
             self.versions.record(user_id, kind, "delete", conversation_id=conversation_id, unit_ids=tuple(unit_ids))
 
     def delete_user(self, user_id: str) -> dict[str, int]:
@@ -291,15 +311,32 @@ class VectorStore:
         scope = self._scope(user_id, conversation_id, where)
         include = ["documents", "metadatas"] + (["embeddings"] if with_vectors else [])
         if unit_ids is not None:
+            if where:
+                msg = "get: give unit_ids or where, not both"
+                raise StoreError(msg)
             if conversation_id is None:
                 return self._get_ids_any_conversation(kind, user_id, unit_ids, where)
             keys = [self.storage_key(user_id, conversation_id, u) for u in unit_ids]
             if not keys:
                 return []
-            res = self.collection(kind).get(ids=keys, where=scope, include=include)
+            res = _owned(self.collection(kind).get(ids=keys, include=include), user_id, conversation_id)
         else:
             res = self.collection(kind).get(where=scope, include=include)
         return _records(kind, res, with_vectors)
+
+    def get_keys(self, kind: str, *, user_id: str, keys: Sequence[tuple[str, str]],
+                 with_vectors: bool = False) -> list[Record]:
+        """Read units of one user by (conversation, unit id) pairs, across conversations, in one call."""
+        ids = list(dict.fromkeys(self.storage_key(user_id, conv, unit) for conv, unit in keys))
+        if not ids:
+            return []
+        include = ["documents", "metadatas"] + (["embeddings"] if with_vectors else [])
+        found: dict[str, list[Any]] = {"ids": [], "documents": [], "metadatas": [], "embeddings": []}
+        for start in range(0, len(ids), _MAX_BATCH):
+            part = _owned(self.collection(kind).get(ids=ids[start:start + _MAX_BATCH], include=include), user_id, None)
+            for field_name in ("ids", "documents", "metadatas", "embeddings"):
+                found[field_name] += list(part.get(field_name) or [])
+        return _records(kind, found, with_vectors)
 
     def _get_ids_any_conversation(
         self, kind: str, user_id: str, unit_ids: Sequence[str], where: dict[str, Any] | None
@@ -334,6 +371,54 @@ class VectorStore:
         for doc, meta, dist in zip(res["documents"][0], res["metadatas"][0], res["distances"][0], strict=False):
             out.append(Record(kind, meta["unit_id"], doc or "", dict(meta), 1.0 - float(dist)))
         return out
+
+    def nearest(self, kind: str, *, user_id: str, vectors: Sequence[Sequence[float]], k: int,
+                conversation_id: str | None = None) -> list[list[Record]]:
+        """Each vector's dense top-``k`` of one user's units through Chroma's HNSW index, vectors included.
+
+        The bounded search path (:mod:`memstrata.memory.index.bounded`) reads candidates this way instead of
+        holding every vector in memory. ``Record.similarity`` is the cosine similarity.
+        """
+        if not len(vectors):
+            return []
+        ask = {"query_embeddings": [list(map(float, v)) for v in vectors], "n_results": max(1, k),
+               "where": self._scope(user_id, conversation_id),
+               "include": ["documents", "metadatas", "distances", "embeddings"]}
+        try:
+            res = self.collection(kind).query(**ask)
+        except Exception as exc:
+            if self._path is None or "Error finding id" not in str(exc):
+                raise
+            self._reopen()  # another process wrote: this process's HNSW reader is stale
+            res = self.collection(kind).query(**ask)
+        out = []
+        for i in range(len(vectors)):
+            found = {"ids": res["ids"][i], "documents": res["documents"][i], "metadatas": res["metadatas"][i],
+                     "embeddings": res["embeddings"][i]}
+            out.append([dataclasses.replace(r, similarity=1.0 - float(d))
+                        for r, d in zip(_records(kind, found, True), res["distances"][i], strict=True)])
+        return out
+
+    def containing(self, kind: str, *, user_id: str, phrases: Sequence[str], limit: int,
+                   conversation_id: str | None = None, with_vectors: bool = True) -> list[Record]:
+        """Up to ``limit`` of one user's units whose stored text contains any of ``phrases`` (case-sensitive).
+
+        Chroma answers this from its full-text index; which ``limit`` units come back, when more match, is
+        Chroma's choice (storage order), so callers should ask for rare words.
+        """
+        if not phrases:
+            return []
+        include = ["documents", "metadatas"] + (["embeddings"] if with_vectors else [])
+        clauses = [{"$contains": p} for p in dict.fromkeys(phrases)]
+        res = self.collection(kind).get(where=self._scope(user_id, conversation_id),
+                                        where_document=clauses[0] if len(clauses) == 1 else {"$or": clauses},
+                                        limit=max(1, limit), include=include)
+        return _records(kind, res, with_vectors)
+
+    def holds_more_than(self, kind: str, n: int, *, user_id: str, conversation_id: str | None = None) -> bool:
+        """Whether one user has more than ``n`` units of a kind (reads at most ``n + 1`` ids)."""
+        found = self.collection(kind).get(where=self._scope(user_id, conversation_id), limit=n + 1, include=[])
+        return len(found["ids"]) > n
 
     def count(self, kind: str, *, user_id: str, conversation_id: str | None = None) -> int:
         """How many units of a kind one user has."""
@@ -370,6 +455,22 @@ class VectorStore:
         self.versions.bump_all()
         logger.info("reindexed %s with %s (%d)", self.location, name, dim)
         return counts
+
+
+def _owned(res: dict[str, Any], user_id: str, conversation_id: str | None) -> dict[str, Any]:
+    """A by-key read, kept to the tenant: keys are derived from the user, and the stored stamp must agree.
+
+    Reads by key pass no ``where`` to Chroma (1.5 scans every record per key when both come together);
+    this check keeps the tenant guarantee without it.
+    """
+    keep = [i for i, m in enumerate(res.get("metadatas") or []) if m.get("user_id") == user_id and (
+        conversation_id is None or m.get("conversation_id") == conversation_id)]
+    out = {"ids": [res["ids"][i] for i in keep]}
+    for name in ("documents", "metadatas", "embeddings"):
+        values = res.get(name)
+        if values is not None:
+            out[name] = [values[i] for i in keep]
+    return out
 
 
 def _records(kind: str, res: dict[str, Any], with_vectors: bool) -> list[Record]:

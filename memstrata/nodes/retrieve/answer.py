@@ -35,7 +35,7 @@ from memstrata.state import RetrievalState
 async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Final context and evidence; the answer is ``None`` offline."""
     ctx = runtime.context
-    index = await open_index(ctx)
+    index = await open_index(ctx, run=state.get("run_key"))
     ranked = mmr(state.get("candidates", []), index, penalty=ctx.diversity, head=ctx.mmr_head,
                  picks=ctx.context_budget // ctx.mmr_tokens_per_pick)
     ranked = mark_captions(ranked, [state["query"], *(q.text for q in state.get("sub_queries", []))])

@@ -47,10 +47,10 @@ async def backtrack_level2(state: RetrievalState, runtime: Runtime[Context]) -> 
         return {"halted": halted, "events": [{"node": "backtrack_level2", "iteration": state.get("iteration", 0),
                                               "round": state.get("round", 0), "how": f"skipped: budget ({halted})",
                                               "episodes": 0, "admitted": 0, "fallback": False}]}
-    index = await open_index(ctx)
+    queries = list(state.get("active") or [])
+    index = await open_index(ctx, run=state.get("run_key"), queries=queries)
     picked, how, priority = chosen_episodes(state, ctx)
     progress("backtrack_level2", f"going deeper: {len(picked)} episodes ({how})")
-    queries = list(state.get("active") or [])
     limit = max(ctx.backtrack_keep, int(ctx.context_budget * ctx.backtrack_keep_per_token))
     found = backtrack(index, queries, await query_vectors(ctx, queries), event_turn_rows(index, picked),
                       raw_top=ctx.backtrack_raw_top, weights=weights(ctx), now=reference_now(ctx, index),

@@ -19,8 +19,8 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
     """Top-k events of each kind per active query, the coarse top-``coarse_n``, and their linked turns."""
     ctx = runtime.context
     progress("lookup_level1", "searching summaries")
-    index = await open_index(ctx)
     queries = list(state.get("active") or [])
+    index = await open_index(ctx, run=state.get("run_key"), queries=queries)
     found = light_lookup(index, queries, await query_vectors(ctx, queries), level1_k=event_k(ctx),
                          coarse_n=ctx.coarse_n, weights=weights(ctx), now=reference_now(ctx, index),
                          scope_kinds=ctx.scopes(), raw_per_query=pool_size(ctx),

@@ -36,9 +36,9 @@ class Scopes(BaseModel):
 async def predict_scope(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Attach scope and time hints to every sub-query; they become this round's active queries."""
     ctx = runtime.context
-    index = await open_index(ctx)
-    now = reference_now(ctx, index)
     subs = state["sub_queries"]
+    index = await open_index(ctx, run=state.get("run_key"), queries=subs)
+    now = reference_now(ctx, index)
     rules = {q.id: with_anchor(rule_scope(q.text, now=now), index, q.text, now=now) for q in subs}
 
     def fallback() -> Scopes:

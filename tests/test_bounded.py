@@ -1,0 +1,114 @@
+"""The bounded search path (issue 12): candidates read from Chroma instead of the whole memory in memory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from conftest import EXAMPLE, REPO
+from memstrata import Memstrata
+from memstrata.memory.fusion import Weights
+from memstrata.memory.hits import score_query
+from memstrata.memory.index import MemoryIndex
+from memstrata.memory.index.bounded import Bounds, WorkingSet, content_words
+from memstrata.memory.query import Query
+
+QUERIES = ["When did Tom run the Brighton half marathon?", "Where is Priya moving?", "What is the cat called?",
+           "Who is Rui?"]
+
+
+def _messages() -> list[dict]:
+    return json.loads(EXAMPLE.read_text())["messages"]
+
+
+def _scores(index: MemoryIndex, vecs: np.ndarray) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for text, vec in zip(QUERIES, vecs, strict=True):
+        ranked, parts = score_query(index, Query(id="q0", text=text), vec, event_kinds=list(index.events),
+                                    top_events=10, weights=Weights(), now=None)
+        out[text] = {f"{t.conversation_id}/{t.id}": float(parts["score"][i]) for i, t in enumerate(index.turns)}
+        out[text] |= {f"{kind}:{index.events[kind].units[row].id}": s for kind, row, s in ranked}
+    return out
+
+
+def test_content_words_are_the_longest_non_stop_words() -> None:
+    assert content_words("What did Priya say about the Brighton half marathon?", 3) == [
+        "Brighton", "marathon", "Priya"]  # ties in length: alphabetical
+    assert content_words("What is it?", 3) == []
+
+
+def test_candidates_covering_a_small_store_score_exactly_like_the_full_snapshot(data_dir, hash_embeddings) -> None:
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")
+    mem.ingest({"conversation_id": "other", "messages": _messages()[:12]}, user_id="u")
+    full = MemoryIndex.build(mem.store, "u", None)
+    vecs = np.asarray(hash_embeddings.embed_documents(QUERIES), dtype=np.float32)
+    ws = WorkingSet(mem.store, user_id="u", bounds=Bounds(dense_k=500, event_k=500, sessions=500))
+    bounded = ws.ensure(QUERIES, vecs)
+    assert bounded.bounded is not None and full.bounded is None
+    assert {k: len(t) for k, t in bounded.tables.items()} == {k: len(t) for k, t in full.tables.items()}
+    got, want = _scores(bounded, vecs), _scores(full, vecs)
+    for text in QUERIES:
+        assert got[text].keys() == want[text].keys()
+        for key, value in want[text].items():
+            assert abs(got[text][key] - value) < 1e-6, (text, key)
+    reads = ws.reads
+    assert ws.ensure(QUERIES[:2], vecs[:2]) is bounded and ws.reads == reads  # known queries read nothing
+
+
+def test_small_bounds_load_whole_sessions_of_the_best_candidates_only(data_dir, hash_embeddings) -> None:
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")
+    full = MemoryIndex.build(mem.store, "u", None)
+    vec = np.asarray(hash_embeddings.embed_documents(QUERIES[:1]), dtype=np.float32)
+    index = WorkingSet(mem.store, user_id="u", bounds=Bounds(dense_k=3, event_k=3, lexical_k=2, sessions=1)).ensure(
+        QUERIES[:1], vec)
+    sessions = {(t.conversation_id, t.session_id) for t in index.turns}
+    assert len(sessions) == 1 and len(index.turns) < len(full.turns)
+    whole = [t for t in full.turns if (t.conversation_id, t.session_id) in sessions]
+    assert [t.id for t in index.turns] == [t.id for t in whole]  # the session is whole, in order
+    best = max(range(len(full.turns)), key=lambda i: float(full.turn_vecs[i] @ vec[0]))
+    assert (full.turns[best].conversation_id, full.turns[best].session_id) in sessions
+    assert len(index.tables["turn_context"]) == len(whole)  # each loaded turn has its view
+
+
+def test_retrieval_on_the_bounded_path_matches_the_snapshot_path(data_dir, hash_embeddings) -> None:
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")
+    for query in QUERIES:
+        snapshot = mem.retrieve(query, user_id="u")
+        bounded = mem.retrieve(query, user_id="u", snapshot_max_turns=0)
+        assert [(e.turn_id, round(e.score, 6)) for e in bounded.evidence] == [
+            (e.turn_id, round(e.score, 6)) for e in snapshot.evidence], query
+
+
+def test_the_bounded_path_stays_in_its_tenant_and_sees_other_processes_writes(data_dir, hash_embeddings) -> None:
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    messages = _messages()
+    # Both users hold the same conversation id; bob's copy says something alice's never does.
+    mem.ingest({"conversation_id": "shared", "messages": messages}, user_id="alice")
+    secret = [{**m, "text": m["text"] + " Bob's zeppelin hangar code is 4471."} for m in messages[:6]]
+    mem.ingest({"conversation_id": "shared", "messages": secret}, user_id="bob")
+    for query in ["zeppelin hangar code", *QUERIES]:
+        result = mem.retrieve(query, user_id="alice", snapshot_max_turns=0)
+        assert result.evidence
+        assert all("zeppelin" not in e.text for e in result.evidence)
+    assert any("zeppelin" in e.text for e in mem.retrieve("zeppelin hangar code", user_id="bob",
+                                                          snapshot_max_turns=0).evidence)
+    script = (
+        "import sys, json; sys.path.insert(0, 'tests'); from conftest import HashEmbeddings; "
+        "from memstrata import Memstrata; "
+        f"m = Memstrata(path={data_dir!r}, embeddings=HashEmbeddings()); "
+        "m.ingest({'conversation_id': 'later', 'messages': [{'speaker': 'Priya', 'text': "
+        "'My new neighbour keeps a tortoise named Ferdinand.', 'timestamp': '2024-09-01T10:00:00'}]}, "
+        "user_id='alice')")
+    subprocess.run([sys.executable, "-c", script], cwd=REPO, check=True, timeout=300,
+                   env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    found = mem.retrieve("What is the tortoise called?", user_id="alice", snapshot_max_turns=0)
+    assert any("Ferdinand" in e.text for e in found.evidence)
+    assert not any("Ferdinand" in e.text for e in mem.retrieve(
+        "What is the tortoise called?", user_id="bob", snapshot_max_turns=0).evidence)
