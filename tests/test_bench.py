@@ -306,18 +306,27 @@ def test_oracle_reader_bench_reports_cost_per_path(tiny_path: Path, hash_embeddi
 
 
 def test_bench_scale_smoke(tmp_path, locomo_path) -> None:
-    """``memstrata bench scale`` at its smallest size: a store, planted questions, the chat pattern, JSON and plot."""
+    """``memstrata bench scale`` at its smallest: one original conversation, then copies; both search paths,
+    queries in a separate process, the chat pattern, JSON and plot."""
     out, plot = tmp_path / "scale.json", tmp_path / "scale.png"
     done = subprocess.run(
-        [sys.executable, "-m", "memstrata.cli", "bench", "scale", str(locomo_path), "--sizes", "500",
-         "--questions", "10", "--chat-turns", "500", "--chat-rounds", "3", "--out", str(out), "--plot", str(plot)],
-        capture_output=True, text=True, timeout=1200, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        [sys.executable, "-m", "memstrata.cli", "bench", "scale", str(locomo_path), "--sizes", "400,1200",
+         "--originals", "1", "--questions", "8", "--chat-turns", "500", "--chat-rounds", "3", "--out", str(out),
+         "--plot", str(plot)],
+        capture_output=True, text=True, timeout=1500, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
-    row = result["sizes"][0]
-    assert row["turns"] >= 500 and row["questions"] == 10 and 0 <= row["planted_recall_all@1500"] <= 100
+    small, grown = result["sizes"]
+    assert small["copied_turns"] == 0 and small["original_turns"] == small["turns"] >= 400
+    assert grown["turns"] >= 1200 and grown["copied_turns"] == grown["turns"] - small["turns"]
+    assert grown["copy_turns_per_second"] > 0 and grown["disk_mb"] > small["disk_mb"]
+    for row in (small, grown):
+        assert set(row["paths"]) == {"snapshot", "bounded"} and row["default_path"] == "snapshot"
+        for measured in row["paths"].values():
+            assert measured["questions"] == 8 and 0 <= measured["planted_recall_all@1500"] <= 100
+            assert measured["query_process_peak_mb"] > 0
     assert result["chat"]["rounds"] == 3 and result["chat"]["ratio_p50"] > 0
-    assert "reuse" in result["note"] and plot.stat().st_size > 0
+    assert "reusing their vectors" in result["note"] and plot.stat().st_size > 0
 
 
 def test_a_server_reader_waits_as_long_as_its_client(hash_embeddings) -> None:  # type: ignore[no-untyped-def]

@@ -117,34 +117,37 @@ def scale(
     out: Annotated[Path, typer.Option(help="results JSON")] = Path("benchmarks/results/scale.json"),
     plot: Annotated[Path, typer.Option(help="latency vs size PNG")] = Path("benchmarks/results/scale_latency.png"),
     workdir: Annotated[Path | None, typer.Option(help="where the stores are built (default: a temp folder)")] = None,
+    originals: Annotated[int | None, typer.Option(
+        help="LoCoMo conversations ingested through the graph before copies start (default: all)")] = None,
 ) -> None:
     """One user with many turns (planted LoCoMo questions), and the chat pattern of write-then-read."""
     import shutil
     import tempfile
 
-    from memstrata.bench.scale import ReusingEmbeddings, chat_pattern, plot_scale, run_size
-    from memstrata.memory.embeddings import MiniLMEmbeddings
+    from memstrata.bench.scale import NOTE, chat_pattern, plot_scale, run_sizes
+    from memstrata.context import Context
 
     try:
         targets = [int(s) for s in _split(sizes) or []]
     except ValueError as exc:
         raise typer.BadParameter(f"--sizes must be comma-separated integers, got {sizes!r}") from exc
     console = Console()
-    embeddings = ReusingEmbeddings(MiniLMEmbeddings())
     root = Path(tempfile.mkdtemp(prefix="memstrata-scale-", dir=workdir))
-    result: dict = {"command": command_line(), "sizes": [], "note": (
-        "copies reuse their source text's vector (names and years mapped back), so ingestion throughput here "
-        "measures storage and indexing, not embedding")}
+    threshold = Context(user_id="-").snapshot_max_turns
+    result: dict = {"command": command_line(), "snapshot_max_turns": threshold, "sizes": [], "note": NOTE}
+
+    def report(row: dict) -> None:
+        result["sizes"].append(row)
+        console.print(row)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+
     try:
-        for target in targets:
-            row = run_size(path, target, embeddings=embeddings, questions=questions, budget=budget, workdir=root)
-            result["sizes"].append(row)
-            console.print(row)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        run_sizes(path, targets, questions=questions, budget=budget, workdir=root, threshold=threshold,
+                  originals=originals, report=report)
         if chat_rounds:
-            result["chat"] = chat_pattern(path, embeddings=embeddings, turns=chat_turns, rounds=chat_rounds,
-                                          workdir=root)
+            result["chat"] = chat_pattern(path, turns=chat_turns, rounds=chat_rounds, workdir=root,
+                                          originals=originals)
             console.print(result["chat"])
     finally:
         shutil.rmtree(root, ignore_errors=True)

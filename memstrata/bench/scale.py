@@ -1,28 +1,42 @@
 """``memstrata bench scale``: one user with many turns, and the chat-app pattern of write-then-read.
 
-Stores are grown from LoCoMo: the ten original conversations, then perturbed
-copies of them (speakers renamed in the speaker field and in the text, every
-date moved by two years per copy, a new conversation id), until the user holds
-the requested number of turns. The original questions are asked against the
-whole user, so recall shows whether the planted evidence is still found among
-the copies; a gold turn counts only when the evidence cites it in its original
-conversation. A copy's text reuses the vector of its source text (the names
-and years mapped back), so the model is run once per distinct text: these
-numbers measure storage and search, not embedding.
+Stores are grown from LoCoMo. The ten original conversations are ingested
+through the ingestion graph (MiniLM, offline). Then perturbed copies are
+written until the user holds the requested number of turns: copy ``k`` of a
+conversation is every stored unit of it (turns, views, episodes, summaries,
+facts, entities, tree nodes), its edges and its counters, with the speakers
+renamed everywhere, every date moved ``2k`` years into the past and a new
+conversation id. A copy reuses the vectors of the units it copies and is not
+re-derived, so the copies' write throughput measures Chroma's storage and
+indexing, not embedding or ingestion. Copies go back in time so that the
+originals stay the newest memory: the planted questions measure search among
+many similar scenes, not H-Mem's time decay of old memories.
+
+The original questions are then asked of the whole user, not of one
+conversation, by a separate query process (so its peak memory is that of
+querying alone); a gold turn counts only when the evidence cites it in its
+original conversation. Each size is queried on the path ``Context`` picks for
+it (whole-memory snapshot up to ``snapshot_max_turns``, the bounded path
+above), and sizes under the threshold are also queried on the bounded path.
 
 The chat pattern alternates, on one store, a read-only query with "write one
 new message to a growing session, then query", and compares the two latencies.
 
 Example:
-    $ memstrata bench scale ../shared/data/locomo/locomo10.json --sizes 10000 --chat-rounds 200
+    $ memstrata bench scale ../shared/data/locomo/locomo10.json --sizes 10000,100000 --chat-rounds 200
 """
 
 from __future__ import annotations
 
-import copy
+import calendar
+import dataclasses
+import json
+import os
 import random
 import re
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -39,79 +53,73 @@ USER = "scale"
 NAMES = ["Avery", "Bruno", "Chiara", "Dmitri", "Esme", "Farid", "Greta", "Hiro", "Ines", "Jonas", "Kalani", "Lior",
          "Mateus", "Nadia", "Oskar", "Priyanka", "Quentin", "Rosa", "Soren", "Talia", "Umar", "Vera", "Wren", "Ximena"]
 YEARS_PER_COPY = 2
-_YEAR = re.compile(r"\b(19\d\d|20\d\d|21\d\d)\b")
+# An ISO date (its day kept valid when the year moves) or a bare year.
+_DATE_OR_YEAR = re.compile(r"\b(?P<y>\d{4})-(?P<m>\d\d)-(?P<d>\d\d)|\b(?P<year>(?:19|20|21)\d\d)\b")
+NOTE = ("the originals are ingested through the ingestion graph; each copy is a perturbed copy of the originals' "
+        "stored units, edges and counters, reusing their vectors (not re-embedded, not re-derived), so the copies' "
+        "write throughput measures storage and indexing only; copies are moved back in time so the originals stay "
+        "the newest memory; queries run in a separate process")
 
 
-class ReusingEmbeddings(Embeddings):
-    """Embeds each distinct source text once: a copy's text is mapped back to its source first."""
+def shift_years(text: str, years: int) -> str:
+    """Every ISO date and bare year in the text moved by ``years`` (29 February becomes the 28th if need be)."""
 
-    name = "sentence-transformers/all-MiniLM-L6-v2"  # the vectors are MiniLM's, reused
-    dimension = 384
+    def move(m: re.Match[str]) -> str:
+        if m.group("year"):
+            return str(int(m.group("year")) + years)
+        year, month, day = int(m.group("y")) + years, int(m.group("m")), int(m.group("d"))
+        if not 1 <= month <= 12 or year < 1:
+            return m.group(0)
+        day = min(day, calendar.monthrange(year, month)[1])
+        return f"{year:04d}-{month:02d}-{day:02d}"
 
-    def __init__(self, base: Embeddings) -> None:
-        self.base = base
-        self.cache: dict[str, list[float]] = {}
-        self.inverse: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = []
-        self.model_texts = 0
-
-    def source_text(self, text: str) -> str:
-        for pattern, back in self.inverse:
-            text = pattern.sub(back, text)
-        return text
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        keys = [self.source_text(t) for t in texts]
-        missing = list(dict.fromkeys(k for k in keys if k not in self.cache))
-        if missing:
-            self.model_texts += len(missing)
-            for key, vec in zip(missing, self.base.embed_documents(missing), strict=True):
-                self.cache[key] = vec
-        return [self.cache[k] for k in keys]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.embed_documents([text])[0]
+    return _DATE_OR_YEAR.sub(move, text)
 
 
-def perturbed_copy(conv: LocomoConversation, k: int, names: dict[str, str]) -> dict[str, Any]:
-    """Copy ``k`` of a LoCoMo item: speakers renamed everywhere, dates moved by ``2k`` years, a new id."""
-    raw = copy.deepcopy(conv.raw)
-    raw["sample_id"] = f"{conv.sample_id}-copy{k}"
-    body = raw["conversation"]
-    rename = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
-    for key, value in list(body.items()):
-        if key.startswith("speaker_"):
-            body[key] = names.get(value, value)
-        elif key.endswith("date_time") and isinstance(value, str):
-            body[key] = _YEAR.sub(lambda m: str(int(m.group(0)) + YEARS_PER_COPY * k), value)
-        elif isinstance(value, list):
-            for turn in value:
-                turn["speaker"] = names.get(turn["speaker"], turn["speaker"])
-                turn["text"] = rename.sub(lambda m: names[m.group(0)], turn["text"])
-    raw.pop("qa", None)
-    return raw
+def copy_names(conv: LocomoConversation, k: int) -> dict[str, str]:
+    """Copy ``k``'s new name for each speaker of the conversation."""
+    speakers = sorted({t.speaker for t in conv.turns})
+    return {s: f"{NAMES[(k * 7 + i) % len(NAMES)]}{k}" for i, s in enumerate(speakers)}
 
 
-def _inverse(names: dict[str, str], k: int) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]:
-    back = {v: key for key, v in names.items()}
-    years = re.compile(r"\b(19\d\d|20\d\d|21\d\d)\b")
-    return [(re.compile(r"\b(" + "|".join(map(re.escape, back)) + r")\b"), lambda m: back[m.group(0)]),
-            (years, lambda m: str(int(m.group(0)) - YEARS_PER_COPY * k))]
+def perturber(source: str, target: str, names: dict[str, str], years: int) -> Callable[[str], str]:
+    """A function that rewrites a stored JSON or text of conversation ``source`` into copy ``target``."""
+    rename = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b")
+    quoted = json.dumps(source)
+
+    def apply(text: str) -> str:
+        text = text.replace(quoted, json.dumps(target))
+        return shift_years(rename.sub(lambda m: names[m.group(0)], text), years)
+
+    return apply
 
 
-def grow(convs: Sequence[LocomoConversation], target: int) -> list[tuple[int, dict[str, Any], dict[str, str]]]:
-    """(copy number, LoCoMo item, renaming) for the originals and then copies, until ``target`` turns."""
-    out: list[tuple[int, dict[str, Any], dict[str, str]]] = []
-    total, k = 0, 0
-    while total < target:
-        for conv in convs:
-            if total >= target:
-                break
-            speakers = sorted({t.speaker for t in conv.turns})
-            names = {} if k == 0 else {s: f"{NAMES[(k * 7 + i) % len(NAMES)]}{k}" for i, s in enumerate(speakers)}
-            out.append((k, conv.raw if k == 0 else perturbed_copy(conv, k, names), names))
-            total += len(conv.turns)
-        k += 1
-    return out
+def copy_conversation(store: Any, conv: LocomoConversation, k: int) -> int:
+    """Write copy ``k`` of one stored conversation (every kind, edges, counters); returns its turns."""
+    from memstrata.memory import levels
+    from memstrata.memory.store.edges import Edge
+
+    target = f"{conv.sample_id}-copy{k}"
+    years = -YEARS_PER_COPY * k
+    sub = perturber(conv.sample_id, target, copy_names(conv, k), years)
+    turns = 0
+    for level in levels.levels():
+        records = store.get(level.kind, user_id=USER, conversation_id=conv.sample_id, with_vectors=True)
+        units = [level.unit.model_validate_json(sub(r.metadata["payload"])) for r in records]
+        store.upsert(level.kind, units, documents=[sub(r.document) for r in records],
+                     vectors=[r.metadata["_vector"] for r in records], extra=[u.metadata() for u in units])
+        turns += len(units) if level.role == "raw" else 0
+    edges = [Edge(**{**json.loads(sub(json.dumps(dataclasses.asdict(e)))), "turn_ids": tuple(e.turn_ids)})
+             for e in store.edges.get(USER, conversation_id=conv.sample_id)]
+    store.edges.add(USER, edges)
+    seconds = years * 365.2425 * 86400
+    counters = [dataclasses.replace(
+        c, conversation_id=target, unit_id=sub(json.dumps(c.unit_id)).strip('"'),
+        reinforced_at=c.reinforced_at + seconds if c.reinforced_at is not None else None)
+        for c in store.counters.all(USER) if c.conversation_id == conv.sample_id]
+    store.counters.put(USER, counters)
+    store.versions.bump(USER)  # the copies' journal is not needed by any snapshot of this process
+    return turns
 
 
 def _peak_mb() -> float:
@@ -122,15 +130,15 @@ def _disk_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
 
-def planted_recall(mem: Any, convs: Sequence[LocomoConversation], *, questions: int, budget: int,
-                   seed: int = 0) -> tuple[float, list[float]]:
+def planted_recall(mem: Any, convs: Sequence[LocomoConversation], *, questions: int, budget: int, seed: int = 0,
+                   **settings: Any) -> tuple[float, list[float]]:
     """recall_all of a sample of the original questions asked of the whole user, and each query's ms."""
     pool = [(c, q) for c in convs for q in c.questions if q.category in HEADLINE_CATEGORIES]
     sample = random.Random(seed).sample(pool, min(questions, len(pool)))
     tally, latencies = RecallTally(budgets=(budget,)), []
     for conv, q in sample:
         start = time.perf_counter()
-        result = mem.retrieve(q.question, user_id=USER, context_budget=budget)
+        result = mem.retrieve(q.question, user_id=USER, context_budget=budget, **settings)
         latencies.append((time.perf_counter() - start) * 1000)
         cited = {(e.conversation_id, e.turn_id) for e in result.evidence}
         found = [(conv.sample_id, gold) in cited for gold in q.evidence]
@@ -138,49 +146,121 @@ def planted_recall(mem: Any, convs: Sequence[LocomoConversation], *, questions: 
     return tally.summary()["recall_all"][str(budget)], latencies
 
 
-def build_store(path: Path, target: int, *, embeddings: Embeddings, workdir: Path,
-                prefix: str) -> tuple[Any, list[LocomoConversation], int, float, ReusingEmbeddings, Path]:
-    """A store where one user holds about ``target`` turns; returns it with the originals, turns and seconds."""
+class GrowingStore:
+    """One user's store, grown in steps: the originals through the graph once, then perturbed copies."""
+
+    def __init__(self, path: Path, *, embeddings: Embeddings | None, workdir: Path, prefix: str,
+                 originals: int | None = None) -> None:
+        from memstrata import Memstrata
+
+        self.convs = load_locomo(path)[:originals]
+        self.folder = Path(tempfile.mkdtemp(prefix=prefix, dir=workdir))
+        self.mem = Memstrata(path=self.folder, embeddings=embeddings)
+        self.turns, self.copy, self.next_conv = 0, 0, 0
+        self.ingest_s = self.copy_s = 0.0
+        self.original_turns = self.copied_turns = 0
+
+    def grow(self, target: int) -> None:
+        """Add conversations until the user holds at least ``target`` turns (whole conversations)."""
+        while self.turns < target:
+            conv = self.convs[self.next_conv]
+            start = time.perf_counter()
+            if self.copy == 0:
+                added = self.mem.ingest(conv.raw, user_id=USER)["turns_seen"]
+                self.ingest_s += time.perf_counter() - start
+                self.original_turns += added
+            else:
+                added = copy_conversation(self.mem.store, conv, self.copy)
+                self.copy_s += time.perf_counter() - start
+                self.copied_turns += added
+            self.turns += added
+            self.next_conv += 1
+            if self.next_conv == len(self.convs):
+                self.next_conv, self.copy = 0, self.copy + 1
+
+    def close(self) -> None:
+        self.mem.close()
+
+
+def query_in_child(folder: Path, path: Path, *, questions: int, budget: int, bounded: bool,
+                   originals: int | None) -> dict[str, Any]:
+    """Planted questions asked by a fresh process that only opens the store and queries it."""
+    job = {"folder": str(folder), "path": str(path), "questions": questions, "budget": budget, "bounded": bounded,
+           "originals": originals}
+    done = subprocess.run([sys.executable, "-c", "from memstrata.bench.scale import child_main; child_main()"],
+                          input=json.dumps(job), capture_output=True, text=True, check=False,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+    if done.returncode != 0:
+        msg = f"the query process failed:\n{done.stderr[-3000:]}"
+        raise RuntimeError(msg)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def child_main() -> None:
+    """The query process: reads a job on stdin, prints one JSON line of results."""
     from memstrata import Memstrata
 
-    convs = load_locomo(path)
-    # One cache for every store of a run: the model sees each distinct source text once.
-    reuse = embeddings if isinstance(embeddings, ReusingEmbeddings) else ReusingEmbeddings(embeddings)
-    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=workdir))
-    mem = Memstrata(path=folder, embeddings=reuse)
-    turns, started = 0, time.perf_counter()
-    for k, raw, names in grow(convs, target):
-        reuse.inverse = _inverse(names, k) if k else []
-        turns += mem.ingest(raw, user_id=USER)["turns_seen"]
-    reuse.inverse = []
-    return mem, convs, turns, time.perf_counter() - started, reuse, folder
-
-
-def run_size(path: Path, target: int, *, embeddings: Embeddings, questions: int, budget: int,
-             workdir: Path) -> dict[str, Any]:
-    """Build one store of about ``target`` turns and measure it."""
-    seen = embeddings.model_texts if isinstance(embeddings, ReusingEmbeddings) else 0
-    mem, convs, turns, ingest_s, reuse, folder = build_store(path, target, embeddings=embeddings, workdir=workdir,
-                                                             prefix=f"scale-{target}-")
-    mem.retrieve("warm up", user_id=USER)  # builds the snapshot once
-    recall, latencies = planted_recall(mem, convs, questions=questions, budget=budget)
-    out = {"turns": turns, "ingest_seconds": round(ingest_s, 1), "turns_per_second": round(turns / ingest_s, 1),
-           "model_texts": reuse.model_texts - seen, "query_p50_ms": round(float(np.percentile(latencies, 50)), 1),
-           "query_p95_ms": round(float(np.percentile(latencies, 95)), 1),
-           f"planted_recall_all@{budget}": round(100 * recall, 1), "questions": len(latencies),
-           "peak_memory_mb": round(_peak_mb(), 0), "disk_mb": round(_disk_mb(folder), 1)}
+    job = json.loads(sys.stdin.read())
+    mem = Memstrata(path=job["folder"])
+    settings = {"snapshot_max_turns": 0} if job["bounded"] else {}
+    start = time.perf_counter()
+    mem.retrieve("warm up", user_id=USER, **settings)  # loads the model, and the snapshot on that path
+    warm_ms = (time.perf_counter() - start) * 1000
+    convs = load_locomo(Path(job["path"]))[:job["originals"]]
+    recall, latencies = planted_recall(mem, convs, questions=job["questions"], budget=job["budget"], **settings)
     mem.close()
-    return out
+    print(json.dumps({"recall": recall, "latencies": latencies, "warm_ms": warm_ms, "peak_mb": _peak_mb()}))
 
 
-def chat_pattern(path: Path, *, embeddings: Embeddings, turns: int, rounds: int, workdir: Path,
-                 seed: int = 0) -> dict[str, Any]:
+def measure(store: GrowingStore, path: Path, *, questions: int, budget: int, bounded: bool) -> dict[str, Any]:
+    """One size on one search path."""
+    got = query_in_child(store.folder, path, questions=questions, budget=budget, bounded=bounded,
+                         originals=len(store.convs))
+    lat = got["latencies"]
+    return {"query_p50_ms": round(float(np.percentile(lat, 50)), 1),
+            "query_p95_ms": round(float(np.percentile(lat, 95)), 1),
+            f"planted_recall_all@{budget}": round(100 * got["recall"], 1), "questions": len(lat),
+            "first_query_ms": round(got["warm_ms"], 0), "query_process_peak_mb": round(got["peak_mb"], 0)}
+
+
+def run_sizes(path: Path, targets: Sequence[int], *, questions: int, budget: int, workdir: Path,
+              threshold: int, originals: int | None = None,
+              report: Callable[[dict[str, Any]], None] = lambda _: None) -> list[dict[str, Any]]:
+    """Grow one store through the sizes (ascending) and measure each."""
+    store = GrowingStore(path, embeddings=None, workdir=workdir, prefix="scale-", originals=originals)
+    rows = []
+    try:
+        for target in sorted(targets):
+            store.grow(target)
+            row: dict[str, Any] = {
+                "turns": store.turns, "original_turns": store.original_turns,
+                "ingest_turns_per_second": round(store.original_turns / store.ingest_s, 1) if store.ingest_s else None,
+                "copied_turns": store.copied_turns,
+                "copy_turns_per_second": round(store.copied_turns / store.copy_s, 1) if store.copy_s else None,
+                "disk_mb": round(_disk_mb(store.folder), 1), "paths": {}}
+            large = store.turns > threshold
+            row["paths"]["bounded" if large else "snapshot"] = measure(
+                store, path, questions=questions, budget=budget, bounded=large)
+            if not large:
+                row["paths"]["bounded"] = measure(store, path, questions=questions, budget=budget, bounded=True)
+            row["default_path"] = "bounded" if large else "snapshot"
+            rows.append(row)
+            report(row)
+    finally:
+        store.close()
+    return rows
+
+
+def chat_pattern(path: Path, *, turns: int, rounds: int, workdir: Path, seed: int = 0,
+                 originals: int | None = None) -> dict[str, Any]:
     """Read-only queries against write-one-message-then-query, on a user holding about ``turns`` turns.
 
     Each write adds one message to a session that grows by one message per round,
     as a chat app does; the query after it sees the new message.
     """
-    mem, convs, held, _, _, _ = build_store(path, turns, embeddings=embeddings, workdir=workdir, prefix="scale-chat-")
+    store = GrowingStore(path, embeddings=None, workdir=workdir, prefix="scale-chat-", originals=originals)
+    store.grow(turns)
+    mem, convs, held = store.mem, store.convs, store.turns
     pool = [q.question for c in convs for q in c.questions]
     rng = random.Random(seed)
     target = convs[0]
@@ -213,7 +293,7 @@ def _timed(call: Callable[[], Any]) -> float:
 
 
 def plot_scale(result: dict[str, Any], path: Path) -> Path:
-    """Query latency (p50, p95) against store size."""
+    """Query latency (p50, p95) against store size, per search path."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -221,9 +301,13 @@ def plot_scale(result: dict[str, Any], path: Path) -> Path:
 
     sizes = result["sizes"]
     fig, axes = plt.subplots(figsize=(6, 4))
-    xs = [s["turns"] for s in sizes]
-    axes.plot(xs, [s["query_p50_ms"] for s in sizes], marker="o", label="p50")
-    axes.plot(xs, [s["query_p95_ms"] for s in sizes], marker="o", label="p95")
+    for name, marker in (("snapshot", "o"), ("bounded", "s")):
+        rows = [s for s in sizes if name in s["paths"]]
+        if rows:
+            xs = [s["turns"] for s in rows]
+            axes.plot(xs, [s["paths"][name]["query_p50_ms"] for s in rows], marker=marker, label=f"{name} p50")
+            axes.plot(xs, [s["paths"][name]["query_p95_ms"] for s in rows], marker=marker, linestyle="--",
+                      label=f"{name} p95")
     axes.set_xscale("log")
     axes.set_xlabel("turns held by one user")
     axes.set_ylabel("query latency, ms")

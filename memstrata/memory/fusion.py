@@ -140,7 +140,7 @@ def turn_semantic(index: MemoryIndex, qvec: np.ndarray, qtokens: list[str]) -> n
         return np.zeros(0)
     views = [index.dense_turns(qvec), *index.dense_views(qvec)]
     dense = sum(standardize(v) for v in views) / len(views)
-    lexical = [standardize(s) for s in (bm.scores(qtokens) for bm in index.turn_bm25)]
+    lexical = [standardize(s) for s in index.window_bm25(qtokens)]
     fused = dense + sum(lexical) / len(lexical)
     low, high = float(fused.min()), float(fused.max())
     return (fused - low) / (high - low) if high > low else np.zeros_like(fused)

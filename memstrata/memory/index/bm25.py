@@ -61,11 +61,24 @@ class Bm25:
 
     @classmethod
     def from_tokens(cls, docs: list[list[str]]) -> Bm25:
-        """Index documents already run through :func:`tokenize` (windows reuse their turns' tokens)."""
+        """Index documents already run through :func:`tokenize`."""
         index = cls()
         for i, tokens in enumerate(docs):
-            index.set_doc(i, tokens)
+            counts = Counter(tokens)
+            for term, tf in counts.items():
+                index.postings.setdefault(term, {})[i] = tf
+            index.docs.append(counts)
+            index.lengths.append(len(tokens))
+            index._total += len(tokens)
         return index
+
+    def frequencies(self, term: str) -> np.ndarray:
+        """The term's frequency in every document (zeros where it is absent)."""
+        out = np.zeros(len(self.lengths))
+        if self.postings.get(term):
+            docs, tf = self._postings(term)
+            out[docs] = tf
+        return out
 
     @property
     def size(self) -> int:
@@ -109,6 +122,28 @@ class Bm25:
                                   np.fromiter(docs.values(), dtype=np.float64, count=len(docs)))
         return self._arrays[term]
 
+    def window_scores(self, query_tokens: list[str], windows: list[np.ndarray]) -> np.ndarray:
+        """BM25 of each document read as a window of documents, as if the windows were indexed themselves.
+
+        ``windows`` lists, per offset, the document each document's window takes at that offset
+        (``-1``: none). A window's term frequency and length are its members' sums; its document
+        frequency counts the windows holding the term. Equal to indexing every window's joined tokens,
+        without storing one posting list per window.
+        """
+        n = len(self.lengths)
+        out = np.zeros(n)
+        known = [t for t in query_tokens if self.postings.get(t)]
+        if not known:
+            return out
+        length = _window_sum(np.asarray(self.lengths, dtype=np.float64), windows)
+        norm = K1 * ((1 - B) + B * length / length.mean())
+        for term in known:  # a repeated query word counts again, as in bm25s
+            tf = _window_sum(self.frequencies(term), windows)
+            df = int(np.count_nonzero(tf))
+            idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
+            out += idf * tf / (norm + tf)
+        return out
+
     def scores(self, query_tokens: list[str]) -> np.ndarray:
         """One score per document; zeros when no query word is in the vocabulary."""
         n = len(self.lengths)
@@ -124,3 +159,12 @@ class Bm25:
             idf = np.log(1 + (n - len(docs) + 0.5) / (len(docs) + 0.5))
             out[docs] += idf * tf / (norm[docs] + tf)  # a term lists each document once
         return out
+
+
+def _window_sum(values: np.ndarray, windows: list[np.ndarray]) -> np.ndarray:
+    """Each document's value plus the values of its window's other members (``-1`` adds nothing)."""
+    padded = np.append(values, 0.0)
+    out = values.copy()
+    for members in windows:
+        out += padded[members]  # -1 reads the padding zero
+    return out

@@ -4,10 +4,11 @@ Chroma is the store of record. For query latency, every searched kind of
 :mod:`memstrata.memory.levels` is loaded once per process into a
 :class:`KindTable` (its units, their vectors and, for ``event`` kinds, BM25
 over their text). The raw kind gets what turn search needs on top: neighbour
-links, the aligned vectors of every ``view`` kind, and BM25 over windows of
-each turn with 0, 1, 2, 4 and 8 neighbours each side (``window_widths``; the
-wider windows stand for the scene the turn belongs to). Nothing here names a
-kind: a new kind's module is enough for it to be indexed.
+links, the aligned vectors of every ``view`` kind, and BM25 over each turn,
+from which the BM25 of windows of 0, 1, 2, 4 and 8 neighbours each side
+(``window_widths``; the wider windows stand for the scene the turn belongs to)
+is computed at query time (:meth:`MemoryIndex.window_bm25`). Nothing here names
+a kind: a new kind's module is enough for it to be indexed.
 
 Writes through the same store are applied in place (:meth:`MemoryIndex.apply`):
 the store's write log hands over the written units and vectors, rows are added
@@ -140,10 +141,9 @@ class MemoryIndex:
             table.turn_rows = [self.rows_of(u.conversation_id, u.linked_turn_ids()) for u in table.units]
         self._link_turns()
         self.window_widths = tuple(window_widths)
-        # Each turn is tokenized once; a window's tokens are its turns' tokens joined.
-        self.turn_tokens = tokenize([t.render() for t in self.turns]) if self.turns else []
-        self.turn_bm25 = [Bm25.from_tokens([self._window_tokens(i, w) for i in range(len(self.turns))])
-                          for w in self.window_widths]
+        # BM25 over each turn alone; a window's scores are derived from it at query time (window_bm25)
+        self.turn_bm25 = Bm25.from_tokens(tokenize([t.render() for t in self.turns]) if self.turns else [])
+        self._offsets: list[np.ndarray] | None = None
 
     @property
     def turn_vecs(self) -> np.ndarray:
@@ -242,6 +242,7 @@ class MemoryIndex:
         if not changes:
             return True
         self.memo.clear()
+        self._offsets = None
         touched: dict[str, set[tuple[str, str]]] = {}
         for change in changes:
             table = self.tables.get(change.kind)
@@ -294,7 +295,6 @@ class MemoryIndex:
             self._ts.append(turn.timestamp.timestamp() if turn.timestamp else np.nan)
             for view in self._views:
                 view.append(vec)
-            self.turn_tokens.append([])
         else:
             self._ts.set(row, turn.timestamp.timestamp() if turn.timestamp else np.nan)
         if before >= 0:
@@ -305,10 +305,7 @@ class MemoryIndex:
             self.latest = turn.timestamp
         if turn.speaker not in self.speakers:
             self.speakers = sorted({*self.speakers, turn.speaker})
-        self.turn_tokens[row] = tokenize([turn.render()])[0]
-        for width, bm25 in zip(self.window_widths, self.turn_bm25, strict=True):
-            for i in sorted(set(self._members(row, width)), key=lambda r: r if r < bm25.size else 1 << 62):
-                bm25.set_doc(i, self._window_tokens(i, width))
+        self.turn_bm25.set_doc(row, tokenize([turn.render()])[0])
 
     # ---- turn structure --------------------------------------------------------
     def rows_of(self, conversation_id: str, turn_ids: Sequence[str]) -> list[int]:
@@ -328,9 +325,6 @@ class MemoryIndex:
                 after.append(int(k))
         return [*before, i, *after]
 
-    def _window_tokens(self, i: int, width: int) -> list[str]:
-        return [tok for j in self._members(i, width) for tok in self.turn_tokens[j]]
-
     def window_members(self, width: int) -> list[list[int]]:
         """Each turn's window as turn rows in order: up to ``width`` neighbours each side, within its session."""
         return [self._members(i, width) for i in range(len(self.turns))]
@@ -338,6 +332,21 @@ class MemoryIndex:
     def windows(self, width: int) -> list[str]:
         """Each turn's rendered text with up to ``width`` neighbours each side, within its session."""
         return ["\n".join(self.turns[j].render() for j in members) for members in self.window_members(width)]
+
+    def window_bm25(self, qtokens: list[str]) -> list[np.ndarray]:
+        """BM25 of each turn's window (``width`` neighbours each side, within its session), per window width.
+
+        Scores equal BM25 over every window's joined text, computed from the turns' own postings.
+        """
+        if self._offsets is None:  # the rows ``s`` steps before and after each turn, for s = 1..max width
+            offsets, back, ahead = [], np.arange(len(self.turns)), np.arange(len(self.turns))
+            prev, nxt = np.append(self.prev_idx, -1), np.append(self.next_idx, -1)
+            for _ in range(max(self.window_widths, default=0)):
+                back, ahead = prev[back], nxt[ahead]  # -1 stays -1 (the padding entry)
+                offsets.append(np.stack([back, ahead]))
+            self._offsets = offsets
+        return [self.turn_bm25.window_scores(qtokens, [m for o in self._offsets[:w] for m in o])
+                for w in self.window_widths]
 
     # ---- dense search ------------------------------------------------------------
     def dense_turns(self, qvec: np.ndarray) -> np.ndarray:

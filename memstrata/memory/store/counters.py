@@ -112,6 +112,17 @@ class CounterStore:
         found = {r.key: _from_row(r) for r in self.table.get(user_id=user_id, keys=list(wanted))}
         return {item: found.get(key) or UnitCounters(*item) for key, item in wanted.items()}
 
+    def put(self, user_id: str, counters: Sequence[UnitCounters]) -> int:
+        """Write counters as given, replacing what is stored for those units (a copy or a restore)."""
+        rows = [TableRow(_key(user_id, (c.conversation_id, c.kind, c.unit_id)), tenant.check_user(user_id),
+                         c.conversation_id, {"kind": c.kind, "unit_id": c.unit_id,
+                                             "reinforcement_count": c.reinforcement_count,
+                                             "reinforced_at": c.reinforced_at, "recall_count": c.recall_count,
+                                             "last_access": c.last_access, "tier": c.tier})
+                for c in counters]
+        with self._lock:
+            return self.table.upsert(rows) if rows else 0
+
     def all(self, user_id: str, *, kind: str | None = None) -> list[UnitCounters]:
         """Every counted unit of the user, optionally only those of one kind."""
         return [_from_row(r) for r in self.table.get(user_id=user_id, match={"kind": kind} if kind else None)]
