@@ -70,7 +70,7 @@ out = {}
 for kind in store.stored_kinds():
     rows = {}
     for r in store.get(kind, user_id="u", with_vectors=True):
-        blob = json.dumps([r.document, r.payload, [round(x, 6) for x in r.metadata["_vector"]]], sort_keys=True)
+        blob = json.dumps([r.document, r.payload, [round(float(x), 6) for x in r.metadata["_vector"]]], sort_keys=True)
         rows[f"{r.metadata['conversation_id']}/{r.unit_id}"] = blob
     out[kind] = rows
 for name, table in (("edges", store.edges.table), ("counters", store.counters.table)):

@@ -9,13 +9,15 @@ them; every search function then runs unchanged. Candidates, per query:
 - **dense**: the top ``dense_k`` turns and turn views, and the top ``event_k``
   units of every other searched kind, through Chroma's HNSW index under the
   tenant filter (:meth:`VectorStore.nearest`);
-- **lexical**: for the query's ``lexical_terms`` longest content words, up to
-  ``lexical_k`` turns, summaries and facts whose text contains the word as
-  written, lower-cased or capitalised (Chroma's full-text index,
-  :meth:`VectorStore.containing`);
+- **lexical**: for each of the query's ``lexical_terms`` longest content words,
+  up to ``lexical_k`` turns whose text contains it as written, lower-cased or
+  capitalised (Chroma's full-text index, :meth:`VectorStore.containing`), and
+  per event kind (summaries, facts) up to ``lexical_k`` per word of units that
+  contain any of them;
 - **sessions**: the sessions those candidates come from are loaded whole (their
-  turns and turn views), up to ``sessions`` of them, ranked by taking each
-  source's candidates in turn, best first. Whole sessions keep the BM25 windows,
+  turns and turn views), up to ``sessions`` of them for the first queries of a
+  retrieval and an eighth more for each later one (a follow-up), ranked by
+  taking each source's candidates in turn, best first. Whole sessions keep the BM25 windows,
   the neighbour links and the views exactly as the full snapshot has them;
 - **the named entities' facts**, so graph expansion has facts to reach, and the
   week, month and year tree nodes the dense search found, plus every month and
@@ -140,14 +142,19 @@ class WorkingSet:
                     ranked.append(found)  # their turns come with their sessions below
                 else:
                     ranked.append(self._keep(found))
-        # tree nodes are consolidations of the events read here; their upper levels are loaded whole
-        lexical = [lv for lv in levels.levels(searched=True) if lv.role in ("raw", "event") and lv.kind != "tree_node"]
-        for word in dict.fromkeys(w for text in texts for w in content_words(text, b.lexical_terms)):
-            for level in lexical:
-                found = store.containing(level.kind, user_id=self.user_id, phrases=_variants(word), limit=b.lexical_k,
+        words = list(dict.fromkeys(w for text in texts for w in content_words(text, b.lexical_terms)))
+        for word in words:  # one read per word: a common word cannot crowd out a rare one
+            ranked.append(store.containing(raw, user_id=self.user_id, phrases=_variants(word), limit=b.lexical_k,
+                                           conversation_id=self.conversation_id))
+            self.reads += 1
+        # events: one read per kind for all the words (tree nodes consolidate these; their upper levels are whole)
+        for level in levels.levels(role="event", searched=True):
+            if words and level.kind != "tree_node":
+                found = store.containing(level.kind, user_id=self.user_id, limit=b.lexical_k * len(words),
+                                         phrases=[v for w in words for v in _variants(w)],
                                          conversation_id=self.conversation_id)
                 self.reads += 1
-                ranked.append(found if level.kind == raw else self._keep(found))
+                ranked.append(self._keep(found))
         self._entity_facts(texts)
         self._load_sessions(ranked)
 
@@ -178,7 +185,7 @@ class WorkingSet:
 
     def _load_sessions(self, ranked: list[list[Any]]) -> None:
         """Whole sessions (turns and views) of the best candidates, up to ``Bounds.sessions`` in all."""
-        order = list(self.sessions)
+        order: list[str] = []
         depth = max((len(r) for r in ranked), default=0)
         for i in range(depth):  # one candidate of each source in turn, best first
             for found in ranked:
@@ -187,7 +194,10 @@ class WorkingSet:
                     key = meta.get("session_key") or _session_key(meta.get("conversation_id"), meta.get("session_id"))
                     if key and key not in order:
                         order.append(key)
-        wanted = [k for k in order[:self.bounds.sessions] if k not in self.sessions]
+        # the first queries fill the session budget; each later query (a follow-up, a rewrite) adds an eighth
+        limit = self.bounds.sessions if not self.sessions else len(self.sessions) + max(1, self.bounds.sessions // 8)
+        fresh = [k for k in order if k not in self.sessions]
+        wanted = fresh[:limit - len(self.sessions)]
         if not wanted:
             return
         for level in levels.levels(searched=True):

@@ -258,7 +258,7 @@ class VectorStore:
         with self._write_lock:  # parallel ingestion branches share one client
             for start in range(0, len(ids), _MAX_BATCH):
                 stop = start + _MAX_BATCH
-                col.upsert(ids=ids[start:stop], embeddings=[list(v) for v in vecs[start:stop]],
+                col.upsert(ids=ids[start:stop], embeddings=[np.asarray(v, dtype=np.float32) for v in vecs[start:stop]],
                            documents=list(documents[start:stop]), metadatas=metas[start:stop])
         for user in dict.fromkeys(m["user_id"] for m in metas):
             rows = [i for i, m in enumerate(metas) if m["user_id"] == user]
@@ -479,7 +479,7 @@ def _records(kind: str, res: dict[str, Any], with_vectors: bool) -> list[Record]
     for i, (doc, meta) in enumerate(zip(res["documents"], res["metadatas"], strict=True)):
         meta = dict(meta)
         if vectors is not None:
-            meta["_vector"] = list(vectors[i])
+            meta["_vector"] = np.asarray(vectors[i], dtype=np.float32)
         out.append(Record(kind, meta["unit_id"], doc or "", meta))
     return out
 
