@@ -20,14 +20,13 @@ them; every search function then runs unchanged. Candidates, per query:
   taking each source's candidates in turn, best first. Whole sessions keep the BM25 windows,
   the neighbour links and the views exactly as the full snapshot has them;
 - **the named entities' facts**, so graph expansion has facts to reach, and the
-  week, month and year tree nodes the dense search found, plus every month and
-  year node (few: one per calendar month), so time windows and the latest
-  memory time are known.
+  tree nodes the dense search found (time windows are selected among these);
+  the latest memory time comes from the tree's year nodes.
 
 What differs from the full snapshot, by construction: a unit outside the
 candidates cannot be found; BM25's statistics (document frequencies, mean
-length) are the candidate set's; the reference time is the latest of the
-loaded turns and tree nodes. On a store small enough that the candidates
+length) are the candidate set's; a time hint selects windows among the tree
+nodes the dense search found, not among all of them. On a store small enough that the candidates
 cover everything, both paths score every unit alike (``tests/test_bounded.py``).
 
 Example:
@@ -37,26 +36,35 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from memstrata.memory import levels
 from memstrata.memory.index.snapshot import DEFAULT_WINDOWS, MemoryIndex, kind_table
+from memstrata.memory.levels import TreeNode
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]{3,}")
 _STOP = frozenset("""about above after again against also been before being below between both could does doing
 down during each from further have having here into just more most much must only other over same should some
 such than that their them then there these they this those through under until very what when where which while
 who whom whose will with would your yours yourself what's tell know like""".split())
+_EVENT_WORDS = 4  # words read in the event kinds' text
+_READERS = 4  # threads reading candidates from Chroma at once
 _RUNS = 8  # working sets kept per process (one per retrieval run in flight)
 _RUN_CACHE: OrderedDict[tuple[int, str, str | None, str], WorkingSet] = OrderedDict()
 _RUN_LOCK = threading.Lock()
+_LATEST: dict[tuple[int, str, str | None, int], tuple[float, datetime | None]] = {}
+_LATEST_SECONDS = 5.0  # another process's writes move the latest time; re-read it this often
 
 
 @dataclass(frozen=True)
@@ -110,8 +118,6 @@ class WorkingSet:
         with self.lock:
             new = [(t, v) for t, v in zip(texts, vectors if vectors is not None else [], strict=False)
                    if t not in self.seen]
-            if self.index is None:
-                self._upper_tree()
             if new:
                 self._gather([t for t, _ in new], np.stack([v for _, v in new]))
                 self.seen.update(t for t, _ in new)
@@ -129,32 +135,32 @@ class WorkingSet:
         return out
 
     def _gather(self, texts: list[str], vecs: np.ndarray) -> None:
-        b, store = self.bounds, self.store
+        b, store, scope = self.bounds, self.store, {"user_id": self.user_id, "conversation_id": self.conversation_id}
         raw = levels.raw_kind()
-        ranked: list[list[Any]] = []  # per source, best first: what decides which sessions are loaded
+        # Every read is independent: (whether its units are kept as candidates, the read). Chroma runs them
+        # on a few threads; results are used in this fixed order, so the candidates do not depend on timing.
+        reads: list[tuple[bool, Callable[[], list[list[Any]]]]] = []
         for level in levels.levels(searched=True):
             k = b.dense_k if level.role in ("raw", "view") else b.event_k
-            per_query = store.nearest(level.kind, user_id=self.user_id, vectors=vecs, k=k,
-                                      conversation_id=self.conversation_id)
-            self.reads += 1
-            for found in per_query:
-                if level.role in ("raw", "view"):
-                    ranked.append(found)  # their turns come with their sessions below
-                else:
-                    ranked.append(self._keep(found))
+            # turns and views come with their sessions below; other kinds are candidates themselves
+            reads.append((level.role not in ("raw", "view"), functools.partial(
+                store.nearest, level.kind, vectors=vecs, k=k, **scope)))
         words = list(dict.fromkeys(w for text in texts for w in content_words(text, b.lexical_terms)))
         for word in words:  # one read per word: a common word cannot crowd out a rare one
-            ranked.append(store.containing(raw, user_id=self.user_id, phrases=_variants(word), limit=b.lexical_k,
-                                           conversation_id=self.conversation_id))
-            self.reads += 1
-        # events: one read per kind for all the words (tree nodes consolidate these; their upper levels are whole)
+            reads.append((False, functools.partial(_one, store.containing, raw, phrases=_variants(word),
+                                                   limit=b.lexical_k, **scope)))
+        # events (tree nodes consolidate these): the longest words, one read each (a read of many words at
+        # once is several times slower in Chroma's full-text index than a few single-word reads)
         for level in levels.levels(role="event", searched=True):
-            if words and level.kind != "tree_node":
-                found = store.containing(level.kind, user_id=self.user_id, limit=b.lexical_k * len(words),
-                                         phrases=[v for w in words for v in _variants(w)],
-                                         conversation_id=self.conversation_id)
-                self.reads += 1
-                ranked.append(self._keep(found))
+            if level.kind != "tree_node":
+                reads += [(True, functools.partial(_one, store.containing, level.kind, phrases=_variants(word),
+                                                   limit=b.lexical_k, **scope)) for word in words[:_EVENT_WORDS]]
+        with ThreadPoolExecutor(max_workers=_READERS) as pool:
+            results = list(pool.map(lambda read: read[1](), reads))
+        self.reads += len(reads)
+        ranked: list[list[Any]] = []  # per source, best first: what decides which sessions are loaded
+        for (keep, _), lists in zip(reads, results, strict=True):
+            ranked += [self._keep(found) if keep else found for found in lists]
         self._entity_facts(texts)
         self._load_sessions(ranked)
 
@@ -173,15 +179,20 @@ class WorkingSet:
                                            with_vectors=True))
             self.reads += 1
 
-    def _upper_tree(self) -> None:
-        """Every month and year node of the user: few, and they carry the time windows and the latest time."""
-        kind = "tree_node"
-        if kind not in self.records:
-            return
-        found = self.store.get(kind, user_id=self.user_id, conversation_id=self.conversation_id,
-                               where={"level": {"$in": ["month", "year"]}}, with_vectors=True)
+    def _latest(self) -> datetime | None:
+        """The latest time of the user's memory, from the year nodes of the tree (few; cached per version)."""
+        key = (id(self.store), self.user_id, self.conversation_id, self.version)
+        with _RUN_LOCK:
+            if key in _LATEST and time.monotonic() - _LATEST[key][0] < _LATEST_SECONDS:
+                return _LATEST[key][1]
+        found = self.store.get("tree_node", user_id=self.user_id, conversation_id=self.conversation_id,
+                               where={"level": "year"}) if "tree_node" in self.records else []
         self.reads += 1
-        self._keep(found)
+        ends = [e for r in found if (e := TreeNode.model_validate(r.payload).span()[1])]
+        latest = max(ends) if ends else None
+        with _RUN_LOCK:
+            _LATEST[key] = (time.monotonic(), latest)
+        return latest
 
     def _load_sessions(self, ranked: list[list[Any]]) -> None:
         """Whole sessions (turns and views) of the best candidates, up to ``Bounds.sessions`` in all."""
@@ -200,14 +211,15 @@ class WorkingSet:
         wanted = fresh[:limit - len(self.sessions)]
         if not wanted:
             return
-        for level in levels.levels(searched=True):
-            if level.role not in ("raw", "view"):
-                continue
-            for start in range(0, len(wanted), 200):
-                found = self.store.get(level.kind, user_id=self.user_id, conversation_id=self.conversation_id,
-                                       where={"session_key": {"$in": wanted[start:start + 200]}}, with_vectors=True)
-                self.reads += 1
+        reads = [functools.partial(self.store.get, level.kind, user_id=self.user_id, with_vectors=True,
+                                   conversation_id=self.conversation_id,
+                                   where={"session_key": {"$in": wanted[start:start + 200]}})
+                 for level in levels.levels(searched=True) if level.role in ("raw", "view")
+                 for start in range(0, len(wanted), 200)]
+        with ThreadPoolExecutor(max_workers=_READERS) as pool:
+            for found in pool.map(lambda read: read(), reads):
                 self._keep(found)
+        self.reads += len(reads)
         self.sessions += wanted
 
     # ---- the snapshot ---------------------------------------------------------
@@ -216,11 +228,16 @@ class WorkingSet:
                   for lv in levels.levels(searched=True)}
         index = MemoryIndex(tables, window_widths=self.window_widths, version=self.version,
                             counts=tuple(len(t) for t in tables.values()))
-        ends = [e for u in tables["tree_node"].units if (e := u.span()[1])] if "tree_node" in tables else []
-        if ends and (index.latest is None or max(ends) > index.latest):
-            index.latest = max(ends)
+        latest = self._latest()
+        if latest and (index.latest is None or latest > index.latest):
+            index.latest = latest
         index.bounded = sorted(self.named_conversations)
         return index
+
+
+def _one(read: Callable[..., list[Any]], *args: Any, **kwargs: Any) -> list[list[Any]]:
+    """A read that returns one list, as a list of lists like :meth:`VectorStore.nearest`."""
+    return [read(*args, **kwargs)]
 
 
 def _session_key(conversation_id: str | None, session_id: str | None) -> str | None:
