@@ -112,3 +112,19 @@ def test_the_bounded_path_stays_in_its_tenant_and_sees_other_processes_writes(da
     assert any("Ferdinand" in e.text for e in found.evidence)
     assert not any("Ferdinand" in e.text for e in mem.retrieve(
         "What is the tortoise called?", user_id="bob", snapshot_max_turns=0).evidence)
+
+
+def test_a_store_written_before_session_keys_still_loads_whole_sessions(data_dir, hash_embeddings) -> None:
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")
+    for kind in ("turn", "turn_context", "summary", "fact"):  # as an older version wrote them
+        col = mem.store.collection(kind)
+        ids = col.get(include=[])["ids"]
+        col.update(ids=ids, metadatas=[{"session_key": None}] * len(ids))
+        assert not any("session_key" in m for m in col.get(include=["metadatas"])["metadatas"])
+    full = MemoryIndex.build(mem.store, "u", None)
+    vecs = np.asarray(hash_embeddings.embed_documents(QUERIES), dtype=np.float32)
+    index = WorkingSet(mem.store, user_id="u", bounds=Bounds(dense_k=500, event_k=500, sessions=500)).ensure(
+        QUERIES, vecs)
+    assert [t.id for t in index.turns] == [t.id for t in full.turns]
+    assert len(index.tables["turn_context"]) == len(full.tables["turn_context"])

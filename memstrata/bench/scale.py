@@ -209,7 +209,19 @@ def child_main() -> None:
     convs = load_locomo(Path(job["path"]))[:job["originals"]]
     recall, latencies = planted_recall(mem, convs, questions=job["questions"], budget=job["budget"], **settings)
     mem.close()
-    print(json.dumps({"recall": recall, "latencies": latencies, "warm_ms": warm_ms, "peak_mb": _peak_mb()}))
+    print(json.dumps({"recall": recall, "latencies": latencies, "warm_ms": warm_ms, "peak_mb": _own_peak_mb()}))
+
+
+def _own_peak_mb() -> float:
+    """This process's peak resident memory since it started its program.
+
+    Not ``ru_maxrss``: Linux keeps that across ``exec``, so a child started by a large parent reports
+    the parent's size. ``VmHWM`` belongs to the running program's memory map.
+    """
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return _peak_mb()  # not Linux: the best there is
 
 
 def measure(store: GrowingStore, path: Path, *, questions: int, budget: int, bounded: bool) -> dict[str, Any]:

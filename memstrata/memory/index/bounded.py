@@ -216,10 +216,23 @@ class WorkingSet:
                                    where={"session_key": {"$in": wanted[start:start + 200]}})
                  for level in levels.levels(searched=True) if level.role in ("raw", "view")
                  for start in range(0, len(wanted), 200)]
+        raw = levels.raw_kind()
+        loaded: set[str] = set()
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
             for found in pool.map(lambda read: read(), reads):
-                self._keep(found)
+                loaded.update(r.metadata.get("session_key", "") for r in self._keep(found) if r.kind == raw)
         self.reads += len(reads)
+        # Units written before session_key existed: read those sessions per conversation instead.
+        by_conv: dict[str, list[str]] = {}
+        for key in (k for k in wanted if k not in loaded):
+            conv, _, session = key.rpartition("/")
+            by_conv.setdefault(conv, []).append(session)
+        for conv, sessions in by_conv.items():
+            for level in levels.levels(searched=True):
+                if level.role in ("raw", "view") and self.conversation_id in (None, conv):
+                    self._keep(self.store.get(level.kind, user_id=self.user_id, conversation_id=conv,
+                                              where={"session_id": {"$in": sessions}}, with_vectors=True))
+                    self.reads += 1
         self.sessions += wanted
 
     # ---- the snapshot ---------------------------------------------------------
