@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import numpy as np
-
 from conftest import EXAMPLE, REPO
+
 from memstrata import Memstrata
 from memstrata.memory.fusion import Weights
 from memstrata.memory.hits import score_query
