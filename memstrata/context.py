@@ -70,6 +70,9 @@ class Context:
         "store", "bounded path: units per kind read for each content word of a query (Chroma's full-text index)")] = 40
     bounded_sessions: Annotated[int, _s(
         "store", "bounded path: whole sessions (turns and views) loaded for one retrieval")] = 80
+    bounded_cache_units: Annotated[int, _s(
+        "store", "bounded path: turns and views of recently read sessions this process keeps for later "
+                 "retrievals (checked against the store before use; 0 keeps none)")] = 50_000
     blas_threads: Annotated[int | None, _s(
         "store", "numpy BLAS threads of this process, set when a store opens (process-wide; None leaves them "
                  "alone). memstrata's matrix products are small, and multi-threaded OpenBLAS spins threads that "

@@ -144,7 +144,7 @@ async def open_index(ctx: Context, *, run: str | None = None, queries: Sequence[
 def bounds(ctx: Context) -> Bounds:
     """The bounded path's candidate counts."""
     return Bounds(dense_k=ctx.bounded_dense_k, event_k=ctx.bounded_event_k, lexical_k=ctx.bounded_lexical_k,
-                  sessions=ctx.bounded_sessions)
+                  sessions=ctx.bounded_sessions, cached_units=ctx.bounded_cache_units)
 
 
 async def _is_large(store: MemoryStore, ctx: Context) -> bool:

@@ -15,6 +15,7 @@ from memstrata.memory.fusion import Weights
 from memstrata.memory.hits import score_query
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.index.bounded import Bounds, WorkingSet, content_words
+from memstrata.memory.index.sessions import session_cache
 from memstrata.memory.query import Query
 
 QUERIES = ["When did Tom run the Brighton half marathon?", "Where is Priya moving?", "What is the cat called?",
@@ -128,3 +129,65 @@ def test_a_store_written_before_session_keys_still_loads_whole_sessions(data_dir
         QUERIES, vecs)
     assert [t.id for t in index.turns] == [t.id for t in full.turns]
     assert len(index.tables["turn_context"]) == len(full.tables["turn_context"])
+
+
+def test_a_follow_up_reads_only_its_new_vector_and_words(data_dir, hash_embeddings) -> None:
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")
+    vec = np.asarray(hash_embeddings.embed_documents(QUERIES[:1]), dtype=np.float32)
+    ws = WorkingSet(mem.store, user_id="u", bounds=Bounds(sessions=1))
+    ws.ensure(QUERIES[:1], vec)
+    reads = ws.reads
+    # an offline rewrite: the question's vector again, its words in another order and case
+    ws.ensure(["marathon brighton Tom"], vec)
+    assert ws.reads == reads + 1  # only the named entities' facts are looked up again
+    ws.ensure(["marathon Brighton medal"], vec)  # one new word: one read of turns, one per event kind with text
+    assert ws.reads == reads + 1 + 1 + 3
+
+
+def test_sessions_come_from_the_cache_until_the_store_changes_under_them(data_dir, hash_embeddings,
+                                                                         monkeypatch) -> None:
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    session_reads: list[str] = []
+    read = mem.store.get
+
+    def counted(kind, **kw):
+        if "session_key" in (kw.get("where") or {}):
+            session_reads.append(kind)
+        return read(kind, **kw)
+
+    monkeypatch.setattr(mem.store, "get", counted)
+    mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")
+    mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="v")  # same ids, another user
+    vecs = np.asarray(hash_embeddings.embed_documents(QUERIES), dtype=np.float32)
+    bounds = Bounds(dense_k=500, event_k=500, sessions=500)
+    first = WorkingSet(mem.store, user_id="u", bounds=bounds)
+    cold = first.ensure(QUERIES, vecs)
+    cache = session_cache(mem.store)
+    assert cache.units == len(cold.tables["turn"]) + len(cold.tables["turn_context"])
+    assert sorted(session_reads) == ["turn", "turn_context"]
+    warm = WorkingSet(mem.store, user_id="u", bounds=bounds).ensure(QUERIES, vecs)
+    assert len(session_reads) == 2  # the second retrieval checked ids only
+    assert [t.id for t in warm.turns] == [t.id for t in cold.turns]
+    assert np.array_equal(warm.tables["turn"].vecs, cold.tables["turn"].vecs)
+    assert {t.id for t in WorkingSet(mem.store, user_id="v", bounds=bounds).ensure(QUERIES, vecs).turns} == {
+        t.id for t in cold.turns}  # v's own records: same ids, read for v
+    # a turn forgotten under a cached session is gone from the next retrieval
+    gone = cold.turns[3]
+    mem.store.delete_turns("u", gone.conversation_id, [gone.id])
+    after = WorkingSet(mem.store, user_id="u", bounds=bounds).ensure(QUERIES, vecs)
+    assert gone.id not in {t.id for t in after.turns}
+    assert len(after.turns) == len(cold.turns) - 1
+    # a turn added to a cached session by a write that bypasses this process's write log (as another process's)
+    record = mem.store.get("turn", user_id="u", conversation_id=gone.conversation_id, unit_ids=[cold.turns[4].id],
+                           with_vectors=True)[0]
+    text = "zzyzx qwv"  # matches no query, so only its session can bring it
+    meta = {k: v for k, v in record.metadata.items() if k != "_vector"} | {
+        "unit_id": "late-turn", "payload": json.dumps(record.payload | {"id": "late-turn", "text": text})}
+    mem.store.collection("turn").add(ids=[mem.store.storage_key("u", gone.conversation_id, "late-turn")],
+                                     documents=[text], metadatas=[meta], embeddings=hash_embeddings.embed_documents([text]))
+    small = Bounds(dense_k=1, event_k=1, lexical_k=1, sessions=500)
+    later = WorkingSet(mem.store, user_id="u", bounds=small).ensure(QUERIES, vecs)
+    assert "late-turn" in {t.id for t in later.turns}
+    cache.put(user_id="u", sessions={}, limit=0)  # the bound holds
+    assert cache.units == 0

@@ -11,7 +11,8 @@ them; every search function then runs unchanged. Candidates, per query:
   tenant filter (:meth:`VectorStore.nearest`);
 - **lexical**: for each of the query's ``lexical_terms`` longest content words,
   up to ``lexical_k`` turns whose text contains it as written, lower-cased or
-  capitalised (Chroma's full-text index, :meth:`VectorStore.containing`), and
+  capitalised (Chroma's full-text index, :meth:`VectorStore.containing`; see
+  :func:`_variants`), and
   per event kind (summaries, facts) up to ``lexical_k`` per word of units that
   contain any of them;
 - **sessions**: the sessions those candidates come from are loaded whole (their
@@ -50,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from memstrata.memory import levels
+from memstrata.memory.index.sessions import session_cache
 from memstrata.memory.index.snapshot import DEFAULT_WINDOWS, MemoryIndex, kind_table
 from memstrata.memory.levels import TreeNode
 
@@ -77,6 +79,7 @@ class Bounds:
     lexical_terms: int = 6
     sessions: int = 80
     entity_facts: int = 200
+    cached_units: int = 50_000
 
 
 def content_words(text: str, limit: int) -> list[str]:
@@ -86,6 +89,16 @@ def content_words(text: str, limit: int) -> list[str]:
 
 
 def _variants(word: str) -> list[str]:
+    """Phrases whose containment finds the word as written, lower-cased or capitalised.
+
+    Chroma's ``$contains`` is case-sensitive, and a read of several phrases costs about twice one
+    (measured on 20k turns: ~0.08-0.11 s against ~0.05 s). A word of six letters or more with a
+    lower-case tail is found by its tail alone ("aroline" finds "Caroline" and "caroline"), a
+    superset that rarely adds a stranger; shorter words and words with capitals inside keep their
+    variants.
+    """
+    if len(word) >= 6 and word[1:].islower():
+        return [word[1:]]
     return list(dict.fromkeys([word, word.casefold(), word[:1].upper() + word[1:].casefold()]))
 
 
@@ -107,7 +120,9 @@ class WorkingSet:
         self.records: dict[str, dict[tuple[str, str], Any]] = {lv.kind: {} for lv in levels.levels(searched=True)}
         self.sessions: list[str] = []
         self.named_conversations: set[str] = set()  # where the queries' named entities live: their edges are read
-        self.seen: set[str] = set()
+        self.seen: set[str] = set()  # query texts gathered for
+        self.read_vectors: set[bytes] = set()  # query vectors whose nearest units were read
+        self.read_words: dict[str, set[str]] = {}  # per kind, the words whose containing units were read
         self.index: MemoryIndex | None = None
         self.version = store.versions.get(user_id)
         self.lock = threading.Lock()
@@ -118,12 +133,16 @@ class WorkingSet:
         with self.lock:
             new = [(t, v) for t, v in zip(texts, vectors if vectors is not None else [], strict=False)
                    if t not in self.seen]
+            held = self._held()
             if new:
                 self._gather([t for t, _ in new], np.stack([v for _, v in new]))
                 self.seen.update(t for t, _ in new)
-            if new or self.index is None:
+            if self.index is None or self._held() != held:
                 self.index = self._build()
             return self.index
+
+    def _held(self) -> int:
+        return sum(len(found) for found in self.records.values()) + len(self.named_conversations)
 
     # ---- reading candidates -------------------------------------------------
     def _keep(self, records: Iterable[Any]) -> list[Any]:
@@ -139,14 +158,18 @@ class WorkingSet:
         raw = levels.raw_kind()
         # Every read is independent: (whether its units are kept as candidates, the read). Chroma runs them
         # on a few threads; results are used in this fixed order, so the candidates do not depend on timing.
+        # A read this run already made is not repeated: an offline follow-up or rewrite searches the dense
+        # index with its question's vector and repeats most of its words, so it reads only what is new.
         reads: list[tuple[bool, Callable[[], list[list[Any]]]]] = []
-        for level in levels.levels(searched=True):
+        fresh = [i for i, v in enumerate(vecs) if v.tobytes() not in self.read_vectors]
+        self.read_vectors.update(vecs[i].tobytes() for i in fresh)
+        for level in levels.levels(searched=True) if fresh else ():
             k = b.dense_k if level.role in ("raw", "view") else b.event_k
             # turns and views come with their sessions below; other kinds are candidates themselves
             reads.append((level.role not in ("raw", "view"), functools.partial(
-                store.nearest, level.kind, vectors=vecs, k=k, **scope)))
+                store.nearest, level.kind, vectors=vecs[fresh], k=k, **scope)))
         words = list(dict.fromkeys(w for text in texts for w in content_words(text, b.lexical_terms)))
-        for word in words:  # one read per word: a common word cannot crowd out a rare one
+        for word in self._unread(raw, words):  # one read per word: a common word cannot crowd out a rare one
             reads.append((False, functools.partial(_one, store.containing, raw, phrases=_variants(word),
                                                    limit=b.lexical_k, **scope)))
         # events (tree nodes consolidate these): the longest words, one read each (a read of many words at
@@ -154,7 +177,8 @@ class WorkingSet:
         for level in levels.levels(role="event", searched=True):
             if level.kind != "tree_node":
                 reads += [(True, functools.partial(_one, store.containing, level.kind, phrases=_variants(word),
-                                                   limit=b.lexical_k, **scope)) for word in words[:_EVENT_WORDS]]
+                                                   limit=b.lexical_k, **scope))
+                          for word in self._unread(level.kind, words, _EVENT_WORDS)]
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
             results = list(pool.map(lambda read: read[1](), reads))
         self.reads += len(reads)
@@ -163,6 +187,15 @@ class WorkingSet:
             ranked += [self._keep(found) if keep else found for found in lists]
         self._entity_facts(texts)
         self._load_sessions(ranked)
+
+    def _unread(self, kind: str, words: list[str], limit: int | None = None) -> list[str]:
+        """Up to ``limit`` words whose units of ``kind`` this run has not read yet (case-insensitive), marked read."""
+        done, new = self.read_words.setdefault(kind, set()), []
+        for word in words:
+            if (limit is None or len(new) < limit) and word.casefold() not in done:
+                done.add(word.casefold())
+                new.append(word)
+        return new
 
     def _entity_facts(self, texts: list[str]) -> None:
         """The facts of the candidate entities the queries name, so graph expansion reaches them."""
@@ -186,7 +219,7 @@ class WorkingSet:
             if key in _LATEST and time.monotonic() - _LATEST[key][0] < _LATEST_SECONDS:
                 return _LATEST[key][1]
         found = self.store.get("tree_node", user_id=self.user_id, conversation_id=self.conversation_id,
-                               where={"level": "year"}) if "tree_node" in self.records else []
+                               where={"level": "year"}, selective=True) if "tree_node" in self.records else []
         self.reads += 1
         ends = [e for r in found if (e := TreeNode.model_validate(r.payload).span()[1])]
         latest = max(ends) if ends else None
@@ -211,20 +244,31 @@ class WorkingSet:
         wanted = fresh[:limit - len(self.sessions)]
         if not wanted:
             return
-        reads = [functools.partial(self.store.get, level.kind, user_id=self.user_id, with_vectors=True,
-                                   conversation_id=self.conversation_id,
-                                   where={"session_key": {"$in": wanted[start:start + 200]}})
-                 for level in levels.levels(searched=True) if level.role in ("raw", "view")
-                 for start in range(0, len(wanted), 200)]
+        kinds = [lv.kind for lv in levels.levels(searched=True) if lv.role in ("raw", "view")]
+        cache = session_cache(self.store)
+        cached, to_read = cache.take(self.store, user_id=self.user_id, conversation_id=self.conversation_id,
+                                        keys=wanted, kinds=kinds)
+        for by_kind in cached.values():
+            for records in by_kind.values():
+                self._keep(records)
+        self.reads += len(kinds) if cached else 0
+        reads = [functools.partial(self.store.get, kind, user_id=self.user_id, with_vectors=True,
+                                   conversation_id=self.conversation_id, selective=True,
+                                   where={"session_key": {"$in": to_read[start:start + 200]}})
+                 for kind in kinds for start in range(0, len(to_read), 200)]
         raw = levels.raw_kind()
-        loaded: set[str] = set()
+        got: dict[str, dict[str, list[Any]]] = {}
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
             for found in pool.map(lambda read: read(), reads):
-                loaded.update(r.metadata.get("session_key", "") for r in self._keep(found) if r.kind == raw)
+                for r in self._keep(found):
+                    got.setdefault(r.metadata.get("session_key", ""), {}).setdefault(r.kind, []).append(r)
         self.reads += len(reads)
+        loaded = {key for key, by_kind in got.items() if raw in by_kind} | set(cached)
+        cache.put(user_id=self.user_id, limit=self.bounds.cached_units,
+                     sessions={key: got[key] for key in loaded if key in got})
         # Units written before session_key existed: read those sessions per conversation instead.
         by_conv: dict[str, list[str]] = {}
-        for key in (k for k in wanted if k not in loaded):
+        for key in (k for k in to_read if k not in loaded):
             conv, _, session = key.rpartition("/")
             by_conv.setdefault(conv, []).append(session)
         for conv, sessions in by_conv.items():
