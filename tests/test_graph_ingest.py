@@ -59,6 +59,37 @@ def test_graph_evidence_names_its_entity_path(data_dir, hash_embeddings) -> None
     graph_items = [e for e in result.evidence if e.via]  # reached through the graph (maybe also otherwise)
     assert graph_items and all("-> fact:" in e.via for e in graph_items)
     assert any(e.via.startswith("Ms. Okafor") for e in graph_items)
+    # the seeds reach tree events too: the summaries holding those facts' turns join the coarse pool
+    assert lookup["graph_events"] > 0
+
+
+def test_entity_seeds_reach_the_event_summaries_holding_their_facts(data_dir, hash_embeddings) -> None:
+    from memstrata.memory.graph.expansion import GraphSearch, GraphView
+    from memstrata.memory.hits import graph_events, query_graph
+
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest(EXAMPLE, user_id="u")
+    index = MemoryIndex.build(mem.store, "u", None)
+    view = GraphView.build(index.tables["entity"].units, index.events["fact"].units,
+                           [e for e in mem.store.edges.get("u") if e.src_kind == "entity"])
+    query = Query(id="q0", text="What is Ms. Okafor like as a teacher?")
+    vec = np.asarray(hash_embeddings.embed_documents([query.text])[0], dtype=np.float32)
+    graph = GraphSearch(view)
+    ranked, _ = score_query(index, query, vec, event_kinds=list(index.events), top_events=1000, weights=Weights(),
+                            now=None, graph=graph)
+    reached = query_graph(index, query, graph)
+    events = graph_events(index, query, reached, ranked)
+    assert reached and events
+    summaries = index.events["summary"]
+    facts = index.events["fact"]
+    for hit in events:
+        row = summaries.by_key[(hit.conversation_id, hit.unit_id)]
+        fact_id = hit.via.split(" -> ")[-2]
+        fact_row = facts.by_key[(hit.conversation_id, fact_id)]
+        assert set(facts.turn_rows[fact_row]) & set(summaries.turn_rows[row])  # the summary holds the fact's turns
+        assert hit.found_by == "entity_graph" and hit.via.endswith(f"-> {hit.unit_id}")
+        assert hit.score == round(next(s for k, r, s in ranked if k == "summary" and r == row), 4)
+    assert len({h.unit_id for h in events}) == len(events)
 
 
 def test_users_never_see_each_others_facts_entities_or_edges(tmp_path, data_dir, hash_embeddings) -> None:

@@ -20,9 +20,11 @@ from memstrata.memory.graph.expansion import GraphSearch, Reach, graph_reach
 from memstrata.memory.index import MemoryIndex, tokenize
 from memstrata.memory.query import Hit, Query
 from memstrata.memory.levels.fact import FACT
+from memstrata.memory.levels.summary import SUMMARY
 from memstrata.memory.timeparse import format_date
 
 FACT_KIND = FACT.kind
+SUMMARY_KIND = SUMMARY.kind
 
 
 def turn_hit(index: MemoryIndex, i: int, parts: dict[str, np.ndarray], *, level: str, found_by: str,
@@ -122,6 +124,36 @@ def graph_hits(index: MemoryIndex, query: Query, reached: Sequence[tuple[int, fl
         out += [turn_hit(index, i, parts, level="level1", found_by="entity_graph", query=query).with_(
             via=f"{how.describe()} -> {facts.units[row].id}") for i in facts.turn_rows[row]]
     return out
+
+
+def graph_events(index: MemoryIndex, query: Query, reached: Sequence[tuple[int, float, Reach]],
+                 ranked: Sequence[tuple[str, int, float]]) -> list[Hit]:
+    """H-Mem's entity seeds mapped through their fragments to tree events (§3.3).
+
+    For each fact the graph reached, the Level-1 event summary holding its raw turns (a leaf of the
+    temporal tree) becomes a candidate the deep module can backtrack into, so the whole episode around the
+    fact is read, not only the fact's own turns. Each keeps its own score for the query (``ranked``, the
+    summaries' fused scores; the lowest of them when it is not ranked), so the coarse pool stays ordered
+    by one scale, and names the path: ``<entity path> -> <fact> -> <summary>``.
+    """
+    summaries, facts = index.events.get(SUMMARY_KIND), index.events.get(FACT_KIND)
+    if not reached or summaries is None or facts is None or not len(summaries):
+        return []
+    key = "summary_of_turn"
+    if key not in index.memo:
+        index.remember(key, {t: row for row, turns in enumerate(summaries.turn_rows) for t in turns})
+    holder: dict[int, int] = index.memo[key]
+    own = {row: score for kind, row, score in ranked if kind == SUMMARY_KIND}
+    floor = min(own.values(), default=0.0)
+    out: dict[int, Hit] = {}
+    for fact_row, _, how in reached:
+        for turn_row in facts.turn_rows[fact_row]:
+            row = holder.get(turn_row)
+            if row is not None and row not in out:
+                hit = event_hit(index, SUMMARY_KIND, row, own.get(row, floor) * query.weight, query)
+                out[row] = hit.with_(found_by="entity_graph",
+                                     via=f"{how.describe()} -> {facts.units[fact_row].id} -> {hit.unit_id}")
+    return list(out.values())
 
 
 _PAST = re.compile(r"\b(before|used to|previous(?:ly)?|former(?:ly)?|originally|earlier|at first|past)\b", re.I)

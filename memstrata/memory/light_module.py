@@ -24,7 +24,7 @@ import numpy as np
 
 from memstrata.memory.fusion import RRF_K, Weights
 from memstrata.memory.graph.expansion import GraphSearch
-from memstrata.memory.hits import event_hit, graph_hits, query_graph, score_query, turn_hit
+from memstrata.memory.hits import event_hit, graph_events, graph_hits, query_graph, score_query, turn_hit
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels.summary import SUMMARY
 from memstrata.memory.query import Hit, Query
@@ -39,6 +39,7 @@ class LightResult:
     coarse: list[Hit] = field(default_factory=list)
     turns: list[Hit] = field(default_factory=list)
     kinds: dict[str, int] = field(default_factory=dict)  # hits per kind that found them, for the trace
+    graph_events: dict[str, bool] = field(default_factory=dict)  # summaries the entity seeds reached: newly coarse?
 
 
 def light_lookup(
@@ -52,7 +53,8 @@ def light_lookup(
     ``level1_k`` is k for every kind, or k per kind (a kind not named gets none). ``raw_per_query`` is
     how many turns each query brings at least: the best raw turns for scopes that search them
     directly, else the turns of further events beyond the top k. With ``graph``, the facts reached
-    through the entity graph bring their turns too (``found_by="entity_graph"``). ``level1_rank``
+    through the entity graph bring their turns too (``found_by="entity_graph"``), and the event summaries
+    holding those turns join the coarse pool (:func:`~memstrata.memory.hits.graph_events`). ``level1_rank``
     orders the summaries (see :func:`rerank_summaries`).
     """
     level1: dict[str, Hit] = {}
@@ -81,7 +83,10 @@ def light_lookup(
                 continue  # beyond the top k, events bring turns only to fill a scope that reads no raw turns
             found += [turn_hit(index, i, parts, level="level1", found_by=kind, query=query)
                       for i in index.events[kind].turn_rows[row]]
-        found += graph_hits(index, query, query_graph(index, query, graph), parts)
+        reached = query_graph(index, query, graph)
+        found += graph_hits(index, query, reached, parts)
+        for hit in graph_events(index, query, reached, ranked):  # entity seeds -> fragments -> tree events
+            out.graph_events[hit.key] = coarse.setdefault(hit.key, hit) is hit
         if reads_raw and len(parts["score"]):
             found += [turn_hit(index, int(i), parts, level="level2", found_by=index.turns_kind, query=query)
                       for i in np.argsort(-parts["score"])[:raw_per_query]]

@@ -19,10 +19,14 @@ them; every search function then runs unchanged. Candidates, per query:
   turns and turn views), up to ``sessions`` of them for the first queries of a
   retrieval and an eighth more for each later one (a follow-up), ranked by
   taking each source's candidates in turn, best first. Whole sessions keep the BM25 windows,
-  the neighbour links and the views exactly as the full snapshot has them;
+  the neighbour links and the views exactly as the full snapshot has them. Sessions this process
+  read before come from its :mod:`~memstrata.memory.index.sessions` cache, checked against the store;
 - **the named entities' facts**, so graph expansion has facts to reach, and the
   tree nodes the dense search found (time windows are selected among these);
   the latest memory time comes from the tree's year nodes.
+
+A later query of the same retrieval reads only what is new to it: a query vector not searched yet,
+words not read yet (an offline follow-up reuses its question's vector and most of its words).
 
 What differs from the full snapshot, by construction: a unit outside the
 candidates cannot be found; BM25's statistics (document frequencies, mean
@@ -120,6 +124,7 @@ class WorkingSet:
         self.records: dict[str, dict[tuple[str, str], Any]] = {lv.kind: {} for lv in levels.levels(searched=True)}
         self.sessions: list[str] = []
         self.named_conversations: set[str] = set()  # where the queries' named entities live: their edges are read
+        self.units: dict[tuple[str, str, str], Any] = {}  # parsed units by (kind, conversation, id)
         self.seen: set[str] = set()  # query texts gathered for
         self.read_vectors: set[bytes] = set()  # query vectors whose nearest units were read
         self.read_words: dict[str, set[str]] = {}  # per kind, the words whose containing units were read
@@ -140,6 +145,13 @@ class WorkingSet:
             if self.index is None or self._held() != held:
                 self.index = self._build()
             return self.index
+
+    def _unit(self, record: Any) -> Any:
+        """The record's unit, parsed once per run (a run builds its snapshot again after each new query)."""
+        key = (record.kind, record.metadata["conversation_id"], record.unit_id)
+        if key not in self.units:
+            self.units[key] = levels.get_level(record.kind).unit.model_validate(record.payload)
+        return self.units[key]
 
     def _held(self) -> int:
         return sum(len(found) for found in self.records.values()) + len(self.named_conversations)
@@ -281,7 +293,7 @@ class WorkingSet:
 
     # ---- the snapshot ---------------------------------------------------------
     def _build(self) -> MemoryIndex:
-        tables = {lv.kind: kind_table(lv, list(self.records.get(lv.kind, {}).values()))
+        tables = {lv.kind: kind_table(lv, list(self.records.get(lv.kind, {}).values()), parse=self._unit)
                   for lv in levels.levels(searched=True)}
         index = MemoryIndex(tables, window_widths=self.window_widths, version=self.version,
                             counts=tuple(len(t) for t in tables.values()))

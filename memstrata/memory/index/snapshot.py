@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -379,9 +379,13 @@ def _session_key(session_id: str) -> tuple[int, str]:
     return (int(session_id), "") if session_id.isdigit() else (1 << 30, session_id)
 
 
-def kind_table(level: Level, records: list[Any]) -> KindTable:
-    """A kind's table from its stored records; raw turns are put in conversation order."""
-    units = [level.unit.model_validate(r.payload) for r in records]
+def kind_table(level: Level, records: list[Any], parse: Callable[[Any], Unit] | None = None) -> KindTable:
+    """A kind's table from its stored records; raw turns are put in conversation order.
+
+    ``parse`` turns a record into its unit (default: validate its payload); a caller that builds
+    tables over the same records again passes a memoized one.
+    """
+    units = [parse(r) if parse else level.unit.model_validate(r.payload) for r in records]
     vecs = [r.metadata["_vector"] for r in records]
     if level.role == "raw":
         order = sorted(range(len(units)), key=lambda i: (

@@ -30,5 +30,6 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
         "level1": found.level1, "coarse": found.coarse, "candidates": found.turns,
         "events": [{"node": "lookup_level1", "iteration": state.get("iteration", 0),
                     "queries": [q.text for q in queries], "level1": len(found.level1), "coarse": len(found.coarse),
-                    "turns": len(found.turns), "found_by": found.kinds}],
+                    "turns": len(found.turns), "found_by": found.kinds,
+                    "graph_events": len(found.graph_events), "graph_events_added": sum(found.graph_events.values())}],
     }
