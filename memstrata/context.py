@@ -73,6 +73,10 @@ class Context:
     bounded_cache_units: Annotated[int, _s(
         "store", "bounded path: turns and views of recently read sessions this process keeps for later "
                  "retrievals (checked against the store before use; 0 keeps none)")] = 50_000
+    gc_freeze: Annotated[bool, _s(
+        "store", "after a whole-memory snapshot is built, freeze the process's objects out of Python's garbage "
+                 "collector scans (process-wide; unfreezes and collects first): full collections of a large "
+                 "snapshot cost a query after a write several tenths of a second")] = True
     blas_threads: Annotated[int | None, _s(
         "store", "numpy BLAS threads of this process, set when a store opens (process-wide; None leaves them "
                  "alone). memstrata's matrix products are small, and multi-threaded OpenBLAS spins threads that "

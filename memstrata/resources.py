@@ -30,7 +30,7 @@ from memstrata.memory.fusion import Weights
 from memstrata.memory.graph.expansion import GraphSearch, GraphView
 from memstrata.memory.index import MemoryIndex, forget_store
 from memstrata.memory.index.bounded import Bounds, working_set
-from memstrata.memory.index.snapshot import forget_snapshot
+from memstrata.memory.index.snapshot import cached_snapshot, forget_snapshot
 from memstrata.memory.levels import ENTITY, FACT, TREE_NODE, levels
 from memstrata.memory.query import Query
 from memstrata.memory.store import MemoryStore
@@ -43,6 +43,7 @@ _VECTORS_LOCK = threading.Lock()
 _VECTOR_CACHE_SIZE = 2048
 _SIZES: dict[tuple[Any, ...], tuple[float, bool]] = {}
 _SIZES_LOCK = threading.Lock()
+_LARGE_RECHECK_S = 60.0
 
 
 def resolve_store(ctx: Context) -> MemoryStore:
@@ -138,7 +139,7 @@ async def open_index(ctx: Context, *, run: str | None = None, queries: Sequence[
         return await _reinforced(store, ctx, cached)
     return await _reinforced(store, ctx, await asyncio.to_thread(
         MemoryIndex.load, store, user_id=ctx.user_id, conversation_id=ctx.conversation_id,
-        refresh_seconds=ctx.snapshot_refresh_s, window_widths=ctx.window_widths))
+        refresh_seconds=ctx.snapshot_refresh_s, window_widths=ctx.window_widths, freeze=ctx.gc_freeze))
 
 
 def bounds(ctx: Context) -> Bounds:
@@ -153,8 +154,18 @@ async def _is_large(store: MemoryStore, ctx: Context) -> bool:
     key = (id(store), ctx.user_id, ctx.conversation_id, ctx.snapshot_max_turns)
     with _SIZES_LOCK:
         seen = _SIZES.get(key)
-    if seen is not None and time.monotonic() - seen[0] < ctx.snapshot_refresh_s:
+    # A large scope is re-checked less often: the check reads up to snapshot_max_turns ids (~0.16 s at 20k),
+    # and the bounded path is correct at any size, so a scope that shrank only costs speed for a while.
+    trust = max(ctx.snapshot_refresh_s, _LARGE_RECHECK_S) if seen is not None and seen[1] else ctx.snapshot_refresh_s
+    if seen is not None and time.monotonic() - seen[0] < trust:
         return seen[1]
+    held = cached_snapshot(store, ctx.user_id, ctx.conversation_id)
+    if seen is not None and not seen[1] and held is not None and len(held.turns) <= ctx.snapshot_max_turns:
+        # the whole-memory snapshot is kept up to date (this process's writes in place, other processes'
+        # by its own count check), so its size answers without reading ids from the store
+        with _SIZES_LOCK:
+            _SIZES[key] = (time.monotonic(), False)
+        return False
     large = await asyncio.to_thread(store.holds_more_than, levels(role="raw")[0].kind, ctx.snapshot_max_turns,
                                     user_id=ctx.user_id, conversation_id=ctx.conversation_id)
     with _SIZES_LOCK:
@@ -237,12 +248,35 @@ async def graph_search(ctx: Context, index: MemoryIndex) -> GraphSearch | None:
     view = index.memo.get("graph_view")
     if view is None:
         store = await aresolve_store(ctx)
-        bounded = index.bounded
-        if bounded is None:
-            edges = await asyncio.to_thread(store.edges.get, ctx.user_id, conversation_id=ctx.conversation_id)
-        else:  # the bounded path reads only the edges of the conversations whose entities the queries name
-            edges = [e for conv in bounded if ctx.conversation_id in (None, conv)
-                     for e in await asyncio.to_thread(store.edges.get, ctx.user_id, conversation_id=conv)]
-        view = GraphView.build(entities.units, facts.units, [e for e in edges if e.src_kind == ENTITY.kind])
+        edges = await asyncio.to_thread(entity_edges, store, ctx, index)
+        view = GraphView.build(entities.units, facts.units, edges)
         index.remember("graph_view", view)
     return GraphSearch(view, hops=ctx.graph_hops, decay=ctx.graph_hop_decay, top=ctx.graph_facts)
+
+
+def entity_edges(store: MemoryStore, ctx: Context, index: MemoryIndex) -> list[Any]:
+    """The entity edges of the snapshot's scope, for graph search.
+
+    The bounded path reads only the edges of the conversations whose entities its queries name. The
+    whole-memory snapshot keeps what it read per conversation (``MemoryIndex.edges``, which in-place
+    updates keep), and after this process's writes reads again only the conversations whose edges
+    changed (``EdgeStore.writes``); a snapshot rebuilt after another process's writes reads everything.
+    """
+    if index.bounded is not None:
+        return [e for conv in index.bounded if ctx.conversation_id in (None, conv)
+                for e in store.edges.get(ctx.user_id, conversation_id=conv) if e.src_kind == ENTITY.kind]
+    writes = dict(store.edges.writes.get(ctx.user_id, {}))
+    held = index.edges
+    if not held or held["writes"].get("*") != writes.get("*"):
+        by_conv: dict[str, list[Any]] = {}
+        for e in store.edges.get(ctx.user_id, conversation_id=ctx.conversation_id):
+            if e.src_kind == ENTITY.kind:
+                by_conv.setdefault(e.conversation_id, []).append(e)
+        held.update(writes=writes, by_conv=by_conv)
+    else:
+        for conv in [c for c, n in writes.items() if c != "*" and held["writes"].get(c) != n]:
+            if ctx.conversation_id in (None, conv):
+                held["by_conv"][conv] = [e for e in store.edges.get(ctx.user_id, conversation_id=conv)
+                                         if e.src_kind == ENTITY.kind]
+        held["writes"] = writes
+    return [e for found in held["by_conv"].values() for e in found]

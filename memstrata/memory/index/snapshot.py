@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -128,6 +129,7 @@ class MemoryIndex:
         self.memo: dict[str, Any] = {}
         # set by the bounded path (memstrata.memory.index.bounded): the conversations whose edges are read
         self.bounded: list[str] | None = None
+        self.edges: dict[str, Any] = {}  # edges read for graph search, kept across in-place updates (resources)
         self.lock = threading.Lock()
         raw = tables[levels.raw_kind()]
         self.raw = raw
@@ -198,7 +200,7 @@ class MemoryIndex:
 
     @classmethod
     def load(cls, store: Any, *, user_id: str, conversation_id: str | None = None, refresh_seconds: float = 5.0,
-             window_widths: Sequence[int] = DEFAULT_WINDOWS) -> MemoryIndex:
+             window_widths: Sequence[int] = DEFAULT_WINDOWS, freeze: bool = False) -> MemoryIndex:
         """The cached snapshot, updated in place after this process's writes, rebuilt after other processes'."""
         key = (id(store), user_id, conversation_id)
         with _CACHE_LOCK:
@@ -217,6 +219,8 @@ class MemoryIndex:
         index = cls.build(store, user_id, conversation_id, version=version, window_widths=window_widths)
         with _CACHE_LOCK:
             _CACHE[key] = index
+        if freeze:
+            _settle_gc()
         return index
 
     @classmethod
@@ -362,6 +366,26 @@ def forget_store(store: Any) -> None:
     with _CACHE_LOCK:
         for key in [k for k in _CACHE if k[0] == id(store)]:
             del _CACHE[key]
+
+
+def _settle_gc() -> None:
+    """Take a new whole-memory snapshot out of the garbage collector's scans (``gc.freeze``).
+
+    A snapshot holds hundreds of thousands of long-lived objects (units, postings). Python's full
+    collections scan every tracked object, and the allocations of a write-then-read trigger them:
+    measured on one user with 20k turns, a query after a one-message write took 0.84 s, 0.19 s with
+    the snapshot frozen. The objects frozen before are released first and a full collection runs, so
+    cyclic garbage waits at most until the next rebuild. Process-wide: ``Context.gc_freeze``.
+    """
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+
+
+def cached_snapshot(store: Any, user_id: str, conversation_id: str | None) -> MemoryIndex | None:
+    """The whole-memory snapshot this process holds for one scope, if any (however old)."""
+    with _CACHE_LOCK:
+        return _CACHE.get((id(store), user_id, conversation_id))
 
 
 def forget_snapshot(store: Any, user_id: str, conversation_id: str | None) -> None:

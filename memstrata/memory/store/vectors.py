@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 COLLECTION_PREFIX = "memstrata_"
 SCHEMA_VERSION = 1
 _MAX_BATCH = 2000
+_PAGE = 10_000  # records per page of a large get
 
 
 class EmbedderMismatchError(StoreError):
@@ -329,8 +330,22 @@ class VectorStore:
         elif selective and where:
             res = _owned(self._read(kind, "get", where=where, include=include), user_id, conversation_id)
         else:
-            res = self._read(kind, "get", where=scope, include=include)
+            res = self._paged(kind, where=scope, include=include)
         return _records(kind, res, with_vectors)
+
+    def _paged(self, kind: str, **ask: Any) -> dict[str, Any]:
+        """A ``get`` of any size, read in pages: Chroma 1.5 fails a single read of more than about 32k
+        records with metadata ("too many SQL variables", SQLite's limit; seen on 50k facts of one user)."""
+        out: dict[str, list[Any]] = {"ids": [], "documents": [], "metadatas": [], "embeddings": []}
+        offset = 0
+        while True:
+            part = self._read(kind, "get", **ask, limit=_PAGE, offset=offset)
+            for name in out:
+                values = part.get(name)
+                out[name] += list(values) if values is not None else []
+            if len(part["ids"]) < _PAGE:
+                return out
+            offset += _PAGE
 
     def get_keys(self, kind: str, *, user_id: str, keys: Sequence[tuple[str, str]],
                  with_vectors: bool = False) -> list[Record]:
@@ -482,7 +497,7 @@ class VectorStore:
 
     def users(self) -> list[str]:
         """Every user id with at least one turn (an operator view, for the CLI)."""
-        metas = self.collection(levels.raw_kind()).get(include=["metadatas"])["metadatas"] or []
+        metas = self._paged(levels.raw_kind(), include=["metadatas"])["metadatas"]
         return sorted({m["user_id"] for m in metas})
 
     def reindex(self, *, progress: Any = None) -> dict[str, int]:
