@@ -108,3 +108,84 @@ def test_rewritten_and_deleted_graph_units_are_applied_in_place(data_dir, hash_e
     assert "a new alias" in table.units[table.by_key[(first.conversation_id, first.id)]].aliases
     assert (records[1].metadata["conversation_id"], records[1].unit_id) not in table.by_key
     assert len(table.turn_rows) == len(table.units) == len(records) - 1
+
+
+def test_large_reads_come_in_pages(data_dir, hash_embeddings, monkeypatch) -> None:
+    from memstrata.memory.store import vectors
+
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest({"conversation_id": "c", "messages": json.loads(EXAMPLE.read_text())["messages"]}, user_id="u")
+    whole = mem.store.get("turn", user_id="u", with_vectors=True)
+    monkeypatch.setattr(vectors, "_PAGE", 7)  # 36 turns: six pages, the last one short
+    paged = mem.store.get("turn", user_id="u", with_vectors=True)
+    assert len(whole) == 36 and [r.unit_id for r in paged] == [r.unit_id for r in whole]
+    assert all(np.array_equal(a.metadata["_vector"], b.metadata["_vector"]) for a, b in zip(paged, whole, strict=True))
+    assert mem.store.users() == ["u"]
+
+
+def test_graph_search_rereads_only_the_conversations_whose_edges_changed(data_dir, hash_embeddings,
+                                                                          monkeypatch) -> None:
+    from memstrata import resources
+    from memstrata.context import Context
+
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    messages = json.loads(EXAMPLE.read_text())["messages"]
+    mem.ingest({"conversation_id": "a", "messages": messages}, user_id="u")
+    mem.ingest({"conversation_id": "b", "messages": messages}, user_id="u")
+    ctx = Context(user_id="u", embeddings=hash_embeddings, data_dir=str(data_dir))
+    index = MemoryIndex.load(mem.store, user_id="u")
+    reads: list[str | None] = []
+    get = mem.store.edges.get
+    monkeypatch.setattr(mem.store.edges, "get", lambda user, **kw: reads.append(kw.get("conversation_id")) or get(
+        user, **kw))
+    first = resources.entity_edges(mem.store, ctx, index)
+    assert reads == [None] and {e.conversation_id for e in first} == {"a", "b"}
+    assert resources.entity_edges(mem.store, ctx, index) == first and reads == [None]  # nothing changed: no read
+    mem.ingest({"conversation_id": "b", "messages": [*messages, {
+        "speaker": "Priya", "text": "My cousin Dario visited Porto with me.", "timestamp": "2024-05-21T10:00:00"}]},
+        user_id="u")
+    reads.clear()  # ingestion reads edges too
+    index = MemoryIndex.load(mem.store, user_id="u")  # updated in place: keeps what it read
+    after = resources.entity_edges(mem.store, ctx, index)
+    assert reads == ["b"]
+    assert sorted(map(repr, after)) == sorted(
+        repr(e) for e in get("u") if e.src_kind == "entity")  # equal to a full read
+    mem.store.edges.delete_user("u")
+    assert resources.entity_edges(mem.store, ctx, index) == [] and reads[-1] is None
+
+
+def test_a_new_whole_memory_snapshot_is_frozen_out_of_gc_scans(data_dir, hash_embeddings) -> None:
+    import gc
+    import weakref
+
+    class Node:
+        pass
+
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest({"conversation_id": "c", "messages": json.loads(EXAMPLE.read_text())["messages"]}, user_id="u")
+    cycle = Node()
+    cycle.self = cycle  # garbage only a collection frees
+    gc.freeze()  # as if an earlier snapshot froze it
+    alive = weakref.ref(cycle)
+    del cycle
+    try:
+        index = MemoryIndex.load(mem.store, user_id="u", freeze=True)
+        assert alive() is None  # unfrozen and collected before the new freeze
+        assert gc.get_freeze_count() > 0
+        assert not any(obj is index for obj in gc.get_objects())  # frozen objects are not scanned
+    finally:
+        gc.unfreeze()
+
+
+def test_the_size_check_reads_the_store_only_while_no_snapshot_is_held(data_dir, hash_embeddings,
+                                                                        monkeypatch) -> None:
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest({"conversation_id": "c", "messages": json.loads(EXAMPLE.read_text())["messages"]}, user_id="u")
+    calls: list[int] = []
+    check = mem.store.holds_more_than
+    monkeypatch.setattr(mem.store, "holds_more_than", lambda *a, **kw: calls.append(a[1]) or check(*a, **kw))
+    for query in ("Where is Priya moving?", "Who is Rui?", "What is the cat called?"):
+        assert mem.retrieve(query, user_id="u", snapshot_refresh_s=0).evidence
+    assert calls == [20000]  # the held snapshot (36 turns, kept up to date) answers the later checks
+    assert mem.retrieve("Who is Rui?", user_id="u", snapshot_max_turns=10).evidence  # another threshold: checked
+    assert calls == [20000, 10]
