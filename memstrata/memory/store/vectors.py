@@ -18,7 +18,7 @@ import functools
 import json
 import logging
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -336,16 +336,11 @@ class VectorStore:
     def _paged(self, kind: str, **ask: Any) -> dict[str, Any]:
         """A ``get`` of any size, read in pages: Chroma 1.5 fails a single read of more than about 32k
         records with metadata ("too many SQL variables", SQLite's limit; seen on 50k facts of one user)."""
-        out: dict[str, list[Any]] = {"ids": [], "documents": [], "metadatas": [], "embeddings": []}
-        offset = 0
-        while True:
-            part = self._read(kind, "get", **ask, limit=_PAGE, offset=offset)
-            for name in out:
-                values = part.get(name)
-                out[name] += list(values) if values is not None else []
-            if len(part["ids"]) < _PAGE:
-                return out
+        parts, offset = [], 0
+        while not parts or len(parts[-1]["ids"]) == _PAGE:
+            parts.append(self._read(kind, "get", **ask, limit=_PAGE, offset=offset))
             offset += _PAGE
+        return _concat(parts)
 
     def get_keys(self, kind: str, *, user_id: str, keys: Sequence[tuple[str, str]],
                  with_vectors: bool = False) -> list[Record]:
@@ -354,11 +349,8 @@ class VectorStore:
         if not ids:
             return []
         include = ["documents", "metadatas"] + (["embeddings"] if with_vectors else [])
-        found: dict[str, list[Any]] = {"ids": [], "documents": [], "metadatas": [], "embeddings": []}
-        for start in range(0, len(ids), _MAX_BATCH):
-            part = _owned(self._read(kind, "get", ids=ids[start:start + _MAX_BATCH], include=include), user_id, None)
-            for field_name in ("ids", "documents", "metadatas", "embeddings"):
-                found[field_name] += list(part.get(field_name) or [])
+        found = _concat(_owned(self._read(kind, "get", ids=ids[start:start + _MAX_BATCH], include=include), user_id,
+                               None) for start in range(0, len(ids), _MAX_BATCH))
         return _records(kind, found, with_vectors)
 
     def recheck(self, kind: str, *, user_id: str, where: dict[str, Any], known: Collection[str],
@@ -541,6 +533,16 @@ def _owned(res: dict[str, Any], user_id: str, conversation_id: str | None) -> di
         values = res.get(name)
         if values is not None:
             out[name] = [values[i] for i in keep]
+    return out
+
+
+def _concat(parts: Iterable[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Chroma ``get`` results of several reads (batches, pages) as one."""
+    out: dict[str, list[Any]] = {"ids": [], "documents": [], "metadatas": [], "embeddings": []}
+    for part in parts:
+        for name in out:
+            values = part.get(name)
+            out[name] += list(values) if values is not None else []
     return out
 
 
