@@ -48,6 +48,27 @@ def test_offline_decomposes_conjunctions(mem: Memstrata) -> None:
     assert result.trace["sub_queries"][1:] == ["What did Priya plan for July?", "What did Tom plan for July?"]
 
 
+def test_offline_rewrites_embed_no_new_text(data_dir, hash_embeddings) -> None:
+    """Offline rewrites and their follow-ups are bags of words: they search densely as the question they came from."""
+    embedded: list[str] = []
+
+    class Recording(type(hash_embeddings)):
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            embedded.extend(texts)
+            return super().embed_documents(texts)
+
+    m = Memstrata(path=data_dir, embeddings=Recording(), reflect_coverage=1.0, max_iterations=1)
+    m.ingest(EXAMPLE, user_id="u")
+    embedded.clear()
+    question = "Which violin concerto did Priya rehearse with the orchestra in Vienna?"
+    result = m.retrieve(question, user_id="u")
+    events = result.trace["events"]
+    assert any(e["node"] == "reflect" and e["decision"] == "rewrite" for e in events)
+    follow_ups = [e for e in events if e["node"] == "follow_up" and e["query"]]
+    assert any(e["iteration"] == 1 for e in follow_ups), "the rewrite round ran its own follow-up"
+    assert set(embedded) <= set(result.trace["sub_queries"]) and question in embedded
+
+
 def test_another_user_sees_nothing(mem: Memstrata) -> None:
     mem.ingest([{"speaker": "Eve", "text": "My secret is the blue door code 4411."}], user_id="eve")
     other = mem.retrieve("What is the blue door code?", user_id="u")

@@ -99,7 +99,7 @@ async def follow_up(task: SubQueryTask, runtime: Runtime[Context]) -> dict[str, 
     # No time hint from the evidence's dates: what is missing is usually said elsewhere, and a hint would
     # pull the search back into the sessions already found. The anchors are the evidence's names.
     missing = Query(id=f"{query.id}.follow_up", text=info.query.strip(), scope="Short", weight=ctx.follow_up_weight,
-                    dense_text=None if modelled else query.text)
+                    dense_text=None if modelled else query.embed_text)
     index = await open_index(ctx, run=task.get("run_key"), queries=[missing])
     found = backtrack(index, [missing], await query_vectors(ctx, [missing]), [], raw_top=ctx.follow_up_turns,
                       weights=weights(ctx), now=reference_now(ctx, index), scope_kinds=ctx.scopes())
