@@ -4,6 +4,9 @@ Each conversation is ingested once (offline, MiniLM) into a folder kept under ``
 of :class:`memstrata.context.Context` overrides (or the pool sizing of the light lookup replaced by the old fixed
 pool), run over the same questions at the given budgets, scored as ``shared/docs/EVAL.md`` says. This is how the
 rows "per idea" of BENCHMARKS.md are measured; the headline numbers always come from ``memstrata bench locomo``.
+Recall is also split by the scope the question got (H-Mem's Short / Long / Mixed), with how many questions and
+sub-queries each scope got (as H-Mem's Appendix A.4 reports them), so a variant such as "no tree nodes searched"
+shows what the temporal tree adds per scope.
 
     python benchmarks/variants.py ../shared/data/locomo/locomo10.json --conversations conv-26,conv-30 \\
         --budgets 1500,4000 --cache /tmp/variants
@@ -22,15 +25,16 @@ from memstrata import Memstrata
 from memstrata.bench.locomo import load_locomo
 from memstrata.bench.metric import score_context
 from memstrata.memory.embeddings import MiniLMEmbeddings
-from memstrata.memory.levels import FACT, register, scope_table
-from memstrata.memory import planning
-from memstrata.nodes.retrieve import follow_up, lookup
+from memstrata.memory.levels import FACT, TREE_NODE, register, scope_table
+from memstrata.nodes.retrieve import lookup
 from memstrata.resources import pool_size
 
 NO_FACTS = {scope: [k for k in kinds if k != FACT.kind] for scope, kinds in scope_table().items()}
+NO_TREE_NODES = {scope: [k for k in kinds if k != TREE_NODE.kind] for scope, kinds in scope_table().items()}
 VARIANTS: dict[str, dict[str, Any]] = {
     "memstrata (all)": {},
-    "follow-up without a time hint": {"_follow_up_hint": False},
+    "no tree nodes searched": {"scope_kinds": NO_TREE_NODES},
+    "no offline rewrite round": {"max_iterations": 0},
     "facts lend no prior": {"_fact_prior": False},
     "facts lend the prior": {"_fact_prior": True},
     "no entity graph": {"graph_hops": -1},
@@ -47,11 +51,11 @@ def run(path: str, conversations: list[str], budgets: list[int], cache: Path, na
     for name in names:
         settings = dict(VARIANTS[name])
         lookup.pool_size = _pool(settings.pop("_pool", None))
-        follow_up.anchored_follow_up = _follow_up(settings.pop("_follow_up_hint", True))
         prior = settings.pop("_fact_prior", None)
         if prior is not None:
             register(replace(FACT, lends_prior=prior))
         tally: dict[str, dict[int, list[bool]]] = {}
+        sub_queries: dict[str, int] = {}
         for conv in convs:
             folder = cache / conv.sample_id
             mem = Memstrata(path=folder, embeddings=emb)
@@ -63,25 +67,24 @@ def run(path: str, conversations: list[str], budgets: list[int], cache: Path, na
                 texts = conv.turn_texts()
                 gold = [texts[e] for e in q.evidence if e in texts]
                 for budget in budgets:
-                    ctx = mem.retrieve(q.question, user_id="bench", conversation_id=conv.sample_id,
-                                       context_budget=budget, **settings).context
-                    hit, _ = score_context(ctx, gold)
-                    for key in ("all", str(q.category)):
+                    result = mem.retrieve(q.question, user_id="bench", conversation_id=conv.sample_id,
+                                          context_budget=budget, **settings)
+                    hit, _ = score_context(result.context, gold)
+                    scopes = result.trace.get("scopes", {})
+                    for key in ("all", str(q.category), f"scope {scopes.get('q0', '?')}"):
                         tally.setdefault(key, {}).setdefault(budget, []).append(hit)
+                    if budget == budgets[0]:  # H-Mem A.4: how many (sub-)queries each scope got
+                        for scope in scopes.values():
+                            sub_queries[scope] = sub_queries.get(scope, 0) + 1
             mem.close()
         register(FACT)
         out[name] = {key: {b: round(100 * sum(v) / len(v), 1) for b, v in per.items()} for key, per in tally.items()}
+        out[name]["questions per scope"] = {key[6:]: len(next(iter(per.values())))
+                                            for key, per in tally.items() if key.startswith("scope ")}
+        out[name]["sub-queries per scope"] = sub_queries
         print(name, json.dumps(out[name]), flush=True)
     lookup.pool_size = pool_size
     return out
-
-
-def _follow_up(hint: bool) -> Callable[..., Any]:
-    def no_hint(*args: Any) -> Any:
-        rule = planning.anchored_follow_up(*args)
-        return (rule[0], None) if rule else None
-
-    return planning.anchored_follow_up if hint else no_hint
 
 
 def _pool(kind: str | None) -> Callable[[Any], int]:

@@ -135,7 +135,9 @@ class Context:
     # ---- reflection (HyMem) ---------------------------------------------------------------------
     max_iterations: Annotated[int, _s("reflect", "reflection rounds at most")] = 1
     reflect_coverage: Annotated[float, _s(
-        "reflect", "offline: share of a sub-query's words the evidence must cover to count as answered")] = 0.999
+        "reflect", "offline: share of a sub-query's words the evidence must cover to count as answered; below it "
+                   "a rewrite round runs (it comes after the follow-up has already searched for the missing "
+                   "words, so it is kept for evidence that misses much of the question)")] = 0.6
     reflect_texts: Annotated[int, _s("reflect", "offline: best candidates the coverage check reads")] = 20
     reflect_prompt_texts: Annotated[int, _s("reflect", "best candidates the model's reflection reads")] = 12
     rewrite_decay: Annotated[float, _s("reflect", "score weight of a rewrite, to the power of its round")] = 0.9

@@ -195,3 +195,15 @@ def test_ranked_events_depth_keeps_each_kinds_best_in_order() -> None:
     cut = ranked_events(scores, ["summary", "fact"], {"fact": 2})
     assert cut == [x for x in full if x[0] == "summary" or x[1] in (3, 1)]  # facts 3 and 1, the two best
     assert ranked_events(scores, ["fact"], {"fact": 0}) == []
+
+
+def test_hit_copies_change_only_the_named_fields() -> None:
+    from dataclasses import replace
+
+    hit = Hit(kind="turn", unit_id="D1:3", conversation_id="c", score=0.5, parts={"own": 0.4}, turn_ids=["D1:3"],
+              found_by="summary", level="level1", text="I moved to Lisbon.", scope="Short")
+    copy = hit.with_(score=0.9, window="month 2023-05", via="Ann -> f1")
+    assert copy == replace(hit, score=0.9, window="month 2023-05", via="Ann -> f1")
+    assert hit.score == 0.5 and hit.window == "" and copy is not hit  # the original is never changed
+    with pytest.raises(TypeError, match="no field"):
+        hit.with_(colour="red")

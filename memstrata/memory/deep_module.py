@@ -17,7 +17,7 @@ from datetime import datetime
 import numpy as np
 
 from memstrata.memory.fusion import Weights
-from memstrata.memory.hits import score_query, turn_hit
+from memstrata.memory.hits import score_query, turn_hits
 from memstrata.memory.tree.search import tag_hits
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.query import Hit, Query
@@ -48,9 +48,10 @@ def backtrack(
             order = np.argsort(-(parts["score"][chosen] + chosen_bonus * np.isin(chosen, list(linked))))
         else:
             order = np.argsort(-parts["score"][chosen])
+        rows = chosen[order][:keep]
+        hits = turn_hits(index, rows, parts, level="level2", found_by=index.turns_kind, query=query)
         out += tag_hits(index, query, [  # the scope and tree window that led to each turn
-            _bonus(turn_hit(index, int(i), parts, level="level2", found_by=index.turns_kind, query=query),
-                   chosen_bonus if int(i) in linked else 0.0) for i in chosen[order][:keep]])
+            _bonus(hit, chosen_bonus if int(i) in linked else 0.0) for i, hit in zip(rows, hits, strict=True)])
     return out
 
 

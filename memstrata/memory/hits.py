@@ -27,18 +27,30 @@ FACT_KIND = FACT.kind
 SUMMARY_KIND = SUMMARY.kind
 
 
-def turn_hit(index: MemoryIndex, i: int, parts: dict[str, np.ndarray], *, level: str, found_by: str,
-             query: Query) -> Hit:
-    """The hit of turn row ``i`` with its score breakdown."""
-    t = index.turns[i]
-    return Hit(
-        kind=index.turns_kind, unit_id=t.id, conversation_id=t.conversation_id,
-        score=float(parts["score"][i]) * query.weight,
-        parts={k: round(float(v[i]), 4) for k, v in parts.items() if k != "score"},
-        turn_ids=[t.id], found_by=found_by, level=level, query_id=query.id, text=t.text,
-        time=turn_dates(index)[i], session_id=t.session_id, position=t.position,
-        speaker=t.speaker, image_caption=t.image_caption, scope=query.scope,
-    )
+def turn_hits(index: MemoryIndex, rows: Sequence[int] | np.ndarray, parts: dict[str, np.ndarray], *, level: str,
+              found_by: str, query: Query, via: str = "") -> list[Hit]:
+    """The hits of turn rows ``rows``, in order, each with its score breakdown.
+
+    Each part is read out of its array once for all the rows, not once per hit and part.
+    """
+    rows = [int(i) for i in rows]
+    if not rows:
+        return []
+    names = [k for k in parts if k != "score"]
+    columns = [[round(x, 4) for x in parts[k][rows].tolist()] for k in names]
+    scores = parts["score"][rows].tolist()
+    dates = turn_dates(index)
+    out = []
+    for j, i in enumerate(rows):
+        t = index.turns[i]
+        out.append(Hit(
+            kind=index.turns_kind, unit_id=t.id, conversation_id=t.conversation_id, score=scores[j] * query.weight,
+            parts={k: column[j] for k, column in zip(names, columns, strict=True)},
+            turn_ids=[t.id], found_by=found_by, level=level, query_id=query.id, text=t.text,
+            time=dates[i], session_id=t.session_id, position=t.position,
+            speaker=t.speaker, image_caption=t.image_caption, via=via, scope=query.scope,
+        ))
+    return out
 
 
 def turn_dates(index: MemoryIndex) -> list[str | None]:
@@ -121,8 +133,8 @@ def graph_hits(index: MemoryIndex, query: Query, reached: Sequence[tuple[int, fl
     facts = index.events[FACT_KIND]
     out = []
     for row, _, how in reached:
-        out += [turn_hit(index, i, parts, level="level1", found_by="entity_graph", query=query).with_(
-            via=f"{how.describe()} -> {facts.units[row].id}") for i in facts.turn_rows[row]]
+        out += turn_hits(index, facts.turn_rows[row], parts, level="level1", found_by="entity_graph", query=query,
+                         via=f"{how.describe()} -> {facts.units[row].id}")
     return out
 
 

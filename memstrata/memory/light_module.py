@@ -24,7 +24,7 @@ import numpy as np
 
 from memstrata.memory.fusion import RRF_K, Weights
 from memstrata.memory.graph.expansion import GraphSearch
-from memstrata.memory.hits import event_hit, graph_events, graph_hits, query_graph, score_query, turn_hit
+from memstrata.memory.hits import event_hit, graph_events, graph_hits, query_graph, score_query, turn_hits
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels.summary import SUMMARY
 from memstrata.memory.query import Hit, Query
@@ -81,15 +81,15 @@ def light_lookup(
                 level1.setdefault(hit.key, hit)
             elif reads_raw or len(found) >= raw_per_query:
                 continue  # beyond the top k, events bring turns only to fill a scope that reads no raw turns
-            found += [turn_hit(index, i, parts, level="level1", found_by=kind, query=query)
-                      for i in index.events[kind].turn_rows[row]]
+            found += turn_hits(index, index.events[kind].turn_rows[row], parts, level="level1", found_by=kind,
+                               query=query)
         reached = query_graph(index, query, graph)
         found += graph_hits(index, query, reached, parts)
         for hit in graph_events(index, query, reached, ranked):  # entity seeds -> fragments -> tree events
             out.graph_events[hit.key] = coarse.setdefault(hit.key, hit) is hit
         if reads_raw and len(parts["score"]):
-            found += [turn_hit(index, int(i), parts, level="level2", found_by=index.turns_kind, query=query)
-                      for i in np.argsort(-parts["score"])[:raw_per_query]]
+            found += turn_hits(index, np.argsort(-parts["score"])[:raw_per_query], parts, level="level2",
+                               found_by=index.turns_kind, query=query)
         out.turns += tag_hits(index, query, found)  # the scope and tree window that led to each turn
     out.level1 = list(level1.values())
     out.coarse = sorted(coarse.values(), key=lambda h: -h.score)
