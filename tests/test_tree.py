@@ -225,6 +225,23 @@ def test_a_hinted_query_searches_its_windows_and_each_evidence_names_scope_and_w
     assert anchored.trace["windows"]["q0"][0]["level"] == "week"  # dated through the memory, then searched
 
 
+def test_a_turn_telling_of_the_hinted_day_is_inside_its_window_though_said_later(data_dir) -> None:
+    mem = Memstrata(path=data_dir, embeddings=HashEmbeddings())
+    mem.ingest({"conversation_id": "c", "messages": [
+        {"speaker": "Dave", "text": "Hi Calvin, how was the week?", "timestamp": "2023-10-04T14:40:00"},
+        {"speaker": "Calvin", "text": "Yesterday I met some incredible artists in Boston.",
+         "timestamp": "2023-10-04T14:44:00"},
+        {"speaker": "Dave", "text": "Today I fixed the old car in the garage.", "timestamp": "2023-10-04T14:46:00"},
+    ]}, user_id="u")
+    result = mem.retrieve("Which city was Calvin in on October 3, 2023?", user_id="u", context_budget=400)
+    assert result.trace["windows"]["q0"][0]["window"] == "2023-10-03"
+    by_text = {e.text: e for e in result.evidence}
+    told = by_text["Yesterday I met some incredible artists in Boston."]
+    assert told.window == "day 2023-10-03" and told.score_parts["temporal"] == 1.0  # the fact dates it 3 October
+    said_that_day = by_text["Today I fixed the old car in the garage."]
+    assert said_that_day.window == "" and said_that_day.score_parts["temporal"] < 1.0
+
+
 def test_reinforcement_counts_live_in_the_counters_and_decay_eta_changes_robustness(demo: Memstrata) -> None:
     counters = demo.store.counters.all("demo", kind="summary")
     assert counters and all(c.reinforcement_count >= 1 and c.recall_count == 0 for c in counters)

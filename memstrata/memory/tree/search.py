@@ -4,7 +4,8 @@
   (a day, a week, a month, a year), each with the tree nodes and events it holds;
 - :func:`window_relevance`: each raw turn's temporal relevance to the hint. A turn inside a selected
   window scores 1 (evidence inside the window is preferred); any other turn gets H-Mem's Eq. 1
-  between its day and the hint, which is at most about 0.5;
+  between its day and the hint, which is at most about 0.5. A turn's days are when it was said and the
+  dates its facts resolved from relative phrases ("yesterday", "two days ago");
 - :func:`anchor_time`: the date of an event a hint is anchored on ("the weekend before the concert"),
   from the best BM25 match among the event summaries;
 - :func:`tag_hits`: the scope, the tree level and the window that led to each evidence item;
@@ -81,29 +82,55 @@ def select_windows(index: MemoryIndex, hint: Interval | None, *, limit: int = 64
 
 
 def window_relevance(index: MemoryIndex, hint: Interval | None, lam: float) -> np.ndarray:
-    """Per turn: 1 inside a window the hint selects, else H-Mem Eq. 1 between the turn's day and the hint."""
+    """Per turn: 1 inside a window the hint selects, else H-Mem Eq. 1 between the turn's day and the hint.
+
+    A turn's time is when it was said, and also the dates its facts resolved from what it says ("yesterday"
+    said on 4 October is 3 October, :func:`turn_event_times`): a turn telling of the hint's day is inside
+    the window even when it was said after it, and its Eq. 1 score is the best of its days.
+    """
     n = len(index.turns)
     if hint is None or n == 0:
         return np.zeros(n)
     key = f"tree\x1frelevance\x1f{hint.start.isoformat()}\x1f{hint.end.isoformat()}\x1f{lam}"
     if key not in index.memo:
         ts = index.ts_seconds
+        event_rows, event_ts = turn_event_times(index)
         inside = np.zeros(n, dtype=bool)
         for w in select_windows(index, hint):
-            inside |= (ts >= w.start.timestamp()) & (ts <= w.end.timestamp())
+            start, end = w.start.timestamp(), w.end.timestamp()
+            inside |= (ts >= start) & (ts <= end)
+            inside[event_rows[(event_ts >= start) & (event_ts <= end)]] = True
         days: dict[float, float] = {}
+
+        def day_relevance(when: datetime) -> float:
+            day = when.replace(hour=0, minute=0, second=0, microsecond=0)
+            stamp = day.timestamp()
+            if stamp not in days:
+                days[stamp] = temporal_relevance(Interval(day, datetime.fromtimestamp(stamp + DAY - 1)), hint, lam=lam)
+            return days[stamp]
+
         out = np.zeros(n)
         for i, t in enumerate(index.turns):
             if inside[i]:
                 out[i] = 1.0
             elif t.timestamp is not None:
-                day = t.timestamp.replace(hour=0, minute=0, second=0, microsecond=0)
-                stamp = day.timestamp()
-                if stamp not in days:
-                    days[stamp] = temporal_relevance(Interval(day, datetime.fromtimestamp(stamp + DAY - 1)),
-                                                     hint, lam=lam)
-                out[i] = days[stamp]
+                out[i] = day_relevance(t.timestamp)
+        for row, stamp in zip(event_rows.tolist(), event_ts.tolist(), strict=True):
+            if not inside[row]:
+                out[row] = max(out[row], day_relevance(datetime.fromtimestamp(stamp)))
         index.remember(key, out)
+    return index.memo[key]
+
+
+def turn_event_times(index: MemoryIndex) -> tuple[np.ndarray, np.ndarray]:
+    """(turn row, time in seconds) pairs of the dates facts resolved from relative phrases, once per snapshot."""
+    key = "tree\x1fevent_times"
+    if key not in index.memo:
+        facts = index.events.get(FACT_KIND)
+        pairs = [(row, when.timestamp())
+                 for unit, rows in zip(facts.units if facts else [], facts.turn_rows if facts else [], strict=True)
+                 if (when := getattr(unit, "event_date", None)) is not None for row in rows]
+        index.remember(key, (np.array([r for r, _ in pairs], dtype=int), np.array([w for _, w in pairs], dtype=float)))
     return index.memo[key]
 
 
@@ -141,11 +168,12 @@ def tag_hits(index: MemoryIndex, query: Query, hits: Sequence[Hit]) -> list[Hit]
     tree node that reached it (``found_by="tree_node"``), else none."""
     windows = select_windows(index, query.hint)
     reached = _node_of_turn(index)
+    told = _event_times_of_turn(index) if windows else {}
     out = []
     for hit in hits:
         row = index.by_key.get((hit.conversation_id, hit.unit_id))
-        when = index.turns[row].timestamp if row is not None else None
-        inside = next((w for w in windows if when is not None and w.start <= when <= w.end), None)
+        when = [index.turns[row].timestamp, *told.get(row, ())] if row is not None else []
+        inside = next((w for w in windows if any(t is not None and w.start <= t <= w.end for t in when)), None)
         if inside is not None:
             window = inside.describe()
         elif hit.found_by == TREE_NODE.kind and row is not None:
@@ -155,6 +183,17 @@ def tag_hits(index: MemoryIndex, query: Query, hits: Sequence[Hit]) -> list[Hit]
         same = hit.scope == query.scope and hit.window == window
         out.append(hit if same else hit.with_(scope=query.scope, window=window))
     return out
+
+
+def _event_times_of_turn(index: MemoryIndex) -> dict[int, list[datetime]]:
+    """Turn row -> the dates its facts resolved (see :func:`turn_event_times`)."""
+    key = "tree\x1fevent_times_of_turn"
+    if key not in index.memo:
+        told: dict[int, list[datetime]] = {}
+        for row, stamp in zip(*(a.tolist() for a in turn_event_times(index)), strict=True):
+            told.setdefault(row, []).append(datetime.fromtimestamp(stamp))
+        index.remember(key, told)
+    return index.memo[key]
 
 
 def _node_of_turn(index: MemoryIndex) -> dict[int, str]:
