@@ -34,6 +34,7 @@ NO_TREE_NODES = {scope: [k for k in kinds if k != TREE_NODE.kind] for scope, kin
 VARIANTS: dict[str, dict[str, Any]] = {
     "memstrata (all)": {},
     "no tree nodes searched": {"scope_kinds": NO_TREE_NODES},
+    "no temporal relevance (tree windows unused)": {"w_temporal": 0.0},
     "no offline rewrite round": {"max_iterations": 0},
     "facts lend no prior": {"_fact_prior": False},
     "facts lend the prior": {"_fact_prior": True},
