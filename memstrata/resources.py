@@ -249,7 +249,7 @@ async def graph_search(ctx: Context, index: MemoryIndex) -> GraphSearch | None:
     if view is None:
         store = await aresolve_store(ctx)
         edges = await asyncio.to_thread(entity_edges, store, ctx, index)
-        view = GraphView.build(entities.units, facts.units, edges)
+        view = GraphView.build(entities.units, facts.units, edges, fact_row=facts.by_key)
         index.remember("graph_view", view)
     return GraphSearch(view, hops=ctx.graph_hops, decay=ctx.graph_hop_decay, top=ctx.graph_facts)
 

@@ -63,6 +63,25 @@ def test_graph_evidence_names_its_entity_path(data_dir, hash_embeddings) -> None
     assert lookup["graph_events"] > 0
 
 
+def test_a_nodes_fact_rows_are_the_facts_that_name_it(data_dir, hash_embeddings) -> None:
+    from memstrata.memory.graph.expansion import GraphView
+
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest(EXAMPLE, user_id="u")
+    index = MemoryIndex.build(mem.store, "u", None)
+    facts = index.events["fact"]
+    edges = [e for e in mem.store.edges.get("u") if e.src_kind == "entity"]
+    view = GraphView.build(index.tables["entity"].units, facts.units, edges)
+    same = GraphView.build(index.tables["entity"].units, facts.units, edges, fact_row=facts.by_key)
+    named: dict[tuple[str, str], list[int]] = {}
+    for row, fact in enumerate(facts.units):  # the inverted index, from the facts' side
+        for eid in fact.entity_ids:
+            named.setdefault((fact.conversation_id, eid), []).append(row)
+    assert named and set(named) <= set(view.names)
+    for node in view.names:
+        assert view.fact_rows(node) == same.fact_rows(node) == named.get(node, [])
+
+
 def test_entity_seeds_reach_the_event_summaries_holding_their_facts(data_dir, hash_embeddings) -> None:
     from memstrata.memory.graph.expansion import GraphSearch, GraphView
     from memstrata.memory.hits import graph_events, query_graph

@@ -57,7 +57,13 @@ def turn_dates(index: MemoryIndex) -> list[str | None]:
     """Each turn's date as readers see it (``8 May 2023``, else the raw timestamp), once per snapshot version."""
     key = "turn_dates"
     if key not in index.memo:
-        index.remember(key, [format_date(t.timestamp) or t.timestamp_raw for t in index.turns])
+        shown: dict[datetime | None, str] = {}  # the turns of a session often share one time
+        out = []
+        for t in index.turns:
+            if t.timestamp not in shown:
+                shown[t.timestamp] = format_date(t.timestamp)
+            out.append(shown[t.timestamp] or t.timestamp_raw)
+        index.remember(key, out)
     return index.memo[key]
 
 
@@ -173,10 +179,11 @@ _PAST = re.compile(r"\b(before|used to|previous(?:ly)?|former(?:ly)?|originally|
 
 def _validity(index: MemoryIndex, kind: str, factor: float, text: str) -> np.ndarray | float:
     """Per unit: 1, or ``factor`` for a unit that is no longer current (unless the text asks about the past)."""
-    if factor == 1.0 or _PAST.search(text):
-        return 1.0
+    units = index.events[kind].units
+    replaceable = bool(units) and isinstance(getattr(type(units[0]), "current", None), property)
+    if factor == 1.0 or not replaceable or _PAST.search(text):
+        return 1.0  # only units with a ``current`` property (facts) are ever replaced
     key = f"validity\x1f{kind}\x1f{factor}"
     if key not in index.memo:
-        units = index.events[kind].units
-        index.remember(key, np.array([1.0 if getattr(u, "current", True) else factor for u in units]))
+        index.remember(key, np.array([1.0 if u.current else factor for u in units]))
     return index.memo[key]

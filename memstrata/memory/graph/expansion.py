@@ -19,8 +19,9 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import networkx as nx
 import numpy as np
@@ -56,35 +57,54 @@ class GraphSearch:
 
 @dataclass
 class GraphView:
-    """The user's entity graph as traversal needs it: nodes, names, relation edges, and each node's fact rows."""
+    """The user's entity graph as traversal needs it: nodes, names, relation edges, and each node's facts.
+
+    ``fact_ids`` lists each node's facts (the entity's own list, written with the facts that name it);
+    :meth:`fact_rows` turns them into snapshot rows only for the nodes a search reaches, since the view is
+    rebuilt after every write and most nodes are never reached.
+    """
 
     graph: nx.MultiGraph
     names: dict[Node, str]
     aliases: list[tuple[str, Node]]
-    fact_rows: dict[Node, list[int]]
+    fact_ids: dict[Node, list[str]]
+    fact_row: Mapping[tuple[str, str], int]
+    _rows: dict[Node, list[int]] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def build(cls, entities: Sequence[Entity], facts: Sequence[Fact], edges: Sequence[Edge]) -> GraphView:
-        """From the snapshot's entities and facts (facts in table row order) and the edge store's relations."""
+    def build(cls, entities: Sequence[Entity], facts: Sequence[Fact], edges: Sequence[Edge], *,
+              fact_row: Mapping[tuple[str, str], int] | None = None) -> GraphView:
+        """From the snapshot's entities and facts (facts in table row order) and the edge store's relations.
+
+        ``fact_row`` maps ``(conversation_id, fact id)`` to the fact's row (the fact table's own index); without
+        it, it is built from ``facts``.
+        """
         graph = nx.MultiGraph()
         names: dict[Node, str] = {}
         aliases: list[tuple[str, Node]] = []
+        fact_ids: dict[Node, list[str]] = {}
         for e in entities:
             node = (e.conversation_id, e.id)
             graph.add_node(node)
             names[node] = e.name
-            keys = {" ".join(re.findall(r"[\w'-]+", a.casefold())) for a in [e.name, *e.aliases]}
-            keys |= {_TITLE.sub("", k) for k in keys}  # "ms okafor" is also "okafor"
-            aliases += [(k, node) for k in sorted(keys) if len(k) > 1]
+            fact_ids[node] = e.fact_ids
+            aliases += [(k, node) for k in _alias_keys(e.name, tuple(e.aliases))]
         for e in edges:
             src, dst = (e.conversation_id, e.src), (e.conversation_id, e.dst)
             if src in names and dst in names:
                 graph.add_edge(src, dst, key=e.rel, rel=e.rel, weight=e.weight)
-        rows: dict[Node, list[int]] = {}
-        for row, fact in enumerate(facts):
-            for eid in fact.entity_ids:
-                rows.setdefault((fact.conversation_id, eid), []).append(row)
-        return cls(graph, names, aliases, rows)
+        if fact_row is None:
+            fact_row = {(f.conversation_id, f.id): row for row, f in enumerate(facts)}
+        return cls(graph, names, aliases, fact_ids, fact_row)
+
+    def fact_rows(self, node: Node) -> list[int]:
+        """The rows of the facts that name the entity, in row order (worked out when a search first reaches it)."""
+        rows = self._rows.get(node)
+        if rows is None:
+            conv = node[0]
+            rows = self._rows[node] = sorted(r for f in self.fact_ids.get(node, ())
+                                             if (r := self.fact_row.get((conv, f))) is not None)
+        return rows
 
     def seeds(self, text: str) -> list[Node]:
         """Entities the text names (an alias as whole words, or a typo of a one-word alias of 5+ letters).
@@ -108,6 +128,17 @@ class GraphView:
         return {node for alias, node in self.aliases
                 if alias in grams or (long_words and len(alias) >= 5 and " " not in alias and any(
                     w[0] == alias[0] and fuzz.ratio(w, alias) >= 90 for w in long_words))}
+
+
+@lru_cache(maxsize=65536)
+def _alias_keys(name: str, aliases: tuple[str, ...]) -> list[str]:
+    """The lookup keys of an entity's names: casefolded words, also without a title ("ms okafor" is "okafor").
+
+    Cached: the view is rebuilt after every write, and an entity's names rarely change.
+    """
+    keys = {" ".join(re.findall(r"[\w'-]+", a.casefold())) for a in [name, *aliases]}
+    keys |= {_TITLE.sub("", k) for k in keys}
+    return [k for k in sorted(keys) if len(k) > 1]
 
 
 def graph_reach(search: GraphSearch, text: str, fact_scores: np.ndarray) -> list[tuple[int, float, Reach]]:
@@ -140,7 +171,7 @@ def reached_facts(view: GraphView, reach: dict[Node, Reach], fact_scores: np.nda
     """The best ``top`` facts naming a reached entity: (fact row, score x entity weight, how it was reached)."""
     best: dict[int, tuple[float, Reach]] = {}
     for node, how in reach.items():
-        for row in view.fact_rows.get(node, []):
+        for row in view.fact_rows(node):
             score = float(fact_scores[row]) * how.weight
             if row not in best or score > best[row][0]:
                 best[row] = (score, how)

@@ -201,14 +201,16 @@ def _node_of_turn(index: MemoryIndex) -> dict[int, str]:
     key = "tree\x1fnode_of_turn"
     if key not in index.memo:
         table = index.events.get(TREE_NODE.kind)
+        units = table.units if table else []
         rank = {"week": 0, "month": 1, "year": 2}
-        best: dict[int, tuple[int, str]] = {}
-        for unit, rows in zip(table.units if table else [], table.turn_rows if table else [], strict=True):
-            level = getattr(unit, "level", "year")
-            for r in rows:
-                if r not in best or rank[level] < best[r][0]:
-                    best[r] = (rank[level], f"{level} {getattr(unit, 'window', '')}")
-        index.remember(key, {r: v for r, (_, v) in best.items()})
+        levels = [getattr(u, "level", "year") for u in units]
+        owner = np.full(len(index.turns), -1)
+        # Highest level first, so lower ones overwrite it; within a level the first node listed is written last.
+        for i in sorted(range(len(units)), key=lambda i: (-rank[levels[i]], -i)):
+            if table.turn_rows[i]:  # type: ignore[union-attr]
+                owner[table.turn_rows[i]] = i  # type: ignore[union-attr]
+        labels = [f"{level} {getattr(u, 'window', '')}" for u, level in zip(units, levels, strict=True)]
+        index.remember(key, {row: labels[i] for row, i in enumerate(owner.tolist()) if i >= 0})
     return index.memo[key]
 
 
