@@ -93,13 +93,8 @@ def window_relevance(index: MemoryIndex, hint: Interval | None, lam: float) -> n
         return np.zeros(n)
     key = f"tree\x1frelevance\x1f{hint.start.isoformat()}\x1f{hint.end.isoformat()}\x1f{lam}"
     if key not in index.memo:
-        ts = index.ts_seconds
         event_rows, event_ts = turn_event_times(index)
-        inside = np.zeros(n, dtype=bool)
-        for w in select_windows(index, hint):
-            start, end = w.start.timestamp(), w.end.timestamp()
-            inside |= (ts >= start) & (ts <= end)
-            inside[event_rows[(event_ts >= start) & (event_ts <= end)]] = True
+        inside = window_of_turn(index, hint) >= 0
         days: dict[float, float] = {}
 
         def day_relevance(when: datetime) -> float:
@@ -119,6 +114,25 @@ def window_relevance(index: MemoryIndex, hint: Interval | None, lam: float) -> n
             if not inside[row]:
                 out[row] = max(out[row], day_relevance(datetime.fromtimestamp(stamp)))
         index.remember(key, out)
+    return index.memo[key]
+
+
+def window_of_turn(index: MemoryIndex, hint: Interval | None) -> np.ndarray:
+    """Per turn row: the position in :func:`select_windows` of the first window holding one of its days (when it
+    was said, or a date its facts resolved), else -1. Scoring and the evidence tags both read it."""
+    if hint is None:
+        return np.full(len(index.turns), -1)
+    key = f"tree\x1fwindow_of_turn\x1f{hint.start.isoformat()}\x1f{hint.end.isoformat()}"
+    if key not in index.memo:
+        ts = index.ts_seconds
+        event_rows, event_ts = turn_event_times(index)
+        holder = np.full(len(index.turns), -1)
+        windows = select_windows(index, hint)
+        for j in reversed(range(len(windows))):  # the first window holding a turn is written last
+            start, end = windows[j].start.timestamp(), windows[j].end.timestamp()
+            holder[(ts >= start) & (ts <= end)] = j
+            holder[event_rows[(event_ts >= start) & (event_ts <= end)]] = j
+        index.remember(key, holder)
     return index.memo[key]
 
 
@@ -167,15 +181,13 @@ def tag_hits(index: MemoryIndex, query: Query, hits: Sequence[Hit]) -> list[Hit]
     """Each hit with the query's scope and the window that led to it: the hint's window holding it, else the
     tree node that reached it (``found_by="tree_node"``), else none."""
     windows = select_windows(index, query.hint)
+    holder = window_of_turn(index, query.hint)
     reached = _node_of_turn(index)
-    told = _event_times_of_turn(index) if windows else {}
     out = []
     for hit in hits:
         row = index.by_key.get((hit.conversation_id, hit.unit_id))
-        when = [index.turns[row].timestamp, *told.get(row, ())] if row is not None else []
-        inside = next((w for w in windows if any(t is not None and w.start <= t <= w.end for t in when)), None)
-        if inside is not None:
-            window = inside.describe()
+        if row is not None and holder[row] >= 0:
+            window = windows[holder[row]].describe()
         elif hit.found_by == TREE_NODE.kind and row is not None:
             window = reached.get(row, "")
         else:
@@ -183,17 +195,6 @@ def tag_hits(index: MemoryIndex, query: Query, hits: Sequence[Hit]) -> list[Hit]
         same = hit.scope == query.scope and hit.window == window
         out.append(hit if same else hit.with_(scope=query.scope, window=window))
     return out
-
-
-def _event_times_of_turn(index: MemoryIndex) -> dict[int, list[datetime]]:
-    """Turn row -> the dates its facts resolved (see :func:`turn_event_times`)."""
-    key = "tree\x1fevent_times_of_turn"
-    if key not in index.memo:
-        told: dict[int, list[datetime]] = {}
-        for row, stamp in zip(*(a.tolist() for a in turn_event_times(index)), strict=True):
-            told.setdefault(row, []).append(datetime.fromtimestamp(stamp))
-        index.remember(key, told)
-    return index.memo[key]
 
 
 def _node_of_turn(index: MemoryIndex) -> dict[int, str]:
