@@ -28,13 +28,14 @@ from langchain_core.language_models import BaseChatModel
 from memstrata.context import CHROMA_URL_ENV, MODEL_ENV, Context, default_data_dir
 from memstrata.memory.fusion import Weights
 from memstrata.memory.graph.expansion import GraphSearch, GraphView
+from memstrata.memory.index.held import PerConversation, moved
 from memstrata.memory.index import MemoryIndex, forget_store
 from memstrata.memory.index.bounded import Bounds, working_set
 from memstrata.memory.index.snapshot import cached_snapshot, forget_snapshot
 from memstrata.memory.levels import ENTITY, FACT, TREE_NODE, levels
 from memstrata.memory.query import Query
 from memstrata.memory.store import MemoryStore
-from memstrata.memory.tree.search import has_reinforcement, load_reinforcement
+from memstrata.memory.tree.search import load_reinforcement, reinforcement_current
 
 _STORES: dict[tuple[Any, ...], MemoryStore] = {}
 _STORES_LOCK = threading.Lock()
@@ -176,9 +177,9 @@ async def _is_large(store: MemoryStore, ctx: Context) -> bool:
 
 
 async def _reinforced(store: MemoryStore, ctx: Context, index: MemoryIndex) -> MemoryIndex:
-    """The snapshot with the temporal tree's reinforcement counts (read once per snapshot version)."""
-    if not has_reinforcement(index):
-        await asyncio.to_thread(load_reinforcement, index, store.counters, ctx.user_id)
+    """The snapshot with the temporal tree's reinforcement counts (read again only where they moved)."""
+    if not reinforcement_current(index, store.counters, ctx.user_id):
+        await asyncio.to_thread(load_reinforcement, index, store.counters, ctx.user_id, ctx.conversation_id)
     return index
 
 
@@ -248,35 +249,48 @@ async def graph_search(ctx: Context, index: MemoryIndex) -> GraphSearch | None:
     view = index.memo.get("graph_view")
     if view is None:
         store = await aresolve_store(ctx)
-        edges = await asyncio.to_thread(entity_edges, store, ctx, index)
-        view = GraphView.build(entities.units, facts.units, edges, fact_row=facts.by_key)
+        view = await asyncio.to_thread(graph_view, store, ctx, index)
         index.remember("graph_view", view)
     return GraphSearch(view, hops=ctx.graph_hops, decay=ctx.graph_hop_decay, top=ctx.graph_facts)
 
 
-def entity_edges(store: MemoryStore, ctx: Context, index: MemoryIndex) -> list[Any]:
-    """The entity edges of the snapshot's scope, for graph search.
+def graph_view(store: MemoryStore, ctx: Context, index: MemoryIndex) -> GraphView:
+    """The entity graph of the snapshot's scope: its entities and facts, and the edge store's entity edges.
 
-    The bounded path reads only the edges of the conversations whose entities its queries name. The
-    whole-memory snapshot keeps what it read per conversation (``MemoryIndex.edges``, which in-place
-    updates keep), and after this process's writes reads again only the conversations whose edges
-    changed (``EdgeStore.writes``); a snapshot rebuilt after another process's writes reads everything.
+    The bounded path builds it from the edges of the conversations its queries name. The whole-memory
+    snapshot keeps it through in-place updates (``index.held``) with the edges it read: after this
+    process's writes, only the conversations whose entities, facts or entity edges changed are read
+    and redone (``MemoryIndex.writes``, ``EdgeStore.writes``); a removal that moved fact or entity rows
+    rebuilds the view, and a snapshot rebuilt after another process's writes reads everything.
     """
+    facts, entities = index.events[FACT.kind], index.tables[ENTITY.kind]
     if index.bounded is not None:
-        return [e for conv in index.bounded if ctx.conversation_id in (None, conv)
-                for e in store.edges.get(ctx.user_id, conversation_id=conv) if e.src_kind == ENTITY.kind]
-    writes = dict(store.edges.writes.get(ctx.user_id, {}))
-    held = index.edges
-    if not held or held["writes"].get("*") != writes.get("*"):
+        edges = [e for conv in index.bounded if ctx.conversation_id in (None, conv)
+                 for e in store.edges.get(ctx.user_id, conversation_id=conv) if e.src_kind == ENTITY.kind]
+        return GraphView.build(entities.units, facts.units, edges, fact_row=facts.by_key)
+
+    def read(conv: str | None) -> dict[str, list[Any]]:
         by_conv: dict[str, list[Any]] = {}
-        for e in store.edges.get(ctx.user_id, conversation_id=ctx.conversation_id):
+        for e in store.edges.get(ctx.user_id, conversation_id=conv):
             if e.src_kind == ENTITY.kind:
                 by_conv.setdefault(e.conversation_id, []).append(e)
-        held.update(writes=writes, by_conv=by_conv)
+        return by_conv
+
+    edge_stamp = store.edges.writes.get(ctx.user_id, {})
+    unit_stamp = index.stamp((ENTITY.kind, FACT.kind))
+    held = index.held.get("entity_graph")
+    if held is None:
+        edges, changed = PerConversation.read(edge_stamp, read, scope=ctx.conversation_id), None
     else:
-        for conv in [c for c, n in writes.items() if c != "*" and held["writes"].get(c) != n]:
-            if ctx.conversation_id in (None, conv):
-                held["by_conv"][conv] = [e for e in store.edges.get(ctx.user_id, conversation_id=conv)
-                                         if e.src_kind == ENTITY.kind]
-        held["writes"] = writes
-    return [e for found in held["by_conv"].values() for e in found]
+        edges, seen, view = held
+        changed = edges.refresh(edge_stamp, read, scope=ctx.conversation_id)
+        units_changed = moved(seen, unit_stamp)
+        changed = None if changed is None or units_changed is None else changed | units_changed
+    if changed is None:
+        view = GraphView.build(entities.units, facts.units, [e for part in edges.parts.values() for e in part],
+                               fact_row=facts.by_key)
+    else:
+        for conv in changed - {"*"}:
+            view.replace(conv, entities.units, edges.parts.get(conv, []))
+    index.held["entity_graph"] = (edges, unit_stamp, view)
+    return view

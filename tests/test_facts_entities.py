@@ -6,6 +6,8 @@ from datetime import datetime
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memstrata.memory.facts.clauses import carries_content, clauses, extract_facts, resolve_persons
 from memstrata.memory.facts.supersession import supersede
@@ -166,3 +168,28 @@ def test_expansion_follows_relations_with_decay_and_reaches_facts() -> None:
     scores = np.array([0.2, 0.9, 1.0])
     ranked = reached_facts(view, reach, scores, top=2)
     assert [(row, round(score, 2)) for row, score, _ in ranked] == [(1, 0.45), (0, 0.2)]  # Bo's fact: unreached
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 11), max_size=8), min_size=1, max_size=6),
+       st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=12, max_size=12),
+       st.lists(st.sampled_from([1.0, 0.5, 0.25]), min_size=6, max_size=6), st.integers(1, 12))
+def test_reached_facts_equals_the_plain_loop_ties_included(named, scores, weights, top) -> None:
+    """Best product per fact, the first entity wins a tie, equal scores keep first-reached order."""
+    from memstrata.memory.graph.expansion import Reach
+
+    view = GraphView.build([], [], [])
+    reach = {}
+    for i, rows in enumerate(named):
+        view._rows[("c", f"e{i}")] = np.array(sorted(set(rows)), dtype=np.intp)
+        reach[("c", f"e{i}")] = Reach(weights[i], [f"e{i}"])
+    fact_scores = np.array(scores, dtype=np.float32)
+    best: dict[int, tuple[float, Reach]] = {}
+    for node, how in reach.items():
+        for row in view.fact_rows(node).tolist():
+            score = float(fact_scores[row]) * how.weight
+            if row not in best or score > best[row][0]:
+                best[row] = (score, how)
+    plain = [(row, score, how) for row, (score, how) in sorted(best.items(), key=lambda kv: -kv[1][0])[:top]]
+    assert [(r, s, h.path) for r, s, h in reached_facts(view, reach, fact_scores, top=top)] == \
+        [(r, s, h.path) for r, s, h in plain]

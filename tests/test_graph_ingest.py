@@ -79,7 +79,7 @@ def test_a_nodes_fact_rows_are_the_facts_that_name_it(data_dir, hash_embeddings)
             named.setdefault((fact.conversation_id, eid), []).append(row)
     assert named and set(named) <= set(view.names)
     for node in view.names:
-        assert view.fact_rows(node) == same.fact_rows(node) == named.get(node, [])
+        assert view.fact_rows(node).tolist() == same.fact_rows(node).tolist() == named.get(node, [])
 
 
 def test_entity_seeds_reach_the_event_summaries_holding_their_facts(data_dir, hash_embeddings) -> None:

@@ -123,10 +123,17 @@ def test_large_reads_come_in_pages(data_dir, hash_embeddings, monkeypatch) -> No
     assert mem.store.users() == ["u"]
 
 
-def test_graph_search_rereads_only_the_conversations_whose_edges_changed(data_dir, hash_embeddings,
-                                                                          monkeypatch) -> None:
+def _graph_as_data(view) -> dict:
+    """Everything a graph view answers with, in comparable form."""
+    return {"names": view.names, "aliases": sorted(view.aliases), "facts": {n: view.fact_rows(n).tolist() for n in view.names},
+            "edges": sorted((*sorted([a, b]), k, d["weight"]) for a, b, k, d in view.graph.edges(keys=True, data=True))}
+
+
+def test_the_graph_view_redoes_only_the_written_conversation_and_equals_a_rebuild(data_dir, hash_embeddings,
+                                                                                 monkeypatch) -> None:
     from memstrata import resources
     from memstrata.context import Context
+    from memstrata.memory.graph.expansion import GraphView
 
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     messages = json.loads(EXAMPLE.read_text())["messages"]
@@ -138,20 +145,50 @@ def test_graph_search_rereads_only_the_conversations_whose_edges_changed(data_di
     get = mem.store.edges.get
     monkeypatch.setattr(mem.store.edges, "get", lambda user, **kw: reads.append(kw.get("conversation_id")) or get(
         user, **kw))
-    first = resources.entity_edges(mem.store, ctx, index)
-    assert reads == [None] and {e.conversation_id for e in first} == {"a", "b"}
-    assert resources.entity_edges(mem.store, ctx, index) == first and reads == [None]  # nothing changed: no read
+    first = resources.graph_view(mem.store, ctx, index)
+    assert reads == [None] and {n[0] for n in first.names} == {"a", "b"}
+    assert resources.graph_view(mem.store, ctx, index) is first and reads == [None]  # nothing changed: no read
+    kept = {n: first.fact_rows(n) for n in first.names if n[0] == "a"}
     mem.ingest({"conversation_id": "b", "messages": [*messages, {
         "speaker": "Priya", "text": "My cousin Dario visited Porto with me.", "timestamp": "2024-05-21T10:00:00"}]},
         user_id="u")
     reads.clear()  # ingestion reads edges too
     index = MemoryIndex.load(mem.store, user_id="u")  # updated in place: keeps what it read
-    after = resources.entity_edges(mem.store, ctx, index)
-    assert reads == ["b"]
-    assert sorted(map(repr, after)) == sorted(
-        repr(e) for e in get("u") if e.src_kind == "entity")  # equal to a full read
+    after = resources.graph_view(mem.store, ctx, index)
+    assert reads == ["b"] and after is first  # conversation b redone in place; a's fact rows were kept
+    assert all(after._rows.get(n) is rows for n, rows in kept.items())
+    assert any(name == "Dario" for (conv, _), name in after.names.items() if conv == "b")
+    facts, entities = index.events["fact"], index.tables["entity"]
+    rebuilt = GraphView.build(entities.units, facts.units, [e for e in get("u") if e.src_kind == "entity"])
+    assert _graph_as_data(after) == _graph_as_data(rebuilt)
+    fresh = MemoryIndex.build(mem.store, "u", None)  # and the snapshot itself equals a fresh read
+    assert {k: len(t) for k, t in fresh.tables.items()} == {k: len(t) for k, t in index.tables.items()}
+    assert _graph_as_data(after) == _graph_as_data(GraphView.build(
+        fresh.tables["entity"].units, fresh.events["fact"].units, [e for e in get("u") if e.src_kind == "entity"]))
     mem.store.edges.delete_user("u")
-    assert resources.entity_edges(mem.store, ctx, index) == [] and reads[-1] is None
+    assert resources.graph_view(mem.store, ctx, index).graph.number_of_edges() == 0 and reads[-1] is None
+
+
+def test_a_unit_deleted_and_written_again_keeps_its_row(data_dir, hash_embeddings) -> None:
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    messages = json.loads(EXAMPLE.read_text())["messages"]
+    mem.ingest({"conversation_id": "a", "messages": messages[:20]}, user_id="u")
+    index = MemoryIndex.load(mem.store, user_id="u")
+    rows = {k: dict(t.by_key) for k, t in index.tables.items()}
+    dates = list(index.raw.column("date", lambda t: t.timestamp))
+    mem.ingest({"conversation_id": "a", "messages": messages[:21]}, user_id="u")  # the session's episode is redone
+    index = MemoryIndex.load(mem.store, user_id="u")
+    assert index.writes[("fact", "*")] == 0 and index.writes[("fact", "a")] > 0
+    for kind, before in rows.items():  # nothing moved: every unit still there keeps its row
+        table = index.tables[kind]
+        assert all(table.by_key.get(key, row) == row for key, row in before.items()), kind
+    fresh = MemoryIndex.build(mem.store, "u", None)
+    for kind, table in fresh.tables.items():
+        assert set(table.by_key) == set(index.tables[kind].by_key), kind
+        mine = index.tables[kind]
+        assert all(mine.units[mine.by_key[k]] == u for k, u in ((k, table.units[r]) for k, r in table.by_key.items()))
+    assert index.raw.column("date", lambda t: t.timestamp) == [t.timestamp for t in index.turns]
+    assert len(dates) == len(index.turns) - 1  # the column grew with the new turn
 
 
 def test_a_new_whole_memory_snapshot_is_frozen_out_of_gc_scans(data_dir, hash_embeddings) -> None:

@@ -21,7 +21,7 @@ from memstrata.memory.levels import EventSummary, scope_table
 from memstrata.memory.temporal_hints import Offset, apply_offset, parse_hint, resolve
 from memstrata.memory.tree import Forest, Item, active_levels, grow, tree_levels, window_key
 from memstrata.memory.tree.persist import TreeUpdate, refresh
-from memstrata.memory.tree.search import load_reinforcement, select_windows, turn_robustness
+from memstrata.memory.tree.search import load_reinforcement, reinforcement_current, select_windows, turn_robustness
 
 MAY_8 = datetime(2023, 5, 8, 10)  # a Monday, ISO week 19
 
@@ -257,6 +257,33 @@ def test_reinforcement_counts_live_in_the_counters_and_decay_eta_changes_robustn
     shared = robust[0].keys() & robust[1].keys()
     assert shared and all(robust[1][t] > robust[0][t] for t in shared)
     assert not select_windows(index, None)
+
+
+def test_a_snapshot_reads_again_only_the_reinforcement_that_moved(data_dir, monkeypatch) -> None:
+    mem = Memstrata(path=data_dir, embeddings=HashEmbeddings())
+    messages = json.loads(EXAMPLE.read_text())["messages"]
+    for conv in ("a", "b"):
+        mem.ingest({"conversation_id": conv, "messages": messages}, user_id="u")
+    counters = mem.store.counters
+    index = MemoryIndex.load(mem.store, user_id="u")
+    load_reinforcement(index, counters, "u")
+    later = index.latest + timedelta(days=400)
+    before = turn_robustness(index, later, tau_days=365, eta=2.0)
+    reads: list[str | None] = []
+    read = counters.all
+    monkeypatch.setattr(counters, "all", lambda user, **kw: reads.append(kw.get("conversation_id")) or read(user, **kw))
+    assert reinforcement_current(index, counters, "u")
+    b_summary = next(c for c in read("u", kind="summary") if c.conversation_id == "b")
+    counters.reinforce("u", [("b", "summary", b_summary.unit_id)], at=later.timestamp())  # consolidated again
+    assert not reinforcement_current(index, counters, "u")
+    load_reinforcement(index, counters, "u")
+    assert reads == ["b"] and reinforcement_current(index, counters, "u")
+    after = turn_robustness(index, later, tau_days=365, eta=2.0)
+    fresh = MemoryIndex.build(mem.store, "u", None)
+    load_reinforcement(fresh, counters, "u")  # a full read gives the same
+    assert np.array_equal(after, turn_robustness(fresh, later, tau_days=365, eta=2.0))
+    assert (after > before).any()  # the summary's turns gained robustness, and only turns of b changed
+    assert all(t.conversation_id == "b" for t, a, b in zip(index.turns, after, before) if a != b)
 
 
 # ---- seeing it -----------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 
@@ -28,8 +29,9 @@ SUMMARY_KIND = SUMMARY.kind
 
 
 def turn_hits(index: MemoryIndex, rows: Sequence[int] | np.ndarray, parts: dict[str, np.ndarray], *, level: str,
-              found_by: str, query: Query, via: str = "") -> list[Hit]:
-    """The hits of turn rows ``rows``, in order, each with its score breakdown.
+              found_by: str, query: Query, via: str = "", window: str = "") -> list[Hit]:
+    """The hits of turn rows ``rows``, in order, each with its score breakdown (and the tree window that
+    found them, for turns reached through a tree node).
 
     Each part is read out of its array once for all the rows, not once per hit and part.
     """
@@ -48,23 +50,18 @@ def turn_hits(index: MemoryIndex, rows: Sequence[int] | np.ndarray, parts: dict[
             parts={k: column[j] for k, column in zip(names, columns, strict=True)},
             turn_ids=[t.id], found_by=found_by, level=level, query_id=query.id, text=t.text,
             time=dates[i], session_id=t.session_id, position=t.position,
-            speaker=t.speaker, image_caption=t.image_caption, via=via, scope=query.scope,
+            speaker=t.speaker, image_caption=t.image_caption, via=via, scope=query.scope, window=window,
         ))
     return out
 
 
 def turn_dates(index: MemoryIndex) -> list[str | None]:
-    """Each turn's date as readers see it (``8 May 2023``, else the raw timestamp), once per snapshot version."""
-    key = "turn_dates"
-    if key not in index.memo:
-        shown: dict[datetime | None, str] = {}  # the turns of a session often share one time
-        out = []
-        for t in index.turns:
-            if t.timestamp not in shown:
-                shown[t.timestamp] = format_date(t.timestamp)
-            out.append(shown[t.timestamp] or t.timestamp_raw)
-        index.remember(key, out)
-    return index.memo[key]
+    """Each turn's date as readers see it (``8 May 2023``, else the raw timestamp), kept through writes."""
+    return index.raw.column("shown_date", _shown_date)
+
+
+def _shown_date(turn: Any) -> str | None:
+    return format_date(turn.timestamp) or turn.timestamp_raw
 
 
 def event_hit(index: MemoryIndex, kind: str, row: int, score: float, query: Query) -> Hit:
@@ -185,5 +182,10 @@ def _validity(index: MemoryIndex, kind: str, factor: float, text: str) -> np.nda
         return 1.0  # only units with a ``current`` property (facts) are ever replaced
     key = f"validity\x1f{kind}\x1f{factor}"
     if key not in index.memo:
-        index.remember(key, np.array([1.0 if u.current else factor for u in units]))
+        current = np.array(index.events[kind].column("current", _current), dtype=bool)
+        index.remember(key, np.where(current, 1.0, factor))
     return index.memo[key]
+
+
+def _current(unit: Any) -> bool:
+    return unit.current

@@ -28,7 +28,7 @@ from memstrata.memory.hits import event_hit, graph_events, graph_hits, query_gra
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels.summary import SUMMARY
 from memstrata.memory.query import Hit, Query
-from memstrata.memory.tree.search import tag_hits
+from memstrata.memory.tree.search import node_window, tag_hits
 
 
 @dataclass
@@ -82,7 +82,7 @@ def light_lookup(
             elif reads_raw or len(found) >= raw_per_query:
                 continue  # beyond the top k, events bring turns only to fill a scope that reads no raw turns
             found += turn_hits(index, index.events[kind].turn_rows[row], parts, level="level1", found_by=kind,
-                               query=query)
+                               query=query, window=node_window(index.events[kind].units[row]))
         reached = query_graph(index, query, graph)
         found += graph_hits(index, query, reached, parts)
         for hit in graph_events(index, query, reached, ranked):  # entity seeds -> fragments -> tree events

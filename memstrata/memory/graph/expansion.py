@@ -60,8 +60,8 @@ class GraphView:
     """The user's entity graph as traversal needs it: nodes, names, relation edges, and each node's facts.
 
     ``fact_ids`` lists each node's facts (the entity's own list, written with the facts that name it);
-    :meth:`fact_rows` turns them into snapshot rows only for the nodes a search reaches, since the view is
-    rebuilt after every write and most nodes are never reached.
+    :meth:`fact_rows` turns them into snapshot rows only for the nodes a search reaches, since most nodes
+    are never reached. After a write, :meth:`replace` redoes only the written conversation's part.
     """
 
     graph: nx.MultiGraph
@@ -69,41 +69,56 @@ class GraphView:
     aliases: list[tuple[str, Node]]
     fact_ids: dict[Node, list[str]]
     fact_row: Mapping[tuple[str, str], int]
-    _rows: dict[Node, list[int]] = field(default_factory=dict, repr=False)
+    _rows: dict[Node, np.ndarray] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, entities: Sequence[Entity], facts: Sequence[Fact], edges: Sequence[Edge], *,
               fact_row: Mapping[tuple[str, str], int] | None = None) -> GraphView:
         """From the snapshot's entities and facts (facts in table row order) and the edge store's relations.
 
-        ``fact_row`` maps ``(conversation_id, fact id)`` to the fact's row (the fact table's own index); without
-        it, it is built from ``facts``.
+        ``fact_row`` maps ``(conversation_id, fact id)`` to the fact's row (the fact table's own index, which
+        in-place updates keep current); without it, it is built from ``facts``.
         """
-        graph = nx.MultiGraph()
-        names: dict[Node, str] = {}
-        aliases: list[tuple[str, Node]] = []
-        fact_ids: dict[Node, list[str]] = {}
-        for e in entities:
-            node = (e.conversation_id, e.id)
-            graph.add_node(node)
-            names[node] = e.name
-            fact_ids[node] = e.fact_ids
-            aliases += [(k, node) for k in _alias_keys(e.name, tuple(e.aliases))]
-        for e in edges:
-            src, dst = (e.conversation_id, e.src), (e.conversation_id, e.dst)
-            if src in names and dst in names:
-                graph.add_edge(src, dst, key=e.rel, rel=e.rel, weight=e.weight)
         if fact_row is None:
             fact_row = {(f.conversation_id, f.id): row for row, f in enumerate(facts)}
-        return cls(graph, names, aliases, fact_ids, fact_row)
+        view = cls(nx.MultiGraph(), {}, [], {}, fact_row)
+        view._add(entities, edges)
+        return view
 
-    def fact_rows(self, node: Node) -> list[int]:
+    def replace(self, conversation_id: str, entities: Sequence[Entity], edges: Sequence[Edge]) -> None:
+        """Redo one conversation's part (its entities and relation edges are all given) after a write to it.
+
+        Entities of different conversations are never linked, so the other parts, and the fact rows
+        worked out for their nodes, stay. Valid while fact rows do not move (no fact was removed).
+        """
+        old = [n for n in self.names if n[0] == conversation_id]
+        self.graph.remove_nodes_from(old)
+        for node in old:
+            del self.names[node], self.fact_ids[node]
+            self._rows.pop(node, None)
+        self.aliases = [(k, n) for k, n in self.aliases if n[0] != conversation_id]
+        self._add([e for e in entities if e.conversation_id == conversation_id],
+                  [e for e in edges if e.conversation_id == conversation_id])
+
+    def _add(self, entities: Sequence[Entity], edges: Sequence[Edge]) -> None:
+        for e in entities:
+            node = (e.conversation_id, e.id)
+            self.graph.add_node(node)
+            self.names[node] = e.name
+            self.fact_ids[node] = e.fact_ids
+            self.aliases += [(k, node) for k in _alias_keys(e.name, tuple(e.aliases))]
+        for e in edges:
+            src, dst = (e.conversation_id, e.src), (e.conversation_id, e.dst)
+            if src in self.names and dst in self.names:
+                self.graph.add_edge(src, dst, key=e.rel, rel=e.rel, weight=e.weight)
+
+    def fact_rows(self, node: Node) -> np.ndarray:
         """The rows of the facts that name the entity, in row order (worked out when a search first reaches it)."""
         rows = self._rows.get(node)
         if rows is None:
             conv = node[0]
-            rows = self._rows[node] = sorted(r for f in self.fact_ids.get(node, ())
-                                             if (r := self.fact_row.get((conv, f))) is not None)
+            rows = self._rows[node] = np.array(sorted(r for f in self.fact_ids.get(node, ())
+                                                      if (r := self.fact_row.get((conv, f))) is not None), dtype=np.intp)
         return rows
 
     def seeds(self, text: str) -> list[Node]:
@@ -168,12 +183,26 @@ def expand(view: GraphView, seeds: Sequence[Node], *, hops: int, decay: float) -
 
 def reached_facts(view: GraphView, reach: dict[Node, Reach], fact_scores: np.ndarray, *,
                   top: int) -> list[tuple[int, float, Reach]]:
-    """The best ``top`` facts naming a reached entity: (fact row, score x entity weight, how it was reached)."""
-    best: dict[int, tuple[float, Reach]] = {}
-    for node, how in reach.items():
-        for row in view.fact_rows(node):
-            score = float(fact_scores[row]) * how.weight
-            if row not in best or score > best[row][0]:
-                best[row] = (score, how)
-    ranked = sorted(best.items(), key=lambda kv: -kv[1][0])[:top]
-    return [(row, score, how) for row, (score, how) in ranked]
+    """The best ``top`` facts naming a reached entity: (fact row, score x entity weight, how it was reached).
+
+    A fact named by several reached entities keeps its best product (the entity reached first wins a
+    tie); facts with equal scores keep the order in which they were first reached.
+    """
+    hows = list(reach.values())
+    best = np.full(len(fact_scores), -np.inf)
+    who = np.full(len(fact_scores), -1)
+    first = np.full(len(fact_scores), len(fact_scores))  # order of first reach
+    reached = 0
+    for i, node in enumerate(reach):
+        rows = view.fact_rows(node)
+        if not len(rows):
+            continue
+        new = rows[first[rows] == len(fact_scores)]
+        first[new] = reached + np.arange(len(new))
+        reached += len(new)
+        score = fact_scores[rows].astype(np.float64) * hows[i].weight
+        better = score > best[rows]
+        best[rows[better]], who[rows[better]] = score[better], i
+    found = np.flatnonzero(who >= 0)
+    ranked = found[np.lexsort((first[found], -best[found]))][:top]
+    return [(int(row), float(best[row]), hows[who[row]]) for row in ranked]

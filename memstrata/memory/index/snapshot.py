@@ -30,6 +30,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -61,6 +62,7 @@ class KindTable:
         self.bm25 = Bm25.from_tokens(tokenize([u.embed_text() for u in self.units]) if self.units else []) \
             if level.role == "event" else None
         self.turn_rows: list[list[int]] = []
+        self._columns: dict[str, tuple[Callable[[Unit], Any], list[Any]]] = {}
 
     @property
     def kind(self) -> str:
@@ -77,6 +79,17 @@ class KindTable:
         """Cosine similarity of the query to every unit (vectors are normalized)."""
         return self.vecs @ qvec if len(self.units) else np.zeros(0)
 
+    def column(self, name: str, of: Callable[[Unit], Any]) -> list[Any]:
+        """``of(unit)`` for every row, worked out on first use and then kept through upserts and removals.
+
+        ``name`` stands for ``of``: one name, one function. Per-row values derived from a unit alone (a
+        fact's validity, a turn's shown date) so survive the in-place updates that drop the memo.
+        """
+        held = self._columns.get(name)
+        if held is None:
+            held = self._columns[name] = (of, [of(u) for u in self.units])
+        return held[1]
+
     def upsert(self, unit: Unit, vec: Any) -> int:
         """Add the unit, or replace it when its key is known; returns its row."""
         key = (unit.conversation_id, unit.id)
@@ -87,12 +100,23 @@ class KindTable:
             self._vecs.append(vec)
             self.by_key[key] = row
             self.turn_rows.append([])
+            for of, values in self._columns.values():
+                values.append(of(unit))
         else:
             self.units[row] = unit
             self._vecs.set(row, vec)
+            for of, values in self._columns.values():
+                values[row] = of(unit)
         if self.bm25 is not None:
             self.bm25.set_doc(row, tokenize([unit.embed_text()])[0])
         return row
+
+    def rekey(self, old: tuple[str, str], new: tuple[str, str]) -> bool:
+        """Give the row of unit ``old`` to the (unknown) key ``new``, for the upsert that follows to fill it."""
+        row = self.by_key.pop(old, None)
+        if row is not None:
+            self.by_key[new] = row
+        return row is not None
 
     def remove(self, key: tuple[str, str]) -> None:
         """Drop a unit: the last row moves into its place (rows are not ordered)."""
@@ -107,8 +131,12 @@ class KindTable:
             self.by_key[(moved.conversation_id, moved.id)] = row
             if self.bm25 is not None:
                 self.bm25.set_doc(row, list(self.bm25.docs[last].elements()))
+            for _, values in self._columns.values():
+                values[row] = values[last]
         self.units.pop()
         self.turn_rows.pop()
+        for _, values in self._columns.values():
+            values.pop()
         self._vecs.pop()
         if self.bm25 is not None:
             self.bm25.pop()
@@ -129,7 +157,11 @@ class MemoryIndex:
         self.memo: dict[str, Any] = {}
         # set by the bounded path (memstrata.memory.index.bounded): the conversations whose edges are read
         self.bounded: list[str] | None = None
-        self.edges: dict[str, Any] = {}  # edges read for graph search, kept across in-place updates (resources)
+        # structures derived from the snapshot or read beside it that in-place updates keep; each refreshes
+        # the conversations whose counts in ``writes`` moved (memstrata.memory.index.held)
+        self.held: dict[str, Any] = {}
+        # in-place writes per (kind, conversation); (kind, "*") counts removals, which move other rows
+        self.writes: Counter[tuple[str, str]] = Counter()
         self.lock = threading.Lock()
         raw = tables[levels.raw_kind()]
         self.raw = raw
@@ -242,11 +274,21 @@ class MemoryIndex:
 
     # ---- in-place updates ---------------------------------------------------------
     def apply(self, changes: Sequence[Any], *, conversation_id: str | None = None) -> bool:
-        """Replay the store's logged writes; ``False`` means they need a rebuild instead."""
+        """Replay the store's logged writes; ``False`` means they need a rebuild instead.
+
+        Rows stay where they are as far as the changes allow, so that what is kept per conversation
+        (:mod:`memstrata.memory.index.held`) stays valid for the conversations not written: a unit deleted
+        and written again later in the same changes is replaced in its row, and a new unit takes the row
+        of a unit of its kind and conversation that the changes delete (an episode re-summarized under a
+        new id as its session grows). Only deletes left over remove rows, which moves others (counted
+        under ``(kind, "*")`` in ``writes``).
+        """
         if not changes:
             return True
         self.memo.clear()
         self._offsets = None
+        rewritten = _rewritten(changes)
+        freed: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (kind, conversation) -> keys to delete
         touched: dict[str, set[tuple[str, str]]] = {}
         for change in changes:
             table = self.tables.get(change.kind)
@@ -255,13 +297,22 @@ class MemoryIndex:
             if change.op == "delete":
                 if table is self.raw:
                     return False
-                for unit_id in change.unit_ids:
-                    table.remove((change.conversation_id, unit_id))
+                freed.setdefault((change.kind, change.conversation_id), []).extend(
+                    (change.conversation_id, u) for u in change.unit_ids
+                    if (change.kind, change.conversation_id, u) not in rewritten)
                 continue
             for unit, vec in zip(change.units, change.vectors, strict=True):
                 if conversation_id is None or unit.conversation_id == conversation_id:
+                    spare = freed.get((change.kind, unit.conversation_id))
+                    while spare and (unit.conversation_id, unit.id) not in table.by_key:
+                        table.rekey(spare.pop(), (unit.conversation_id, unit.id))  # it takes a deleted row
                     if not self._upsert(table, unit, vec, touched):
                         return False
+                    self.writes[(change.kind, unit.conversation_id)] += 1
+        for (kind, _), keys in freed.items():
+            for key in keys:
+                self.tables[kind].remove(key)
+            self.writes[(kind, "*")] += bool(keys)
         for kind, keys in touched.items():  # by key: a later delete in the batch may have moved the row
             table = self.tables[kind]
             for row in (r for key in keys if (r := table.by_key.get(key)) is not None):
@@ -269,6 +320,14 @@ class MemoryIndex:
                 table.turn_rows[row] = self.rows_of(u.conversation_id, u.linked_turn_ids())
         self.counts = tuple(len(t) for t in self.tables.values())
         return True
+
+    def stamp(self, kinds: Sequence[str]) -> dict[str, int]:
+        """The in-place write counts of these kinds per conversation (``"*"``: removals), to compare later."""
+        out: dict[str, int] = {}
+        for (kind, conv), n in self.writes.items():
+            if kind in kinds:
+                out[conv] = out.get(conv, 0) + n
+        return out
 
     def _upsert(self, table: KindTable, unit: Unit, vec: Any, touched: dict[str, set[tuple[str, str]]]) -> bool:
         if table is self.raw:
@@ -359,6 +418,20 @@ class MemoryIndex:
     def dense_views(self, qvec: np.ndarray) -> list[np.ndarray]:
         """Similarity of the query to each turn in every view kind (e.g. the turn read with its neighbours)."""
         return [v @ qvec if len(self.turns) else np.zeros(0) for v in self.views]
+
+
+def _rewritten(changes: Sequence[Any]) -> set[tuple[str, str | None, str]]:
+    """(kind, conversation, id) of the units whose last change in ``changes`` writes them after a delete."""
+    last: dict[tuple[str, str | None, str], str] = {}
+    deleted = set()
+    for change in changes:
+        if change.op == "delete":
+            keys = [(change.kind, change.conversation_id, u) for u in change.unit_ids]
+            deleted.update(keys)
+        else:
+            keys = [(change.kind, u.conversation_id, u.id) for u in change.units]
+        last.update(dict.fromkeys(keys, change.op))
+    return {k for k in deleted if last[k] == "upsert"}
 
 
 def forget_store(store: Any) -> None:

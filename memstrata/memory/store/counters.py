@@ -105,6 +105,15 @@ class CounterStore:
     def __init__(self, table: Table) -> None:
         self.table = table
         self._lock = threading.Lock()
+        # this process's writes that can change reinforcement, per user and conversation ("*": any), so a
+        # search snapshot that keeps n_m and r_m reads again only those conversations (other processes'
+        # writes are not counted; their unit writes rebuild the snapshot, which reads everything)
+        self.reinforcements: dict[str, dict[str, int]] = {}
+
+    def _wrote(self, user_id: str, conversations: Sequence[str]) -> None:
+        counts = self.reinforcements.setdefault(user_id, {})
+        for conv in set(conversations):
+            counts[conv] = counts.get(conv, 0) + 1
 
     def get(self, user_id: str, items: Sequence[Item]) -> dict[Item, UnitCounters]:
         """Counters of the units, by ``(conversation_id, kind, unit_id)``; uncounted units come back with zeros."""
@@ -121,11 +130,13 @@ class CounterStore:
                                              "last_access": c.last_access, "tier": c.tier})
                 for c in counters]
         with self._lock:
+            self._wrote(user_id, [c.conversation_id for c in counters])
             return self.table.upsert(rows) if rows else 0
 
-    def all(self, user_id: str, *, kind: str | None = None) -> list[UnitCounters]:
-        """Every counted unit of the user, optionally only those of one kind."""
-        return [_from_row(r) for r in self.table.get(user_id=user_id, match={"kind": kind} if kind else None)]
+    def all(self, user_id: str, *, kind: str | None = None, conversation_id: str | None = None) -> list[UnitCounters]:
+        """Every counted unit of the user, optionally only those of one kind or one conversation."""
+        return [_from_row(r) for r in self.table.get(user_id=user_id, conversation_id=conversation_id,
+                                                     match={"kind": kind} if kind else None)]
 
     def record_recall(self, user_id: str, items: Sequence[Item], *, at: float) -> None:
         """The units were returned as evidence: ``recall_count`` += 1, ``last_access`` = ``at``."""
@@ -150,6 +161,7 @@ class CounterStore:
                               "reinforced_at": at})
                     for item, old in stored.items() if old.reinforced_at is None or at > old.reinforced_at]
             if rows:
+                self._wrote(user_id, [r.conversation_id for r in rows])
                 self.table.merge(rows)
 
     def set_tier(self, user_id: str, items: Sequence[Item], tier: str) -> None:
@@ -162,11 +174,16 @@ class CounterStore:
     def delete(self, user_id: str, items: Sequence[Item]) -> int:
         """Delete the counters of these units; the number gone."""
         tenant.check_user(user_id)
-        keys = [_key(user_id, item) for item in _items(items)]
+        items = _items(items)
+        with self._lock:
+            self._wrote(user_id, [item[0] for item in items])
+        keys = [_key(user_id, item) for item in items]
         return self.table.delete(user_id=user_id, keys=keys) if keys else 0
 
     def delete_user(self, user_id: str) -> int:
         """Delete every counter of the user; the number gone."""
+        with self._lock:
+            self._wrote(user_id, ["*"])
         return self.table.delete(user_id=user_id)
 
     def _merge(self, user_id: str, items: Sequence[Item], fields: Mapping[str, Scalar],

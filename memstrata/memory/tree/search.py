@@ -29,7 +29,8 @@ import numpy as np
 
 from memstrata.memory.hmem_scoring import DAY, Interval, temporal_relevance
 from memstrata.memory.index import MemoryIndex, tokenize
-from memstrata.memory.levels.tree_node import TREE_NODE
+from memstrata.memory.index.held import PerConversation
+from memstrata.memory.levels.tree_node import TREE_NODE, TreeNode
 from memstrata.memory.query import Hit, Query, Scope
 from memstrata.memory.temporal_hints import parse_hint, resolve
 from memstrata.memory.tree.windows import level_for_span, window_key, window_span, windows_between
@@ -179,17 +180,16 @@ def with_anchor(rule: tuple[Scope, Interval | None], index: MemoryIndex, text: s
 
 def tag_hits(index: MemoryIndex, query: Query, hits: Sequence[Hit]) -> list[Hit]:
     """Each hit with the query's scope and the window that led to it: the hint's window holding it, else the
-    tree node that reached it (``found_by="tree_node"``), else none."""
+    tree node that reached it (``found_by="tree_node"``, which set it), else none."""
     windows = select_windows(index, query.hint)
     holder = window_of_turn(index, query.hint)
-    reached = _node_of_turn(index)
     out = []
     for hit in hits:
         row = index.by_key.get((hit.conversation_id, hit.unit_id))
         if row is not None and holder[row] >= 0:
             window = windows[holder[row]].describe()
-        elif hit.found_by == TREE_NODE.kind and row is not None:
-            window = reached.get(row, "")
+        elif hit.found_by == TREE_NODE.kind:
+            window = hit.window
         else:
             window = ""
         same = hit.scope == query.scope and hit.window == window
@@ -197,40 +197,38 @@ def tag_hits(index: MemoryIndex, query: Query, hits: Sequence[Hit]) -> list[Hit]
     return out
 
 
-def _node_of_turn(index: MemoryIndex) -> dict[int, str]:
-    """Turn row -> ``"<level> <window>"`` of the lowest tree node reaching it."""
-    key = "tree\x1fnode_of_turn"
-    if key not in index.memo:
-        table = index.events.get(TREE_NODE.kind)
-        units = table.units if table else []
-        rank = {"week": 0, "month": 1, "year": 2}
-        levels = [getattr(u, "level", "year") for u in units]
-        owner = np.full(len(index.turns), -1)
-        # Highest level first, so lower ones overwrite it; within a level the first node listed is written last.
-        for i in sorted(range(len(units)), key=lambda i: (-rank[levels[i]], -i)):
-            if table.turn_rows[i]:  # type: ignore[union-attr]
-                owner[table.turn_rows[i]] = i  # type: ignore[union-attr]
-        labels = [f"{level} {getattr(u, 'window', '')}" for u, level in zip(units, levels, strict=True)]
-        index.remember(key, {row: labels[i] for row, i in enumerate(owner.tolist()) if i >= 0})
-    return index.memo[key]
+def node_window(unit: Any) -> str:
+    """``"<level> <window>"`` of a tree node (``"month 2023-05"``); empty for any other unit."""
+    return f"{unit.level} {unit.window}" if isinstance(unit, TreeNode) else ""
 
 
-def has_reinforcement(index: MemoryIndex) -> bool:
-    """Whether the snapshot already holds the reinforcement counts."""
-    return _REINFORCEMENT in index.memo
+def reinforcement_current(index: MemoryIndex, counters: Any, user_id: str) -> bool:
+    """Whether the snapshot's copy of n_m and r_m is up to date with this process's counter writes."""
+    held = index.held.get(_REINFORCEMENT)
+    return held is not None and held.stamp == counters.reinforcements.get(user_id, {})
 
 
-def load_reinforcement(index: MemoryIndex, counters: Any, user_id: str) -> None:
-    """Read the event summaries' n_m and r_m from the counters store into the snapshot's memo (once per version).
+def load_reinforcement(index: MemoryIndex, counters: Any, user_id: str, conversation_id: str | None = None) -> None:
+    """Read the event summaries' n_m and r_m from the counters store into the snapshot.
 
-    The memo is dropped whenever the snapshot changes, and reinforcement only changes when the tree is
-    written, which changes the snapshot too; reading the counters never invalidates anything.
+    Kept through in-place updates (``index.held``): after this process's writes only the conversations
+    whose reinforcement moved are read again (``CounterStore.reinforcements``). A snapshot rebuilt
+    after another process's writes starts empty and reads everything; reading the counters never
+    invalidates the snapshot.
     """
-    if _REINFORCEMENT in index.memo:
-        return
-    found = {(c.conversation_id, c.unit_id): (c.reinforcement_count, c.reinforced_at)
-             for c in counters.all(user_id, kind=SUMMARY_KIND)}
-    index.remember(_REINFORCEMENT, found)
+    def read(conv: str | None) -> dict[str, dict[str, tuple[int, float | None]]]:
+        """conversation -> summary id -> (n_m, r_m), for one conversation or (``None``) every one."""
+        out: dict[str, dict[str, tuple[int, float | None]]] = {}
+        for c in counters.all(user_id, kind=SUMMARY_KIND, conversation_id=conv):
+            out.setdefault(c.conversation_id, {})[c.unit_id] = (c.reinforcement_count, c.reinforced_at)
+        return out
+
+    stamp = counters.reinforcements.get(user_id, {})
+    held = index.held.get(_REINFORCEMENT)
+    if held is None:
+        index.held[_REINFORCEMENT] = PerConversation.read(stamp, read, scope=conversation_id)
+    elif held.refresh(stamp, read, scope=conversation_id):
+        held.version += 1
 
 
 def turn_robustness(index: MemoryIndex, now: datetime | None, *, tau_days: float, eta: float) -> np.ndarray:
@@ -239,23 +237,36 @@ def turn_robustness(index: MemoryIndex, now: datetime | None, *, tau_days: float
     n_turns = len(index.turns)
     if now is None:
         return np.ones(n_turns)
-    key = f"tree\x1frobustness\x1f{now.isoformat()}\x1f{tau_days}\x1f{eta}\x1f{has_reinforcement(index)}"
+    held = index.held.get(_REINFORCEMENT)
+    key = f"tree\x1frobustness\x1f{now.isoformat()}\x1f{tau_days}\x1f{eta}\x1f{held.version if held else -1}"
     if key not in index.memo:
         index.remember(key, _robustness(index, now, tau_days, eta))
     return index.memo[key]
 
 
-def _robustness(index: MemoryIndex, now: datetime, tau_days: float, eta: float) -> np.ndarray:
+def _reinforced_turns(index: MemoryIndex) -> tuple[np.ndarray, np.ndarray]:
+    """Per turn row: the best n_m among the summaries holding it, and the latest r_m (else its own time)."""
     counts = np.zeros(len(index.turns))
     last = index.ts_seconds.copy()
-    found = index.memo.get(_REINFORCEMENT, {})
+    held = index.held.get(_REINFORCEMENT)
     summaries = index.events.get(SUMMARY_KIND)
-    for unit, rows in zip(summaries.units if summaries else [], summaries.turn_rows if summaries else [], strict=True):
-        n, at = found.get((unit.conversation_id, unit.id), (0, None))
-        if rows and n:
-            counts[rows] = np.maximum(counts[rows], n)
-            if at:  # 0 marks an untimed consolidation
-                last[rows] = np.fmax(last[rows], at)
+    if held is None or summaries is None:
+        return counts, last
+    rows, ns, ats = [], [], []
+    for unit, turn_rows in zip(summaries.units, summaries.turn_rows, strict=True):
+        n, at = held.parts.get(unit.conversation_id, {}).get(unit.id, (0, None))
+        if n and turn_rows:
+            rows += turn_rows
+            ns += [n] * len(turn_rows)
+            ats += [at or np.nan] * len(turn_rows)  # 0 or None: an untimed consolidation
+    if rows:
+        np.maximum.at(counts, rows, ns)
+        np.fmax.at(last, rows, ats)
+    return counts, last
+
+
+def _robustness(index: MemoryIndex, now: datetime, tau_days: float, eta: float) -> np.ndarray:
+    counts, last = _reinforced_turns(index)
     elapsed = np.clip(now.timestamp() - last, 0, None)
     scale = tau_days * DAY * (1 + eta * np.log1p(counts))
     return np.where(np.isnan(elapsed), 1.0, np.exp(-elapsed / scale))
