@@ -50,6 +50,28 @@ def test_ingest_writes_facts_entities_and_edges_once(data_dir, hash_embeddings) 
     assert counts(mem, "u") == before  # re-ingesting adds nothing
 
 
+def test_one_new_message_rewrites_only_what_it_changes_and_the_graph_stays_whole(data_dir, hash_embeddings) -> None:
+    from memstrata.memory.graph.resolution import link_entities
+    from memstrata.memory.levels import Entity
+
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    messages = json.loads(EXAMPLE.read_text())["messages"]
+    mem.ingest({"conversation_id": "c", "messages": messages}, user_id="u")
+    total = mem.store.count("entity", user_id="u")
+    stats = mem.ingest({"conversation_id": "c", "messages": [*messages, {
+        "speaker": "Priya", "text": "My cousin Dario visited Porto with me.", "timestamp": "2024-05-21T10:00:00"}]},
+        user_id="u")
+    assert 0 < stats["entities_written"] < total and stats["relations_written"] < mem.store.edges.count("u")
+    # what is stored equals the graph resolved afresh from every stored fact: nothing lost, nothing stale
+    facts = sorted((Fact.model_validate(r.payload) for r in mem.store.get("fact", user_id="u")),
+                   key=lambda f: (f.episode_id, f.n))
+    linked = link_entities(facts, speakers=sorted({n for f in facts for n, k in f.types.items() if k == "speaker"}))
+    stored = {r.unit_id: Entity.model_validate(r.payload) for r in mem.store.get("entity", user_id="u")}
+    assert stored == {e.id: e for e in linked.entities} and "ent:dario" in stored
+    edges = {e for e in mem.store.edges.get("u", conversation_id="c") if e.src_kind == "entity"}
+    assert edges == set(linked.relations)
+
+
 def test_graph_evidence_names_its_entity_path(data_dir, hash_embeddings) -> None:
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     mem.ingest(EXAMPLE, user_id="u")

@@ -25,7 +25,7 @@ from memstrata.context import Context
 from memstrata.llm import GOOD_OUTCOMES
 from memstrata.memory.facts.supersession import apply_supersession, attribute_of, candidate_pairs, supersede
 from memstrata.memory.graph.resolution import Linked, link_entities as resolve
-from memstrata.memory.levels import Fact
+from memstrata.memory.levels import Entity, Fact
 from memstrata.memory.store import MemoryStore
 from memstrata.nodes.common import LLMStep, progress
 from memstrata.resources import aresolve_store
@@ -45,7 +45,8 @@ async def link_entities(state: IngestState, runtime: Runtime[Context]) -> dict[s
     store = await aresolve_store(ctx)
     step = LLMStep(ctx, budget=False)
     touched = list(dict.fromkeys(c for c, _ in [*state.get("sessions", []), *state.get("episodes", [])]))
-    missing = await asyncio.to_thread(_unlinked, store, ctx.user_id, state.get("conversations", []))
+    missing = await asyncio.to_thread(_unlinked, store, ctx.user_id,
+                                      [c for c in state.get("conversations", []) if c not in touched])
     totals = {"entities_written": 0, "relations_written": 0, "facts_superseded": 0}
     for conv_id in dict.fromkeys([*touched, *missing]):
         facts, vectors = await asyncio.to_thread(_read_facts, store, ctx.user_id, conv_id)
@@ -98,7 +99,12 @@ async def _supersession(step: LLMStep, facts: list[Fact], max_calls: int) -> dic
 
 def _write(store: MemoryStore, user_id: str, conv_id: str, stored: list[Fact], linked: Linked,
            replaced: dict[str, str], vectors: dict[str, list[float]]) -> dict[str, int]:
-    """Rewrite changed facts, replace the conversation's entities and entity edges; counts."""
+    """Rewrite changed facts, entities and entity edges, delete those the conversation no longer yields;
+    counts of what was written.
+
+    One new message changes a few entities of a conversation, so only those are written: a chat app
+    that remembers every turn does not rewrite the conversation's whole graph after each one.
+    """
     before = {f.id: f for f in stored}
     facts = {f.id: f for f in linked.facts}
     facts.update({f.id: f for f in apply_supersession(linked.facts, replaced)})
@@ -109,15 +115,19 @@ def _write(store: MemoryStore, user_id: str, conv_id: str, stored: list[Fact], l
     old_edges = [e for e in store.edges.get(user_id, conversation_id=conv_id) if e.src_kind == "entity"]
     new_keys = {(e.src, e.rel, e.dst) for e in linked.relations}
     store.edges.delete(user_id, [e for e in old_edges if (e.src, e.rel, e.dst) not in new_keys])
-    store.edges.add(user_id, linked.relations)
-    old_entities = {r.unit_id for r in store.get("entity", user_id=user_id, conversation_id=conv_id)}
+    kept = set(old_edges)
+    edges = [e for e in linked.relations if e not in kept]
+    store.edges.add(user_id, edges)
+    old_entities = {r.unit_id: Entity.model_validate(r.payload)
+                    for r in store.get("entity", user_id=user_id, conversation_id=conv_id)}
     store.delete("entity", user_id=user_id, conversation_id=conv_id,
-                 unit_ids=sorted(old_entities - {e.id for e in linked.entities}))
-    ents = linked.entities
-    store.upsert("entity", ents, documents=[e.embed_text() for e in ents],
-                 vectors=[_mean([vectors[i] for i in e.fact_ids if i in vectors]) for e in ents],
-                 extra=[e.metadata() for e in ents])
-    return {"entities_written": len(ents), "relations_written": len(linked.relations),
+                 unit_ids=sorted(old_entities.keys() - {e.id for e in linked.entities}))
+    ents = [e for e in linked.entities if old_entities.get(e.id) != e]
+    if ents:
+        store.upsert("entity", ents, documents=[e.embed_text() for e in ents],
+                     vectors=[_mean([vectors[i] for i in e.fact_ids if i in vectors]) for e in ents],
+                     extra=[e.metadata() for e in ents])
+    return {"entities_written": len(ents), "relations_written": len(edges),
             "facts_superseded": sum(1 for f in facts.values() if f.superseded_by)}
 
 
