@@ -55,14 +55,15 @@ class MiniLMEmbeddings(Embeddings):
     """Batched, normalized MiniLM embeddings that work with no network.
 
     Args:
-        batch_size: sentences per forward pass.
+        batch_size: sentences per forward pass. 32 by default: on 2 CPU cores, LoCoMo turns encode about
+            10-15% faster than in batches of 64 (longer padded batches cost more than they save).
         device: torch device, ``"cpu"`` by default.
     """
 
     name: str = MINILM_NAME
     dimension: int = MINILM_DIM
 
-    def __init__(self, *, batch_size: int = 64, device: str = "cpu") -> None:
+    def __init__(self, *, batch_size: int = 32, device: str = "cpu") -> None:
         self.batch_size = batch_size
         self.device = device
 
