@@ -276,21 +276,22 @@ def graph_view(store: MemoryStore, ctx: Context, index: MemoryIndex) -> GraphVie
                 by_conv.setdefault(e.conversation_id, []).append(e)
         return by_conv
 
-    edge_stamp = store.edges.writes.get(ctx.user_id, {})
-    unit_stamp = index.stamp((ENTITY.kind, FACT.kind))
-    held = index.held.get("entity_graph")
-    if held is None:
-        edges, changed = PerConversation.read(edge_stamp, read, scope=ctx.conversation_id), None
-    else:
-        edges, seen, view = held
-        changed = edges.refresh(edge_stamp, read, scope=ctx.conversation_id)
-        units_changed = moved(seen, unit_stamp)
-        changed = None if changed is None or units_changed is None else changed | units_changed
-    if changed is None:
-        view = GraphView.build(entities.units, facts.units, [e for part in edges.parts.values() for e in part],
-                               fact_row=facts.by_key)
-    else:
-        for conv in changed - {"*"}:
-            view.replace(conv, entities.units, edges.parts.get(conv, []))
-    index.held["entity_graph"] = (edges, unit_stamp, view)
-    return view
+    with index.lock:  # one query at a time brings the held view up to date; old views are never changed
+        edge_stamp = store.edges.writes.get(ctx.user_id, {})
+        unit_stamp = index.stamp((ENTITY.kind, FACT.kind))
+        held = index.held.get("entity_graph")
+        if held is None:
+            edges, changed = PerConversation.read(edge_stamp, read, scope=ctx.conversation_id), None
+        else:
+            edges, seen, view = held
+            changed = edges.refresh(edge_stamp, read, scope=ctx.conversation_id)
+            units_changed = moved(seen, unit_stamp)
+            changed = None if changed is None or units_changed is None else changed | units_changed
+        if changed is None:
+            view = GraphView.build(entities.units, facts.units, [e for part in edges.parts.values() for e in part],
+                                   fact_row=facts.by_key)
+        else:
+            for conv in changed - {"*"}:
+                view = view.replace(conv, entities.units, edges.parts.get(conv, []))
+        index.held["entity_graph"] = (edges, unit_stamp, view)
+        return view

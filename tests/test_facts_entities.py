@@ -176,12 +176,12 @@ def test_expansion_follows_relations_with_decay_and_reaches_facts() -> None:
        st.lists(st.sampled_from([1.0, 0.5, 0.25]), min_size=6, max_size=6), st.integers(1, 12))
 def test_reached_facts_equals_the_plain_loop_ties_included(named, scores, weights, top) -> None:
     """Best product per fact, the first entity wins a tie, equal scores keep first-reached order."""
-    from memstrata.memory.graph.expansion import Reach
+    from memstrata.memory.graph.expansion import GraphPart, Reach
 
-    view = GraphView.build([], [], [])
+    view = GraphView({"c": GraphPart.build([], [])}, {})
     reach = {}
     for i, rows in enumerate(named):
-        view._rows[("c", f"e{i}")] = np.array(sorted(set(rows)), dtype=np.intp)
+        view.parts["c"].rows[("c", f"e{i}")] = np.array(sorted(set(rows)), dtype=np.intp)
         reach[("c", f"e{i}")] = Reach(weights[i], [f"e{i}"])
     fact_scores = np.array(scores, dtype=np.float32)
     best: dict[int, tuple[float, Reach]] = {}

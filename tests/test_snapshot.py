@@ -125,8 +125,11 @@ def test_large_reads_come_in_pages(data_dir, hash_embeddings, monkeypatch) -> No
 
 def _graph_as_data(view) -> dict:
     """Everything a graph view answers with, in comparable form."""
-    return {"names": view.names, "aliases": sorted(view.aliases), "facts": {n: view.fact_rows(n).tolist() for n in view.names},
-            "edges": sorted((*sorted([a, b]), k, d["weight"]) for a, b, k, d in view.graph.edges(keys=True, data=True))}
+    parts = [p for _, p in sorted(view.parts.items()) if p.names]
+    return {"names": view.names, "aliases": sorted(a for p in parts for a in p.aliases),
+            "facts": {n: view.fact_rows(n).tolist() for n in view.names},
+            "edges": sorted((*sorted([a, b]), k, d["weight"]) for p in parts
+                            for a, b, k, d in p.graph.edges(keys=True, data=True))}
 
 
 def test_the_graph_view_redoes_only_the_written_conversation_and_equals_a_rebuild(data_dir, hash_embeddings,
@@ -149,14 +152,16 @@ def test_the_graph_view_redoes_only_the_written_conversation_and_equals_a_rebuil
     assert reads == [None] and {n[0] for n in first.names} == {"a", "b"}
     assert resources.graph_view(mem.store, ctx, index) is first and reads == [None]  # nothing changed: no read
     kept = {n: first.fact_rows(n) for n in first.names if n[0] == "a"}
+    b_before = _graph_as_data(first)
     mem.ingest({"conversation_id": "b", "messages": [*messages, {
         "speaker": "Priya", "text": "My cousin Dario visited Porto with me.", "timestamp": "2024-05-21T10:00:00"}]},
         user_id="u")
     reads.clear()  # ingestion reads edges too
     index = MemoryIndex.load(mem.store, user_id="u")  # updated in place: keeps what it read
     after = resources.graph_view(mem.store, ctx, index)
-    assert reads == ["b"] and after is first  # conversation b redone in place; a's fact rows were kept
-    assert all(after._rows.get(n) is rows for n, rows in kept.items())
+    assert reads == ["b"] and after.parts["a"] is first.parts["a"]  # b redone, a's part (and fact rows) shared
+    assert all(after.parts["a"].rows.get(n) is rows for n, rows in kept.items())
+    assert _graph_as_data(first) == b_before  # the old view, which a running query may hold, is unchanged
     assert any(name == "Dario" for (conv, _), name in after.names.items() if conv == "b")
     facts, entities = index.events["fact"], index.tables["entity"]
     rebuilt = GraphView.build(entities.units, facts.units, [e for e in get("u") if e.src_kind == "entity"])
@@ -166,7 +171,8 @@ def test_the_graph_view_redoes_only_the_written_conversation_and_equals_a_rebuil
     assert _graph_as_data(after) == _graph_as_data(GraphView.build(
         fresh.tables["entity"].units, fresh.events["fact"].units, [e for e in get("u") if e.src_kind == "entity"]))
     mem.store.edges.delete_user("u")
-    assert resources.graph_view(mem.store, ctx, index).graph.number_of_edges() == 0 and reads[-1] is None
+    gone = resources.graph_view(mem.store, ctx, index)
+    assert sum(p.graph.number_of_edges() for p in gone.parts.values()) == 0 and reads[-1] is None
 
 
 def test_a_unit_deleted_and_written_again_keeps_its_row(data_dir, hash_embeddings) -> None:

@@ -19,9 +19,10 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -56,20 +57,48 @@ class GraphSearch:
 
 
 @dataclass
-class GraphView:
-    """The user's entity graph as traversal needs it: nodes, names, relation edges, and each node's facts.
+class GraphPart:
+    """One conversation's entities: their relation graph, names, lookup keys and facts.
 
-    ``fact_ids`` lists each node's facts (the entity's own list, written with the facts that name it);
-    :meth:`fact_rows` turns them into snapshot rows only for the nodes a search reaches, since most nodes
-    are never reached. After a write, :meth:`replace` redoes only the written conversation's part.
+    Entities of two conversations are never linked, so each conversation's part stands alone; ``rows``
+    holds the fact rows of the nodes a search has reached (see :meth:`GraphView.fact_rows`).
     """
 
     graph: nx.MultiGraph
     names: dict[Node, str]
     aliases: list[tuple[str, Node]]
     fact_ids: dict[Node, list[str]]
+    rows: dict[Node, np.ndarray] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(cls, entities: Sequence[Entity], edges: Sequence[Edge]) -> GraphPart:
+        """From one conversation's entities and its entity edges."""
+        part = cls(nx.MultiGraph(), {}, [], {})
+        for e in entities:
+            node = (e.conversation_id, e.id)
+            part.graph.add_node(node)
+            part.names[node] = e.name
+            part.fact_ids[node] = e.fact_ids
+            part.aliases += [(k, node) for k in _alias_keys(e.name, tuple(e.aliases))]
+        for e in edges:
+            src, dst = (e.conversation_id, e.src), (e.conversation_id, e.dst)
+            if src in part.names and dst in part.names:
+                part.graph.add_edge(src, dst, key=e.rel, rel=e.rel, weight=e.weight)
+        return part
+
+
+@dataclass
+class GraphView:
+    """The user's entity graph as traversal needs it, one :class:`GraphPart` per conversation.
+
+    Each entity lists its facts (``fact_ids``, written with the facts that name it); :meth:`fact_rows`
+    turns them into snapshot rows only for the nodes a search reaches, since most nodes are never
+    reached. After a write, :meth:`replace` gives a new view that redoes only the written conversation's
+    part and shares the others, so a query still reading the old view is never disturbed.
+    """
+
+    parts: dict[str, GraphPart]
     fact_row: Mapping[tuple[str, str], int]
-    _rows: dict[Node, np.ndarray] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, entities: Sequence[Entity], facts: Sequence[Fact], edges: Sequence[Edge], *,
@@ -81,44 +110,47 @@ class GraphView:
         """
         if fact_row is None:
             fact_row = {(f.conversation_id, f.id): row for row, f in enumerate(facts)}
-        view = cls(nx.MultiGraph(), {}, [], {}, fact_row)
-        view._add(entities, edges)
-        return view
-
-    def replace(self, conversation_id: str, entities: Sequence[Entity], edges: Sequence[Edge]) -> None:
-        """Redo one conversation's part (its entities and relation edges are all given) after a write to it.
-
-        Entities of different conversations are never linked, so the other parts, and the fact rows
-        worked out for their nodes, stay. Valid while fact rows do not move (no fact was removed).
-        """
-        old = [n for n in self.names if n[0] == conversation_id]
-        self.graph.remove_nodes_from(old)
-        for node in old:
-            del self.names[node], self.fact_ids[node]
-            self._rows.pop(node, None)
-        self.aliases = [(k, n) for k, n in self.aliases if n[0] != conversation_id]
-        self._add([e for e in entities if e.conversation_id == conversation_id],
-                  [e for e in edges if e.conversation_id == conversation_id])
-
-    def _add(self, entities: Sequence[Entity], edges: Sequence[Edge]) -> None:
+        by_conv: dict[str, tuple[list[Entity], list[Edge]]] = {}
         for e in entities:
-            node = (e.conversation_id, e.id)
-            self.graph.add_node(node)
-            self.names[node] = e.name
-            self.fact_ids[node] = e.fact_ids
-            self.aliases += [(k, node) for k in _alias_keys(e.name, tuple(e.aliases))]
+            by_conv.setdefault(e.conversation_id, ([], []))[0].append(e)
         for e in edges:
-            src, dst = (e.conversation_id, e.src), (e.conversation_id, e.dst)
-            if src in self.names and dst in self.names:
-                self.graph.add_edge(src, dst, key=e.rel, rel=e.rel, weight=e.weight)
+            by_conv.setdefault(e.conversation_id, ([], []))[1].append(e)
+        return cls({conv: GraphPart.build(*found) for conv, found in by_conv.items()}, fact_row)
+
+    def replace(self, conversation_id: str, entities: Sequence[Entity], edges: Sequence[Edge]) -> GraphView:
+        """A view with one conversation's part redone from its entities and edges (others may be given too).
+
+        Valid while fact rows do not move (no fact was removed): the other parts, and the fact rows
+        worked out for their nodes, are shared.
+        """
+        part = GraphPart.build([e for e in entities if e.conversation_id == conversation_id],
+                               [e for e in edges if e.conversation_id == conversation_id])
+        return GraphView({**self.parts, conversation_id: part}, self.fact_row)
+
+    def name(self, node: Node) -> str | None:
+        part = self.parts.get(node[0])
+        return part.names.get(node) if part else None
+
+    @property
+    def names(self) -> dict[Node, str]:
+        """Every node's name (a merged copy; :meth:`name` looks one up)."""
+        return {node: name for part in self.parts.values() for node, name in part.names.items()}
+
+    def neighbours(self, node: Node) -> Iterator[tuple[Node, dict[str, Any]]]:
+        """(other node, edge data) of every relation edge at the node."""
+        for _, other, data in self.parts[node[0]].graph.edges(node, data=True):
+            yield other, data
 
     def fact_rows(self, node: Node) -> np.ndarray:
         """The rows of the facts that name the entity, in row order (worked out when a search first reaches it)."""
-        rows = self._rows.get(node)
+        part = self.parts.get(node[0])
+        if part is None:
+            return np.zeros(0, dtype=np.intp)
+        rows = part.rows.get(node)
         if rows is None:
             conv = node[0]
-            rows = self._rows[node] = np.array(sorted(r for f in self.fact_ids.get(node, ())
-                                                      if (r := self.fact_row.get((conv, f))) is not None), dtype=np.intp)
+            rows = part.rows[node] = np.array(sorted(r for f in part.fact_ids.get(node, ())
+                                                     if (r := self.fact_row.get((conv, f))) is not None), dtype=np.intp)
         return rows
 
     def seeds(self, text: str) -> list[Node]:
@@ -129,7 +161,7 @@ class GraphView:
         """
         words = re.findall(r"[\w'-]+", text.casefold())
         found = self._match(words)
-        owners = {self.names[n].casefold() for n in found}
+        owners = {self.name(n).casefold() for n in found}
         if len(owners) == 1:
             owner = owners.pop()
             extra = [f"{owner}'s {m.group(2)}" for m in re.finditer(r"\b(his|her|their) ([\w-]+)", text.casefold())]
@@ -140,7 +172,7 @@ class GraphView:
         grams = {" ".join(words[i:i + n]) for n in range(1, 5) for i in range(len(words) - n + 1)}
         grams |= {g.removesuffix("'s") for g in grams} | set(extra)
         long_words = [w for w in words if len(w) >= 5]
-        return {node for alias, node in self.aliases
+        return {node for part in self.parts.values() for alias, node in part.aliases
                 if alias in grams or (long_words and len(alias) >= 5 and " " not in alias and any(
                     w[0] == alias[0] and fuzz.ratio(w, alias) >= 90 for w in long_words))}
 
@@ -149,7 +181,7 @@ class GraphView:
 def _alias_keys(name: str, aliases: tuple[str, ...]) -> list[str]:
     """The lookup keys of an entity's names: casefolded words, also without a title ("ms okafor" is "okafor").
 
-    Cached: the view is rebuilt after every write, and an entity's names rarely change.
+    Cached: a written conversation's part is rebuilt after every write, and an entity's names rarely change.
     """
     keys = {" ".join(re.findall(r"[\w'-]+", a.casefold())) for a in [name, *aliases]}
     keys |= {_TITLE.sub("", k) for k in keys}
@@ -167,15 +199,15 @@ def graph_reach(search: GraphSearch, text: str, fact_scores: np.ndarray) -> list
 
 def expand(view: GraphView, seeds: Sequence[Node], *, hops: int, decay: float) -> dict[Node, Reach]:
     """Best weight and path of every entity within ``hops`` of a seed (seeds weigh 1)."""
-    reach = {s: Reach(1.0, [view.names[s]]) for s in seeds if s in view.names}
+    reach = {s: Reach(1.0, [name]) for s in seeds if (name := view.name(s)) is not None}
     frontier = list(reach)
     for _ in range(max(hops, 0)):
         nxt = []
         for node in frontier:
-            for _, other, data in view.graph.edges(node, data=True):
+            for other, data in view.neighbours(node):
                 weight = reach[node].weight * decay * float(data.get("weight", 1.0))
                 if other not in reach or weight > reach[other].weight:
-                    reach[other] = Reach(weight, [*reach[node].path, f"-{data['rel']}-", view.names[other]])
+                    reach[other] = Reach(weight, [*reach[node].path, f"-{data['rel']}-", view.name(other)])
                     nxt.append(other)
         frontier = nxt
     return reach

@@ -223,12 +223,13 @@ def load_reinforcement(index: MemoryIndex, counters: Any, user_id: str, conversa
             out.setdefault(c.conversation_id, {})[c.unit_id] = (c.reinforcement_count, c.reinforced_at)
         return out
 
-    stamp = counters.reinforcements.get(user_id, {})
-    held = index.held.get(_REINFORCEMENT)
-    if held is None:
-        index.held[_REINFORCEMENT] = PerConversation.read(stamp, read, scope=conversation_id)
-    elif held.refresh(stamp, read, scope=conversation_id):
-        held.version += 1
+    with index.lock:  # one query at a time updates what the snapshot holds
+        stamp = counters.reinforcements.get(user_id, {})
+        held = index.held.get(_REINFORCEMENT)
+        if held is None:
+            index.held[_REINFORCEMENT] = PerConversation.read(stamp, read, scope=conversation_id)
+        elif held.refresh(stamp, read, scope=conversation_id):
+            held.version += 1
 
 
 def turn_robustness(index: MemoryIndex, now: datetime | None, *, tau_days: float, eta: float) -> np.ndarray:
