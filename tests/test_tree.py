@@ -212,6 +212,16 @@ def test_scopes_route_short_to_leaves_and_long_and_mixed_to_the_tree() -> None:
     assert {"tree_node", "turn", "summary"} <= set(table["Mixed"])
 
 
+def test_evidence_found_through_a_tree_node_names_that_nodes_window(demo: Memstrata) -> None:
+    only_tree = {scope: ["tree_node"] for scope in ("Short", "Long", "Mixed")}
+    result = demo.retrieve("How did Priya's life change?", user_id="demo", context_budget=800, scope_kinds=only_tree)
+    holds: dict[str, set[str]] = {}  # "<level> <window>" -> the turns its nodes reach
+    for r in demo.store.get("tree_node", user_id="demo"):
+        holds.setdefault(f"{r.payload['level']} {r.payload['window']}", set()).update(r.payload["turn_ids"])
+    found = [e for e in result.evidence if e.found_by == "tree_node"]
+    assert found and all(e.turn_id in holds.get(e.window, ()) for e in found)  # the window of the node that found it
+
+
 def test_a_hinted_query_searches_its_windows_and_each_evidence_names_scope_and_window(demo: Memstrata) -> None:
     result = demo.retrieve("What did Tom say in April 2024?", user_id="demo", context_budget=300)
     assert result.trace["windows"]["q0"] == [{"level": "month", "window": "2024-04", "nodes": sorted(

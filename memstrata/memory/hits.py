@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -61,7 +62,12 @@ def turn_dates(index: MemoryIndex) -> list[str | None]:
 
 
 def _shown_date(turn: Any) -> str | None:
-    return format_date(turn.timestamp) or turn.timestamp_raw
+    return _date_label(turn.timestamp) or turn.timestamp_raw
+
+
+@lru_cache(maxsize=4096)
+def _date_label(when: datetime | None) -> str:
+    return format_date(when)  # the turns of a session share one time
 
 
 def event_hit(index: MemoryIndex, kind: str, row: int, score: float, query: Query) -> Hit:

@@ -310,9 +310,11 @@ class MemoryIndex:
                         return False
                     self.writes[(change.kind, unit.conversation_id)] += 1
         for (kind, _), keys in freed.items():
-            for key in keys:
-                self.tables[kind].remove(key)
-            self.writes[(kind, "*")] += bool(keys)
+            table = self.tables[kind]
+            gone = [key for key in keys if key in table.by_key]
+            for key in gone:
+                table.remove(key)
+            self.writes[(kind, "*")] += bool(gone)
         for kind, keys in touched.items():  # by key: a later delete in the batch may have moved the row
             table = self.tables[kind]
             for row in (r for key in keys if (r := table.by_key.get(key)) is not None):
