@@ -20,6 +20,7 @@ from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels import EventSummary, scope_table
 from memstrata.memory.temporal_hints import Offset, apply_offset, parse_hint, resolve
 from memstrata.memory.tree import Forest, Item, active_levels, grow, tree_levels, window_key
+from memstrata.memory.tree.windows import level_for_span
 from memstrata.memory.tree.persist import TreeUpdate, refresh
 from memstrata.memory.tree.search import load_reinforcement, reinforcement_current, select_windows, turn_robustness
 
@@ -195,6 +196,30 @@ def test_hints_parse_into_windows_or_into_an_offset_from_an_anchor() -> None:
     by_date = parse_hint("What did Maria do the weekend before April 10, 2023?", now=now)
     assert by_date.interval.start == datetime(2023, 4, 8)  # a dated anchor resolves at once
     assert apply_offset(Offset(-1, "week"), datetime(2023, 5, 10)).start == datetime(2023, 5, 1)
+
+
+@pytest.mark.parametrize(("question", "now", "first", "last"), [
+    ("What state did Joanna visit in summer 2021?", None, "2021-06-01", "2021-08-31"),
+    ("What happened towards the end of summer 2023?", None, "2023-08-01", "2023-08-31"),
+    ("What did Ann do in the fall of 2020?", None, "2020-09-01", "2020-11-30"),
+    ("Where did we go in the winter of 2023?", None, "2022-12-01", "2023-02-28"),  # named by its January
+    ("What did we plant in early spring 2022?", None, "2022-03-01", "2022-03-31"),
+    ("What did we do last summer?", datetime(2023, 10, 15), "2023-06-01", "2023-08-31"),  # the latest one over
+    ("What did we do last summer?", datetime(2023, 7, 10), "2022-06-01", "2022-08-31"),  # this one is not over
+    ("What happened this summer?", datetime(2023, 7, 10), "2023-06-01", "2023-08-31"),
+])
+def test_a_season_is_its_months(question, now, first, last) -> None:
+    hint = parse_hint(question, now=now)
+    assert (hint.interval.start.date().isoformat(), hint.interval.end.date().isoformat()) == (first, last)
+    assert level_for_span(hint.interval.start, hint.interval.end) == "month"  # searched as months, not a year
+
+
+def test_season_words_that_name_no_time_are_no_hint() -> None:
+    for question in ("What did James enjoy doing on cold winter days?", "What are Caroline's plans for the summer?",
+                     "When did Evan's son fall off his bike?"):
+        assert parse_hint(question, now=datetime(2023, 10, 15)) is None
+    year = parse_hint("Where did they travel in 2022?", now=None)
+    assert level_for_span(year.interval.start, year.interval.end) == "year"
 
 
 # ---- retrieval: scopes, windows, reinforcement --------------------------------------------------------

@@ -5,6 +5,11 @@ relative time cues" (§3.3, step 1). Offline, these rules do it:
 
 - absolute: "on 8 May 2023", "May 8, 2023", "in May 2023", "in 2022", "2023-05-08";
 - a month without a year ("in June"): the latest such month up to the reference time;
+- a season ("in summer 2022", "the summer of 2021", "towards the end of summer 2023", "last winter"): its three
+  months, or its first or last month when the question says "early", "the beginning of", "late" or "the end of".
+  Seasons are the meteorological ones of the northern hemisphere (spring March-May, summer June-August, autumn
+  September-November, winter December-February, named by the year its January falls in); a season without a year
+  is the latest one begun by the reference time for "this", the latest one over for "last";
 - relative to the reference time: "yesterday", "last week", "this month", "last year", "last weekend",
   "last Friday", "three weeks ago";
 - relative to an event: "the weekend before the concert", "two days after the wedding", "the week before
@@ -50,6 +55,10 @@ _ISO_DAY = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
 _MONTH_YEAR = re.compile(rf"\b{_MON},?\s+(\d{{4}})\b", re.I)
 _YEAR = re.compile(r"\b(?:in|during|of|since)\s+((?:19|20)\d{2})\b|\b((?:19|20)\d{2})\b", re.I)
 _MONTH_ONLY = re.compile(rf"\b(?:in|during|last|this)\s+{_MON}(?!\s*\d)\b", re.I)
+_SEASONS = {"spring": 3, "summer": 6, "autumn": 9, "fall": 9, "winter": 12}  # first month
+_SEASON = re.compile(
+    r"\b(?:(early|late|mid|(?:towards?\s+)?the\s+(?:end|beginning|start)\s+of|(?:the\s+)?(?:end|beginning|start)\s+of)"
+    r"\s+)?(?:(last|this|the)\s+)?(spring|summer|autumn|fall|winter)(?:\s+of)?(?:,?\s+((?:19|20)\d{2}))?\b", re.I)
 _RELATIVE = re.compile(
     rf"\b(yesterday|today|tonight|last night|this morning|(?:last|this|past|previous) "
     rf"(?:week(?:end)?|month|year|monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
@@ -87,7 +96,7 @@ def parse_hint(text: str, *, now: datetime | None) -> TemporalHint | None:
             return TemporalHint(match[0].strip(" ?.!;,"), apply_offset(offset, dated.interval.start),  # type: ignore[union-attr]
                                 _granularity(offset.unit), offset, anchor)
         return TemporalHint(match[0].strip(" ?.!;,"), None, _granularity(offset.unit), offset, anchor)
-    return _absolute(text) or _month_only(text, now) or _relative(text, now)
+    return _season(text, now) or _absolute(text) or _month_only(text, now) or _relative(text, now)
 
 
 def resolve(hint: TemporalHint, find: Callable[[str], datetime | None]) -> Interval | None:
@@ -138,6 +147,30 @@ def _absolute(text: str) -> TemporalHint | None:
     match = _YEAR.search(text)
     if match:
         return TemporalHint(match[0], _year(int(match[1] or match[2])), "year")
+    return None
+
+
+def _season(text: str, now: datetime | None) -> TemporalHint | None:
+    """A season with a year, or "last/this <season>" against ``now`` (see the module docstring)."""
+    for match in _SEASON.finditer(text):
+        part, which, name, year = (match[1] or "").lower(), (match[2] or "").lower(), match[3].lower(), match[4]
+        first = _SEASONS[name]
+        if year:
+            start = (int(year) - 1, 12) if first == 12 else (int(year), first)
+        elif which in ("last", "this") and now is not None:
+            start = _shift_month(now.year, now.month, -((now.month - first) % 12))  # the latest one begun
+            if which == "last" and _month(_shift_month(*start, 2)).end >= now:
+                start = _shift_month(*start, -12)  # "last": the latest one over
+        else:
+            continue  # "spring" alone, or "the summer" with no year: not a time hint
+        months = [_shift_month(*start, k) for k in range(3)]
+        if part == "early" or "beginning" in part or "start" in part:
+            months = months[:1]
+        elif part == "late" or "end" in part:
+            months = months[-1:]
+        elif part == "mid":
+            months = months[1:2]
+        return TemporalHint(match[0], Interval(_month(months[0]).start, _month(months[-1]).end), "month")
     return None
 
 
