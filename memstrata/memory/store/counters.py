@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from memstrata.memory.store import tenant
-from memstrata.memory.store.tables import Scalar, Table, TableRow
+from memstrata.memory.store.tables import Scalar, Table, TableRow, WriteCounts
 from memstrata.memory.store.tenant import StoreError
 
 Item = tuple[str, str, str]  # (conversation_id, kind, unit_id)
@@ -105,15 +105,9 @@ class CounterStore:
     def __init__(self, table: Table) -> None:
         self.table = table
         self._lock = threading.Lock()
-        # this process's writes that can change reinforcement, per user and conversation ("*": any), so a
-        # search snapshot that keeps n_m and r_m reads again only those conversations (other processes'
-        # writes are not counted; their unit writes rebuild the snapshot, which reads everything)
-        self.reinforcements: dict[str, dict[str, int]] = {}
-
-    def _wrote(self, user_id: str, conversations: Sequence[str]) -> None:
-        counts = self.reinforcements.setdefault(user_id, {})
-        for conv in set(conversations):
-            counts[conv] = counts.get(conv, 0) + 1
+        # this process's writes that can change reinforcement (not recall counts or tiers), for a search
+        # snapshot that keeps n_m and r_m per conversation
+        self.reinforcements = WriteCounts()
 
     def get(self, user_id: str, items: Sequence[Item]) -> dict[Item, UnitCounters]:
         """Counters of the units, by ``(conversation_id, kind, unit_id)``; uncounted units come back with zeros."""
@@ -130,7 +124,7 @@ class CounterStore:
                                              "last_access": c.last_access, "tier": c.tier})
                 for c in counters]
         with self._lock:
-            self._wrote(user_id, [c.conversation_id for c in counters])
+            self.reinforcements.bump(user_id, [c.conversation_id for c in counters])
             return self.table.upsert(rows) if rows else 0
 
     def all(self, user_id: str, *, kind: str | None = None, conversation_id: str | None = None) -> list[UnitCounters]:
@@ -161,7 +155,7 @@ class CounterStore:
                               "reinforced_at": at})
                     for item, old in stored.items() if old.reinforced_at is None or at > old.reinforced_at]
             if rows:
-                self._wrote(user_id, [r.conversation_id for r in rows])
+                self.reinforcements.bump(user_id, [r.conversation_id for r in rows])
                 self.table.merge(rows)
 
     def set_tier(self, user_id: str, items: Sequence[Item], tier: str) -> None:
@@ -176,14 +170,14 @@ class CounterStore:
         tenant.check_user(user_id)
         items = _items(items)
         with self._lock:
-            self._wrote(user_id, [item[0] for item in items])
+            self.reinforcements.bump(user_id, [item[0] for item in items])
         keys = [_key(user_id, item) for item in items]
         return self.table.delete(user_id=user_id, keys=keys) if keys else 0
 
     def delete_user(self, user_id: str) -> int:
         """Delete every counter of the user; the number gone."""
         with self._lock:
-            self._wrote(user_id, ["*"])
+            self.reinforcements.bump(user_id, ["*"])
         return self.table.delete(user_id=user_id)
 
     def _merge(self, user_id: str, items: Sequence[Item], fields: Mapping[str, Scalar],

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from memstrata.memory.store import tenant
-from memstrata.memory.store.tables import MatchValue, Table, TableRow
+from memstrata.memory.store.tables import MatchValue, Table, TableRow, WriteCounts
 from memstrata.memory.store.tenant import StoreError
 
 
@@ -92,14 +92,7 @@ class EdgeStore:
 
     def __init__(self, table: Table) -> None:
         self.table = table
-        # this process's edge writes, per user and conversation ("*": every conversation), so a reader
-        # that keeps edges can read again only what changed (other processes' writes are not counted)
-        self.writes: dict[str, dict[str, int]] = {}
-
-    def _wrote(self, user_id: str, conversations: Sequence[str]) -> None:
-        counts = self.writes.setdefault(user_id, {})
-        for conv in set(conversations):
-            counts[conv] = counts.get(conv, 0) + 1
+        self.writes = WriteCounts()  # this process's edge writes, for readers that keep edges per conversation
 
     def add(self, user_id: str, edges: Sequence[Edge]) -> int:
         """Store edges; idempotent (the same source, relation and destination is one edge, the last write wins).
@@ -108,7 +101,7 @@ class EdgeStore:
             The number of edges written.
         """
         tenant.check_user(user_id)
-        self._wrote(user_id, [e.conversation_id for e in edges])
+        self.writes.bump(user_id, [e.conversation_id for e in edges])
         return self.table.upsert([_row(user_id, e) for e in edges]) if edges else 0
 
     def get(self, user_id: str, *, conversation_id: str | None = None, src: str | None = None,
@@ -120,12 +113,12 @@ class EdgeStore:
     def delete(self, user_id: str, edges: Sequence[Edge]) -> int:
         """Delete these edges of the user (matched by conversation, source, relation, destination); the number gone."""
         tenant.check_user(user_id)
-        self._wrote(user_id, [e.conversation_id for e in edges])
+        self.writes.bump(user_id, [e.conversation_id for e in edges])
         return self.table.delete(user_id=user_id, keys=[e.key(user_id) for e in edges]) if edges else 0
 
     def delete_user(self, user_id: str) -> int:
         """Delete every edge of the user; the number gone."""
-        self._wrote(user_id, ["*"])
+        self.writes.bump(user_id, ["*"])
         return self.table.delete(user_id=user_id)
 
     def count(self, user_id: str) -> int:

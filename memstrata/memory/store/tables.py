@@ -52,6 +52,20 @@ class TableRow:
     fields: dict[str, Scalar] = field(default_factory=dict)
 
 
+class WriteCounts(dict[str, dict[str, int]]):
+    """This process's writes to a table, per user and conversation (``"*"``: any conversation).
+
+    A reader that keeps what it read per conversation compares these counts and reads again only the
+    conversations whose count moved (:mod:`memstrata.memory.index.held`). Other processes' writes are not
+    counted; their unit writes rebuild a snapshot, which then reads everything.
+    """
+
+    def bump(self, user_id: str, conversations: Sequence[str]) -> None:
+        counts = self.setdefault(user_id, {})
+        for conv in set(conversations):
+            counts[conv] = counts.get(conv, 0) + 1
+
+
 class Table(Protocol):
     """What the edge, counter and item stores need from a backend."""
 
