@@ -193,6 +193,9 @@ def test_a_unit_deleted_and_written_again_keeps_its_row(data_dir, hash_embedding
         assert set(table.by_key) == set(index.tables[kind].by_key), kind
         mine = index.tables[kind]
         assert all(mine.units[mine.by_key[k]] == u for k, u in ((k, table.units[r]) for k, r in table.by_key.items()))
+        if mine is not index.raw:  # and each unit reaches the same turns
+            assert all(sorted(index.turns[i].id for i in mine.turn_rows[mine.by_key[k]]) ==
+                       sorted(fresh.turns[i].id for i in table.turn_rows[r]) for k, r in table.by_key.items()), kind
     assert index.raw.column("date", lambda t: t.timestamp) == [t.timestamp for t in index.turns]
     assert len(dates) == len(index.turns) - 1  # the column grew with the new turn
 

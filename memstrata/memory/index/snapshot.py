@@ -287,7 +287,6 @@ class MemoryIndex:
             return True
         self.memo.clear()
         self._offsets = None
-        rewritten = _rewritten(changes)
         freed: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (kind, conversation) -> keys to delete
         touched: dict[str, set[tuple[str, str]]] = {}
         for change in changes:
@@ -298,14 +297,15 @@ class MemoryIndex:
                 if table is self.raw:
                     return False
                 freed.setdefault((change.kind, change.conversation_id), []).extend(
-                    (change.conversation_id, u) for u in change.unit_ids
-                    if (change.kind, change.conversation_id, u) not in rewritten)
+                    (change.conversation_id, u) for u in change.unit_ids)
                 continue
             for unit, vec in zip(change.units, change.vectors, strict=True):
                 if conversation_id is None or unit.conversation_id == conversation_id:
-                    spare = freed.get((change.kind, unit.conversation_id))
-                    while spare and (unit.conversation_id, unit.id) not in table.by_key:
-                        table.rekey(spare.pop(), (unit.conversation_id, unit.id))  # it takes a deleted row
+                    key, spare = (unit.conversation_id, unit.id), freed.get((change.kind, unit.conversation_id))
+                    if spare and key in spare:  # written again after its delete: replaced in its row
+                        spare[:] = [k for k in spare if k != key]
+                    while spare and key not in table.by_key:
+                        table.rekey(spare.pop(), key)  # a new unit takes a deleted row
                     if not self._upsert(table, unit, vec, touched):
                         return False
                     self.writes[(change.kind, unit.conversation_id)] += 1
@@ -339,9 +339,7 @@ class MemoryIndex:
             row = self.by_key.get((unit.conversation_id, unit.linked_turn_ids()[0]))
             if row is None:
                 return False  # a view of a turn this snapshot lacks: rebuild
-            table.upsert(unit, vec)
             self._views[self.view_tables.index(table)].set(row, vec)
-            return True
         table.upsert(unit, vec)
         touched.setdefault(table.kind, set()).add((unit.conversation_id, unit.id))
         return True
@@ -420,20 +418,6 @@ class MemoryIndex:
     def dense_views(self, qvec: np.ndarray) -> list[np.ndarray]:
         """Similarity of the query to each turn in every view kind (e.g. the turn read with its neighbours)."""
         return [v @ qvec if len(self.turns) else np.zeros(0) for v in self.views]
-
-
-def _rewritten(changes: Sequence[Any]) -> set[tuple[str, str | None, str]]:
-    """(kind, conversation, id) of the units whose last change in ``changes`` writes them after a delete."""
-    last: dict[tuple[str, str | None, str], str] = {}
-    deleted = set()
-    for change in changes:
-        if change.op == "delete":
-            keys = [(change.kind, change.conversation_id, u) for u in change.unit_ids]
-            deleted.update(keys)
-        else:
-            keys = [(change.kind, u.conversation_id, u.id) for u in change.units]
-        last.update(dict.fromkeys(keys, change.op))
-    return {k for k in deleted if last[k] == "upsert"}
 
 
 def forget_store(store: Any) -> None:
