@@ -10,7 +10,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from memstrata.memory.levels import Episode, EventSummary, Turn
 from memstrata.memory.normalize import IngestError, load_path, normalize_input
-from memstrata.memory.timeparse import parse_timestamp, resolve_relative
+from memstrata.memory.timeparse import RELATIVE_PATTERN, describe_resolved, parse_timestamp, resolve_relative
 
 LOCOMO_ONE = {
     "sample_id": "conv-x",
@@ -44,6 +44,22 @@ def test_relative_dates_resolve_against_the_session() -> None:
     assert resolve_relative("last Saturday", anchor) == datetime(2023, 5, 6)
     assert resolve_relative("two weeks ago", anchor) == datetime(2023, 4, 24)
     assert resolve_relative("next month", anchor).month == 6
+    assert resolve_relative("the day before yesterday", anchor) == datetime(2023, 5, 6)
+    assert resolve_relative("a couple of days ago", anchor) == datetime(2023, 5, 6)
+    assert resolve_relative("several weeks back", anchor) == datetime(2023, 4, 17)
+    assert resolve_relative("a fortnight ago", anchor) == datetime(2023, 4, 24)
+    assert resolve_relative("last weekend", anchor) == datetime(2023, 5, 6)  # its Saturday
+    assert resolve_relative("the other day", anchor) is None  # too vague to date
+
+
+def test_relative_phrases_are_found_in_text_and_labelled_at_their_granularity() -> None:
+    anchor = datetime(2023, 5, 10)  # a Wednesday
+    found = [m.group(0) for m in RELATIVE_PATTERN.finditer(
+        "The day before yesterday I ran; over the weekend we hiked; a couple days ago, two years back.")]
+    assert found == ["The day before yesterday", "over the weekend", "a couple days ago", "two years back"]
+    assert describe_resolved("last weekend", anchor) == "the weekend of 6 May 2023"
+    assert describe_resolved("three weeks back", anchor) == "19 April 2023"
+    assert describe_resolved("last week", anchor) == "the week of 3 May 2023"
 
 
 def test_locomo_keeps_input_ids_and_session_times() -> None:

@@ -19,6 +19,7 @@ from memstrata.context import Context
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels import EventSummary, scope_table
 from memstrata.memory.temporal_hints import Offset, apply_offset, parse_hint, resolve
+from memstrata.memory.timeparse import resolve_relative
 from memstrata.memory.tree import Forest, Item, active_levels, grow, tree_levels, window_key
 from memstrata.memory.tree.windows import level_for_span
 from memstrata.memory.tree.persist import TreeUpdate, refresh
@@ -220,6 +221,39 @@ def test_season_words_that_name_no_time_are_no_hint() -> None:
         assert parse_hint(question, now=datetime(2023, 10, 15)) is None
     year = parse_hint("Where did they travel in 2022?", now=None)
     assert level_for_span(year.interval.start, year.interval.end) == "year"
+
+
+@pytest.mark.parametrize(("question", "day"), [
+    ("What did Ann do on 5/8/2023?", "2023-05-08"),  # month first, as the timestamps' parser reads it
+    ("What did Ann do on 25/8/2023?", "2023-08-25"),  # 25 cannot be a month
+    ("What did Ann do on 8.5.2023?", "2023-05-08"),  # dotted dates are day first
+    ("What did Ann do on 2023/05/08?", "2023-05-08"),
+    ("What did Ann do on 5/8/23?", "2023-05-08"),
+])
+def test_numeric_dates_are_days_not_years(question, day) -> None:
+    hint = parse_hint(question, now=None)
+    assert (hint.granularity, hint.interval.start.date().isoformat()) == ("day", day)
+
+
+def test_colloquial_relative_hints() -> None:
+    now = datetime(2023, 5, 10, 9)  # a Wednesday
+    before = parse_hint("What did Ann do the day before yesterday?", now=now)
+    assert before.anchor is None and before.interval.start == datetime(2023, 5, 8)  # not "a day before <event>"
+    assert parse_hint("What did Ann buy a couple days ago?", now=now).interval.start == datetime(2023, 5, 8)
+    assert parse_hint("Where was Ann a few weeks back?", now=now).interval.start == datetime(2023, 4, 17)
+
+
+def test_a_weekend_is_the_same_days_in_a_turn_and_in_a_question() -> None:
+    said = datetime(2023, 5, 10, 9)  # a Wednesday: last weekend was 6-7 May
+    told = resolve_relative("last weekend", said)
+    asked = parse_hint("What did Ann do last weekend?", now=said).interval
+    assert told.date() == asked.start.date() == datetime(2023, 5, 6).date()
+    assert asked.end.date() == datetime(2023, 5, 7).date()
+    sunday = datetime(2023, 5, 14, 9)  # the weekend under way is "this weekend", not "last weekend"
+    assert resolve_relative("last weekend", sunday).date() == datetime(2023, 5, 6).date()
+    assert resolve_relative("over the weekend", sunday).date() == datetime(2023, 5, 13).date()
+    assert resolve_relative("over the weekend", said).date() == datetime(2023, 5, 6).date()
+    assert resolve_relative("this weekend", said).date() == datetime(2023, 5, 13).date()
 
 
 # ---- retrieval: scopes, windows, reinforcement --------------------------------------------------------

@@ -38,20 +38,25 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from memstrata.memory.hmem_scoring import Interval
-from memstrata.memory.timeparse import resolve_relative
+from memstrata.memory.timeparse import resolve_relative, weekend_start
 
 _MONTH_NAMES = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
 _MONTH_NAMES |= {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m} | {"sept": 9}
 _MON = "(" + "|".join(sorted(_MONTH_NAMES, key=len, reverse=True)) + r")\.?"
-_NUM = r"(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a couple of|couple of|a few|few)"
+_NUM = r"(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a couple of|couple of|a couple|couple|a few|few|several)"
 _COUNTS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-           "eight": 8, "nine": 9, "ten": 10, "a couple of": 2, "couple of": 2, "a few": 3, "few": 3}
+           "eight": 8, "nine": 9, "ten": 10, "a couple of": 2, "couple of": 2, "a couple": 2, "couple": 2,
+           "a few": 3, "few": 3, "several": 3}
 
 _ANCHORED = re.compile(rf"\b(?:the\s+|a\s+)?(?:{_NUM}\s+)?(day|week|weekend|month|year)s?\s+(before|after)\s+"
-                       r"(?!that\b|then\b)([^?.!;]+?)\s*(?:[?.!;]|,(?!\s*\d)|$)", re.I)
+                       r"(?!that\b|then\b|yesterday\b|tomorrow\b)([^?.!;]+?)\s*(?:[?.!;]|,(?!\s*\d)|$)", re.I)
 _DAY_MONTH_YEAR = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_MON},?\s+(\d{{4}})\b", re.I)
 _MONTH_DAY_YEAR = re.compile(rf"\b{_MON}\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b", re.I)
-_ISO_DAY = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
+_ISO_DAY = re.compile(r"\b(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})\b")
+# 5/8/2023 is read month first, as the timestamps' parser (dateparser) reads it, unless the first number
+# cannot be a month; 8.5.2023 is read day first, as European dotted dates are (and as the timestamps are)
+_SLASH_DAY = re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})\b")
+_DOT_DAY = re.compile(r"\b(\d{1,2})\.(\d{1,2})\.(\d{4})\b")
 _MONTH_YEAR = re.compile(rf"\b{_MON},?\s+(\d{{4}})\b", re.I)
 _YEAR = re.compile(r"\b(?:in|during|of|since)\s+((?:19|20)\d{2})\b|\b((?:19|20)\d{2})\b", re.I)
 _MONTH_ONLY = re.compile(rf"\b(?:in|during|last|this)\s+{_MON}(?!\s*\d)\b", re.I)
@@ -60,9 +65,9 @@ _SEASON = re.compile(
     r"\b(?:(early|late|mid|(?:towards?\s+)?the\s+(?:end|beginning|start)\s+of|(?:the\s+)?(?:end|beginning|start)\s+of)"
     r"\s+)?(?:(last|this|the)\s+)?(spring|summer|autumn|fall|winter)(?:\s+of)?(?:,?\s+((?:19|20)\d{2}))?\b", re.I)
 _RELATIVE = re.compile(
-    rf"\b(yesterday|today|tonight|last night|this morning|(?:last|this|past|previous) "
+    rf"\b(the day before yesterday|yesterday|today|tonight|last night|this morning|(?:last|this|past|previous) "
     rf"(?:week(?:end)?|month|year|monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
-    rf"{_NUM} (day|week|month|year)s? ago)\b", re.I)
+    rf"{_NUM} (day|week|month|year)s? (?:ago|back))\b", re.I)
 
 
 @dataclass(frozen=True)
@@ -118,10 +123,7 @@ def apply_offset(offset: Offset, anchor: datetime) -> Interval:
     day = anchor.replace(hour=0, minute=0, second=0, microsecond=0)
     sign, n = offset.direction, offset.count
     if offset.unit == "weekend":
-        if sign < 0:
-            saturday = day - timedelta(days=(day.weekday() - 5) % 7 or 7) - timedelta(weeks=n - 1)
-        else:
-            saturday = day + timedelta(days=(5 - day.weekday()) % 7 or 7) + timedelta(weeks=n - 1)
+        saturday = weekend_start(day, sign, n)
         return Interval(saturday, saturday + timedelta(days=2, microseconds=-1))
     if offset.unit == "day":
         start = day + timedelta(days=sign * n)
@@ -135,7 +137,8 @@ def apply_offset(offset: Offset, anchor: datetime) -> Interval:
 
 
 def _absolute(text: str) -> TemporalHint | None:
-    for pattern, order in ((_DAY_MONTH_YEAR, "dmy"), (_MONTH_DAY_YEAR, "mdy"), (_ISO_DAY, "iso")):
+    for pattern, order in ((_DAY_MONTH_YEAR, "dmy"), (_MONTH_DAY_YEAR, "mdy"), (_ISO_DAY, "iso"),
+                           (_SLASH_DAY, "slash"), (_DOT_DAY, "dot")):
         match = pattern.search(text)
         if match:
             day = _day(match, order)
@@ -190,7 +193,7 @@ def _relative(text: str, now: datetime | None) -> TemporalHint | None:
     if match is None or now is None:
         return None
     phrase = match[0].lower().replace("previous", "last").replace("past", "last")
-    ago = re.fullmatch(rf"{_NUM} (day|week|month|year)s? ago", phrase)
+    ago = re.fullmatch(rf"{_NUM} (day|week|month|year)s? (?:ago|back)", phrase)
     if ago:  # "three weeks ago": that day, week, month or year
         return TemporalHint(match[0], apply_offset(Offset(-1, ago[2], _count(ago[1])), now), ago[2])
     words = phrase.split()
@@ -208,6 +211,10 @@ def _relative(text: str, now: datetime | None) -> TemporalHint | None:
 def _day(match: re.Match[str], order: str) -> datetime | None:
     if order == "iso":
         y, m, d = int(match[1]), int(match[2]), int(match[3])
+    elif order in ("slash", "dot"):
+        first, second, y = int(match[1]), int(match[2]), int(match[3])
+        y += 2000 if y < 100 else 0
+        m, d = (second, first) if order == "dot" or first > 12 else (first, second)
     elif order == "dmy":
         d, m, y = int(match[1]), _MONTH_NAMES[match[2].lower()], int(match[3])
     else:

@@ -79,26 +79,58 @@ def _naive(value: datetime) -> datetime:
 
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
-            "seven": 7, "eight": 8, "nine": 9, "ten": 10, "few": 3, "couple of": 2, "a couple of": 2}
-_UNIT_DAYS = {"day": 1, "week": 7, "month": 30, "year": 365}
+            "seven": 7, "eight": 8, "nine": 9, "ten": 10, "few": 3, "a few": 3, "several": 3,
+            "couple of": 2, "a couple of": 2, "couple": 2, "a couple": 2}
+_UNIT_DAYS = {"day": 1, "week": 7, "fortnight": 14, "month": 30, "year": 365}
+_COUNT = r"(?:\d+|an?|one|two|three|four|five|six|seven|eight|nine|ten|(?:a )?few|several|(?:a )?couple(?: of)?)"
 
 RELATIVE_PATTERN = re.compile(
-    r"\b(yesterday|today|tonight|this morning|last night|tomorrow|"
+    r"\b(the day before yesterday|the day after tomorrow|yesterday|today|tonight|this morning|last night|tomorrow|"
+    r"over the weekend|(?:this )?past weekend|"
     r"(?:last|this|next|past) (?:week(?:end)?|month|year|"
     r"monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
-    r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|few|a couple of|couple of) "
-    r"(?:day|week|month|year)s? ago)\b",
+    rf"{_COUNT} (?:day|week|fortnight|month|year)s? (?:ago|back))\b",
     re.IGNORECASE,
 )
 
 
+def weekend_start(day: datetime, direction: int, count: int = 1) -> datetime:
+    """The Saturday of the ``count``-th weekend before (``direction`` -1) or after (+1) ``day``'s date.
+
+    "Last weekend" said on a Wednesday is the Saturday four days before; said on a Sunday, the one eight
+    days before (the weekend under way is "this weekend"). "The weekend after" a Saturday is the next one.
+    """
+    day = day.replace(hour=0, minute=0, second=0, microsecond=0)
+    if direction < 0:
+        back = (day.weekday() - 5) % 7 or 7
+        if day.weekday() == 6:  # Sunday: the weekend under way is not "last weekend"
+            back += 7
+        return day - timedelta(days=back) - timedelta(weeks=count - 1)
+    return day + timedelta(days=(5 - day.weekday()) % 7 or 7) + timedelta(weeks=count - 1)
+
+
 def resolve_relative(expression: str, anchor: datetime) -> datetime | None:
-    """Resolve a relative date expression against the session time ``anchor``."""
-    expr = expression.lower().strip()
-    fixed = {"yesterday": -1, "last night": -1, "today": 0, "tonight": 0, "this morning": 0, "tomorrow": 1}
+    """Resolve a relative date expression against the session time ``anchor``.
+
+    A weekend resolves to its Saturday: "last weekend" (also "this past weekend", and "over the weekend" said
+    on a weekday) is the weekend before the anchor's, "over the weekend" said at the weekend is that weekend,
+    and "this weekend" is the coming one (the one under way at the weekend). Counts may be words ("a couple
+    of", "several" = 3), and "back" reads as "ago".
+    """
+    expr = " ".join(expression.lower().split())
+    fixed = {"yesterday": -1, "last night": -1, "today": 0, "tonight": 0, "this morning": 0, "tomorrow": 1,
+             "the day before yesterday": -2, "the day after tomorrow": 2}
     if expr in fixed:
         return anchor + timedelta(days=fixed[expr])
-    ago = re.fullmatch(r"(.+?) (day|week|month|year)s? ago", expr)
+    if expr in ("last weekend", "past weekend", "this past weekend", "over the weekend", "this weekend"):
+        at_weekend = anchor.weekday() >= 5
+        if expr == "this weekend" or (expr == "over the weekend" and at_weekend):
+            saturday = anchor.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(
+                days=anchor.weekday() - 5) if at_weekend else weekend_start(anchor, 1)
+        else:
+            saturday = weekend_start(anchor, -1)
+        return saturday.replace(hour=anchor.hour, minute=anchor.minute, second=anchor.second)
+    ago = re.fullmatch(r"(.+?) (day|week|fortnight|month|year)s? (?:ago|back)", expr)
     if ago:
         count = int(ago.group(1)) if ago.group(1).isdigit() else _NUMBERS.get(ago.group(1), 1)
         return anchor - timedelta(days=count * _UNIT_DAYS[ago.group(2)])
@@ -114,7 +146,8 @@ def resolve_relative(expression: str, anchor: datetime) -> datetime | None:
         if sign > 0 and delta <= 0:
             delta += 7
         return anchor + timedelta(days=delta)
-    unit = "week" if unit == "weekend" else unit
+    if unit == "weekend":  # "next weekend"
+        return weekend_start(anchor, 1).replace(hour=anchor.hour, minute=anchor.minute, second=anchor.second)
     return anchor + timedelta(days=sign * _UNIT_DAYS[unit])
 
 
@@ -128,7 +161,9 @@ def describe_resolved(expression: str, anchor: datetime) -> str | None:
         return str(when.year)
     if "month" in expr:
         return when.strftime("%B %Y")
-    if "week" in expr and "ago" not in expr:
+    if "weekend" in expr:
+        return f"the weekend of {when.strftime('%d %B %Y').lstrip('0')}"
+    if "week" in expr and not re.search(r"\b(?:ago|back)\b", expr):
         return f"the week of {when.strftime('%d %B %Y').lstrip('0')}"
     return when.strftime("%d %B %Y").lstrip("0")
 
