@@ -155,6 +155,8 @@ class Context:
     neighbour_share: Annotated[float, _s(
         "scoring", "a turn scores at least this share of its best neighbour (answers follow questions)")] = 0.4
     speaker_prior: Annotated[float, _s("scoring", "relative boost of turns spoken by a speaker the query names")] = 0.7
+    when_prior: Annotated[float, _s(
+        "scoring", "relative boost, for a question asking for a time, of turns that tell one")] = 0.3
     window_widths: Annotated[tuple[int, ...], _s(
         "scoring", "neighbours each side of the BM25 window views of a turn")] = (0, 1, 2, 4, 8)
     # ---- packing ----------------------------------------------------------------------------------

@@ -215,7 +215,8 @@ def weights(ctx: Context) -> Weights:
     """The fusion settings of a run."""
     return Weights(semantic=ctx.w_semantic, temporal=ctx.w_temporal, robustness=ctx.w_robustness,
                    tau_days=ctx.decay_tau_days, eta=ctx.decay_eta, episode_prior=ctx.episode_prior,
-                   neighbour=ctx.neighbour_share, speaker=ctx.speaker_prior, lam=ctx.temporal_lambda)
+                   neighbour=ctx.neighbour_share, speaker=ctx.speaker_prior, when=ctx.when_prior,
+                   lam=ctx.temporal_lambda)
 
 
 def reference_now(ctx: Context, index: MemoryIndex) -> datetime | None:

@@ -7,13 +7,13 @@ from datetime import datetime, timedelta
 import numpy as np
 import pytest
 
-from memstrata.memory.fusion import hybrid_semantic, standardize, turn_semantic
+from memstrata.memory.fusion import Weights, hybrid_semantic, score_turns, standardize, turn_semantic, when_match
 from memstrata.memory.hmem_scoring import Interval, robustness, rrf, temporal_relevance
 from memstrata.memory.index import KindTable, MemoryIndex, tokenize
 from memstrata.memory.index.snapshot import DEFAULT_WINDOWS
 from memstrata.memory.levels import TURN, Turn
 from memstrata.memory.planning import coverage, decompose_query, follow_up_query, predict_scope, temporal_hint
-from memstrata.memory.query import Hit
+from memstrata.memory.query import Hit, Query
 from memstrata.memory.render import pack_context, parse_context, render
 from memstrata.memory.selection import mark_captions
 
@@ -130,6 +130,22 @@ def test_a_turn_deep_in_a_scene_is_lifted_by_the_wide_windows() -> None:
     index = _index([(f"D{1 + i // 7}:{i % 7}", str(1 + i // 7), i % 7, t) for i, t in enumerate(texts)], flat)
     scores = turn_semantic(index, flat[0], tokenize(["What did Ann see by the lake while camping?"])[0])
     assert scores[6] > scores[13] + 0.1  # the moose by the lake (camping scene) beats the heron by the lake
+
+
+def test_a_question_asking_when_prefers_the_turn_that_tells_a_time() -> None:
+    texts = ["I met this awesome woman on a trip to Canada last week", "She is incredible, I met her in Canada",
+             "I may go to Canada again", "We have been together for 3 months"]
+    index = _index([(f"D1:{p}", "1", p, t) for p, t in enumerate(texts)], np.ones((4, 4), dtype=np.float32) / 2)
+    assert when_match(index, "When did Evan meet his wife?").tolist() == [1.0, 0.0, 0.0, 1.0]  # "may" is no month
+    assert when_match(index, "Where did Evan meet his wife?").tolist() == [0.0] * 4
+    own = np.array([0.9, 1.0, 0.2, 0.1])  # the undated turn matches the words a little better
+    for question, best in (("When did Evan meet his wife?", 0), ("Where did Evan meet his wife?", 1)):
+        query = Query(id="q", text=question)
+        scores = score_turns(index, query, own, np.zeros(4), weights=Weights(), now=None)["score"]
+        assert int(np.argmax(scores)) == best
+    flat = score_turns(index, Query(id="q", text="When did Evan meet his wife?"), own, np.zeros(4),
+                       weights=Weights(when=0.0), now=None)["score"]
+    assert int(np.argmax(flat)) == 1  # the boost, not the words, made the difference
 
 
 def test_turn_semantic_fuses_views_into_unit_range() -> None:

@@ -5,7 +5,8 @@ views, the score of the best event (Level-1 summary or any other ``event``
 kind) that links to it (the hierarchy's prior), a boost when the query names
 its speaker, and a share of its best neighbour's score (answers sit next to
 questions). H-Mem's Eq. 3 (:mod:`memstrata.memory.hmem_scoring`) then adds
-temporal relevance to the query's hint and Ebbinghaus robustness.
+temporal relevance to the query's hint and Ebbinghaus robustness. A question that asks
+for a time ("When did...") also boosts the turns that tell one (:func:`when_match`).
 
 Example:
     >>> ranks_to_unit(np.array([3.0, 1.0, 2.0])).round(2).tolist()
@@ -18,13 +19,16 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 
 from memstrata.memory.hmem_scoring import Interval, fuse
 from memstrata.memory.index import KindTable, MemoryIndex
 from memstrata.memory.query import Query
-from memstrata.memory.tree.search import turn_robustness, window_relevance
+from memstrata.memory.temporal_hints import asks_when
+from memstrata.memory.timeparse import mentions_time
+from memstrata.memory.tree.search import turn_event_times, turn_robustness, window_relevance
 
 RRF_K = 60
 
@@ -41,6 +45,7 @@ class Weights:
     episode_prior: float = 0.15
     neighbour: float = 0.4
     speaker: float = 0.7
+    when: float = 0.3
     lam: float = 0.5
 
 
@@ -160,7 +165,7 @@ def score_turns(
     if n == 0:
         return {"score": np.zeros(0)}
     sem = (1 - weights.episode_prior) * own + weights.episode_prior * prior
-    sem = sem * (1 + weights.speaker * speaker_match(index, query.text))
+    sem = sem * (1 + weights.speaker * speaker_match(index, query.text) + weights.when * when_match(index, query.text))
     sem = np.maximum(sem, weights.neighbour * _neighbour_max(index, sem))
     temporal = _temporal(index, query.hint, weights.lam)
     robust = robustness_all(index, now, weights)
@@ -174,6 +179,29 @@ def speaker_match(index: MemoryIndex, text: str) -> np.ndarray:
     if not named or len(named) == len(index.speakers):
         return np.zeros(len(index.turns))
     return np.array([t.speaker in named for t in index.turns], dtype=float)
+
+
+def when_match(index: MemoryIndex, text: str) -> np.ndarray:
+    """For a question asking for a time: 1 for turns that tell one, else 0 (all 0 for other questions).
+
+    Asked "When did Evan meet his wife?", the turn to find usually dates the event itself ("last week I met
+    this awesome woman", "for two years now"), more often than the other turns about her. A turn tells a time
+    when its text has a date, a relative phrase or a duration (:func:`mentions_time`), or one of its facts
+    resolved a date from it.
+    """
+    if not asks_when(text):
+        return np.zeros(len(index.turns))
+    key = "fusion\x1ftells_time"
+    if key not in index.memo:
+        tells = np.array(index.raw.column("tells_time", _tells_time), dtype=float)  # kept through writes
+        rows, _ = turn_event_times(index)
+        tells[rows] = 1.0
+        index.remember(key, tells)
+    return index.memo[key]
+
+
+def _tells_time(turn: Any) -> bool:
+    return mentions_time(turn.text)
 
 
 def _names(text: str, speaker: str) -> bool:

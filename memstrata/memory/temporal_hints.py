@@ -70,6 +70,15 @@ _RELATIVE = re.compile(
     rf"{_NUM} (day|week|month|year)s? (?:ago|back))\b", re.I)
 
 
+_ASKS_WHEN = re.compile(r"^\W*(?:when\b|what (?:date|day|year|month|time)\b|which (?:date|day|year|month)\b|"
+                        r"how long ago\b|since when\b)", re.I)
+
+
+def asks_when(text: str) -> bool:
+    """Whether a question asks for a time ("When did...", "What year...", "How long ago...")."""
+    return bool(_ASKS_WHEN.search(text))
+
+
 @dataclass(frozen=True)
 class Offset:
     """``count`` units (day, week, weekend, month, year) before (-1) or after (+1) an anchor."""

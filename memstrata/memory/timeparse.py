@@ -94,6 +94,21 @@ RELATIVE_PATTERN = re.compile(
 )
 
 
+# A time told in a text, beyond the relative phrases above: a year, a month or weekday name (capitalised, so
+# the verb "may" is not one), "last summer", "ago", "since", "recently", "for 3 years", "a few weeks".
+TIME_MENTION = re.compile(
+    r"\b(?:19|20)\d{2}\b|\b(?:January|February|March|April|May|June|July|August|September|October|November|"
+    r"December|Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)\b|"
+    r"\b(?i:(?:last|next|this|past) (?:year|month|week|weekend|summer|winter|spring|fall|autumn|night)|ago|since|"
+    r"recently|\d+ (?:days?|weeks?|months?|years?)|"
+    r"(?:a|one|two|three|four|five|six|few|couple of) (?:days?|weeks?|months?|years?))\b")
+
+
+def mentions_time(text: str) -> bool:
+    """Whether a text tells when something happened (a relative phrase, a date, a duration)."""
+    return bool(RELATIVE_PATTERN.search(text) or TIME_MENTION.search(text))
+
+
 def weekend_start(day: datetime, direction: int, count: int = 1) -> datetime:
     """The Saturday of the ``count``-th weekend before (``direction`` -1) or after (+1) ``day``'s date.
 
