@@ -5,9 +5,17 @@ here, and nowhere else: a read always carries ``user_id``, a write always
 stamps it, and a storage key is derived from it, so two users never share a
 record even when their unit ids are equal.
 
+A collection whose every record carries the ``scope`` stamp (a 128-bit hash of the user and the
+conversation, :func:`scope_key`) is read by that one clause when a conversation is named: Chroma
+evaluates every clause of a filter over every record it matches, and the user's clause matches all of
+the user's records (measured on one user's 6,301 turns: 44.5 ms for user + conversation + session,
+8 ms without the user). The store still checks the user and conversation of every record it returns.
+
 Example:
     >>> where(user_id="alice", conversation_id="c1")
     {'$and': [{'user_id': 'alice'}, {'conversation_id': 'c1'}]}
+    >>> where(user_id="alice", conversation_id="c1", scoped=True) == {"scope": scope_key("alice", "c1")}
+    True
     >>> storage_key("alice", "c1", "s1:t0") != storage_key("bob", "c1", "s1:t0")
     True
 """
@@ -16,6 +24,9 @@ from __future__ import annotations
 
 import hashlib
 from typing import Any
+
+
+SCOPE_FIELD = "scope"
 
 
 class StoreError(RuntimeError):
@@ -41,11 +52,30 @@ def check_user(user_id: Any) -> str:
     return user_id
 
 
-def where(user_id: str, conversation_id: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The Chroma ``where`` clause of a read: always the user, optionally a conversation and more."""
-    clauses: list[dict[str, Any]] = [{"user_id": check_user(user_id)}]
-    if conversation_id is not None:
-        clauses.append({"conversation_id": conversation_id})
+def scope_key(user_id: str, conversation_id: str) -> str:
+    """The ``scope`` stamp of a record: one value per (user, conversation), never shared by two tenants."""
+    return stable_hash("scope", check_user(user_id), conversation_id, length=32)
+
+
+def stamp(user_id: str, conversation_id: str) -> dict[str, str]:
+    """The tenant fields every written record carries."""
+    return {"user_id": check_user(user_id), "conversation_id": conversation_id,
+            SCOPE_FIELD: scope_key(user_id, conversation_id)}
+
+
+def where(user_id: str, conversation_id: str | None = None, extra: dict[str, Any] | None = None, *,
+          scoped: bool = False) -> dict[str, Any]:
+    """The Chroma ``where`` clause of a read: always the user, optionally a conversation and more.
+
+    ``scoped``: every record of the collection carries the scope stamp, so a user and conversation are
+    named by their scope key alone.
+    """
+    if scoped and conversation_id is not None:
+        clauses: list[dict[str, Any]] = [{SCOPE_FIELD: scope_key(user_id, conversation_id)}]
+    else:
+        clauses = [{"user_id": check_user(user_id)}]
+        if conversation_id is not None:
+            clauses.append({"conversation_id": conversation_id})
     if extra:
         clauses.extend(extra["$and"] if "$and" in extra else ({k: v} for k, v in extra.items()))
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}

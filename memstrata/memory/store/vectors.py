@@ -156,11 +156,14 @@ class VectorStore:
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self.versions = WriteLog()
+        self._scoped: dict[str, bool] = {}  # per kind: every record carries the scope stamp
 
     # ---- the tenant scope (memstrata.memory.store.tenant) ----------------------
-    @staticmethod
-    def _scope(user_id: str, conversation_id: str | None = None, where: dict[str, Any] | None = None) -> dict[str, Any]:
-        return tenant.where(user_id, conversation_id, where)
+    def _scope(self, kind: str, user_id: str, conversation_id: str | None = None,
+               where: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The read filter of one kind: by scope key where its collection is stamped throughout."""
+        self.collection(kind)
+        return tenant.where(user_id, conversation_id, where, scoped=self._scoped.get(kind, False))
 
     @staticmethod
     def storage_key(user_id: str, conversation_id: str, unit_id: str) -> str:
@@ -182,7 +185,9 @@ class VectorStore:
 
     def _open(self, kind: str) -> Any:
         name, dim = self._identity()
-        meta = {"embedder": name, "dimension": dim, "schema": SCHEMA_VERSION, "hnsw:space": "cosine"}
+        # "scoped": the collection was made by a version that stamps every record's scope (tenant.stamp);
+        # an older collection is read by its user and conversation fields until `memstrata reindex`
+        meta = {"embedder": name, "dimension": dim, "schema": SCHEMA_VERSION, "hnsw:space": "cosine", "scoped": True}
         if kind in {lv.kind for lv in levels.levels()}:
             col = self.client.get_or_create_collection(COLLECTION_PREFIX + kind, metadata=meta,
                                                        embedding_function=None)
@@ -201,6 +206,7 @@ class VectorStore:
                 f"`memstrata reindex` (MemoryStore.reindex())."
             )
             raise EmbedderMismatchError(msg)
+        self._scoped[kind] = bool(found.get("scoped"))
         return col
 
     def _reopen(self) -> None:
@@ -247,12 +253,9 @@ class VectorStore:
         ids, metas = [], []
         for i, unit in enumerate(units):
             data = unit.model_dump(mode="json")
-            self._scope(data["user_id"])
             meta = {k: v for k, v in (extra[i] if extra else {}).items() if v is not None}
-            meta.update(
-                user_id=data["user_id"], conversation_id=data["conversation_id"], unit_id=data["id"],
-                kind=kind, payload=json.dumps(data, ensure_ascii=False),
-            )
+            meta.update(tenant.stamp(data["user_id"], data["conversation_id"]))
+            meta.update(unit_id=data["id"], kind=kind, payload=json.dumps(data, ensure_ascii=False))
             ids.append(self.storage_key(data["user_id"], data["conversation_id"], data["id"]))
             metas.append(meta)
         col = self.collection(kind)
@@ -279,7 +282,7 @@ class VectorStore:
 
     def delete_user(self, user_id: str) -> dict[str, int]:
         """Remove every unit of a user from every unit collection present (registered here or not)."""
-        where = self._scope(user_id)
+        where = tenant.where(user_id)
         removed = {}
         for kind in self.stored_kinds():
             col = self.collection(kind)
@@ -315,7 +318,7 @@ class VectorStore:
         gets it without the tenant clause, which it would evaluate over every record of the collection,
         and the tenant is checked on what comes back (:func:`_owned`), as for reads by key.
         """
-        scope = self._scope(user_id, conversation_id, where)
+        scope = self._scope(kind, user_id, conversation_id, where)
         include = ["documents", "metadatas"] + (["embeddings"] if with_vectors else [])
         if unit_ids is not None:
             if where:
@@ -330,7 +333,7 @@ class VectorStore:
         elif selective and where:
             res = _owned(self._read(kind, "get", where=where, include=include), user_id, conversation_id)
         else:
-            res = self._paged(kind, where=scope, include=include)
+            res = _owned(self._paged(kind, where=scope, include=include), user_id, conversation_id)
         return _records(kind, res, with_vectors)
 
     def _paged(self, kind: str, **ask: Any) -> dict[str, Any]:
@@ -377,7 +380,7 @@ class VectorStore:
     ) -> list[Record]:
         if not unit_ids:
             return []
-        scope = self._scope(user_id, None, {**(where or {}), "unit_id": {"$in": list(unit_ids)}})
+        scope = self._scope(kind, user_id, None, {**(where or {}), "unit_id": {"$in": list(unit_ids)}})
         return _records(kind, self.collection(kind).get(where=scope, include=["documents", "metadatas"]), False)
 
     def query(
@@ -392,7 +395,7 @@ class VectorStore:
         where: dict[str, Any] | None = None,
     ) -> list[Record]:
         """Dense top-``k`` of one user's units, most similar first (similarity = 1 - cosine distance)."""
-        scope = self._scope(user_id, conversation_id, where)
+        scope = self._scope(kind, user_id, conversation_id, where)
         if vector is None:
             if text is None:
                 msg = "query: give text or vector"
@@ -403,6 +406,8 @@ class VectorStore:
                         include=["documents", "metadatas", "distances"])
         out = []
         for doc, meta, dist in zip(res["documents"][0], res["metadatas"][0], res["distances"][0], strict=False):
+            if meta.get("user_id") != user_id or conversation_id not in (None, meta.get("conversation_id")):
+                continue  # the filter named the tenant; what comes back is checked all the same
             out.append(Record(kind, meta["unit_id"], doc or "", dict(meta), 1.0 - float(dist)))
         return out
 
@@ -427,7 +432,7 @@ class VectorStore:
                 out.append((_owned(page, user_id, conversation_id), len(page["ids"]) >= ask["n_results"]))
             return out
 
-        pages = self._tenant_read(read, user_id, conversation_id, k)
+        pages = self._tenant_read(kind, read, user_id, conversation_id, k)
         return [[dataclasses.replace(r, similarity=1.0 - float(d))
                  for r, d in zip(_records(kind, page, True), page["distances"], strict=True)] for page in pages]
 
@@ -441,7 +446,7 @@ class VectorStore:
             self._reopen()  # another process wrote: this process's in-memory index readers are stale
             return getattr(self.collection(kind), method)(**ask)
 
-    def _tenant_read(self, read: Callable[[dict[str, Any] | None], list[tuple[dict[str, Any], bool]]],
+    def _tenant_read(self, kind: str, read: Callable[[dict[str, Any] | None], list[tuple[dict[str, Any], bool]]],
                      user_id: str, conversation_id: str | None, k: int) -> list[dict[str, Any]]:
         """Pages of a top-``k`` read, each kept to the tenant.
 
@@ -455,7 +460,7 @@ class VectorStore:
         first = read(None)
         if all(len(page["ids"]) >= k or not full for page, full in first):
             return [page for page, _ in first]
-        return [page for page, _ in read(self._scope(user_id, conversation_id))]
+        return [page for page, _ in read(self._scope(kind, user_id, conversation_id))]
 
     def containing(self, kind: str, *, user_id: str, phrases: Sequence[str], limit: int,
                    conversation_id: str | None = None, with_vectors: bool = True) -> list[Record]:
@@ -476,16 +481,16 @@ class VectorStore:
             res = self._read(kind, "get", **ask, **({"where": where} if where else {}))
             return [(_owned(res, user_id, conversation_id), len(res["ids"]) >= ask["limit"])]
 
-        return _records(kind, self._tenant_read(read, user_id, conversation_id, limit)[0], with_vectors)
+        return _records(kind, self._tenant_read(kind, read, user_id, conversation_id, limit)[0], with_vectors)
 
     def holds_more_than(self, kind: str, n: int, *, user_id: str, conversation_id: str | None = None) -> bool:
         """Whether one user has more than ``n`` units of a kind (reads at most ``n + 1`` ids)."""
-        found = self.collection(kind).get(where=self._scope(user_id, conversation_id), limit=n + 1, include=[])
+        found = self.collection(kind).get(where=self._scope(kind, user_id, conversation_id), limit=n + 1, include=[])
         return len(found["ids"]) > n
 
     def count(self, kind: str, *, user_id: str, conversation_id: str | None = None) -> int:
         """How many units of a kind one user has."""
-        return len(self.collection(kind).get(where=self._scope(user_id, conversation_id), include=[])["ids"])
+        return len(self.collection(kind).get(where=self._scope(kind, user_id, conversation_id), include=[])["ids"])
 
     def users(self) -> list[str]:
         """Every user id with at least one turn (an operator view, for the CLI)."""
@@ -503,6 +508,8 @@ class VectorStore:
             except Exception:  # noqa: BLE001 - a missing collection is nothing to reindex
                 continue
             data = old.get(include=["documents", "metadatas"])
+            # an older collection gets the scope stamp here, so the new one is read by it (tenant.where)
+            data["metadatas"] = [{**m, **tenant.stamp(m["user_id"], m["conversation_id"])} for m in data["metadatas"]]
             self.client.delete_collection(cname)
             self._collections.pop(kind, None)
             col = self.collection(kind)
@@ -531,7 +538,7 @@ def _owned(res: dict[str, Any], user_id: str, conversation_id: str | None) -> di
     out = {"ids": [res["ids"][i] for i in keep]}
     for name in ("documents", "metadatas", "embeddings", "distances"):
         values = res.get(name)
-        if values is not None:
+        if values is not None and len(values) == len(res["ids"]):  # a field not read comes back empty or None
             out[name] = [values[i] for i in keep]
     return out
 
