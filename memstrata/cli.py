@@ -267,10 +267,13 @@ def forget(user: User, data_dir: DataDir = None, chroma_url: ChromaUrl = None,
 
 
 @app.command()
-def reindex(data_dir: DataDir = None, chroma_url: ChromaUrl = None) -> None:
+def reindex(data_dir: DataDir = None, chroma_url: ChromaUrl = None,
+            scopes_only: Annotated[bool, typer.Option(
+                "--scopes-only", help="only stamp the tenant scope on a store made before it (no re-embedding)")] = False,
+            ) -> None:
     """Re-embed every collection with the current embedder (after changing models)."""
     store = _mem(data_dir, chroma_url).store
-    console.print(json.dumps(store.reindex()))
+    console.print(json.dumps(store.stamp_scopes() if scopes_only else store.reindex()))
 
 
 def _mount_bench() -> None:

@@ -497,6 +497,34 @@ class VectorStore:
         metas = self._paged(levels.raw_kind(), include=["metadatas"])["metadatas"]
         return sorted({m["user_id"] for m in metas})
 
+    def stamp_scopes(self) -> dict[str, int]:
+        """Stamp the tenant scope on every record of collections made before it, keeping every vector.
+
+        Each record gets its ``scope`` (:func:`tenant.stamp`), then the collection is marked ``scoped`` and
+        reads naming a conversation use the scope key. Idempotent; returns the records stamped per kind.
+        """
+        counts = {}
+        for kind in self.stored_kinds():
+            try:
+                col = self.client.get_collection(COLLECTION_PREFIX + kind, embedding_function=None)
+            except Exception:  # noqa: BLE001 - a registered kind never stored has nothing to stamp
+                continue
+            if (col.metadata or {}).get("scoped"):
+                continue
+            data = self._paged(kind, include=["metadatas"])
+            with self._write_lock:
+                for start in range(0, len(data["ids"]), _MAX_BATCH):
+                    metas = [{**m, **tenant.stamp(m["user_id"], m["conversation_id"])}
+                             for m in data["metadatas"][start:start + _MAX_BATCH]]
+                    col.update(ids=data["ids"][start:start + _MAX_BATCH], metadatas=metas)
+                # Chroma refuses a metadata that names the distance again; the collection keeps its space
+                col.modify(metadata={k: v for k, v in (col.metadata or {}).items() if not k.startswith("hnsw:")}
+                           | {"scoped": True})
+            with self._lock:
+                self._collections.pop(kind, None)
+            counts[kind] = len(data["ids"])
+        return counts
+
     def reindex(self, *, progress: Any = None) -> dict[str, int]:
         """Re-embed every collection with this store's embedder (after a model change)."""
         name, dim = self._identity()
