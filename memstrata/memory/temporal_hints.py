@@ -38,15 +38,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from memstrata.memory.hmem_scoring import Interval
-from memstrata.memory.timeparse import resolve_relative, weekend_start
+from memstrata.memory.timeparse import NUMBER_WORDS, resolve_relative, weekend_start
 
 _MONTH_NAMES = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
 _MONTH_NAMES |= {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m} | {"sept": 9}
 _MON = "(" + "|".join(sorted(_MONTH_NAMES, key=len, reverse=True)) + r")\.?"
 _NUM = r"(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a couple of|couple of|a couple|couple|a few|few|several)"
-_COUNTS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-           "eight": 8, "nine": 9, "ten": 10, "a couple of": 2, "couple of": 2, "a couple": 2, "couple": 2,
-           "a few": 3, "few": 3, "several": 3}
 
 _ANCHORED = re.compile(rf"\b(?:the\s+|a\s+)?(?:{_NUM}\s+)?(day|week|weekend|month|year)s?\s+(before|after)\s+"
                        r"(?!that\b|then\b|yesterday\b|tomorrow\b)([^?.!;]+?)\s*(?:[?.!;]|,(?!\s*\d)|$)", re.I)
@@ -237,7 +234,7 @@ def _day(match: re.Match[str], order: str) -> datetime | None:
 def _count(word: str | None) -> int:
     if not word:
         return 1
-    return int(word) if word.isdigit() else _COUNTS.get(word.lower(), 1)
+    return int(word) if word.isdigit() else NUMBER_WORDS.get(word.lower(), 1)
 
 
 def _granularity(unit: str) -> str:

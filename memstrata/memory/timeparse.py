@@ -78,9 +78,10 @@ def _naive(value: datetime) -> datetime:
 
 
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
-_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
-            "seven": 7, "eight": 8, "nine": 9, "ten": 10, "few": 3, "a few": 3, "several": 3,
-            "couple of": 2, "a couple of": 2, "couple": 2, "a couple": 2}
+# counts people write in words ("a couple of days ago"); shared with the question hints
+NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+                "seven": 7, "eight": 8, "nine": 9, "ten": 10, "few": 3, "a few": 3, "several": 3,
+                "couple of": 2, "a couple of": 2, "couple": 2, "a couple": 2}
 _UNIT_DAYS = {"day": 1, "week": 7, "fortnight": 14, "month": 30, "year": 365}
 _COUNT = r"(?:\d+|an?|one|two|three|four|five|six|seven|eight|nine|ten|(?:a )?few|several|(?:a )?couple(?: of)?)"
 
@@ -138,16 +139,15 @@ def resolve_relative(expression: str, anchor: datetime) -> datetime | None:
     if expr in fixed:
         return anchor + timedelta(days=fixed[expr])
     if expr in ("last weekend", "past weekend", "this past weekend", "over the weekend", "this weekend"):
-        at_weekend = anchor.weekday() >= 5
-        if expr == "this weekend" or (expr == "over the weekend" and at_weekend):
-            saturday = anchor.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(
-                days=anchor.weekday() - 5) if at_weekend else weekend_start(anchor, 1)
+        day = anchor.replace(hour=0, minute=0, second=0, microsecond=0)
+        if anchor.weekday() >= 5 and expr in ("this weekend", "over the weekend"):
+            saturday = day - timedelta(days=anchor.weekday() - 5)  # the weekend under way
         else:
-            saturday = weekend_start(anchor, -1)
+            saturday = weekend_start(anchor, 1 if expr == "this weekend" else -1)
         return saturday.replace(hour=anchor.hour, minute=anchor.minute, second=anchor.second)
     ago = re.fullmatch(r"(.+?) (day|week|fortnight|month|year)s? (?:ago|back)", expr)
     if ago:
-        count = int(ago.group(1)) if ago.group(1).isdigit() else _NUMBERS.get(ago.group(1), 1)
+        count = int(ago.group(1)) if ago.group(1).isdigit() else NUMBER_WORDS.get(ago.group(1), 1)
         return anchor - timedelta(days=count * _UNIT_DAYS[ago.group(2)])
     rel = re.fullmatch(r"(last|this|next|past) (\w+)", expr)
     if not rel:

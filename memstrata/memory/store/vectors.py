@@ -186,7 +186,7 @@ class VectorStore:
     def _open(self, kind: str) -> Any:
         name, dim = self._identity()
         # "scoped": the collection was made by a version that stamps every record's scope (tenant.stamp);
-        # an older collection is read by its user and conversation fields until `memstrata reindex`
+        # an older collection is read by its user and conversation fields until `memstrata reindex [--scopes-only]`
         meta = {"embedder": name, "dimension": dim, "schema": SCHEMA_VERSION, "hnsw:space": "cosine", "scoped": True}
         if kind in {lv.kind for lv in levels.levels()}:
             col = self.client.get_or_create_collection(COLLECTION_PREFIX + kind, metadata=meta,
