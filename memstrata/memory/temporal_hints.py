@@ -38,12 +38,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from memstrata.memory.hmem_scoring import Interval
-from memstrata.memory.timeparse import NUMBER_WORDS, resolve_relative, weekend_start
+from memstrata.memory.timeparse import COUNT, NUMBER_WORDS, resolve_relative, weekend_start
 
 _MONTH_NAMES = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
 _MONTH_NAMES |= {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m} | {"sept": 9}
 _MON = "(" + "|".join(sorted(_MONTH_NAMES, key=len, reverse=True)) + r")\.?"
-_NUM = r"(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a couple of|couple of|a couple|couple|a few|few|several)"
+_NUM = rf"({COUNT})"
 
 _ANCHORED = re.compile(rf"\b(?:the\s+|a\s+)?(?:{_NUM}\s+)?(day|week|weekend|month|year)s?\s+(before|after)\s+"
                        r"(?!that\b|then\b|yesterday\b|tomorrow\b)([^?.!;]+?)\s*(?:[?.!;]|,(?!\s*\d)|$)", re.I)

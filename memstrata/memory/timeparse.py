@@ -83,14 +83,15 @@ NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "fiv
                 "seven": 7, "eight": 8, "nine": 9, "ten": 10, "few": 3, "a few": 3, "several": 3,
                 "couple of": 2, "a couple of": 2, "couple": 2, "a couple": 2}
 _UNIT_DAYS = {"day": 1, "week": 7, "fortnight": 14, "month": 30, "year": 365}
-_COUNT = r"(?:\d+|an?|one|two|three|four|five|six|seven|eight|nine|ten|(?:a )?few|several|(?:a )?couple(?: of)?)"
+# a count as a regex: digits or any of NUMBER_WORDS, the longest first
+COUNT = r"(?:\d+|" + "|".join(sorted(map(re.escape, NUMBER_WORDS), key=len, reverse=True)) + ")"
 
 RELATIVE_PATTERN = re.compile(
     r"\b(the day before yesterday|the day after tomorrow|yesterday|today|tonight|this morning|last night|tomorrow|"
     r"over the weekend|(?:this )?past weekend|"
     r"(?:last|this|next|past) (?:week(?:end)?|month|year|"
     r"monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
-    rf"{_COUNT} (?:day|week|fortnight|month|year)s? (?:ago|back))\b",
+    rf"{COUNT} (?:day|week|fortnight|month|year)s? (?:ago|back))\b",
     re.IGNORECASE,
 )
 

@@ -404,12 +404,11 @@ class VectorStore:
         col = self.collection(kind)
         res = col.query(query_embeddings=[list(vector)], n_results=max(1, k), where=scope,
                         include=["documents", "metadatas", "distances"])
-        out = []
-        for doc, meta, dist in zip(res["documents"][0], res["metadatas"][0], res["distances"][0], strict=False):
-            if meta.get("user_id") != user_id or conversation_id not in (None, meta.get("conversation_id")):
-                continue  # the filter named the tenant; what comes back is checked all the same
-            out.append(Record(kind, meta["unit_id"], doc or "", dict(meta), 1.0 - float(dist)))
-        return out
+        # the filter named the tenant; what comes back is checked all the same
+        page = _owned({name: res[name][0] for name in ("ids", "documents", "metadatas", "distances")}, user_id,
+                      conversation_id)
+        return [Record(kind, meta["unit_id"], doc or "", dict(meta), 1.0 - float(dist))
+                for doc, meta, dist in zip(page["documents"], page["metadatas"], page["distances"], strict=True)]
 
     def nearest(self, kind: str, *, user_id: str, vectors: Sequence[Sequence[float]], k: int,
                 conversation_id: str | None = None) -> list[list[Record]]:

@@ -113,7 +113,7 @@ def level_for_span(start: datetime, end: datetime) -> str:
     """A hint's granularity: the smallest level whose window is at least as long as the interval, except that
     a span of several months shorter than a year (a season) is read as its months, not as its year."""
     days = (end - start).total_seconds() / 86400.0
-    return "day" if days <= 1.01 else "week" if days <= 7.01 else "month" if days <= 31.01 or days < 364 else "year"
+    return "day" if days <= 1.01 else "week" if days <= 7.01 else "month" if days < 364 else "year"
 
 
 def windows_between(level: str, start: datetime, end: datetime, *, limit: int = 400) -> list[str]:
