@@ -3,15 +3,18 @@
 H-Mem's planner infers "explicit temporal hints ... such as specific dates and
 relative time cues" (§3.3, step 1). Offline, these rules do it:
 
-- absolute: "on 8 May 2023", "May 8, 2023", "in May 2023", "in 2022", "2023-05-08";
+- absolute: "on 8 May 2023", "May 8, 2023", "in May 2023", "in 2022", "2023-05-08", "5/8/2023" (slashes month
+  first, as the timestamps' parser reads them, unless the first number cannot be a month), "8.5.2023" (dots day
+  first);
 - a month without a year ("in June"): the latest such month up to the reference time;
 - a season ("in summer 2022", "the summer of 2021", "towards the end of summer 2023", "last winter"): its three
   months, or its first or last month when the question says "early", "the beginning of", "late" or "the end of".
   Seasons are the meteorological ones of the northern hemisphere (spring March-May, summer June-August, autumn
   September-November, winter December-February, named by the year its January falls in); a season without a year
   is the latest one begun by the reference time for "this", the latest one over for "last";
-- relative to the reference time: "yesterday", "last week", "this month", "last year", "last weekend",
-  "last Friday", "three weeks ago";
+- relative to the reference time: "yesterday", "the day before yesterday", "last week", "this month", "last
+  year", "last weekend" (the Saturday and Sunday before, as in a turn's facts), "last Friday", "three weeks ago",
+  "a couple of days back";
 - relative to an event: "the weekend before the concert", "two days after the wedding", "the week before
   27 June 2023". The parse gives an :class:`Offset` and the anchor's text; the anchor is a date (resolved at
   once) or an event, whose date the caller finds in memory (:func:`resolve`).
