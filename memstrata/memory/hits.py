@@ -40,7 +40,7 @@ def turn_hits(index: MemoryIndex, rows: Sequence[int] | np.ndarray, parts: dict[
     if not rows:
         return []
     names = [k for k in parts if k != "score"]
-    columns = [[round(x, 4) for x in parts[k][rows].tolist()] for k in names]
+    columns = [np.round(parts[k][rows], 4).tolist() for k in names]
     scores = parts["score"][rows].tolist()
     dates = turn_dates(index)
     out = []

@@ -75,6 +75,11 @@ def line(item: Hit) -> str:
 
 def render(items: Sequence[Hit]) -> str:
     """Chronological, session-grouped rendering of the chosen items."""
+    return "\n".join(render_lines(items))
+
+
+def render_lines(items: Sequence[Hit]) -> list[str]:
+    """The lines of :func:`render`: a header per session, then its items' lines."""
     multi = len({i.conversation_id for i in items}) > 1
     ordered = sorted(items, key=lambda i: (_session_key(i), i.position))
     lines: list[str] = []
@@ -85,7 +90,7 @@ def render(items: Sequence[Hit]) -> str:
             lines.append(header(item, multi_conversation=multi))
             current = key
         lines.append(line(item))
-    return "\n".join(lines)
+    return lines
 
 
 def pack_context(
@@ -106,13 +111,23 @@ def pack_context(
         chosen.append(item)
         sessions.add(key)
         used += cost
-    context = render(chosen)
-    tokens = counter.count(context)
-    while chosen and tokens > budget:  # only if joining changed tokenization; keep the promise exact
+    context, tokens = _rendered(chosen, counter)
+    while chosen and tokens > budget:  # only if the rendering costs more than its admission; keep the promise
         chosen.pop()
-        context = render(chosen)
-        tokens = counter.count(context)
+        context, tokens = _rendered(chosen, counter)
     return context, chosen, tokens
+
+
+def _rendered(chosen: Sequence[Hit], counter: Counter) -> tuple[str, int]:
+    """The rendered context and its exact token count.
+
+    A counter with ``count_lines`` counts the joined lines from its per-line counts (the MiniLM
+    tokenizer never joins words across a newline, so that is exact and reuses memoized lines);
+    any other counter counts the whole context.
+    """
+    lines = render_lines(chosen)
+    count_lines = getattr(counter, "count_lines", None)
+    return "\n".join(lines), count_lines(lines) if count_lines else counter.count("\n".join(lines))
 
 
 _HEADER = re.compile(r"^\[(?P<label>[^\]·]+?)(?: · [^\]]*)?\]$")

@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
@@ -50,6 +51,14 @@ class TokenCounter:
 
     def count(self, text: str) -> int:
         return _count(self.tokenizer_file, text) if text else 0
+
+    def count_lines(self, lines: Sequence[str]) -> int:
+        """The tokens of ``"\\n".join(lines)``, summed from the memoized lines' counts.
+
+        Exact: the tokenizer's pre-tokenizer splits on whitespace, so no token spans two lines
+        (``tests/test_tokens.py`` checks it on LoCoMo's turns).
+        """
+        return sum(self.count(text) for text in lines)
 
     def count_many(self, texts: list[str]) -> list[int]:
         if not texts:

@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 from collections import Counter
+from functools import lru_cache
 from typing import Any
 
 import bm25s
@@ -40,8 +41,18 @@ _STEM = _stemmer()
 
 
 def tokenize(texts: list[str]) -> list[list[str]]:
-    """Lower-cased, stop-worded, stemmed word tokens (the BM25 vocabulary)."""
+    """Lower-cased, stop-worded, stemmed word tokens (the BM25 vocabulary).
+
+    One text (a query, searched once per kind and per step of a retrieval) is memoized.
+    """
+    if len(texts) == 1:
+        return [list(_tokenize_one(texts[0]))]
     return bm25s.tokenize(texts, stopwords="en", stemmer=_STEM, return_ids=False, show_progress=False)
+
+
+@lru_cache(maxsize=4096)
+def _tokenize_one(text: str) -> tuple[str, ...]:
+    return tuple(bm25s.tokenize([text], stopwords="en", stemmer=_STEM, return_ids=False, show_progress=False)[0])
 
 
 class Bm25:
