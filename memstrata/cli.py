@@ -270,10 +270,18 @@ def forget(user: User, data_dir: DataDir = None, chroma_url: ChromaUrl = None,
 def reindex(data_dir: DataDir = None, chroma_url: ChromaUrl = None,
             scopes_only: Annotated[bool, typer.Option(
                 "--scopes-only", help="only stamp the tenant scope on a store made before it (no re-embedding)")] = False,
+            words_only: Annotated[bool, typer.Option(
+                "--words", help="only build the word index of an embedded store made before it (no re-embedding)")]
+            = False,
             ) -> None:
-    """Re-embed every collection with the current embedder (after changing models)."""
+    """Re-embed every collection with the current embedder (after changing models), and rebuild the word index."""
     store = _mem(data_dir, chroma_url).store
-    console.print(json.dumps(store.stamp_scopes() if scopes_only else store.reindex()))
+    if scopes_only or words_only:
+        done = {**({"scopes": store.stamp_scopes()} if scopes_only else {}),
+                **({"words": store.index_words()} if words_only else {})}
+    else:
+        done = {"embedded": store.reindex(), "words": store.index_words()}
+    console.print(json.dumps(done))
 
 
 def _mount_bench() -> None:

@@ -32,6 +32,8 @@ from memstrata.cli import app
 from memstrata.integrations.langchain import MemstrataRetriever, memory_search_tool
 from memstrata.memory.levels import levels
 from memstrata.memory.store.tables import SQLITE_FILE, TableRow
+from memstrata.memory.store.vectors import indexes_words
+from memstrata.memory.store.words import WORDS_FILE
 from test_concurrency import ENV, conversation, digest, unit_kinds, write
 from test_studio import studio  # noqa: F401 - the `langgraph dev` server fixture
 
@@ -107,6 +109,11 @@ def test_a_thousand_queries_through_every_entry_point_never_cross_tenants(
             assert all(r.metadata["user_id"] == user for r in found), (kind, user, query)
             leaks.extend(("store:" + kind, user, query, r.document[:80]) for r in found
                          if any(m in r.document for u, m in USERS.items() if u != user))
+            if indexes_words(kind):  # the word index too, asked for the query's words
+                for found in mem.store.matching(kind, user_id=user, words=query.split(), limit=5):
+                    assert all(r.metadata["user_id"] == user for r in found), (kind, user, query)
+                    leaks.extend(("words:" + kind, user, query, r.document[:80]) for r in found
+                                 if any(m in r.document for u, m in USERS.items() if u != user))
     for user, query in plans["ask"]:
         result = mem.ask(query, user_id=user)
         check("ask", user, query, [e.text for e in result.evidence])
@@ -158,6 +165,13 @@ def raw_rows(mem: Memstrata, path: Path) -> list[tuple[str, str, str]]:
         for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
             rows += [(table, u, f"{c} {d}") for u, c, d in
                      db.execute(f'SELECT user_id, conversation_id, data FROM "{table}"').fetchall()]
+    with sqlite3.connect(path / WORDS_FILE) as db:  # the word index: its rows, and every term its index holds
+        tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE sql LIKE 'CREATE VIRTUAL TABLE%'")]
+        for table in tables:
+            rows += [("words:" + table, u, f"{c} {t}") for u, c, t in
+                     db.execute(f'SELECT user, conv, text FROM "{table}"').fetchall()]
+            db.execute(f'CREATE VIRTUAL TABLE IF NOT EXISTS temp."v_{table}" USING fts5vocab(main, "{table}", row)')
+            rows += [("terms:" + table, "", term) for (term,) in db.execute(f'SELECT term FROM temp."v_{table}"')]
     return rows
 
 
@@ -174,5 +188,6 @@ def test_forget_leaves_no_trace_of_the_user_anywhere(memory: tuple[Memstrata, Pa
     after = raw_rows(mem, path)
     assert [r for r in after if r[1] == "iso-a"] == []
     assert [r for r in after if "alfq" in r[2]] == []  # no copy of its text under another id either
+    assert [r for r in before if r[0].startswith("terms:") and "alfq" in r[2]]  # the index did hold its words
     assert digest(mem.store, "iso-b") == kept
-    assert len(after) == sum(u == "iso-b" for _, u, _ in before)
+    assert len([r for r in after if not r[0].startswith("terms:")]) == sum(u == "iso-b" for _, u, _ in before)

@@ -10,11 +10,14 @@ them; every search function then runs unchanged. Candidates, per query:
   units of every other searched kind, through Chroma's HNSW index under the
   tenant filter (:meth:`VectorStore.nearest`);
 - **lexical**: for each of the query's ``lexical_terms`` longest content words,
-  up to ``lexical_k`` turns whose text contains it as written, lower-cased or
-  capitalised (Chroma's full-text index, :meth:`VectorStore.containing`; see
-  :func:`_variants`), and
-  per event kind (summaries, facts) up to ``lexical_k`` per word of units that
-  contain any of them;
+  up to ``lexical_k`` turns that hold it, and per event kind (summaries, facts)
+  up to ``lexical_k`` units for each of the ``_EVENT_WORDS`` longest. On an
+  embedded store these are the word's best BM25 matches in the persisted word
+  index (:meth:`VectorStore.matching`, :mod:`memstrata.memory.store.words`);
+  on a Chroma server, or before ``memstrata reindex --words`` has indexed an
+  older store, they are the first units whose text contains the word as
+  written, lower-cased or capitalised (Chroma's full-text index,
+  :meth:`VectorStore.containing`; see :func:`_variants`);
 - **sessions**: the sessions those candidates come from are loaded whole (their
   turns and turn views), up to ``sessions`` of them for the first queries of a
   retrieval and an eighth more for each later one (a follow-up), ranked by
@@ -181,16 +184,18 @@ class WorkingSet:
             reads.append((level.role not in ("raw", "view"), functools.partial(
                 store.nearest, level.kind, vectors=vecs[fresh], k=k, **scope)))
         words = list(dict.fromkeys(w for text in texts for w in content_words(text, b.lexical_terms)))
-        for word in self._unread(raw, words):  # one read per word: a common word cannot crowd out a rare one
-            reads.append((False, functools.partial(_one, store.containing, raw, phrases=_variants(word),
-                                                   limit=b.lexical_k, **scope)))
-        # events (tree nodes consolidate these): the longest words, one read each (a read of many words at
-        # once is several times slower in Chroma's full-text index than a few single-word reads)
-        for level in levels.levels(role="event", searched=True):
-            if level.kind != "tree_node":
-                reads += [(True, functools.partial(_one, store.containing, level.kind, phrases=_variants(word),
-                                                   limit=b.lexical_k, **scope))
-                          for word in self._unread(level.kind, words, _EVENT_WORDS)]
+        # One ranked list per word, so a common word cannot crowd out a rare one. Events (tree nodes
+        # consolidate these) are read for the longest words only.
+        for kind, keep, limit in [(raw, False, None), *((lv.kind, True, _EVENT_WORDS) for lv in
+                                                        levels.levels(role="event", searched=True)
+                                                        if lv.kind != "tree_node")]:
+            unread = self._unread(kind, words, limit)
+            if unread and store.words_ready(kind):  # the word index: one call, each word's best BM25 matches
+                reads.append((keep, functools.partial(store.matching, kind, words=unread, limit=b.lexical_k,
+                                                      **scope)))
+            else:  # Chroma's full-text index: one read per word (a read of many words at once is slower)
+                reads += [(keep, functools.partial(_one, store.containing, kind, phrases=_variants(word),
+                                                   limit=b.lexical_k, **scope)) for word in unread]
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
             results = list(pool.map(lambda read: read[1](), reads))
         self.reads += len(reads)

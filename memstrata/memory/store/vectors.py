@@ -33,6 +33,7 @@ from memstrata.memory import levels
 from memstrata.memory.embeddings import MiniLMEmbeddings, embedder_identity
 from memstrata.memory.store import tenant
 from memstrata.memory.store.tenant import StoreError
+from memstrata.memory.store.words import WordIndex
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +158,8 @@ class VectorStore:
         self._write_lock = threading.Lock()
         self.versions = WriteLog()
         self._scoped: dict[str, bool] = {}  # per kind: every record carries the scope stamp
+        # the bounded path's word index (memstrata.memory.store.words); embedded stores only
+        self.words = WordIndex(Path(path)) if self._path is not None else None
 
     # ---- the tenant scope (memstrata.memory.store.tenant) ----------------------
     def _scope(self, kind: str, user_id: str, conversation_id: str | None = None,
@@ -207,6 +210,9 @@ class VectorStore:
             )
             raise EmbedderMismatchError(msg)
         self._scoped[kind] = bool(found.get("scoped"))
+        if self.words is not None and indexes_words(kind):
+            # a new index covers a kind only if nothing was stored before it (else: `memstrata reindex --words`)
+            self.words.set_coverage(kind, col.count() == 0, only_if_unknown=True)
         return col
 
     def _reopen(self) -> None:
@@ -264,6 +270,9 @@ class VectorStore:
                 stop = start + _MAX_BATCH
                 col.upsert(ids=ids[start:stop], embeddings=[np.asarray(v, dtype=np.float32) for v in vecs[start:stop]],
                            documents=list(documents[start:stop]), metadatas=metas[start:stop])
+            if self.words is not None and indexes_words(kind):
+                self.words.put(kind, [(m["user_id"], m["conversation_id"], m["unit_id"], doc)
+                                      for m, doc in zip(metas, documents, strict=True)])
         for user in dict.fromkeys(m["user_id"] for m in metas):
             rows = [i for i, m in enumerate(metas) if m["user_id"] == user]
             # float32 arrays: the journal holds a vector in 1.5 kB instead of 12 kB of Python floats
@@ -278,6 +287,8 @@ class VectorStore:
             # slow when ids and a where clause come together (tens of seconds on a 50k-record collection).
             keys = [self.storage_key(user_id, conversation_id, u) for u in unit_ids]
             self.collection(kind).delete(ids=keys)
+            if self.words is not None and indexes_words(kind):
+                self.words.delete(kind, user_id=user_id, conversation_id=conversation_id, unit_ids=unit_ids)
             self.versions.record(user_id, kind, "delete", conversation_id=conversation_id, unit_ids=tuple(unit_ids))
 
     def delete_user(self, user_id: str) -> dict[str, int]:
@@ -290,6 +301,8 @@ class VectorStore:
             for start in range(0, len(keys), _MAX_BATCH):
                 col.delete(ids=keys[start:start + _MAX_BATCH])
             removed[kind] = len(keys)
+        if self.words is not None:
+            self.words.delete_user(user_id, [k for k in self.stored_kinds() if indexes_words(k)])
         self.versions.bump(user_id)
         return removed
 
@@ -482,6 +495,45 @@ class VectorStore:
 
         return _records(kind, self._tenant_read(kind, read, user_id, conversation_id, limit)[0], with_vectors)
 
+    def words_ready(self, kind: str) -> bool:
+        """Whether :meth:`matching` can answer for this kind (an embedded store whose word index is complete)."""
+        return self.words is not None and indexes_words(kind) and self.words.coverage(kind) is True
+
+    def matching(self, kind: str, *, user_id: str, words: Sequence[str], limit: int,
+                 conversation_id: str | None = None) -> list[list[Record]]:
+        """For each word, up to ``limit`` of one user's units holding it, best BM25 match first, vectors included.
+
+        The word index (:mod:`memstrata.memory.store.words`) finds them; their records are then read from
+        Chroma by key in one call and checked against the tenant like every read by key.
+        """
+        if self.words is None:
+            msg = "matching: this store has no word index (a Chroma server store); use containing()"
+            raise StoreError(msg)
+        found = [self.words.search(kind, w, user_id=user_id, limit=limit, conversation_id=conversation_id)
+                 for w in words]
+        records = {(r.metadata["conversation_id"], r.unit_id): r
+                   for r in self.get_keys(kind, user_id=user_id, keys=[p for pairs in found for p in pairs],
+                                          with_vectors=True)}
+        return [[records[p] for p in pairs if p in records] for pairs in found]
+
+    def index_words(self, *, progress: Any = None) -> dict[str, int]:
+        """Build the word index from the stored text of every kind it covers, then mark those kinds complete."""
+        if self.words is None:
+            return {}
+        counts = {}
+        for kind in (k for k in self.stored_kinds() if indexes_words(k)):
+            self.words.clear(kind)
+            data = self._paged(kind, include=["documents", "metadatas"])
+            rows = [(m["user_id"], m["conversation_id"], m["unit_id"], d or "")
+                    for d, m in zip(data["documents"], data["metadatas"], strict=True)]
+            for start in range(0, len(rows), _MAX_BATCH):
+                self.words.put(kind, rows[start:start + _MAX_BATCH])
+                if progress:
+                    progress(kind, min(start + _MAX_BATCH, len(rows)), len(rows))
+            self.words.set_coverage(kind, True)
+            counts[kind] = len(rows)
+        return counts
+
     def holds_more_than(self, kind: str, n: int, *, user_id: str, conversation_id: str | None = None) -> bool:
         """Whether one user has more than ``n`` units of a kind (reads at most ``n + 1`` ids)."""
         found = self.collection(kind).get(where=self._scope(kind, user_id, conversation_id), limit=n + 1, include=[])
@@ -552,6 +604,15 @@ class VectorStore:
         self.versions.bump_all()
         logger.info("reindexed %s with %s (%d)", self.location, name, dim)
         return counts
+
+
+def indexes_words(kind: str) -> bool:
+    """Whether the word index holds a kind: the raw turns and every searched event kind."""
+    try:
+        level = levels.get_level(kind)
+    except KeyError:  # an unregistered kind left behind by a plugin
+        return False
+    return level.searched and level.role in ("raw", "event")
 
 
 def _owned(res: dict[str, Any], user_id: str, conversation_id: str | None) -> dict[str, Any]:

@@ -1,0 +1,177 @@
+"""A persisted word index of the searched text, ranked by BM25: the bounded search path's lexical reads.
+
+On a large user, the bounded path (:mod:`memstrata.memory.index.bounded`) reads the units that contain
+a question's words. Chroma answers ``$contains`` from a trigram index and scans its matches in storage
+order; on 30k turns those reads were about two thirds of a query's reading time, and they grow with the
+collection (issue 12). This index answers the same question from SQLite FTS5 with a word tokenizer
+(Porter stems, Unicode case folding), ranked by FTS5's BM25, so the ``limit`` units a word returns are
+its best matches, not the first ones stored.
+
+It lives in ``memstrata_words.sqlite3`` beside the embedded store, one FTS5 table per kind, and is
+written with every unit write, delete and user deletion of :class:`~memstrata.memory.store.VectorStore`.
+A Chroma server store has no such file: its bounded reads stay on ``$contains``.
+
+Tenant: each row carries a ``tag`` column with two tokens, a hash of the user and the record's scope key
+(:func:`~memstrata.memory.store.tenant.scope_key`); every search matches the tag and also compares the
+stored user id, and the store checks each record it then reads by key (``_owned``). BM25's document
+frequencies are the whole table's, as HNSW's graph is the whole collection's: another user's text
+can change an order, never a result set.
+
+A kind's index is *complete* when it was created while its collection was empty, or rebuilt by
+:meth:`VectorStore.index_words` (``memstrata reindex --words``); a store written before this index
+existed is read with ``$contains`` until then.
+
+Example:
+    >>> words = WordIndex(Path(tempfile.mkdtemp()))                          # doctest: +SKIP
+    >>> words.put("turn", [("alice", "c1", "D1:1", "I went swimming")])      # doctest: +SKIP
+    >>> words.search("turn", "swim", user_id="alice", limit=5)               # doctest: +SKIP
+    [('c1', 'D1:1')]
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from memstrata.memory.store import tenant
+
+WORDS_FILE = "memstrata_words.sqlite3"
+BUSY_TIMEOUT_S = 30.0
+_TOKEN = re.compile(r"[^\W_]+")  # what FTS5's unicode61 tokenizer keeps as one token
+_BATCH = 2000
+
+
+def _table(kind: str) -> str:
+    return "words_" + re.sub(r"[^A-Za-z0-9_]", "_", kind)
+
+
+def _rowid(user_id: str, conversation_id: str, unit_id: str) -> int:
+    """A row's id, from its storage key: the same unit always lands on the same row."""
+    return int(tenant.storage_key(user_id, conversation_id, unit_id)[:15], 16)
+
+
+def _user_tag(user_id: str) -> str:
+    return "u" + tenant.stable_hash("words-user", tenant.check_user(user_id), length=24)
+
+
+def _tag(user_id: str, conversation_id: str) -> str:
+    return f"{_user_tag(user_id)} c{tenant.scope_key(user_id, conversation_id)}"
+
+
+def query_term(word: str) -> str | None:
+    """The FTS5 term for a query word: its longest token, quoted (``"Caroline's"`` -> ``"Caroline"``)."""
+    tokens = _TOKEN.findall(word)
+    return f'"{max(tokens, key=len)}"' if tokens else None
+
+
+class WordIndex:
+    """SQLite FTS5 tables of the searched kinds' text, safe from several threads and processes.
+
+    Args:
+        folder: the embedded store's folder (the index file is created there).
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.path = Path(folder) / WORDS_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tables: set[str] = set()
+        with self._connect() as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE IF NOT EXISTS coverage (kind TEXT PRIMARY KEY, complete INTEGER NOT NULL)")
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        try:
+            db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+            db.execute("PRAGMA synchronous=NORMAL")
+            yield db
+        finally:
+            db.close()
+
+    @contextmanager
+    def _write(self, kind: str) -> Iterator[sqlite3.Connection]:
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                self._ensure(db, kind)
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def _ensure(self, db: sqlite3.Connection, kind: str) -> None:
+        name = _table(kind)
+        if name not in self._tables:
+            # detail=column: no word positions (phrases are never asked), a smaller index
+            db.execute(f'CREATE VIRTUAL TABLE IF NOT EXISTS "{name}" USING fts5(text, tag, user UNINDEXED, '
+                       "conv UNINDEXED, unit UNINDEXED, tokenize='porter unicode61', detail=column)")
+            self._tables.add(name)
+
+    # ---- coverage -------------------------------------------------------------
+    def coverage(self, kind: str) -> bool | None:
+        """Whether the kind's index holds every stored unit (``None``: never recorded)."""
+        with self._connect() as db:
+            row = db.execute("SELECT complete FROM coverage WHERE kind = ?", (kind,)).fetchone()
+        return None if row is None else bool(row[0])
+
+    def set_coverage(self, kind: str, complete: bool, *, only_if_unknown: bool = False) -> None:
+        verb = "INSERT OR IGNORE" if only_if_unknown else "INSERT OR REPLACE"
+        with self._connect() as db:
+            db.execute(f"{verb} INTO coverage VALUES (?, ?)", (kind, int(complete)))
+
+    # ---- writes ---------------------------------------------------------------
+    def put(self, kind: str, rows: Sequence[tuple[str, str, str, str]]) -> int:
+        """Index ``(user_id, conversation_id, unit_id, text)`` rows; a unit written again replaces its row."""
+        data = [(_rowid(u, c, i), text, _tag(u, c), u, c, i) for u, c, i, text in rows]
+        with self._write(kind) as db:
+            for start in range(0, len(data), _BATCH):
+                db.executemany(f'INSERT OR REPLACE INTO "{_table(kind)}" (rowid, text, tag, user, conv, unit) '
+                               "VALUES (?, ?, ?, ?, ?, ?)", data[start:start + _BATCH])
+        return len(data)
+
+    def delete(self, kind: str, *, user_id: str, conversation_id: str, unit_ids: Sequence[str]) -> None:
+        ids = [(_rowid(user_id, conversation_id, u),) for u in unit_ids]
+        with self._write(kind) as db:
+            db.executemany(f'DELETE FROM "{_table(kind)}" WHERE rowid = ?', ids)
+
+    def delete_user(self, user_id: str, kinds: Sequence[str]) -> None:
+        """Every row of the user, then an FTS5 ``optimize``: the index keeps no entry of a deleted row."""
+        for kind in kinds:
+            name = _table(kind)
+            with self._write(kind) as db:
+                db.execute(f'DELETE FROM "{name}" WHERE rowid IN (SELECT rowid FROM "{name}" '
+                           f'WHERE "{name}" MATCH ? AND user = ?)', (f'tag:"{_user_tag(user_id)}"', user_id))
+                db.execute(f'INSERT INTO "{name}" ("{name}") VALUES (\'optimize\')')
+
+    def clear(self, kind: str) -> None:
+        with self._write(kind) as db:
+            db.execute(f'DELETE FROM "{_table(kind)}"')
+
+    # ---- reads ----------------------------------------------------------------
+    def search(self, kind: str, word: str, *, user_id: str, limit: int,
+               conversation_id: str | None = None) -> list[tuple[str, str]]:
+        """Up to ``limit`` of one user's units of ``kind`` holding the word (stemmed, any case), best BM25 first.
+
+        Returns ``(conversation_id, unit_id)`` pairs.
+        """
+        term = query_term(word)
+        if term is None:
+            return []
+        tag = f'"c{tenant.scope_key(user_id, conversation_id)}"' if conversation_id is not None \
+            else f'"{_user_tag(user_id)}"'
+        name = _table(kind)
+        with self._connect() as db:
+            try:
+                found = db.execute(
+                    f'SELECT conv, unit FROM "{name}" WHERE "{name}" MATCH ? AND user = ? '
+                    f'ORDER BY bm25("{name}", 1.0, 0.0) LIMIT ?', (f"tag:{tag} AND text:{term}", user_id, limit))
+                return [(str(c), str(u)) for c, u in found]
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):  # nothing of this kind was ever indexed
+                    return []
+                raise

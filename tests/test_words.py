@@ -1,0 +1,87 @@
+"""The persisted word index (issue 12): the bounded path's lexical reads, tenant-safe, ranked, kept with every write."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from memstrata.memory.index.bounded import Bounds, WorkingSet
+from memstrata.memory.levels import Turn
+from memstrata.memory.store import MemoryStore
+from memstrata.memory.store.words import WORDS_FILE, query_term
+
+
+def _turn(user: str, i: int, text: str, conv: str = "c1") -> Turn:
+    return Turn(user_id=user, conversation_id=conv, session_id=str(1 + i // 5), position=i, speaker="A", text=text)
+
+
+def _write(store: MemoryStore, turns: list[Turn]) -> None:
+    store.upsert("turn", turns, documents=[t.render() for t in turns],
+                 extra=[{"session_id": t.session_id, "position": t.position} for t in turns])
+
+
+def _ids(records_per_word: list[list]) -> list[list[str]]:
+    return [[r.unit_id for r in records] for records in records_per_word]
+
+
+def test_the_word_index_stays_in_its_tenant(data_dir, hash_embeddings) -> None:
+    store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
+    # Same conversation id, same unit ids; only alice ever mentions the zeppelin.
+    _write(store, [_turn("alice", 0, "The zeppelin hangar code is 4471."), _turn("alice", 1, "Tea at noon.")])
+    _write(store, [_turn("bob", 0, "My hangar is empty."), _turn("bob", 1, "Tea at noon, zeppelins never.")])
+    assert store.words_ready("turn")
+    alice = store.matching("turn", user_id="alice", words=["zeppelin", "hangar"], limit=10)
+    assert _ids(alice) == [["s1:t0"], ["s1:t0"]]
+    assert {r.metadata["user_id"] for found in alice for r in found} == {"alice"}
+    assert "4471" in alice[0][0].document and alice[0][0].metadata["_vector"] is not None
+    bob = store.matching("turn", user_id="bob", words=["zeppelin", "hangar"], limit=10, conversation_id="c1")
+    assert _ids(bob) == [["s1:t1"], ["s1:t0"]]  # "zeppelins" holds the stem; bob's own rows only
+    assert all("4471" not in r.document for found in bob for r in found)
+    assert store.matching("turn", user_id="carol", words=["zeppelin"], limit=10) == [[]]
+    store.delete_user("alice")
+    assert store.matching("turn", user_id="alice", words=["zeppelin"], limit=10) == [[]]
+    assert _ids(store.matching("turn", user_id="bob", words=["zeppelin"], limit=10)) == [["s1:t1"]]
+
+
+def test_a_word_returns_its_best_matches_not_the_first_stored(data_dir, hash_embeddings) -> None:
+    store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
+    filler = "we talked about the weather, the traffic, the news and then the garden for a moment"
+    turns = [_turn("u", i, f"{filler} ({i})") for i in range(8)] + [_turn("u", 8, "Gardening: my garden, my gardens!")]
+    _write(store, turns)
+    assert _ids(store.matching("turn", user_id="u", words=["gardening"], limit=1)) == [["s2:t8"]]
+    assert len(store.matching("turn", user_id="u", words=["Garden"], limit=20)[0]) == 9  # any case, any form
+    # Writing a unit again replaces its words; deleting it removes them.
+    _write(store, [turns[8].model_copy(update={"text": "Pottery instead."})])
+    assert _ids(store.matching("turn", user_id="u", words=["gardening", "pottery"], limit=1))[1] == ["s2:t8"]
+    assert "s2:t8" not in _ids(store.matching("turn", user_id="u", words=["garden"], limit=20))[0]
+    store.delete("turn", user_id="u", conversation_id="c1", unit_ids=["s2:t8"])
+    assert store.matching("turn", user_id="u", words=["pottery"], limit=5) == [[]]
+
+
+def test_query_terms_are_single_quoted_tokens() -> None:
+    assert query_term("Caroline's") == '"Caroline"'
+    assert query_term("AND") == '"AND"'  # never an FTS5 operator
+    assert query_term("--") is None
+
+
+def test_a_store_written_before_the_index_reads_by_containment_until_indexed(data_dir, hash_embeddings,
+                                                                               monkeypatch) -> None:
+    store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
+    _write(store, [_turn("u", i, f"Priya mentioned the marathon number {i}") for i in range(6)])
+    for path in Path(data_dir).glob(WORDS_FILE + "*"):
+        path.unlink()  # as a version before the word index left the folder
+    older = MemoryStore(path=data_dir, embeddings=hash_embeddings)
+    assert not older.words_ready("turn")
+    used: list[str] = []
+    for name in ("containing", "matching"):
+        method = getattr(older, name)
+        monkeypatch.setattr(older, name, lambda *a, _m=method, _n=name, **k: used.append(_n) or _m(*a, **k))
+    vec = np.asarray(hash_embeddings.embed_documents(["marathon"]), dtype=np.float32)
+    index = WorkingSet(older, user_id="u", bounds=Bounds(sessions=10)).ensure(["marathon Priya"], vec)
+    assert len(index.turns) == 6 and "containing" in used and "matching" not in used
+    assert older.index_words()["turn"] == 6
+    assert older.words_ready("turn")
+    used.clear()
+    index = WorkingSet(older, user_id="u", bounds=Bounds(sessions=10)).ensure(["marathon Priya"], vec)
+    assert len(index.turns) == 6 and "matching" in used and "containing" not in used
