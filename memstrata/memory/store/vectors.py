@@ -509,8 +509,7 @@ class VectorStore:
         if self.words is None:
             msg = "matching: this store has no word index (a Chroma server store); use containing()"
             raise StoreError(msg)
-        found = [self.words.search(kind, w, user_id=user_id, limit=limit, conversation_id=conversation_id)
-                 for w in words]
+        found = self.words.search(kind, words, user_id=user_id, limit=limit, conversation_id=conversation_id)
         records = {(r.metadata["conversation_id"], r.unit_id): r
                    for r in self.get_keys(kind, user_id=user_id, keys=[p for pairs in found for p in pairs],
                                           with_vectors=True)}

@@ -24,8 +24,8 @@ existed is read with ``$contains`` until then.
 Example:
     >>> words = WordIndex(Path(tempfile.mkdtemp()))                          # doctest: +SKIP
     >>> words.put("turn", [("alice", "c1", "D1:1", "I went swimming")])      # doctest: +SKIP
-    >>> words.search("turn", "swim", user_id="alice", limit=5)               # doctest: +SKIP
-    [('c1', 'D1:1')]
+    >>> words.search("turn", ["swim"], user_id="alice", limit=5)             # doctest: +SKIP
+    [[('c1', 'D1:1')]]
 """
 
 from __future__ import annotations
@@ -153,25 +153,27 @@ class WordIndex:
             db.execute(f'DELETE FROM "{_table(kind)}"')
 
     # ---- reads ----------------------------------------------------------------
-    def search(self, kind: str, word: str, *, user_id: str, limit: int,
-               conversation_id: str | None = None) -> list[tuple[str, str]]:
-        """Up to ``limit`` of one user's units of ``kind`` holding the word (stemmed, any case), best BM25 first.
-
-        Returns ``(conversation_id, unit_id)`` pairs.
-        """
-        term = query_term(word)
-        if term is None:
-            return []
+    def search(self, kind: str, words: Sequence[str], *, user_id: str, limit: int,
+               conversation_id: str | None = None) -> list[list[tuple[str, str]]]:
+        """For each word, up to ``limit`` of one user's units of ``kind`` holding it (stemmed, any case), best
+        BM25 match first, as ``(conversation_id, unit_id)`` pairs."""
         tag = f'"c{tenant.scope_key(user_id, conversation_id)}"' if conversation_id is not None \
             else f'"{_user_tag(user_id)}"'
         name = _table(kind)
+        out: list[list[tuple[str, str]]] = []
         with self._connect() as db:
-            try:
-                found = db.execute(
-                    f'SELECT conv, unit FROM "{name}" WHERE "{name}" MATCH ? AND user = ? '
-                    f'ORDER BY bm25("{name}", 1.0, 0.0) LIMIT ?', (f"tag:{tag} AND text:{term}", user_id, limit))
-                return [(str(c), str(u)) for c, u in found]
-            except sqlite3.OperationalError as exc:
-                if "no such table" in str(exc):  # nothing of this kind was ever indexed
-                    return []
-                raise
+            for word in words:
+                term = query_term(word)
+                if term is None:
+                    out.append([])
+                    continue
+                try:
+                    found = db.execute(
+                        f'SELECT conv, unit FROM "{name}" WHERE "{name}" MATCH ? AND user = ? '
+                        f'ORDER BY bm25("{name}", 1.0, 0.0) LIMIT ?', (f"tag:{tag} AND text:{term}", user_id, limit))
+                    out.append([(str(c), str(u)) for c, u in found])
+                except sqlite3.OperationalError as exc:
+                    if "no such table" not in str(exc):  # else nothing of this kind was ever indexed
+                        raise
+                    out.append([])
+        return out
