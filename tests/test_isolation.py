@@ -110,10 +110,10 @@ def test_a_thousand_queries_through_every_entry_point_never_cross_tenants(
             leaks.extend(("store:" + kind, user, query, r.document[:80]) for r in found
                          if any(m in r.document for u, m in USERS.items() if u != user))
             if indexes_words(kind):  # the word index too, asked for the query's words
-                for found in mem.store.matching(kind, user_id=user, words=query.split(), limit=5):
-                    assert all(r.metadata["user_id"] == user for r in found), (kind, user, query)
-                    leaks.extend(("words:" + kind, user, query, r.document[:80]) for r in found
-                                 if any(m in r.document for u, m in USERS.items() if u != user))
+                found = mem.store.matching(kind, user_id=user, words=query.split(), limit=5)
+                assert all(r.metadata["user_id"] == user for r in found), (kind, user, query)
+                leaks.extend(("words:" + kind, user, query, r.document[:80]) for r in found
+                             if any(m in r.document for u, m in USERS.items() if u != user))
     for user, query in plans["ask"]:
         result = mem.ask(query, user_id=user)
         check("ask", user, query, [e.text for e in result.evidence])

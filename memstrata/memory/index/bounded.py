@@ -9,13 +9,13 @@ them; every search function then runs unchanged. Candidates, per query:
 - **dense**: the top ``dense_k`` turns and turn views, and the top ``event_k``
   units of every other searched kind, through Chroma's HNSW index under the
   tenant filter (:meth:`VectorStore.nearest`);
-- **lexical**: for each of the query's ``lexical_terms`` longest content words,
-  up to ``lexical_k`` turns that hold it, and per event kind (summaries, facts)
-  up to ``lexical_k`` units for each of the ``_EVENT_WORDS`` longest. On an
-  embedded store these are the word's best BM25 matches in the persisted word
-  index (:meth:`VectorStore.matching`, :mod:`memstrata.memory.store.words`);
-  on a Chroma server, or before ``memstrata reindex --words`` has indexed an
-  older store, they are the first units whose text contains the word as
+- **lexical**: ``lexical_k`` turns per word for the query's ``lexical_terms``
+  longest content words, and per event kind (summaries, facts) ``lexical_k``
+  units per word for the ``_EVENT_WORDS`` longest. On an embedded store they
+  are the words' best BM25 matches together in the persisted word index
+  (:meth:`VectorStore.matching`, :mod:`memstrata.memory.store.words`); on a
+  Chroma server, or before ``memstrata reindex --words`` has indexed an older
+  store, they are, for each word, the first units whose text contains it as
   written, lower-cased or capitalised (Chroma's full-text index,
   :meth:`VectorStore.containing`; see :func:`_variants`);
 - **sessions**: the sessions those candidates come from are loaded whole (their
@@ -184,16 +184,16 @@ class WorkingSet:
             reads.append((level.role not in ("raw", "view"), functools.partial(
                 store.nearest, level.kind, vectors=vecs[fresh], k=k, **scope)))
         words = list(dict.fromkeys(w for text in texts for w in content_words(text, b.lexical_terms)))
-        # One ranked list per word, so a common word cannot crowd out a rare one. Events (tree nodes
-        # consolidate these) are read for the longest words only.
+        # Events (tree nodes consolidate these) are read for the longest words only.
         for kind, keep, limit in [(raw, False, None), *((lv.kind, True, _EVENT_WORDS) for lv in
                                                         levels.levels(role="event", searched=True)
                                                         if lv.kind != "tree_node")]:
             unread = self._unread(kind, words, limit)
-            if unread and store.words_ready(kind):  # the word index: one call, each word's best BM25 matches
-                reads.append((keep, functools.partial(store.matching, kind, words=unread, limit=b.lexical_k,
-                                                      **scope)))
-            else:  # Chroma's full-text index: one read per word (a read of many words at once is slower)
+            if unread and store.words_ready(kind):  # the word index: the words' best BM25 matches, in one call
+                reads.append((keep, functools.partial(_one, store.matching, kind, words=unread,
+                                                      limit=b.lexical_k * len(unread), **scope)))
+            else:  # Chroma's full-text index, one read per word so a common word cannot crowd out a rare one
+                # (a read of many words at once is slower)
                 reads += [(keep, functools.partial(_one, store.containing, kind, phrases=_variants(word),
                                                    limit=b.lexical_k, **scope)) for word in unread]
         with ThreadPoolExecutor(max_workers=_READERS) as pool:

@@ -500,20 +500,19 @@ class VectorStore:
         return self.words is not None and indexes_words(kind) and self.words.coverage(kind) is True
 
     def matching(self, kind: str, *, user_id: str, words: Sequence[str], limit: int,
-                 conversation_id: str | None = None) -> list[list[Record]]:
-        """For each word, up to ``limit`` of one user's units holding it, best BM25 match first, vectors included.
+                 conversation_id: str | None = None) -> list[Record]:
+        """Up to ``limit`` of one user's units holding the words, best BM25 match first, vectors included.
 
-        The word index (:mod:`memstrata.memory.store.words`) finds them; their records are then read from
+        The word index (:mod:`memstrata.memory.store.words`) ranks them; their records are then read from
         Chroma by key in one call and checked against the tenant like every read by key.
         """
         if self.words is None:
             msg = "matching: this store has no word index (a Chroma server store); use containing()"
             raise StoreError(msg)
-        found = self.words.search(kind, words, user_id=user_id, limit=limit, conversation_id=conversation_id)
+        pairs = self.words.search(kind, words, user_id=user_id, limit=limit, conversation_id=conversation_id)
         records = {(r.metadata["conversation_id"], r.unit_id): r
-                   for r in self.get_keys(kind, user_id=user_id, keys=[p for pairs in found for p in pairs],
-                                          with_vectors=True)}
-        return [[records[p] for p in pairs if p in records] for pairs in found]
+                   for r in self.get_keys(kind, user_id=user_id, keys=pairs, with_vectors=True)}
+        return [records[p] for p in pairs if p in records]
 
     def index_words(self, *, progress: Any = None) -> dict[str, int]:
         """Build the word index from the stored text of every kind it covers, then mark those kinds complete."""

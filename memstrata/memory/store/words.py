@@ -3,9 +3,9 @@
 On a large user, the bounded path (:mod:`memstrata.memory.index.bounded`) reads the units that contain
 a question's words. Chroma answers ``$contains`` from a trigram index and scans its matches in storage
 order; on 30k turns those reads were about two thirds of a query's reading time, and they grow with the
-collection (issue 12). This index answers the same question from SQLite FTS5 with a word tokenizer
-(Porter stems, Unicode case folding), ranked by FTS5's BM25, so the ``limit`` units a word returns are
-its best matches, not the first ones stored.
+collection (issue 12). This index answers from SQLite FTS5 with a word tokenizer (Porter stems, Unicode
+case folding), ranked by FTS5's BM25 over all the words at once, so the units returned are the best
+matches of the question's words, not the first ones stored that hold one of them.
 
 It lives in ``memstrata_words.sqlite3`` beside the embedded store, one FTS5 table per kind, and is
 written with every unit write, delete and user deletion of :class:`~memstrata.memory.store.VectorStore`.
@@ -25,7 +25,7 @@ Example:
     >>> words = WordIndex(Path(tempfile.mkdtemp()))                          # doctest: +SKIP
     >>> words.put("turn", [("alice", "c1", "D1:1", "I went swimming")])      # doctest: +SKIP
     >>> words.search("turn", ["swim"], user_id="alice", limit=5)             # doctest: +SKIP
-    [[('c1', 'D1:1')]]
+    [('c1', 'D1:1')]
 """
 
 from __future__ import annotations
@@ -154,26 +154,27 @@ class WordIndex:
 
     # ---- reads ----------------------------------------------------------------
     def search(self, kind: str, words: Sequence[str], *, user_id: str, limit: int,
-               conversation_id: str | None = None) -> list[list[tuple[str, str]]]:
-        """For each word, up to ``limit`` of one user's units of ``kind`` holding it (stemmed, any case), best
-        BM25 match first, as ``(conversation_id, unit_id)`` pairs."""
+               conversation_id: str | None = None) -> list[tuple[str, str]]:
+        """Up to ``limit`` of one user's units of ``kind`` holding any of the words (stemmed, any case), best
+        BM25 first, as ``(conversation_id, unit_id)`` pairs.
+
+        One query scores the words together, as BM25 does: a unit holding several of them, or a rarer one,
+        ranks above a unit holding one common word.
+        """
+        terms = list(dict.fromkeys(t for t in map(query_term, words) if t))
+        if not terms:
+            return []
         tag = f'"c{tenant.scope_key(user_id, conversation_id)}"' if conversation_id is not None \
             else f'"{_user_tag(user_id)}"'
         name = _table(kind)
-        out: list[list[tuple[str, str]]] = []
         with self._connect() as db:
-            for word in words:
-                term = query_term(word)
-                if term is None:
-                    out.append([])
-                    continue
-                try:
-                    found = db.execute(
-                        f'SELECT conv, unit FROM "{name}" WHERE "{name}" MATCH ? AND user = ? '
-                        f'ORDER BY bm25("{name}", 1.0, 0.0) LIMIT ?', (f"tag:{tag} AND text:{term}", user_id, limit))
-                    out.append([(str(c), str(u)) for c, u in found])
-                except sqlite3.OperationalError as exc:
-                    if "no such table" not in str(exc):  # else nothing of this kind was ever indexed
-                        raise
-                    out.append([])
-        return out
+            try:
+                found = db.execute(
+                    f'SELECT conv, unit FROM "{name}" WHERE "{name}" MATCH ? AND user = ? '
+                    f'ORDER BY bm25("{name}", 1.0, 0.0) LIMIT ?',
+                    (f"tag:{tag} AND text:({' OR '.join(terms)})", user_id, limit))
+                return [(str(c), str(u)) for c, u in found]
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):  # nothing of this kind was ever indexed
+                    return []
+                raise
