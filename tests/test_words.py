@@ -88,3 +88,19 @@ def test_a_store_written_before_the_index_reads_by_containment_until_indexed(dat
     used.clear()
     index = WorkingSet(older, user_id="u", bounds=Bounds(sessions=10)).ensure(["marathon Priya"], vec)
     assert len(index.turns) == 6 and "matching" in used and "containing" not in used
+
+
+def test_tenant_tags_are_indexed_whole(data_dir, hash_embeddings) -> None:
+    """Every token passes the Porter stemmer; the tags must come out as written, or two could merge."""
+    import sqlite3
+
+    from memstrata.memory.store.words import _tag
+
+    store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
+    users = [f"user-{i}" for i in range(30)]
+    for user in users:
+        _write(store, [_turn(user, 0, "hello", conv=f"conv-{user}")])
+    with sqlite3.connect(Path(data_dir) / WORDS_FILE) as db:
+        db.execute('CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, "words_turn", col)')
+        tags = {t for (t,) in db.execute("SELECT term FROM temp.v WHERE col = 'tag'")}
+    assert tags == {token for user in users for token in _tag(user, f"conv-{user}").split()}

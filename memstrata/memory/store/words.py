@@ -13,7 +13,7 @@ A Chroma server store has no such file: its bounded reads stay on ``$contains``.
 
 Tenant: each row carries a ``tag`` column with two tokens, a hash of the user and the record's scope key
 (:func:`~memstrata.memory.store.tenant.scope_key`); every search matches the tag and also compares the
-stored user id, and the store checks each record it then reads by key (``_owned``). BM25's document
+stored user id (and conversation), and the store checks each record it then reads by key (``_owned``). BM25's document
 frequencies are the whole table's, as HNSW's graph is the whole collection's: another user's text
 can change an order, never a result set.
 
@@ -54,11 +54,16 @@ def _rowid(user_id: str, conversation_id: str, unit_id: str) -> int:
 
 
 def _user_tag(user_id: str) -> str:
-    return "u" + tenant.stable_hash("words-user", tenant.check_user(user_id), length=24)
+    # decimal digits after one letter: the Porter stemmer, which every token passes through, leaves them whole
+    return "u" + str(int(tenant.stable_hash("words-user", tenant.check_user(user_id), length=24), 16))
+
+
+def _scope_tag(user_id: str, conversation_id: str) -> str:
+    return "c" + str(int(tenant.scope_key(user_id, conversation_id), 16))
 
 
 def _tag(user_id: str, conversation_id: str) -> str:
-    return f"{_user_tag(user_id)} c{tenant.scope_key(user_id, conversation_id)}"
+    return f"{_user_tag(user_id)} {_scope_tag(user_id, conversation_id)}"
 
 
 def query_term(word: str) -> str | None:
@@ -164,15 +169,15 @@ class WordIndex:
         terms = list(dict.fromkeys(t for t in map(query_term, words) if t))
         if not terms:
             return []
-        tag = f'"c{tenant.scope_key(user_id, conversation_id)}"' if conversation_id is not None \
-            else f'"{_user_tag(user_id)}"'
+        tag = _scope_tag(user_id, conversation_id) if conversation_id is not None else _user_tag(user_id)
         name = _table(kind)
         with self._connect() as db:
             try:
                 found = db.execute(
-                    f'SELECT conv, unit FROM "{name}" WHERE "{name}" MATCH ? AND user = ? '
+                    f'SELECT conv, unit FROM "{name}" WHERE "{name}" MATCH ? AND user = ? AND (? IS NULL OR conv = ?) '
                     f'ORDER BY bm25("{name}", 1.0, 0.0) LIMIT ?',
-                    (f"tag:{tag} AND text:({' OR '.join(terms)})", user_id, limit))
+                    (f'tag:"{tag}" AND text:({" OR ".join(terms)})', user_id, conversation_id, conversation_id,
+                     limit))
                 return [(str(c), str(u)) for c, u in found]
             except sqlite3.OperationalError as exc:
                 if "no such table" in str(exc):  # nothing of this kind was ever indexed
