@@ -520,6 +520,7 @@ class VectorStore:
             return {}
         counts = {}
         for kind in (k for k in self.stored_kinds() if indexes_words(k)):
+            self.words.set_coverage(kind, False)  # an interrupted rebuild leaves the kind on $contains
             self.words.clear(kind)
             data = self._paged(kind, include=["documents", "metadatas"])
             rows = [(m["user_id"], m["conversation_id"], m["unit_id"], d or "")
