@@ -59,15 +59,16 @@ class Context:
     snapshot_refresh_s: Annotated[float, _s(
         "store", "seconds a search snapshot is trusted before a count check looks for other processes' writes")] = 5.0
     snapshot_max_turns: Annotated[int, _s(
-        "store", "above this many raw turns of the searched scope, a query reads its candidates from Chroma (HNSW "
-                 "and full-text) and builds a snapshot of those alone, instead of holding the whole memory in "
+        "store", "above this many raw turns of the searched scope, a query reads its candidates from the store (HNSW "
+                 "and the word index) and builds a snapshot of those alone, instead of holding the whole memory in "
                  "memory; 0 always does so")] = 20000
     bounded_dense_k: Annotated[int, _s(
         "store", "bounded path: turns and turn views each query reads through Chroma's HNSW index")] = 200
     bounded_event_k: Annotated[int, _s(
         "store", "bounded path: units of every other searched kind each query reads through the HNSW index")] = 60
     bounded_lexical_k: Annotated[int, _s(
-        "store", "bounded path: units per kind read for each content word of a query (Chroma's full-text index)")] = 40
+        "store", "bounded path: units per kind read for each content word of a query (the word index's best BM25 "
+                 "matches of the words together, or Chroma's full-text index per word on a server)")] = 40
     bounded_sessions: Annotated[int, _s(
         "store", "bounded path: whole sessions (turns and views) loaded for one retrieval")] = 80
     bounded_cache_units: Annotated[int, _s(
