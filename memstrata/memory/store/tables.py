@@ -24,7 +24,7 @@ import re
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -142,6 +142,34 @@ def _merged(old: Mapping[str, Scalar], new: Mapping[str, Scalar], add: Mapping[s
     return out
 
 
+@contextmanager
+def sqlite_connection(path: Path) -> Iterator[sqlite3.Connection]:
+    """A connection of its own to a SQLite file of the data folder (never shared between threads)."""
+    # isolation_level=None: no implicit transactions, so every write states its own BEGIN IMMEDIATE.
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+        # With WAL, NORMAL survives a killed process intact and skips the fsync of every commit;
+        # only a power cut can lose the last commits.
+        db.execute("PRAGMA synchronous=NORMAL")
+        yield db
+    finally:
+        db.close()
+
+
+@contextmanager
+def sqlite_transaction(path: Path) -> Iterator[sqlite3.Connection]:
+    """A write transaction that takes the write lock up front (``BEGIN IMMEDIATE``) and waits for it."""
+    with sqlite_connection(path) as db:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+
 class SqliteTable:
     """Rows in a SQLite file, safe from several threads and processes.
 
@@ -164,29 +192,11 @@ class SqliteTable:
                        "conversation_id TEXT NOT NULL, data TEXT NOT NULL)")
             db.execute(f'CREATE INDEX IF NOT EXISTS "{name}_tenant" ON "{name}" (user_id, conversation_id)')
 
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        # isolation_level=None: no implicit transactions, so every write states its own BEGIN IMMEDIATE.
-        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        try:
-            db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-            # With WAL, NORMAL survives a killed process intact and skips the fsync of every commit;
-            # only a power cut can lose the last commits.
-            db.execute("PRAGMA synchronous=NORMAL")
-            yield db
-        finally:
-            db.close()
+    def _connect(self) -> AbstractContextManager[sqlite3.Connection]:
+        return sqlite_connection(self.path)
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        return sqlite_transaction(self.path)
 
     def upsert(self, rows: Sequence[TableRow]) -> int:
         data = [(r.key, r.user_id, r.conversation_id, json.dumps(_stored(r))) for r in rows]

@@ -33,13 +33,13 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from memstrata.memory.store import tenant
+from memstrata.memory.store.tables import sqlite_connection, sqlite_transaction
 
 WORDS_FILE = "memstrata_words.sqlite3"
-BUSY_TIMEOUT_S = 30.0
 _TOKEN = re.compile(r"[^\W_]+")  # what FTS5's unicode61 tokenizer keeps as one token
 _BATCH = 2000
 
@@ -87,27 +87,14 @@ class WordIndex:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("CREATE TABLE IF NOT EXISTS coverage (kind TEXT PRIMARY KEY, complete INTEGER NOT NULL)")
 
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        try:
-            db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-            db.execute("PRAGMA synchronous=NORMAL")
-            yield db
-        finally:
-            db.close()
+    def _connect(self) -> AbstractContextManager[sqlite3.Connection]:
+        return sqlite_connection(self.path)
 
     @contextmanager
     def _write(self, kind: str) -> Iterator[sqlite3.Connection]:
-        with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                self._ensure(db, kind)
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+        with sqlite_transaction(self.path) as db:
+            self._ensure(db, kind)
+            yield db
 
     def _ensure(self, db: sqlite3.Connection, kind: str) -> None:
         name = _table(kind)
