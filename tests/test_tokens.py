@@ -52,3 +52,15 @@ def test_packing_keeps_its_budget_with_either_counter() -> None:
             whole = len(context) if isinstance(counter, _WholeText) else TokenCounter().count(context)
             assert tokens == whole <= budget
             assert chosen == sorted(chosen, key=lambda h: -h.score)
+
+
+def test_a_tokenizer_that_keeps_newlines_counts_the_joined_text(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "b": 2, "Ċ": 3}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    counter = TokenCounter(str(path))
+    lines = ["a b", "b a", "a"]
+    assert counter.count_lines(lines) == counter.count("\n".join(lines)) != sum(map(counter.count, lines))

@@ -38,6 +38,11 @@ def _tokenizer(path: str):  # type: ignore[no-untyped-def]
     return tok
 
 
+@lru_cache(maxsize=8)
+def _splits_on_whitespace(path: str) -> bool:
+    return type(_tokenizer(path).pre_tokenizer).__name__ in {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
+
+
 @lru_cache(maxsize=65536)
 def _count(tokenizer_file: str, text: str) -> int:
     return len(_tokenizer(tokenizer_file).encode(text, add_special_tokens=False).ids)
@@ -55,9 +60,12 @@ class TokenCounter:
     def count_lines(self, lines: Sequence[str]) -> int:
         """The tokens of ``"\\n".join(lines)``, summed from the memoized lines' counts.
 
-        Exact: the tokenizer's pre-tokenizer splits on whitespace, so no token spans two lines
-        (``tests/test_tokens.py`` checks it on LoCoMo's turns).
+        Exact when the tokenizer's pre-tokenizer splits on whitespace (MiniLM's WordPiece does), so no token
+        spans two lines (``tests/test_tokens.py`` checks it on LoCoMo's turns); another tokenizer file counts
+        the joined text.
         """
+        if not _splits_on_whitespace(self.tokenizer_file):
+            return self.count("\n".join(lines))
         return sum(self.count(text) for text in lines)
 
     def count_many(self, texts: list[str]) -> list[int]:
