@@ -210,10 +210,15 @@ class VectorStore:
             )
             raise EmbedderMismatchError(msg)
         self._scoped[kind] = bool(found.get("scoped"))
-        if self.words is not None and indexes_words(kind):
+        words = self._word_index(kind)
+        if words is not None and words.coverage(kind) is None:
             # a new index covers a kind only if nothing was stored before it (else: `memstrata reindex --words`)
-            self.words.set_coverage(kind, col.count() == 0, only_if_unknown=True)
+            words.set_coverage(kind, col.count() == 0, only_if_unknown=True)
         return col
+
+    def _word_index(self, kind: str) -> WordIndex | None:
+        """The word index, when this store has one and it holds the kind."""
+        return self.words if self.words is not None and indexes_words(kind) else None
 
     def _reopen(self) -> None:
         """A new embedded client, whose index readers load what other processes wrote since.
@@ -270,9 +275,9 @@ class VectorStore:
                 stop = start + _MAX_BATCH
                 col.upsert(ids=ids[start:stop], embeddings=[np.asarray(v, dtype=np.float32) for v in vecs[start:stop]],
                            documents=list(documents[start:stop]), metadatas=metas[start:stop])
-            if self.words is not None and indexes_words(kind):
-                self.words.put(kind, [(m["user_id"], m["conversation_id"], m["unit_id"], doc)
-                                      for m, doc in zip(metas, documents, strict=True)])
+            if (words := self._word_index(kind)) is not None:
+                words.put(kind, [(m["user_id"], m["conversation_id"], m["unit_id"], doc)
+                                 for m, doc in zip(metas, documents, strict=True)])
         for user in dict.fromkeys(m["user_id"] for m in metas):
             rows = [i for i, m in enumerate(metas) if m["user_id"] == user]
             # float32 arrays: the journal holds a vector in 1.5 kB instead of 12 kB of Python floats
@@ -287,22 +292,23 @@ class VectorStore:
             # slow when ids and a where clause come together (tens of seconds on a 50k-record collection).
             keys = [self.storage_key(user_id, conversation_id, u) for u in unit_ids]
             self.collection(kind).delete(ids=keys)
-            if self.words is not None and indexes_words(kind):
-                self.words.delete(kind, user_id=user_id, conversation_id=conversation_id, unit_ids=unit_ids)
+            if (words := self._word_index(kind)) is not None:
+                words.delete(kind, user_id=user_id, conversation_id=conversation_id, unit_ids=unit_ids)
             self.versions.record(user_id, kind, "delete", conversation_id=conversation_id, unit_ids=tuple(unit_ids))
 
     def delete_user(self, user_id: str) -> dict[str, int]:
         """Remove every unit of a user from every unit collection present (registered here or not)."""
         where = tenant.where(user_id)
         removed = {}
-        for kind in self.stored_kinds():
+        kinds = self.stored_kinds()
+        for kind in kinds:
             col = self.collection(kind)
             keys = col.get(where=where, include=[])["ids"]
             for start in range(0, len(keys), _MAX_BATCH):
                 col.delete(ids=keys[start:start + _MAX_BATCH])
             removed[kind] = len(keys)
         if self.words is not None:
-            self.words.delete_user(user_id, [k for k in self.stored_kinds() if indexes_words(k)])
+            self.words.delete_user(user_id, [k for k in kinds if indexes_words(k)])
         self.versions.bump(user_id)
         return removed
 
@@ -497,7 +503,8 @@ class VectorStore:
 
     def words_ready(self, kind: str) -> bool:
         """Whether :meth:`matching` can answer for this kind (an embedded store whose word index is complete)."""
-        return self.words is not None and indexes_words(kind) and self.words.coverage(kind) is True
+        words = self._word_index(kind)
+        return words is not None and words.coverage(kind) is True
 
     def matching(self, kind: str, *, user_id: str, words: Sequence[str], limit: int,
                  conversation_id: str | None = None) -> list[Record]:
