@@ -13,6 +13,8 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import os
 import threading
 import time
@@ -30,7 +32,7 @@ from memstrata.memory.fusion import Weights
 from memstrata.memory.graph.expansion import GraphSearch, GraphView
 from memstrata.memory.index.held import PerConversation, moved
 from memstrata.memory.index import MemoryIndex, forget_store
-from memstrata.memory.index.bounded import Bounds, working_set
+from memstrata.memory.index.bounded import Bounds, release_run, working_set
 from memstrata.memory.index.snapshot import cached_snapshot, forget_snapshot
 from memstrata.memory.levels import ENTITY, FACT, TREE_NODE, levels
 from memstrata.memory.query import Query
@@ -141,6 +143,36 @@ async def open_index(ctx: Context, *, run: str | None = None, queries: Sequence[
     return await _reinforced(store, ctx, await asyncio.to_thread(
         MemoryIndex.load, store, user_id=ctx.user_id, conversation_id=ctx.conversation_id,
         refresh_seconds=ctx.snapshot_refresh_s, window_widths=ctx.window_widths, freeze=ctx.gc_freeze))
+
+
+def close_index(ctx: Context, *, run: str | None) -> None:
+    """End of a retrieval run: drop its bounded working set, if it had one, and hand the freed heap back.
+
+    A working set of a large user holds tens of megabytes of parsed records and vectors; once dropped,
+    glibc keeps most of those pages in its per-thread arenas (the candidates are read on several
+    threads), so the process would grow with every query until :func:`trim_heap` returns them.
+    A run on the whole-memory snapshot holds nothing of its own and costs nothing here.
+    """
+    with _STORES_LOCK:
+        store = _STORES.get(_store_key(ctx))
+    if store is not None and release_run(store, user_id=ctx.user_id, conversation_id=ctx.conversation_id,
+                                         run=run or ""):
+        trim_heap()
+
+
+def trim_heap() -> None:
+    """Return the C heap's free pages to the system (glibc's ``malloc_trim``; nothing elsewhere)."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _glibc() -> Any:
+    name = ctypes.util.find_library("c")
+    lib = ctypes.CDLL(name) if name else None
+    return lib if lib is not None and hasattr(lib, "malloc_trim") else None  # musl and macOS have none
+
+
+_LIBC = _glibc()
 
 
 def bounds(ctx: Context) -> Bounds:

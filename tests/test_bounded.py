@@ -87,6 +87,25 @@ def test_retrieval_on_the_bounded_path_matches_the_snapshot_path(data_dir, hash_
             (e.turn_id, round(e.score, 6)) for e in snapshot.evidence], query
 
 
+def test_a_finished_retrieval_leaves_no_working_set_behind(data_dir, hash_embeddings, monkeypatch) -> None:
+    from memstrata.memory.index import bounded
+
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")
+    built: list[bounded.WorkingSet] = []
+    original = bounded.WorkingSet._build
+
+    def spy(self: bounded.WorkingSet) -> MemoryIndex:
+        built.append(self)
+        return original(self)
+
+    monkeypatch.setattr(bounded.WorkingSet, "_build", spy)
+    for query in QUERIES:
+        assert mem.retrieve(query, user_id="u", snapshot_max_turns=0).evidence
+    assert len({id(ws) for ws in built}) == len(QUERIES)  # each retrieval built its own working set...
+    assert not any(ws in bounded._RUN_CACHE.values() for ws in built)  # ...and dropped it at its answer
+
+
 def test_the_bounded_path_stays_in_its_tenant_and_sees_other_processes_writes(data_dir, hash_embeddings) -> None:
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     messages = _messages()

@@ -335,3 +335,13 @@ def working_set(store: Any, *, user_id: str, conversation_id: str | None, run: s
         while len(_RUN_CACHE) > _RUNS:
             _RUN_CACHE.popitem(last=False)
         return found
+
+
+def release_run(store: Any, *, user_id: str, conversation_id: str | None, run: str) -> bool:
+    """Drop a finished retrieval's working set (its candidates and snapshot); whether one was held.
+
+    The run's last node calls it, so a process holds the working sets of the runs in flight only; the
+    ``_RUNS`` bound stays for runs that stopped before their end.
+    """
+    with _RUN_LOCK:
+        return _RUN_CACHE.pop((id(store), user_id, conversation_id, run), None) is not None

@@ -28,7 +28,7 @@ from memstrata.memory.tokens import TokenCounter
 from memstrata.nodes.common import progress
 from memstrata.nodes.retrieve.budget import Step, close_meter
 from memstrata.nodes.retrieve.prompting import pool_block
-from memstrata.resources import open_index
+from memstrata.resources import close_index, open_index
 from memstrata.state import RetrievalState
 
 
@@ -40,6 +40,7 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
                  picks=ctx.context_budget // ctx.mmr_tokens_per_pick)
     ranked = mark_captions(ranked, [state["query"], *(q.text for q in state.get("sub_queries", []))])
     context, chosen, tokens = pack_context(ranked, budget=ctx.context_budget, counter=TokenCounter())
+    close_index(ctx, run=state.get("run_key"))  # the candidates are chosen: a bounded run's working set can go
     step = Step(ctx, state.get("run_key"), state.get("llm_calls"))
     text, note = None, "offline: no model configured"
     if step.model is not None and ctx.generate_answer:
