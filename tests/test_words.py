@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +89,21 @@ def test_a_store_written_before_the_index_reads_by_containment_until_indexed(dat
     used.clear()
     index = WorkingSet(older, user_id="u", bounds=Bounds(sessions=10)).ensure(["marathon Priya"], vec)
     assert len(index.turns) == 6 and "matching" in used and "containing" not in used
+
+
+def test_an_index_of_another_format_is_not_trusted_until_rebuilt(data_dir, hash_embeddings) -> None:
+    store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
+    _write(store, [_turn("u", i, f"Priya mentioned the marathon number {i}") for i in range(4)])
+    assert store.words_ready("turn") and store.matching("turn", words=["marathon"], user_id="u", limit=10)
+    with sqlite3.connect(Path(data_dir) / WORDS_FILE) as db:  # as an older version would have left it
+        db.execute("PRAGMA user_version = 0")
+        db.execute('UPDATE "words_turn" SET tag = \'u0 c0\'')
+    older = MemoryStore(path=data_dir, embeddings=hash_embeddings)
+    assert older.words.stale and not older.words_ready("turn")  # read with $contains, not an empty index
+    assert older.index_words()["turn"] == 4
+    assert older.words_ready("turn")
+    assert len(older.matching("turn", words=["marathon"], user_id="u", limit=10)) == 4
+    assert not MemoryStore(path=data_dir, embeddings=hash_embeddings).words.stale
 
 
 def test_tenant_tags_are_indexed_whole(data_dir, hash_embeddings) -> None:

@@ -160,6 +160,9 @@ class VectorStore:
         self._scoped: dict[str, bool] = {}  # per kind: every record carries the scope stamp
         # the bounded path's word index (memstrata.memory.store.words); embedded stores only
         self.words = WordIndex(Path(path)) if self._path is not None else None
+        if self.words is not None and self.words.stale:
+            logger.warning("the word index in %s was written in another format: large users' searches read "
+                           "with $contains until `memstrata reindex --words` rebuilds it", path)
 
     # ---- the tenant scope (memstrata.memory.store.tenant) ----------------------
     def _scope(self, kind: str, user_id: str, conversation_id: str | None = None,

@@ -19,7 +19,8 @@ can change an order, never a result set.
 
 A kind's index is *complete* when it was created while its collection was empty, or rebuilt by
 :meth:`VectorStore.index_words` (``memstrata reindex --words``); a store written before this index
-existed is read with ``$contains`` until then.
+existed is read with ``$contains`` until then. So is an index written in another format (the file's
+SQLite ``user_version`` is not :data:`FORMAT`): its tags would match no query.
 
 Example:
     >>> words = WordIndex(Path(tempfile.mkdtemp()))                          # doctest: +SKIP
@@ -40,6 +41,7 @@ from memstrata.memory.store import tenant
 from memstrata.memory.store.tables import sqlite_connection, sqlite_transaction
 
 WORDS_FILE = "memstrata_words.sqlite3"
+FORMAT = 1  # SQLite's user_version of the file: how rows and tags are written (bump when that changes)
 _TOKEN = re.compile(r"[^\W_]+")  # what FTS5's unicode61 tokenizer keeps as one token
 _BATCH = 2000
 
@@ -86,6 +88,11 @@ class WordIndex:
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("CREATE TABLE IF NOT EXISTS coverage (kind TEXT PRIMARY KEY, complete INTEGER NOT NULL)")
+            self.stale = db.execute("PRAGMA user_version").fetchone()[0] != FORMAT and db.execute(
+                "SELECT 1 FROM coverage WHERE complete = 1").fetchone() is not None
+            if self.stale:  # rows of another format match no query: read with $contains until rebuilt
+                db.execute("UPDATE coverage SET complete = 0")
+            db.execute(f"PRAGMA user_version = {FORMAT}")
 
     def _connect(self) -> AbstractContextManager[sqlite3.Connection]:
         return sqlite_connection(self.path)
