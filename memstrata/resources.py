@@ -93,9 +93,14 @@ async def aresolve_store(ctx: Context) -> MemoryStore:
 
     An already-open store is returned at once (no thread hop on the hot path).
     """
-    with _STORES_LOCK:
-        store = _STORES.get(_store_key(ctx))
+    store = _open_store(ctx)
     return store if store is not None else await asyncio.to_thread(resolve_store, ctx)
+
+
+def _open_store(ctx: Context) -> MemoryStore | None:
+    """The store this process already opened for the context, if any."""
+    with _STORES_LOCK:
+        return _STORES.get(_store_key(ctx))
 
 
 def resolve_model(ctx: Context) -> BaseChatModel | None:
@@ -153,8 +158,7 @@ def close_index(ctx: Context, *, run: str | None) -> None:
     threads), so the process would grow with every query until :func:`trim_heap` returns them.
     A run on the whole-memory snapshot holds nothing of its own and costs nothing here.
     """
-    with _STORES_LOCK:
-        store = _STORES.get(_store_key(ctx))
+    store = _open_store(ctx)
     if store is not None and release_run(store, user_id=ctx.user_id, conversation_id=ctx.conversation_id,
                                          run=run or ""):
         trim_heap()

@@ -108,8 +108,6 @@ def test_an_index_of_another_format_is_not_trusted_until_rebuilt(data_dir, hash_
 
 def test_tenant_tags_are_indexed_whole(data_dir, hash_embeddings) -> None:
     """Every token passes the Porter stemmer; the tags must come out as written, or two could merge."""
-    import sqlite3
-
     from memstrata.memory.store.words import _tag
 
     store = MemoryStore(path=data_dir, embeddings=hash_embeddings)

@@ -320,11 +320,12 @@ def _session_key(conversation_id: str | None, session_id: str | None) -> str | N
 
 def working_set(store: Any, *, user_id: str, conversation_id: str | None, run: str, bounds: Bounds,
                 window_widths: Sequence[int] = DEFAULT_WINDOWS) -> WorkingSet:
-    """The working set of one retrieval run (kept for the last few runs of this process).
+    """The working set of one retrieval run (kept until the run's answer releases it, :func:`release_run`;
+    at most the last ``_RUNS`` runs of this process).
 
     A write by this process since the set was made starts a new one, so a query after a write sees it.
     """
-    key = (id(store), user_id, conversation_id, run)
+    key = _run_key(store, user_id, conversation_id, run)
     with _RUN_LOCK:
         found = _RUN_CACHE.get(key)
         if found is None or found.version != store.versions.get(user_id) or found.bounds != bounds:
@@ -344,4 +345,8 @@ def release_run(store: Any, *, user_id: str, conversation_id: str | None, run: s
     ``_RUNS`` bound stays for runs that stopped before their end.
     """
     with _RUN_LOCK:
-        return _RUN_CACHE.pop((id(store), user_id, conversation_id, run), None) is not None
+        return _RUN_CACHE.pop(_run_key(store, user_id, conversation_id, run), None) is not None
+
+
+def _run_key(store: Any, user_id: str, conversation_id: str | None, run: str) -> tuple[int, str, str | None, str]:
+    return id(store), user_id, conversation_id, run

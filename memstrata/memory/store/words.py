@@ -88,11 +88,12 @@ class WordIndex:
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("CREATE TABLE IF NOT EXISTS coverage (kind TEXT PRIMARY KEY, complete INTEGER NOT NULL)")
-            self.stale = db.execute("PRAGMA user_version").fetchone()[0] != FORMAT and db.execute(
-                "SELECT 1 FROM coverage WHERE complete = 1").fetchone() is not None
-            if self.stale:  # rows of another format match no query: read with $contains until rebuilt
-                db.execute("UPDATE coverage SET complete = 0")
-            db.execute(f"PRAGMA user_version = {FORMAT}")
+            self.stale = False
+            if db.execute("PRAGMA user_version").fetchone()[0] != FORMAT:  # a new file, or another format
+                self.stale = db.execute("SELECT 1 FROM coverage WHERE complete = 1").fetchone() is not None
+                if self.stale:  # rows of another format match no query: read with $contains until rebuilt
+                    db.execute("UPDATE coverage SET complete = 0")
+                db.execute(f"PRAGMA user_version = {FORMAT}")
 
     def _connect(self) -> AbstractContextManager[sqlite3.Connection]:
         return sqlite_connection(self.path)
