@@ -108,6 +108,10 @@ class Context:
                  "turn, or both fused by rank")] = "fused"
     direct_turns: Annotated[int, _s(
         "light", "raw turns a Short or Mixed query reads directly, besides those reached through events")] = 30
+    window_turns: Annotated[int, _s(
+        "light", "for a query whose time hint selects tree windows: its best turns inside them, which join the "
+                 "candidates and enter the context first (H-Mem: evidence inside the window is preferred; "
+                 "0 leaves it to the temporal score)")] = 3
     # ---- the gate ---------------------------------------------------------------------------
     gate_threshold: Annotated[float, _s(
         "gate", "offline: the best light turn's own similarity (0-1) needed to stay on the light path")] = 0.55

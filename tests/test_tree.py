@@ -18,6 +18,8 @@ from memstrata import Memstrata
 from memstrata.context import Context
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels import EventSummary, scope_table
+from memstrata.memory.query import Hit
+from memstrata.memory.selection import window_first
 from memstrata.memory.temporal_hints import Offset, apply_offset, parse_hint, resolve
 from memstrata.memory.timeparse import resolve_relative
 from memstrata.memory.tree import Forest, Item, active_levels, grow, tree_levels, window_key
@@ -309,6 +311,40 @@ def test_a_turn_telling_of_the_hinted_day_is_inside_its_window_though_said_later
     assert told.window == "day 2023-10-03" and told.score_parts["temporal"] == 1.0  # the fact dates it 3 October
     said_that_day = by_text["Today I fixed the old car in the garage."]
     assert said_that_day.window == "" and said_that_day.score_parts["temporal"] < 1.0
+
+
+def test_a_window_holding_few_turns_brings_its_best_first_though_others_match_better(data_dir) -> None:
+    """Many turns about meetings said on other days, one turn telling of the hinted day in other words."""
+    messages = [{"speaker": "Sam" if i % 2 else "Evan", "text": f"Sam went to the {topic} meeting and did the "
+                 f"{topic} meeting work with Sam's {topic} meeting group.",
+                 "timestamp": (datetime(2023, 11, 1, 9) + timedelta(days=i % 3, minutes=i)).isoformat()}
+                for i, topic in enumerate(["budget", "planning", "design", "review", "hiring", "sales", "legal",
+                                           "board", "team", "product", "research", "support"] * 2)]
+    messages.append({"speaker": "Sam", "text": "Yesterday I tried a weight class downtown.",
+                     "timestamp": "2023-12-05T10:00:00"})
+    mem = Memstrata(path=data_dir, embeddings=HashEmbeddings())
+    mem.ingest({"conversation_id": "c", "messages": messages}, user_id="u")
+    question = "What did Sam do at the meeting on December 4, 2023?"
+
+    def first_texts(**settings) -> list[str]:
+        result = mem.retrieve(question, user_id="u", context_budget=120, **settings)
+        return [e.text for e in result.evidence]
+
+    told = "Yesterday I tried a weight class downtown."
+    alone = first_texts(window_turns=0)  # on scores alone the meetings come first, and may fill the budget
+    assert told not in alone[:1]
+    found = mem.retrieve(question, user_id="u", context_budget=120)
+    assert found.evidence[0].text == told and found.evidence[0].window == "day 2023-12-04"
+
+
+def test_window_first_moves_only_the_best_in_window_hits_up() -> None:
+    def hit(name: str, score: float, temporal: float) -> Hit:
+        return Hit(kind="turn", unit_id=name, conversation_id="c", score=score, parts={"temporal": temporal})
+
+    ranked = [hit("a", 0.9, 0.4), hit("b", 0.8, 1.0), hit("c", 0.7, 0.2), hit("d", 0.6, 1.0), hit("e", 0.5, 1.0)]
+    assert [h.unit_id for h in window_first(ranked, 2)] == ["b", "d", "a", "c", "e"]
+    assert window_first(ranked, 0) == ranked
+    assert window_first([hit("x", 0.3, 0.0)], 3)[0].unit_id == "x"  # a query without a hint: nothing moves
 
 
 def test_reinforcement_counts_live_in_the_counters_and_decay_eta_changes_robustness(demo: Memstrata) -> None:

@@ -28,7 +28,7 @@ from memstrata.memory.hits import event_hit, graph_events, graph_hits, query_gra
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels.summary import SUMMARY
 from memstrata.memory.query import Hit, Query
-from memstrata.memory.tree.search import node_window, tag_hits
+from memstrata.memory.tree.search import WINDOW_FOUND_BY, node_window, tag_hits, window_rows
 
 
 @dataclass
@@ -46,7 +46,7 @@ def light_lookup(
     index: MemoryIndex, queries: Sequence[Query], vectors: np.ndarray, *, level1_k: int | Mapping[str, int],
     coarse_n: int, weights: Weights, now: datetime | None, scope_kinds: Mapping[str, Sequence[str]],
     raw_per_query: int = 30, graph: GraphSearch | None = None, superseded: float = 1.0,
-    level1_rank: str = "fused",
+    level1_rank: str = "fused", window_k: int = 0,
 ) -> LightResult:
     """Top-k events of each kind per query, the coarse top-``coarse_n``, and their turns (plus direct raw turns).
 
@@ -55,7 +55,8 @@ def light_lookup(
     directly, else the turns of further events beyond the top k. With ``graph``, the facts reached
     through the entity graph bring their turns too (``found_by="entity_graph"``), and the event summaries
     holding those turns join the coarse pool (:func:`~memstrata.memory.hits.graph_events`). ``level1_rank``
-    orders the summaries (see :func:`rerank_summaries`).
+    orders the summaries (see :func:`rerank_summaries`). A query whose time hint selects tree windows also
+    brings its ``window_k`` best turns inside them, whatever its scope (``found_by="tree_window"``).
     """
     level1: dict[str, Hit] = {}
     coarse: dict[str, Hit] = {}
@@ -90,6 +91,8 @@ def light_lookup(
         if reads_raw and len(parts["score"]):
             found += turn_hits(index, np.argsort(-parts["score"])[:raw_per_query], parts, level="level2",
                                found_by=index.turns_kind, query=query)
+        found += turn_hits(index, window_rows(index, query.hint, parts["score"], window_k), parts, level="level2",
+                           found_by=WINDOW_FOUND_BY, query=query)
         out.turns += tag_hits(index, query, found)  # the scope and tree window that led to each turn
     out.level1 = list(level1.values())
     out.coarse = sorted(coarse.values(), key=lambda h: -h.score)

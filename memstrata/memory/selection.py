@@ -3,7 +3,8 @@
 These are plain, general techniques, named for what they are: the duplicate
 filter drops a turn whose vector nearly equals a better-ranked one's; MMR
 (maximal marginal relevance) reorders the head of the ranking so a turn that
-repeats an earlier pick yields its slot. Neither is xMemory's selection.
+repeats an earlier pick yields its slot. Neither is xMemory's selection. A question naming a time
+gets the best few turns of its windows first (:func:`window_first`).
 
 Example:
     >>> coverage_texts([], 5)
@@ -71,6 +72,20 @@ def mmr(candidates: Sequence[Hit], index: MemoryIndex, *, penalty: float, head: 
         closest = np.maximum(closest, vecs @ vecs[pick])
     order += [i for i in range(len(top)) if free[i]]
     return [top[i] for i in order] + rest
+
+
+def window_first(ranked: Sequence[Hit], quota: int) -> list[Hit]:
+    """The ranking with its best ``quota`` hits inside a time window the question names moved to the front.
+
+    H-Mem narrows a question with a temporal hint to the tree windows it selects. Here the temporal score
+    prefers those turns only a little (H-Mem's Eq. 3 weight), so a window holding a few turns (a day)
+    can see them all outranked by turns said at other times; its best few enter the context first. A hit is
+    inside a window when its temporal part is 1 (:func:`memstrata.memory.tree.search.window_relevance`
+    gives 1 there and H-Mem's Eq. 1, below 1, elsewhere). The other hits keep their order.
+    """
+    inside = [h for h in ranked if h.parts.get("temporal", 0.0) >= 1.0][:max(quota, 0)]
+    first = {h.key for h in inside}
+    return [*inside, *(h for h in ranked if h.key not in first)]
 
 
 def mark_captions(candidates: Sequence[Hit], query_texts: Sequence[str]) -> list[Hit]:

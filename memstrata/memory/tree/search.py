@@ -2,6 +2,7 @@
 
 - :func:`select_windows`: the tree windows a temporal hint selects, at the hint's own granularity
   (a day, a week, a month, a year), each with the tree nodes and events it holds;
+- :func:`window_rows`: the best turns inside those windows, the window's own evidence;
 - :func:`window_relevance`: each raw turn's temporal relevance to the hint. A turn inside a selected
   window scores 1 (evidence inside the window is preferred); any other turn gets H-Mem's Eq. 1
   between its day and the hint, which is at most about 0.5. A turn's days are when it was said and the
@@ -38,6 +39,7 @@ from memstrata.memory.tree.windows import level_for_span, window_key, window_spa
 SUMMARY_KIND = "summary"
 FACT_KIND = "fact"
 _REINFORCEMENT = "tree\x1freinforcement"
+WINDOW_FOUND_BY = "tree_window"  # ``Hit.found_by`` of the turns a hint's windows brought (:func:`window_rows`)
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,19 @@ def window_relevance(index: MemoryIndex, hint: Interval | None, lam: float) -> n
                 out[row] = max(out[row], day_relevance(datetime.fromtimestamp(stamp)))
         index.remember(key, out)
     return index.memo[key]
+
+
+def window_rows(index: MemoryIndex, hint: Interval | None, scores: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` best-scored turn rows inside the windows the hint selects (:func:`window_of_turn`), best first.
+
+    A window can hold few turns (a day), and their match with the question can be weaker than that of many
+    turns said at other times; these are the window's own evidence, which the light lookup adds to the
+    candidates and the packer puts first (:func:`memstrata.memory.selection.window_first`).
+    """
+    if hint is None or k <= 0 or not len(scores):
+        return np.zeros(0, dtype=int)
+    inside = np.flatnonzero(window_of_turn(index, hint) >= 0)
+    return inside[np.argsort(-scores[inside], kind="stable")[:k]]
 
 
 def window_of_turn(index: MemoryIndex, hint: Interval | None) -> np.ndarray:

@@ -23,7 +23,7 @@ from memstrata import llm
 from memstrata.context import Context
 from memstrata.llm import CallRecord, Meter
 from memstrata.memory.render import pack_context
-from memstrata.memory.selection import mark_captions, mmr
+from memstrata.memory.selection import mark_captions, mmr, window_first
 from memstrata.memory.tokens import TokenCounter
 from memstrata.nodes.common import progress
 from memstrata.nodes.retrieve.budget import Step, close_meter
@@ -38,6 +38,7 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     index = await open_index(ctx, run=state.get("run_key"))
     ranked = mmr(state.get("candidates", []), index, penalty=ctx.diversity, head=ctx.mmr_head,
                  picks=ctx.context_budget // ctx.mmr_tokens_per_pick)
+    ranked = window_first(ranked, ctx.window_turns)
     ranked = mark_captions(ranked, [state["query"], *(q.text for q in state.get("sub_queries", []))])
     context, chosen, tokens = pack_context(ranked, budget=ctx.context_budget, counter=TokenCounter())
     close_index(ctx, run=state.get("run_key"))  # the candidates are chosen: a bounded run's working set can go

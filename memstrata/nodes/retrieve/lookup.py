@@ -25,7 +25,7 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
                          coarse_n=ctx.coarse_n, weights=weights(ctx), now=reference_now(ctx, index),
                          scope_kinds=ctx.scopes(), raw_per_query=pool_size(ctx),
                          graph=await graph_search(ctx, index), superseded=ctx.superseded_weight,
-                         level1_rank=ctx.level1_rank)
+                         level1_rank=ctx.level1_rank, window_k=ctx.window_turns)
     return {
         "level1": found.level1, "coarse": found.coarse, "candidates": found.turns,
         "events": [{"node": "lookup_level1", "iteration": state.get("iteration", 0),
