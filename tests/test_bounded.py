@@ -17,6 +17,7 @@ from memstrata.memory.index import MemoryIndex
 from memstrata.memory.index.bounded import Bounds, WorkingSet, content_words
 from memstrata.memory.index.sessions import session_cache
 from memstrata.memory.query import Query
+from memstrata.memory.tree.search import load_reinforcement
 
 QUERIES = ["When did Tom run the Brighton half marathon?", "Where is Priya moving?", "What is the cat called?",
            "Who is Rui?"]
@@ -85,6 +86,30 @@ def test_retrieval_on_the_bounded_path_matches_the_snapshot_path(data_dir, hash_
         bounded = mem.retrieve(query, user_id="u", snapshot_max_turns=0)
         assert [(e.turn_id, round(e.score, 6)) for e in bounded.evidence] == [
             (e.turn_id, round(e.score, 6)) for e in snapshot.evidence], query
+
+
+def test_a_bounded_snapshot_reads_the_reinforcement_of_its_own_summaries_only(data_dir, hash_embeddings,
+                                                                             monkeypatch) -> None:
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")
+    mem.ingest({"conversation_id": "other", "messages": _messages()[:12]}, user_id="u")
+    counters = mem.store.counters
+    vec = np.asarray(hash_embeddings.embed_documents(QUERIES[:1]), dtype=np.float32)
+    index = WorkingSet(mem.store, user_id="u", bounds=Bounds(dense_k=3, event_k=3, lexical_k=2, sessions=1)).ensure(
+        QUERIES[:1], vec)
+    held = {(u.conversation_id, u.id) for u in index.events["summary"].units}
+    stored = {(c.conversation_id, c.unit_id): (c.reinforcement_count, c.reinforced_at)
+              for c in counters.all("u", kind="summary")}
+    assert held < stored.keys() and any(n for n, _ in stored.values())  # a part of the user's reinforced summaries
+
+    def no_full_read(*args, **kwargs):
+        raise AssertionError("a bounded snapshot read every summary's counters")
+
+    monkeypatch.setattr(counters, "all", no_full_read)
+    load_reinforcement(index, counters, "u")
+    got = {(conv, sid): value for conv, part in index.held["tree\x1freinforcement"].parts.items()
+           for sid, value in part.items()}
+    assert got == {key: stored.get(key, (0, None)) for key in held}
 
 
 def test_a_finished_retrieval_leaves_no_working_set_behind(data_dir, hash_embeddings, monkeypatch) -> None:

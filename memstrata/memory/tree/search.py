@@ -229,12 +229,19 @@ def load_reinforcement(index: MemoryIndex, counters: Any, user_id: str, conversa
     Kept through in-place updates (``index.held``): after this process's writes only the conversations
     whose reinforcement moved are read again (``CounterStore.reinforcements``). A snapshot rebuilt
     after another process's writes starts empty and reads everything; reading the counters never
-    invalidates the snapshot.
+    invalidates the snapshot. A bounded snapshot (``index.bounded``) reads the counters of the summaries it
+    holds, by key, not the user's every summary (17,495 of them at 100k turns, read twice a question).
     """
     def read(conv: str | None) -> dict[str, dict[str, tuple[int, float | None]]]:
         """conversation -> summary id -> (n_m, r_m), for one conversation or (``None``) every one."""
+        if index.bounded is None:
+            found = counters.all(user_id, kind=SUMMARY_KIND, conversation_id=conv)
+        else:  # a bounded snapshot holds a few hundred of a large user's summaries: read those by key
+            table = index.events.get(SUMMARY_KIND)
+            found = list(counters.get(user_id, [(u.conversation_id, SUMMARY_KIND, u.id) for u in table.units
+                                                if conv in (None, u.conversation_id)]).values()) if table else []
         out: dict[str, dict[str, tuple[int, float | None]]] = {}
-        for c in counters.all(user_id, kind=SUMMARY_KIND, conversation_id=conv):
+        for c in found:
             out.setdefault(c.conversation_id, {})[c.unit_id] = (c.reinforcement_count, c.reinforced_at)
         return out
 
