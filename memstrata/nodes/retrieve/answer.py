@@ -41,7 +41,7 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     ranked = window_first(ranked, ctx.window_turns)
     ranked = mark_captions(ranked, [state["query"], *(q.text for q in state.get("sub_queries", []))])
     context, chosen, tokens = pack_context(ranked, budget=ctx.context_budget, counter=TokenCounter())
-    close_index(ctx, run=state.get("run_key"))  # the candidates are chosen: a bounded run's working set can go
+    await close_index(ctx, run=state.get("run_key"))  # the candidates are chosen: a bounded run's working set can go
     step = Step(ctx, state.get("run_key"), state.get("llm_calls"))
     text, note = None, "offline: no model configured"
     if step.model is not None and ctx.generate_answer:
