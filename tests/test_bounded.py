@@ -17,7 +17,7 @@ from memstrata.memory.index import MemoryIndex
 from memstrata.memory.index.bounded import Bounds, WorkingSet, content_words
 from memstrata.memory.index.sessions import session_cache
 from memstrata.memory.query import Query
-from memstrata.memory.tree.search import load_reinforcement
+from memstrata.memory.tree.search import _REINFORCEMENT, load_reinforcement
 
 QUERIES = ["When did Tom run the Brighton half marathon?", "Where is Priya moving?", "What is the cat called?",
            "Who is Rui?"]
@@ -107,7 +107,7 @@ def test_a_bounded_snapshot_reads_the_reinforcement_of_its_own_summaries_only(da
 
     monkeypatch.setattr(counters, "all", no_full_read)
     load_reinforcement(index, counters, "u")
-    got = {(conv, sid): value for conv, part in index.held["tree\x1freinforcement"].parts.items()
+    got = {(conv, sid): value for conv, part in index.held[_REINFORCEMENT].parts.items()
            for sid, value in part.items()}
     assert got == {key: stored.get(key, (0, None)) for key in held}
 
