@@ -22,6 +22,9 @@ class Session(BaseModel):
     timestamp: datetime | None = None
     timestamp_raw: str | None = None
     turns: list[Turn]
+    unplaced: list[int] = Field(default_factory=list, description=(
+        "indexes of turns that came without a position: their positions here are provisional, and the write "
+        "appends them after the session's stored turns (memstrata.memory.placement)"))
 
 
 class Conversation(BaseModel):

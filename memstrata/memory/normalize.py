@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -56,6 +57,7 @@ def normalize_input(
     source: str = "<input>",
     only_conversation: str | None = None,
     session_gap: timedelta = timedelta(hours=6),
+    tail: Callable[[str], Tail | None] | None = None,
 ) -> list[Conversation]:
     """Turn any accepted input into validated :class:`Conversation` objects.
 
@@ -67,10 +69,13 @@ def normalize_input(
         source: the file name used in error messages.
         only_conversation: keep just this LoCoMo ``sample_id``.
         session_gap: in a plain message list without session keys, a longer silence starts a new session.
+        tail: the stored end of a conversation by its id (its last session and that session's latest time),
+            so a message list continues the conversation: its first message joins the last session unless
+            the silence since is longer than ``session_gap``. ``None``: every conversation starts empty.
     """
     kind = detect_format(data, source)
     try:
-        convs = _conversations(data, kind, user_id, conversation_id, source, session_gap)
+        convs = _conversations(data, kind, user_id, conversation_id, source, session_gap, tail or _no_tail)
     except ValidationError as exc:  # a value no unit accepts: say which field, never a traceback
         problem = exc.errors()[0]
         where = ".".join(str(p) for p in problem.get("loc", ()))
@@ -84,19 +89,31 @@ def normalize_input(
     return convs
 
 
+class Tail(NamedTuple):
+    """Where a stored conversation ends: its last numbered session and that session's latest message time."""
+
+    session: int
+    latest: datetime | None
+
+
+def _no_tail(conversation_id: str) -> Tail | None:
+    return None
+
+
 def _conversations(data: Any, kind: str, user_id: str, conversation_id: str | None, source: str,
-                   session_gap: timedelta) -> list[Conversation]:
+                   session_gap: timedelta, tail: Callable[[str], Tail | None]) -> list[Conversation]:
     if kind == "locomo":
         items = data if isinstance(data, list) else [data]
         return [_locomo(item, user_id, source, i) for i, item in enumerate(items)]
     if kind == "langchain":
-        return [_messages([_from_langchain(m) for m in data], user_id, conversation_id, source, session_gap)]
+        return [_messages([_from_langchain(m) for m in data], user_id, conversation_id, source, session_gap,
+                          tail)]
     messages = data["messages"] if isinstance(data, dict) else data
     conv_id = conversation_id or (data.get("conversation_id") if isinstance(data, dict) else None)
     if conv_id is not None and (not isinstance(conv_id, str) or not conv_id.strip()):
         msg = f"{source}: 'conversation_id' must be a non-empty string, got {conv_id!r}"
         raise IngestError(msg)
-    return [_messages(messages, user_id, conv_id, source, session_gap)]
+    return [_messages(messages, user_id, conv_id, source, session_gap, tail)]
 
 
 def detect_format(data: Any, source: str = "<input>") -> str:
@@ -208,7 +225,8 @@ def _source_id(raw: dict[str, Any]) -> str | None:
     return str(value) if value not in (None, "") else None
 
 
-def _messages(messages: Any, user_id: str, conv_id: str | None, source: str, gap: timedelta) -> Conversation:
+def _messages(messages: Any, user_id: str, conv_id: str | None, source: str, gap: timedelta,
+              tail: Callable[[str], Tail | None]) -> Conversation:
     conv_id = conv_id or "default"
     where = f"{source}: conversation {conv_id}"
     if not isinstance(messages, list) or not messages:
@@ -216,8 +234,9 @@ def _messages(messages: Any, user_id: str, conv_id: str | None, source: str, gap
         raise IngestError(msg)
     warnings: list[str] = []
     groups: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-    previous: datetime | None = None
-    session_no = 1
+    end = tail(conv_id) if any(isinstance(m, dict) and "session" not in m for m in messages) else None
+    previous: datetime | None = end.latest if end else None
+    session_no = end.session if end else 1
     for i, raw in enumerate(messages):
         if not isinstance(raw, dict):
             msg = f"{where}, message #{i}: expected an object, got {type(raw).__name__}"
@@ -240,5 +259,6 @@ def _messages(messages: Any, user_id: str, conv_id: str | None, source: str, gap
             for pos, (i, raw) in enumerate(items)
         ]
         first = turns[0]
-        sessions.append(Session(session_id=key, timestamp=first.timestamp, timestamp_raw=first.timestamp_raw, turns=turns))
+        sessions.append(Session(session_id=key, timestamp=first.timestamp, timestamp_raw=first.timestamp_raw,
+                                turns=turns, unplaced=[k for k, (_, raw) in enumerate(items) if "position" not in raw]))
     return Conversation(user_id=user_id, conversation_id=conv_id, sessions=sessions, source=source, warnings=warnings)

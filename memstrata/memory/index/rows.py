@@ -7,6 +7,8 @@ Example:
     [[5.0, 6.0], [3.0, 4.0]]
     >>> r.pop(); len(r)
     1
+    >>> e = Rows(np.zeros((0, 1))); e.append([1.0, 2.0, 3.0]); e.array.shape    # an empty one takes its first row's width
+    (1, 3)
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ class Rows:
         return self._buf[: self._n]
 
     def append(self, row: Any) -> None:
+        row = np.asarray(row, dtype=self._buf.dtype)
+        if self._n == 0 and row.shape != self._buf.shape[1:]:
+            # An empty array cannot know its row width (a snapshot of an empty scope holds (0, 1) vectors):
+            # the first row sets it.
+            self._buf = np.empty((16, *row.shape), dtype=self._buf.dtype)
         if self._n == len(self._buf):
             grown = np.empty((max(16, 2 * len(self._buf)), *self._buf.shape[1:]), dtype=self._buf.dtype)
             grown[: self._n] = self._buf[: self._n]

@@ -5,6 +5,8 @@
   embedded mode; a Chroma collection in server mode, so every process and machine sees them);
 - :mod:`~memstrata.memory.store.counters`: reinforcement, recall, last access and tier per unit,
   in the same place as the edges. Writing them never invalidates a search snapshot;
+- :mod:`~memstrata.memory.store.sequences`: each session's next free position and latest time, so a
+  message written without a position is appended, never put in the place of a stored one;
 - ``items``: the values a LangGraph store user put (:mod:`memstrata.integrations.store`), in the same place.
 
 All three build filters and keys with :mod:`~memstrata.memory.store.tenant`, and
@@ -25,6 +27,7 @@ from langchain_core.embeddings import Embeddings
 
 from memstrata.memory.store.counters import CounterStore
 from memstrata.memory.store.edges import Edge, EdgeStore
+from memstrata.memory.store.sequences import Sequences
 from memstrata.memory.store.tables import open_table
 from memstrata.memory.store.tenant import StoreError, stable_hash
 from memstrata.memory.store.vectors import EmbedderMismatchError, Record, VectorStore
@@ -48,6 +51,7 @@ class MemoryStore(VectorStore):
         self.edges = EdgeStore(open_table("edges", path=folder, client=self.client))
         self.counters = CounterStore(open_table("counters", path=folder, client=self.client))
         self.items = open_table("items", path=folder, client=self.client)  # what a LangGraph store user put
+        self.sequences = Sequences(open_table("sequences", path=folder, client=self.client))
 
     def delete_turns(self, user_id: str, conversation_id: str, turn_ids: list[str]) -> dict[str, int]:
         """Remove raw turns and everything built from them; counts per part.
@@ -94,8 +98,9 @@ class MemoryStore(VectorStore):
         removed["edges"] = self.edges.delete_user(user_id)
         removed["counters"] = self.counters.delete_user(user_id)
         removed["items"] = self.items.delete(user_id=user_id)
+        removed["sequences"] = self.sequences.delete(user_id=user_id)
         return removed
 
 
-__all__ = ["CounterStore", "Edge", "EdgeStore", "EmbedderMismatchError", "MemoryStore", "Record", "StoreError",
-           "VectorStore", "stable_hash"]
+__all__ = ["CounterStore", "Edge", "EdgeStore", "EmbedderMismatchError", "MemoryStore", "Record", "Sequences",
+           "StoreError", "VectorStore", "stable_hash"]

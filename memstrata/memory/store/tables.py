@@ -23,6 +23,7 @@ import json
 import re
 import sqlite3
 import threading
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -39,6 +40,9 @@ SQLITE_FILE = "memstrata_tables.sqlite3"
 BUSY_TIMEOUT_S = 30.0
 _MAX_BATCH = 2000
 _RESERVED = frozenset({"user_id", "conversation_id"})
+COUNTER_FIELD = "next"  # the field :meth:`Table.reserve` advances
+CLAIM_FIELD = "claim_of"  # on a Chroma server, a reserved block's row names its counter here
+_CLAIM_ATTEMPTS = 100_000
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -77,6 +81,13 @@ class Table(Protocol):
 
     def merge(self, rows: Sequence[TableRow], *, add: Mapping[str, int] | None = None) -> int:
         """Write some fields of rows: set the named ones, add to the ``add`` ones, keep the rest."""
+        ...
+
+    def reserve(self, row: TableRow, n: int, *, floor: int = 0) -> int:
+        """Take ``n`` consecutive numbers from the counter ``row`` (at ``floor`` or later); the first one.
+
+        Atomic across processes: two callers never get overlapping numbers. ``row.fields`` are set too.
+        """
         ...
 
     def get(self, *, user_id: str, conversation_id: str | None = None, match: dict[str, MatchValue] | None = None,
@@ -227,6 +238,22 @@ class SqliteTable:
                            f"data={patched} WHERE user_id=excluded.user_id", data)
         return len(data)
 
+    def reserve(self, row: TableRow, n: int, *, floor: int = 0) -> int:
+        """Read and advance the counter inside one ``BEGIN IMMEDIATE`` transaction (the write lock is held)."""
+        fields = _stored(row)
+        with self._write() as db:
+            found = db.execute(f'SELECT user_id, data FROM "{self.name}" WHERE key = ?', (row.key,)).fetchone()
+            if found is not None and found[0] != row.user_id:
+                msg = f"counter {row.key!r} belongs to another user"
+                raise StoreError(msg)
+            old = json.loads(found[1]) if found is not None else {}
+            start = max(int(old.get(COUNTER_FIELD) or 0), int(floor))
+            data = {**old, **fields, COUNTER_FIELD: start + n}
+            db.execute(f'INSERT INTO "{self.name}" VALUES (?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET '
+                       "conversation_id=excluded.conversation_id, data=excluded.data",
+                       (row.key, row.user_id, row.conversation_id, json.dumps(data)))
+        return start
+
     def get(self, *, user_id: str, conversation_id: str | None = None, match: dict[str, MatchValue] | None = None,
             keys: Sequence[str] | None = None) -> list[TableRow]:
         wheres, found = list(self._wheres(user_id, conversation_id, match, keys)), []
@@ -301,6 +328,41 @@ class ChromaTable:
 
     def merge(self, rows: Sequence[TableRow], *, add: Mapping[str, int] | None = None) -> int:
         return self._write(rows, {check_name(k, "field name"): int(v) for k, v in (add or {}).items()}, replace=False)
+
+    def reserve(self, row: TableRow, n: int, *, floor: int = 0) -> int:
+        """Claim a block of numbers with Chroma's ``add``, which keeps the first record written under an id.
+
+        Blocks form a chain: the block that starts at ``s`` is the row ``<key>@s`` and records its length.
+        A caller starts at the counter row's ``next`` (a hint: the end of some block) and tries to add the
+        block at the first free start; if another process added it first, the caller reads that block's
+        length, moves past it and tries again. The counter row is then moved forward (last writer wins:
+        a stale hint costs only extra reads, never a shared number). Blocks are kept (one small row per
+        reservation) and go with the user.
+        """
+        fields = _stored(row)
+        stored = self.get(user_id=row.user_id, keys=[row.key])
+        start = max(int(stored[0].fields.get(COUNTER_FIELD) or 0) if stored else 0, int(floor))
+        if n > 0:
+            token = uuid.uuid4().hex
+            for _ in range(_CLAIM_ATTEMPTS):
+                claim = f"{row.key}@{start}"
+                meta = {CLAIM_FIELD: row.key, "n": n, "owner": token, "user_id": row.user_id,
+                        "conversation_id": row.conversation_id}
+                self.collection.add(ids=[claim], embeddings=[[1.0]], documents=[""], metadatas=[meta])
+                found = self.collection.get(ids=[claim], include=["metadatas"])["metadatas"][0] or {}
+                if found.get("owner") == token:
+                    break
+                if found.get("user_id") != row.user_id:
+                    msg = f"counter {row.key!r} belongs to another user"
+                    raise StoreError(msg)
+                start += max(1, int(found.get("n") or 1))  # type: ignore[arg-type]
+            else:  # pragma: no cover - a chain this long means something else writes these ids
+                msg = f"could not reserve numbers of {row.key!r} after {_CLAIM_ATTEMPTS} attempts"
+                raise StoreError(msg)
+        current = int(stored[0].fields.get(COUNTER_FIELD) or 0) if stored else 0
+        self.merge([TableRow(row.key, row.user_id, row.conversation_id,
+                             {**fields, COUNTER_FIELD: max(current, start + n)})])
+        return start
 
     def get(self, *, user_id: str, conversation_id: str | None = None, match: dict[str, MatchValue] | None = None,
             keys: Sequence[str] | None = None) -> list[TableRow]:

@@ -1,7 +1,9 @@
-"""Ingestion stage 1: read and validate the input, then store its new or changed raw turns.
+"""Ingestion stage 1: read and validate the input, place its messages, then store its new or changed raw turns.
 
-Everything is validated before anything is written. Later stages read the
-turns back from the store by session, so the state carries ids, not conversations.
+Everything is validated before anything is written. A message without a position is
+appended after the stored turns of its session (:mod:`memstrata.memory.placement`).
+Later stages read the turns back from the store by session, so the state carries ids,
+not conversations.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from memstrata.memory.conversation import Conversation
 from memstrata.memory.levels import Episode, Turn
 from memstrata.memory.levels.turn import changed_turns
 from memstrata.memory.normalize import load_path, normalize_input
+from memstrata.memory.placement import place_turns, stored_tail
 from memstrata.memory.store import MemoryStore
 from memstrata.nodes.common import progress
 from memstrata.resources import aresolve_store
@@ -32,10 +35,10 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
     """Normalize the input, embed and store new or changed turns; report the sessions later stages must redo."""
     ctx = runtime.context
     started = time.perf_counter()
-    convs = await asyncio.to_thread(_normalize, state, ctx)
+    store = await aresolve_store(ctx)
+    convs = await asyncio.to_thread(_normalize, state, ctx, store)
     total = sum(c.turn_count for c in convs)
     progress("load", f"read {len(convs)} conversation(s), {total} turns", total_turns=total)
-    store = await aresolve_store(ctx)
     sessions: list[list[str]] = []
     added = 0
     for conv in convs:
@@ -60,16 +63,19 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
                       "stage_seconds": {"turns": round(time.perf_counter() - started, 3)}}}
 
 
-def _normalize(state: IngestState, ctx: Context) -> list[Conversation]:
+def _normalize(state: IngestState, ctx: Context, store: MemoryStore) -> list[Conversation]:
+    """The input as conversations whose every turn has its final place (appended ones included)."""
     source = state.get("source")
     name = "<input>"
     if isinstance(source, (str, Path)):
         name = str(source)
         source = load_path(source)
-    return normalize_input(source, user_id=ctx.user_id,
-                           conversation_id=state.get("conversation_id") or ctx.conversation_id, source=name,
-                           only_conversation=state.get("only_conversation"),
-                           session_gap=timedelta(hours=ctx.session_gap_hours))
+    convs = normalize_input(source, user_id=ctx.user_id,
+                            conversation_id=state.get("conversation_id") or ctx.conversation_id, source=name,
+                            only_conversation=state.get("only_conversation"),
+                            session_gap=timedelta(hours=ctx.session_gap_hours),
+                            tail=lambda conv_id: stored_tail(store, ctx.user_id, conv_id))
+    return [place_turns(store, c) for c in convs]
 
 
 def _sessions_of(conv: Conversation) -> dict[str, Any]:
@@ -83,13 +89,16 @@ def _stored_turns(store: MemoryStore, conv: Conversation) -> dict[str, str]:
 
 
 def incomplete_sessions(store: MemoryStore, conv: Conversation) -> list[str]:
-    """Sessions whose finished episodes do not cover every turn, or that lack turn contexts.
+    """Sessions of the input whose finished episodes do not cover every stored turn, or that lack turn contexts.
 
     An episode is finished when its summary and all its facts are stored (they are written
     summary, episode, facts). Anything less is an interrupted ingest, or a store written
     before turn contexts existed; either way re-ingesting the same input repairs it.
     """
     key = {"user_id": conv.user_id, "conversation_id": conv.conversation_id, "where": _sessions_of(conv)}
+    turns: dict[str, set[str]] = {}
+    for r in store.get("turn", **key):
+        turns.setdefault(str(r.metadata.get("session_id")), set()).add(r.unit_id)
     episodes = store.get("episode", **key)
     covered: dict[str, set[str]] = {}
     for ep in finished_episodes(store, conv.user_id, conv.conversation_id, episodes):
@@ -98,7 +107,7 @@ def incomplete_sessions(store: MemoryStore, conv: Conversation) -> list[str]:
     for r in store.get("turn_context", **key):
         viewed.setdefault(str(r.metadata.get("session_id")), set()).add(str(r.metadata.get("turn_id")))
     return [s.session_id for s in conv.sessions
-            if not covered.get(s.session_id, set()) == viewed.get(s.session_id, set()) == {t.id for t in s.turns}]
+            if not covered.get(s.session_id, set()) == viewed.get(s.session_id, set()) == turns.get(s.session_id)]
 
 
 def finished_episodes(store: MemoryStore, user_id: str, conv_id: str, records: list[Any]) -> list[Any]:

@@ -1,0 +1,136 @@
+"""Where a written message goes: appended after the stored turns, or back in its own place when it is known.
+
+The rule, the same for every entry point (client, CLI, LangChain messages, the store
+adapter, the middleware):
+
+- a message with its own id (``dia_id``, ``id``, a LangChain message id) is identified by it:
+  sent again, it keeps its stored session, position and time (a changed text updates it in place);
+- a message without an id but with a time is the stored turn of the same speaker, text and time,
+  if there is one (a re-sent or re-ingested message), else it is new;
+- a new message without a ``position`` is appended: it takes the next free positions of its session,
+  reserved atomically in the store (:class:`~memstrata.memory.store.sequences.Sequences`), so two
+  writers appending to one conversation never share a position and no stored turn is ever replaced;
+- a message with an explicit ``position`` (a LoCoMo file, the store adapter's own) goes where it says,
+  and later appends follow it.
+
+Which session a message joins (the conversation's last one, unless the silence since its latest
+message is longer than the session gap) is decided by :func:`memstrata.memory.normalize.normalize_input`
+from :func:`stored_tail`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from memstrata.memory.conversation import Conversation, Session
+from memstrata.memory.levels.turn import Turn
+from memstrata.memory.normalize import Tail
+from memstrata.memory.store import MemoryStore
+
+_TURN = "turn"
+
+
+def stored_tail(store: MemoryStore, user_id: str, conversation_id: str) -> Tail | None:
+    """The conversation's last numbered session and its latest time (``None``: nothing stored yet).
+
+    Times are naive, as turns keep them; a stored ``ts`` is their ``timestamp()``, read back the same way.
+
+    Read from the session counters; a conversation stored before they existed has them set up here
+    from its stored turns, once.
+    """
+    marks = store.sequences.sessions(user_id, conversation_id) or _mark_stored(store, user_id, conversation_id)
+    numbered = [m for m in marks.values() if m.session_id.isdigit()]
+    if not numbered:
+        return None
+    last = max(numbered, key=lambda m: int(m.session_id))
+    latest = datetime.fromtimestamp(last.latest) if last.latest is not None else None
+    return Tail(int(last.session_id), latest)
+
+
+def _mark_stored(store: MemoryStore, user_id: str, conversation_id: str) -> dict[str, Any]:
+    """Counters for the sessions of a conversation written before counters existed."""
+    ends: dict[str, tuple[int, float | None]] = {}
+    for r in store.get(_TURN, user_id=user_id, conversation_id=conversation_id):
+        session, ts = str(r.metadata.get("session_id")), r.metadata.get("ts")
+        past, latest = ends.get(session, (0, None))
+        ends[session] = (max(past, int(r.metadata.get("position", 0)) + 1),
+                         max(latest, ts) if latest is not None and ts is not None else ts if ts is not None else latest)
+    for session, (past, latest) in ends.items():
+        store.sequences.advance(user_id, conversation_id, session, past,
+                                datetime.fromtimestamp(latest) if latest is not None else None)
+    return store.sequences.sessions(user_id, conversation_id) if ends else {}
+
+
+def place_turns(store: MemoryStore, conv: Conversation) -> Conversation:
+    """The conversation with every turn at its final session and position (see the module's rule)."""
+    user, conv_id = conv.user_id, conv.conversation_id
+    loose = [(s, i) for s in conv.sessions for i in s.unplaced]
+    known = _known(store, user, conv_id, [s.turns[i] for s, i in loose])
+    placed: list[Turn] = []
+    fresh: dict[str, list[Turn]] = {}
+    for session in conv.sessions:
+        unplaced = set(session.unplaced)
+        for i, turn in enumerate(session.turns):
+            if i not in unplaced:
+                placed.append(turn)
+            elif (stored := known.get(id(turn))) is not None:
+                placed.append(stored.model_copy(update={"text": turn.text, "speaker": turn.speaker,
+                                                        "image_caption": turn.image_caption}))
+            else:
+                fresh.setdefault(session.session_id, []).append(turn)
+    marks = store.sequences.sessions(user, conv_id)
+    for session_id, turns in _by_session(placed).items():  # explicit places: later appends come after them
+        past = max(t.position for t in turns) + 1
+        if session_id not in marks or marks[session_id].next < past:
+            store.sequences.advance(user, conv_id, session_id, past, _latest(turns))
+    for session_id, turns in fresh.items():
+        start = store.sequences.reserve(user, conv_id, session_id, len(turns), floor=0, latest=_latest(turns))
+        placed += [t.model_copy(update={"position": start + k, "id": t.source_id or f"s{session_id}:t{start + k}"})
+                   for k, t in enumerate(turns)]
+    sessions = []
+    for session_id, turns in _by_session(placed).items():
+        turns.sort(key=lambda t: t.position)
+        first = turns[0]
+        sessions.append(Session(session_id=session_id, timestamp=first.timestamp, timestamp_raw=first.timestamp_raw,
+                                turns=turns))
+    return conv.model_copy(update={"sessions": sessions})
+
+
+def _known(store: MemoryStore, user_id: str, conv_id: str, turns: list[Turn]) -> dict[int, Turn]:
+    """The stored turn each of these is (by id, else by speaker, text and time), keyed by ``id(turn)``."""
+    out: dict[int, Turn] = {}
+    with_ids = [t for t in turns if t.source_id]
+    if with_ids:
+        found = {r.unit_id: r for r in store.get(_TURN, user_id=user_id, conversation_id=conv_id,
+                                                  unit_ids=sorted({t.source_id for t in with_ids}))}  # type: ignore[misc]
+        out |= {id(t): Turn.model_validate(found[t.source_id].payload) for t in with_ids if t.source_id in found}
+    timed = [t for t in turns if not t.source_id and t.timestamp is not None]
+    if timed:
+        stamps = sorted({t.timestamp.timestamp() for t in timed})  # type: ignore[union-attr]
+        stored = [Turn.model_validate(r.payload) for r in store.get(
+            _TURN, user_id=user_id, conversation_id=conv_id, where={"ts": {"$in": stamps}})]
+        free: dict[tuple[str, str, float | None], list[Turn]] = {}
+        for t in sorted(stored, key=lambda t: (t.session_id, t.position), reverse=True):
+            free.setdefault(_content(t), []).append(t)
+        for t in timed:
+            same = free.get(_content(t))
+            if same:  # each stored turn answers for one message of the input, in order
+                out[id(t)] = same.pop()
+    return out
+
+
+def _content(turn: Turn) -> tuple[str, str, float | None]:
+    return turn.speaker, turn.text, turn.timestamp.timestamp() if turn.timestamp else None
+
+
+def _by_session(turns: list[Turn]) -> dict[str, list[Turn]]:
+    groups: dict[str, list[Turn]] = {}
+    for t in turns:
+        groups.setdefault(t.session_id, []).append(t)
+    return groups
+
+
+def _latest(turns: list[Turn]) -> datetime | None:
+    stamps = [t.timestamp for t in turns if t.timestamp is not None]
+    return max(stamps) if stamps else None
