@@ -74,14 +74,23 @@ class Memstrata:
         user_id: str,
         conversation_id: str | None = None,
         only_conversation: str | None = None,
+        close: bool = False,
         on_progress: Callable[[dict[str, Any]], None] | None = None,
+        **overrides: Any,
     ) -> dict[str, Any]:
-        """Ingest a file path, parsed JSON, a message list or LangChain messages; returns stats."""
+        """Ingest a file path, parsed JSON, a message list or LangChain messages; returns stats.
+
+        A message with an id is stored once however often it is sent; one without an id is appended
+        after the turns already stored (or, when it has a time, recognised as the stored turn of the same
+        speaker, text and time). A session's newest episode stays open while messages may still join it
+        (see ``Context.episode_quiet_minutes``); ``close=True`` closes it now (a finished record).
+        ``overrides`` are :class:`~memstrata.context.Context` fields for this call (``now``...).
+        """
         from memstrata.graphs.ingestion import graph
 
-        ctx = self.context(user_id)
+        ctx = self.context(user_id, **overrides)
         payload = {"source": str(source) if isinstance(source, Path) else source,
-                   "conversation_id": conversation_id, "only_conversation": only_conversation}
+                   "conversation_id": conversation_id, "only_conversation": only_conversation, "close": close}
         final: dict[str, Any] = {}
         started = time.perf_counter()
         async for mode, chunk in graph.astream(payload, context=ctx, stream_mode=["custom", "values"],

@@ -180,7 +180,12 @@ class Context:
     segment_depth: Annotated[float, _s(
         "ingestion", "a topic cut needs similarity this many std below the session mean")] = 0.5
     session_gap_hours: Annotated[float, _s(
-        "ingestion", "plain message lists: a longer silence starts a new session")] = 6.0
+        "ingestion", "messages without a session: a longer silence since the conversation's latest message starts "
+                     "a new session (across calls too)")] = 6.0
+    episode_quiet_minutes: Annotated[float, _s(
+        "ingestion", "a session's open tail closes into episodes once its latest message is this much older than "
+                     "now (Context.now, else the clock); messages without a time never go quiet. Closing also "
+                     "happens at a boundary, at max_episode_turns, when a later session starts, or on request")] = 30.0
     context_width: Annotated[int, _s("ingestion", "neighbours each side in a turn's contextual view")] = 1
     context_vectors: Annotated[Literal["encoded", "pooled"], _s(
         "ingestion", "a contextual view's vector: its text encoded by the embedder, or its turns' vectors pooled "

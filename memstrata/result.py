@@ -13,6 +13,7 @@ class Evidence(BaseModel):
     turn_id: str
     conversation_id: str
     session_id: str
+    position: int | None = Field(default=None, description="the turn's place in its session (cited as s<session>:t<position>)")
     speaker: str
     text: str
     time: str | None = None
@@ -24,6 +25,8 @@ class Evidence(BaseModel):
     scope: str = Field(default="", description="H-Mem scope of the query that found it: Short, Long or Mixed")
     window: str = Field(default="", description="the temporal-tree window that led to it, e.g. 'month 2023-05' "
                                                 "(the query's hint window holding it, or the tree node that reached it)")
+    open_episode: bool = Field(default=False, description=(
+        "the turn is in its session's open tail: no model summary, tree node or entity covers it yet"))
     score: float = 0.0
     score_parts: dict[str, float] = Field(default_factory=dict)
 

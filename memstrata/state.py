@@ -43,6 +43,7 @@ class IngestInput(TypedDict, total=False):
     source: Any  # a file path, parsed JSON, or a list of LangChain messages
     conversation_id: str | None
     only_conversation: str | None
+    close: bool  # close the open tail of every session the write touches (a finished record)
 
 
 class IngestOutput(TypedDict, total=False):
@@ -53,9 +54,12 @@ class IngestState(TypedDict, total=False):
     source: Any
     conversation_id: str | None
     only_conversation: str | None
+    close: bool
     conversations: list[str]  # ids of the conversations in the input
     sessions: list[list[str]]  # [conversation_id, session_id] pairs with new or changed turns
+    repaired: list[str]  # conversations with a session an earlier write left unfinished (graph and tree redone)
     episodes: Annotated[list[list[str]], union]  # [conversation_id, episode_id] pairs of the new episodes
+    closed: Annotated[list[list[str]], union]  # the new episodes that are closed (the graph and tree take them)
     drafts: list[dict[str, Any]]  # the new episodes (payload and vector), stored by distill_batch
     stats: Annotated[dict[str, Any], merge_dicts]
 

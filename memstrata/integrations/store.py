@@ -3,8 +3,8 @@
 Namespaces are ``(user_id,)`` or ``(user_id, conversation_id)``: the first part is
 the tenant, the second the conversation (``"default"`` when left out). A value
 is a message, ``{"speaker": ..., "text": ..., "timestamp": ...}``, or a list of
-them under ``"messages"``; putting it stores the value as given and ingests its
-messages into the conversation, in the order they were put. ``get`` returns
+them under ``"messages"``; putting it stores the value as given and appends its
+messages to the conversation, in the order they were put (the item key is their id). ``get`` returns
 the value as it was put. ``search(namespace, query=...)`` runs memstrata's
 retrieval over that user (and conversation) and returns the items whose
 messages were found, best first, with the score and the citation under
@@ -90,16 +90,12 @@ class MemstrataStore(BaseStore):
         old = self._items.get(user_id=user, conversation_id=conv, keys=[key])
         if old:  # a new value for the same key replaces the old messages
             self._delete(PutOp(op.namespace, op.key, None))
-        start = self._next_position(user, conv)
-        for i, message in enumerate(messages):
-            message.setdefault("session", "1")
-            message["position"] = start + i
         now = time.time()
         created = float(old[0].fields["created_at"]) if old else now  # type: ignore[arg-type]
-        self.memory.ingest(messages, user_id=user, conversation_id=conv)
+        self.memory.ingest(messages, user_id=user, conversation_id=conv)  # appended, like any message
         self._items.upsert([TableRow(key, user, conv, {
             "key": op.key, "value": json.dumps(value), "turn_ids": json.dumps([m["id"] for m in messages]),
-            "end": start + len(messages), "created_at": created, "updated_at": now})])
+            "created_at": created, "updated_at": now})])
 
     def _delete(self, op: PutOp) -> None:
         user, conv = _split(op.namespace)
@@ -148,18 +144,11 @@ class MemstrataStore(BaseStore):
         return found[op.offset:op.offset + op.limit]
 
     # ---- helpers --------------------------------------------------------------------------
-    def _next_position(self, user: str, conv: str) -> int:
-        rows = self._items.get(user_id=user, conversation_id=conv)
-        return max((int(r.fields.get("end") or 0) for r in rows), default=0)  # type: ignore[arg-type]
-
     def _conversation_messages(self, user: str, conv: str) -> list[dict[str, Any]]:
-        """Every message still put in a conversation, with its position, for re-ingestion."""
+        """Every message still put in a conversation, for re-ingestion (their ids keep their stored places)."""
         out = []
         for row in self._items.get(user_id=user, conversation_id=conv):
-            ids = json.loads(str(row.fields["turn_ids"]))
-            start = int(row.fields["end"]) - len(ids)  # type: ignore[arg-type]
-            for i, message in enumerate(_messages(json.loads(str(row.fields["value"])), str(row.fields["key"]))):
-                out.append({**message, "session": message.get("session", "1"), "position": start + i})
+            out += _messages(json.loads(str(row.fields["value"])), str(row.fields["key"]))
         return out
 
 

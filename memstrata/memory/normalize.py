@@ -250,7 +250,7 @@ def _messages(messages: Any, user_id: str, conv_id: str | None, source: str, gap
             if when and previous and when - previous > gap:
                 session_no += 1
             key = str(session_no)
-        previous = when or previous
+        previous = max(when, previous) if when and previous else when or previous  # re-sent older ones don't count
         groups.setdefault(key, []).append((i, raw))
     sessions = []
     for key, items in groups.items():

@@ -118,7 +118,7 @@ class Hit:
     def evidence(self) -> dict[str, Any]:
         """The public evidence record of a turn hit (see :class:`memstrata.result.Evidence`)."""
         return {"turn_id": self.unit_id, "conversation_id": self.conversation_id, "session_id": self.session_id,
-                "speaker": self.speaker, "text": self.text, "time": self.time, "image_caption": self.image_caption,
+                "position": self.position, "speaker": self.speaker, "text": self.text, "time": self.time, "image_caption": self.image_caption,
                 "level": self.level, "found_by": self.found_by, "score": self.score, "score_parts": self.parts,
                 **({"via": self.via} if self.via else {}), **({"scope": self.scope} if self.scope else {}),
                 **({"window": self.window} if self.window else {})}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
 
@@ -65,6 +66,23 @@ def segment_session(
     ``forced`` replaces the topic cuts with externally decided ones (an LLM's
     boundaries); time gaps and the length cap still apply.
     """
+    cores = segment_cores(vectors, times, max_turns=max_turns, min_turns=min_turns, window=window, depth=depth,
+                          max_gap=max_gap, forced=forced)
+    return [(max(0, s - overlap) if idx else s, e) for idx, (s, e) in enumerate(cores)]
+
+
+def segment_cores(
+    vectors: np.ndarray,
+    times: Sequence[datetime | None] | None = None,
+    *,
+    max_turns: int = 12,
+    min_turns: int = 3,
+    window: int = 2,
+    depth: float = 0.5,
+    max_gap: timedelta = timedelta(minutes=30),
+    forced: set[int] | None = None,
+) -> list[tuple[int, int]]:
+    """The episodes of :func:`segment_session` before any overlap: they tile the turns exactly."""
     n = len(vectors)
     if n == 0:
         return []
@@ -83,4 +101,37 @@ def segment_session(
     if len(cores) > 1 and cores[-1][1] - cores[-1][0] + 1 < min_turns and cores[-2][1] - cores[-2][0] + 1 < max_turns:
         tail = cores.pop()
         cores[-1] = (cores[-1][0], tail[1])
-    return [(max(0, s - overlap) if idx else s, e) for idx, (s, e) in enumerate(cores)]
+    return cores
+
+
+def cut_tail(
+    vectors: np.ndarray,
+    times: Sequence[datetime | None] | None = None,
+    *,
+    start: int,
+    closing: bool,
+    overlap: int = 1,
+    max_turns: int = 12,
+    **options: Any,
+) -> list[tuple[int, int, bool]]:
+    """The episodes of a session's open tail (its turns from ``start`` on): ``(start, end, closed)`` each.
+
+    Turns before ``start`` belong to closed episodes and are never cut again. Every episode
+    of the tail but the last is closed (a boundary falls after it); the last one closes when
+    ``closing`` says the session is done, or when it has reached ``max_turns``. An episode
+    may start with ``overlap`` turns of its predecessor, closed or not, as in
+    :func:`segment_session`; with ``start=0`` and ``closing`` the two give the same episodes.
+
+    Example:
+        >>> vecs = np.vstack([np.tile([1.0, 0.0], (4, 1)), np.tile([0.0, 1.0], (4, 1))])
+        >>> cut_tail(vecs, start=0, closing=False, min_turns=2, overlap=0)
+        [(0, 3, True), (4, 7, False)]
+    """
+    cores = segment_cores(np.asarray(vectors)[start:], list(times)[start:] if times else None, max_turns=max_turns,
+                          **options)
+    out = []
+    for idx, (s, e) in enumerate(cores):
+        closed = closing or idx < len(cores) - 1 or e - s + 1 >= max_turns
+        s, e = s + start, e + start
+        out.append((max(0, s - overlap) if s > 0 else s, e, closed))
+    return out

@@ -32,6 +32,10 @@ class Episode(Unit):
     summary_id: str = ""
     fact_ids: list[str] = Field(default_factory=list, description=(
         "The facts distilled from it, stored after it: an episode whose facts are not all stored is unfinished"))
+    open: bool = Field(default=False, description=(
+        "The open tail of its session: messages may still join it. Its summary and facts are the offline ones "
+        "(searchable at once); it is re-cut and redone as messages arrive, and summarized with the model, "
+        "placed in the tree and linked into the entity graph only once it closes"))
 
     @model_validator(mode="after")
     def _derive_id(self) -> Episode:
@@ -51,7 +55,7 @@ class Episode(Unit):
         return self.timestamp, self.timestamp
 
     def metadata(self) -> dict[str, Any]:
-        return {**super().metadata(), "episode_id": self.id}
+        return {**super().metadata(), "episode_id": self.id, "open": self.open}
 
 
 def build_episodes(session_turns: Sequence[Turn], spans: Sequence[tuple[int, int]], *,

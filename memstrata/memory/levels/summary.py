@@ -36,6 +36,7 @@ class EventSummary(Unit):
     keywords: list[str] = Field(default_factory=list)
     turn_ids: list[str] = Field(default_factory=list)
     method: str = Field(default="extractive", description="'extractive' or 'llm'")
+    open: bool = Field(default=False, description="its episode is a session's open tail (see Episode.open)")
 
     @model_validator(mode="after")
     def _derive_id(self) -> EventSummary:

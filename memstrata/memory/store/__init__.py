@@ -57,7 +57,8 @@ class MemoryStore(VectorStore):
         """Remove raw turns and everything built from them; counts per part.
 
         Every unit of every registered kind that links to one of the turns goes (facts,
-        summaries, episodes, entities, tree nodes, and kinds added later), and every unit
+        summaries, episodes, entities, tree nodes, and kinds added later, and the contextual
+        views of the sessions that lose a turn, which quote their neighbours), and every unit
         whose parent goes, repeated until a pass adds nothing (a fact goes with its episode).
         Units that link up to a parent are deleted first and raw turns last, so no reader
         meets a unit whose parent is gone. The edges that come from the turns or touch a
@@ -72,6 +73,10 @@ class MemoryStore(VectorStore):
                            for r in self.get(lv.kind, user_id=user_id, conversation_id=conversation_id)]
                  for lv in levels()}
         doomed = set(gone)  # unit ids (raw turn ids included)
+        # A turn's contextual view holds its neighbours' text: every view of a session that loses a turn goes
+        # (re-ingesting the session rebuilds them).
+        sessions = {getattr(u, "session_id", None) for lv in levels(role="raw") for u in units[lv.kind] if u.id in gone}
+        doomed |= {u.id for lv in levels(role="view") for u in units[lv.kind] if getattr(u, "session_id", None) in sessions}
         while more := {u.id for stored in units.values() for u in stored
                        if u.id not in doomed and doomed & {*u.linked_turn_ids(), *u.parent_ids()}}:
             doomed |= more

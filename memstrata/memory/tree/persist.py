@@ -14,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -72,11 +72,14 @@ class TreeUpdate:
         return out
 
 
-def load_tree(store: MemoryStore, user_id: str, conversation_id: str) -> TreeUpdate:
-    """The conversation's summaries (the leaves) and stored tree nodes, with their vectors."""
+def load_tree(store: MemoryStore, user_id: str, conversation_id: str, *,
+              skip: Collection[str] = ()) -> TreeUpdate:
+    """The conversation's summaries (the leaves, but ``skip``: open episodes' ones) and stored tree nodes."""
     forest = Forest()
     summaries: dict[str, EventSummary] = {}
     for r in store.get(SUMMARY_KIND, user_id=user_id, conversation_id=conversation_id, with_vectors=True):
+        if r.unit_id in skip:
+            continue
         s = EventSummary.model_validate(r.payload)
         summaries[s.id] = s
         order = (int(s.session_id) if s.session_id.isdigit() else 1 << 30, s.session_id, _first(s.episode_id))

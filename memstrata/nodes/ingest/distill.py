@@ -1,5 +1,8 @@
 """Ingestion stage 4: per batch of new episodes, HyMem's Level-1 summaries and the atomic facts, then the writes.
 
+A closed episode is distilled once, with the model in LLM mode; an open one (its session's tail,
+:mod:`.episodes`) gets the offline summary and facts, so it is searchable at once at no model cost.
+
 Fanned out over episode batches with ``Send``. Each branch summarizes its episodes
 (:mod:`.summaries`) and extracts their facts (:mod:`.facts`), then stores, in one
 thread, summaries, then episodes (each listing its fact ids), then facts. A unit is
@@ -50,16 +53,19 @@ async def distill_batch(batch: EpisodeBatch, runtime: Runtime[Context]) -> dict[
     of = {e.id: [turns[(e.conversation_id, t)] for t in e.turn_ids if (e.conversation_id, t) in turns]
           for e in episodes}
     fact_step, summary_step = LLMStep(ctx, budget=False), LLMStep(ctx, budget=False)
+    offline = LLMStep(ctx, budget=False)
+    offline.model = None  # an open episode's summary and facts are the offline ones until it closes
     started = time.perf_counter()
     facts: list[Fact] = []
     fallbacks = 0
     for i, ep in enumerate(episodes):
-        got, ok = await episode_facts(fact_step, ep, of[ep.id])
+        got, ok = await episode_facts(offline if ep.open else fact_step, ep, of[ep.id])
         facts += got
         fallbacks += not ok
         episodes[i] = ep.model_copy(update={"fact_ids": [f.id for f in got]})
     facts_s = time.perf_counter() - started
-    summaries = [await episode_summary(summary_step, ep, of[ep.id]) for ep in episodes]
+    summaries = [(await episode_summary(offline if ep.open else summary_step, ep, of[ep.id])).model_copy(
+        update={"open": ep.open}) for ep in episodes]
     summaries_s = time.perf_counter() - started - facts_s
     async with _write_lock():  # a progress event is a moment when no branch is half-way through its writes
         spent = await asyncio.to_thread(_write, store, ctx.user_id, summaries, episodes, vectors, facts,

@@ -28,6 +28,7 @@ from memstrata.memory.graph.resolution import Linked, link_entities as resolve
 from memstrata.memory.levels import Entity, Fact
 from memstrata.memory.store import MemoryStore
 from memstrata.nodes.common import LLMStep, progress
+from memstrata.nodes.ingest.turns import open_episodes
 from memstrata.resources import aresolve_store
 from memstrata.state import IngestState
 
@@ -44,16 +45,20 @@ async def link_entities(state: IngestState, runtime: Runtime[Context]) -> dict[s
     started = time.perf_counter()
     store = await aresolve_store(ctx)
     step = LLMStep(ctx, budget=False)
-    touched = list(dict.fromkeys(c for c, _ in [*state.get("sessions", []), *state.get("episodes", [])]))
+    closed = state.get("closed", [])
+    touched = list(dict.fromkeys([*(c for c, _ in closed), *state.get("repaired", [])]))
     missing = await asyncio.to_thread(_unlinked, store, ctx.user_id,
                                       [c for c in state.get("conversations", []) if c not in touched])
+    new_episodes = {tuple(p) for p in closed}
     totals = {"entities_written": 0, "relations_written": 0, "facts_superseded": 0}
     for conv_id in dict.fromkeys([*touched, *missing]):
         facts, vectors = await asyncio.to_thread(_read_facts, store, ctx.user_id, conv_id)
         if not facts:
             continue
         linked = resolve(facts, speakers=_speakers(facts), typo_ratio=ctx.entity_typo_ratio)
-        replaced = await _supersession(step, linked.facts, ctx.supersede_max_calls)
+        fresh = {f.id for f in facts if (conv_id, f.episode_id) in new_episodes or conv_id in missing
+                 or conv_id in state.get("repaired", [])}
+        replaced = await _supersession(step, linked.facts, fresh, ctx.supersede_max_calls)
         counts = await asyncio.to_thread(_write, store, ctx.user_id, conv_id, facts, linked, replaced, vectors)
         totals = {k: totals[k] + counts[k] for k in totals}
     progress("entities", f"linked {totals['entities_written']} entities, {totals['relations_written']} relations",
@@ -65,13 +70,20 @@ async def link_entities(state: IngestState, runtime: Runtime[Context]) -> dict[s
 
 
 def _unlinked(store: MemoryStore, user_id: str, conversations: list[str]) -> list[str]:
-    """Conversations that hold facts but no entities (an ingest stopped before this stage)."""
-    return [c for c in conversations if store.count("fact", user_id=user_id, conversation_id=c)
-            and not store.count("entity", user_id=user_id, conversation_id=c)]
+    """Conversations that hold facts of closed episodes but no entities (an ingest stopped before this stage)."""
+    return [c for c in conversations if not store.count("entity", user_id=user_id, conversation_id=c)
+            and store.count("fact", user_id=user_id, conversation_id=c) > _open_facts(store, user_id, c)]
+
+
+def _open_facts(store: MemoryStore, user_id: str, conv_id: str) -> int:
+    return sum(len(r.payload.get("fact_ids", [])) for r in open_episodes(store, user_id, conv_id))
 
 
 def _read_facts(store: MemoryStore, user_id: str, conv_id: str) -> tuple[list[Fact], dict[str, list[float]]]:
-    records = store.get("fact", user_id=user_id, conversation_id=conv_id, with_vectors=True)
+    """The facts of the conversation's closed episodes (an open episode's facts are redone as it grows)."""
+    tails = {r.unit_id for r in open_episodes(store, user_id, conv_id)}
+    records = [r for r in store.get("fact", user_id=user_id, conversation_id=conv_id, with_vectors=True)
+               if r.payload.get("episode_id") not in tails]
     facts = sorted((Fact.model_validate(r.payload) for r in records), key=lambda f: (f.episode_id, f.n))
     return facts, {r.unit_id: r.metadata["_vector"] for r in records}
 
@@ -80,13 +92,20 @@ def _speakers(facts: list[Fact]) -> list[str]:
     return sorted({name for f in facts for name, kind in f.types.items() if kind == "speaker"})
 
 
-async def _supersession(step: LLMStep, facts: list[Fact], max_calls: int) -> dict[str, str]:
-    """fact id -> id of the fact that replaces it: the rule offline, the model's verdict on candidates otherwise."""
+async def _supersession(step: LLMStep, facts: list[Fact], fresh: set[str], max_calls: int) -> dict[str, str]:
+    """fact id -> id of the fact that replaces it: the rule offline, the model's verdict on candidates otherwise.
+
+    The model is asked only about pairs with a fact of this write (``fresh``): earlier pairs were
+    decided when their facts were written, so a write's calls do not grow with the conversation.
+    """
     rule = {old.id: new for old, new in supersede(facts)}
     if step.model is None:
         return rule
-    decided = dict(rule)
-    for older, newer in candidate_pairs(facts, by_label=True)[:max_calls]:
+    pairs = [p for p in candidate_pairs(facts, by_label=True) if fresh & {p[0].id, p[1].id}]
+    # earlier facts keep the verdicts stored when they were written; the rule decides the new pairs the model does not
+    decided = {f.id: f.superseded_by for f in facts if f.superseded_by and f.id not in fresh}
+    decided |= {old: new for old, new in rule.items() if old in fresh or new in fresh}
+    for older, newer in pairs[:max_calls]:
         user = f"<older>{older.text}</older>\n<newer>{newer.text}</newer>"
         verdict, how = await step.decide(Replaces, "SUPERSEDE_PROMPT", user, node="supersede",
                                          fallback=lambda o=older: Replaces(replaces=o.id in rule))

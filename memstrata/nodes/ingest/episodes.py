@@ -1,17 +1,22 @@
-"""Ingestion stage 3: cut the touched sessions into HyMem's Level-2 episodes.
+"""Ingestion stage 3: cut the open tail of each touched session into HyMem's Level-2 episodes.
 
-Offline cuts (topic shifts, time gaps, a length cap), or the model's boundaries
-in LLM mode. Episodes a re-segmentation replaced are deleted with their summaries
-and facts (facts first, summaries last, so no reader ever meets a unit whose parent
-is gone). New episodes are not stored here: :mod:`.distill` stores each one after
-its summary, so a stored episode always has one.
+A session's tail is its turns after the last closed episode; closed episodes are never
+cut again, so a message written alone costs the same however long its session is.
+Offline cuts (topic shifts, time gaps, a length cap), or the model's boundaries in LLM
+mode, asked over the tail only, once it is full (``max_episode_turns``) or done. Every
+episode of the tail but the last is closed; the last closes at the length cap, when a
+later session exists, when it has gone quiet (``episode_quiet_minutes``) or when the
+write asks (``close``). Episodes a re-cut replaced are deleted with their summaries and
+facts (facts first, summaries last, so no reader ever meets a unit whose parent is
+gone). New episodes are not stored here: :mod:`.distill` stores each one after its
+summary, so a stored episode always has one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -21,7 +26,7 @@ from memstrata.context import Context
 from memstrata.llm import GOOD_OUTCOMES
 from memstrata.memory.levels import Episode, Turn, levels
 from memstrata.memory.levels.episode import build_episodes, episode_vector
-from memstrata.memory.segmentation import segment_session
+from memstrata.memory.segmentation import cut_tail
 from memstrata.memory.store import MemoryStore
 from memstrata.nodes.common import LLMStep, progress
 from memstrata.nodes.ingest.turns import finished_episodes, read_sessions
@@ -36,39 +41,93 @@ class Boundaries(BaseModel):
 
 
 async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Segment every touched session; hand the new episodes (with their vectors) to the distillers."""
+    """Cut the open tail of every touched session; hand the new episodes (with their vectors) to the distillers."""
     ctx = runtime.context
     started = time.perf_counter()
     store = await aresolve_store(ctx)
     step = LLMStep(ctx, budget=False)
     sessions = await asyncio.to_thread(read_sessions, store, ctx.user_id, state.get("sessions", []),
                                        with_vectors=True)
+    later = await asyncio.to_thread(_sessions_with_later, store, ctx.user_id, list(sessions))
     written: list[list[str]] = []
+    closed: list[list[str]] = []
     drafts: list[dict[str, Any]] = []
     removed = 0
     for (conv_id, session_id), (turns, vecs) in sessions.items():
-        forced = await _llm_cuts(step, turns) if step.model is not None else None
-        spans = segment_session(
-            vecs, [t.timestamp for t in turns], max_turns=ctx.max_episode_turns, min_turns=ctx.min_episode_turns,
-            overlap=ctx.episode_overlap, max_gap=timedelta(minutes=ctx.episode_max_gap_minutes),
-            window=ctx.segment_window, depth=ctx.segment_depth, forced=forced,
+        old = await asyncio.to_thread(store.get, "episode", user_id=ctx.user_id, conversation_id=conv_id,
+                                      where={"session_id": session_id})
+        start, frozen = await asyncio.to_thread(_tail_start, store, ctx.user_id, conv_id, turns, old)
+        old = [r for r in old if r.unit_id not in frozen]  # closed: never cut, dropped or redone again
+        tail = turns[start:]
+        closing = bool(state.get("close")) or (conv_id, session_id) in later or _quiet(ctx, tail)
+        forced = None  # offline cuts
+        if step.model is not None:  # the model sees the tail only, once it is full or done; until then, no cuts
+            ask = len(tail) > 1 and (closing or len(tail) >= ctx.max_episode_turns)
+            forced = await _llm_cuts(step, tail) if ask else set()  # None (a failed call): the offline cuts
+        cuts = cut_tail(
+            vecs, [t.timestamp for t in turns], start=start, closing=closing, max_turns=ctx.max_episode_turns,
+            min_turns=ctx.min_episode_turns, overlap=ctx.episode_overlap,
+            max_gap=timedelta(minutes=ctx.episode_max_gap_minutes), window=ctx.segment_window,
+            depth=ctx.segment_depth, forced=forced,
         )
-        episodes = build_episodes(turns, spans, session_time=turns[0].timestamp,
-                                  session_time_raw=turns[0].timestamp_raw)
+        episodes = [e.model_copy(update={"open": not shut}) for e, (_, _, shut) in zip(
+            build_episodes(turns, [(s, e) for s, e, _ in cuts], session_time=turns[0].timestamp,
+                           session_time_raw=turns[0].timestamp_raw), cuts, strict=True)]
         by_id = {t.id: v for t, v in zip(turns, vecs, strict=True)}
-        dropped, done = await asyncio.to_thread(_drop_stale, store, ctx.user_id, conv_id, session_id, episodes)
+        dropped, done = await asyncio.to_thread(_drop_stale, store, ctx.user_id, conv_id, old, episodes)
         removed += dropped
         episodes = [e for e in episodes if e.id not in done]  # unchanged and finished: nothing to redo
         drafts += [{"episode": e.model_dump(mode="json"), "vector": episode_vector([by_id[t] for t in e.turn_ids])}
                    for e in episodes]
         written += [[conv_id, e.id] for e in episodes]
-    progress("segment", f"cut {len(sessions)} session(s) into {len(written)} new episodes (Level-2)",
-             episodes=len(written))
+        closed += [[conv_id, e.id] for e in episodes if not e.open]
+    progress("segment", f"cut {len(sessions)} session(s) into {len(written)} new episodes (Level-2), "
+                        f"{len(closed)} closed", episodes=len(written))
     stats: dict[str, Any] = {"episodes_written": len(written), "episodes_replaced": removed,
+                             "episodes_closed": len(closed),
                              "stage_seconds": {"episodes": round(time.perf_counter() - started, 3)}}
     if step.model is not None:
         stats["llm"] = {"segment": step.meter.summary()}
-    return {"episodes": written, "drafts": drafts, "stats": stats}
+    return {"episodes": written, "closed": closed, "drafts": drafts, "stats": stats}
+
+
+def _tail_start(store: MemoryStore, user_id: str, conv_id: str, turns: list[Turn],
+                old: list[Any]) -> tuple[int, set[str]]:
+    """Index of the session's first turn after its closed episodes (0: none is closed), and their ids.
+
+    The closed episodes are the finished ones not marked open whose turns are unchanged, up to the
+    first turn none of them covers (an interrupted write's gap, or a turn updated by id, is redone from there).
+    """
+    text = {t.id: t.render() for t in turns}
+    shut = {r.unit_id: r for r in finished_episodes(store, user_id, conv_id, old) if not r.payload.get("open")
+            # a turn updated by id since reopens its episode
+            and r.document == "\n".join(text.get(t, "") for t in r.payload.get("turn_ids", []))}
+    covered = {t for r in shut.values() for t in r.payload.get("turn_ids", [])}
+    start = next((i for i, t in enumerate(turns) if t.id not in covered), len(turns))
+    if start == 0:
+        return 0, set()
+    edge = turns[start - 1].position
+    return start, {k for k, r in shut.items() if int(r.payload["end_position"]) <= edge}
+
+
+def _sessions_with_later(store: MemoryStore, user_id: str, pairs: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The numbered sessions after which the conversation holds a later numbered session (they are over)."""
+    out: set[tuple[str, str]] = set()
+    for conv_id in {c for c, _ in pairs}:
+        numbers = [int(s) for s in store.sequences.sessions(user_id, conv_id) if s.isdigit()]
+        last = max(numbers, default=None)
+        out |= {(c, s) for c, s in pairs if c == conv_id and s.isdigit() and last is not None and int(s) < last}
+    return out
+
+
+def _quiet(ctx: Context, tail: list[Turn]) -> bool:
+    """Whether the tail's latest message is more than ``episode_quiet_minutes`` older than now."""
+    stamps = [t.timestamp for t in tail if t.timestamp is not None]
+    if not stamps:
+        return False
+    now = ctx.now or datetime.now(timezone.utc)
+    now = now.astimezone(timezone.utc).replace(tzinfo=None) if now.tzinfo else now  # turns keep naive UTC times
+    return now - max(stamps) > timedelta(minutes=ctx.episode_quiet_minutes)
 
 
 async def _llm_cuts(step: LLMStep, turns: list[Turn]) -> set[int] | None:
@@ -92,18 +151,19 @@ async def _llm_cuts(step: LLMStep, turns: list[Turn]) -> set[int] | None:
     return {i for i in value.starts if 0 < i < n}
 
 
-def _drop_stale(store: MemoryStore, user_id: str, conv_id: str, session_id: str,
+def _drop_stale(store: MemoryStore, user_id: str, conv_id: str, old: list[Any],
                 keep: list[Episode]) -> tuple[int, set[str]]:
-    """Delete a session's stored episodes that a re-segmentation replaced or changed, with their summaries and facts.
+    """Delete a session's stored episodes that a re-cut replaced or changed, with their summaries and facts.
 
     Returns how many ids are gone for good, and the ids of new episodes that are already
-    stored, unchanged and finished (a turn appended to a session changes only its last episodes).
+    stored, unchanged and finished (closed episodes are never cut again, so an appended
+    message changes only the open tail). An open episode that closes counts as changed:
+    with a model, its summary and facts are redone then.
     """
     new = {e.id: e for e in keep}
-    old = store.get("episode", user_id=user_id, conversation_id=conv_id, where={"session_id": session_id})
     finished = {r.unit_id for r in finished_episodes(store, user_id, conv_id, old)}
     stale = [r for r in old if r.unit_id not in new or r.unit_id not in finished
-             or r.document != new[r.unit_id].embed_text()]
+             or r.document != new[r.unit_id].embed_text() or bool(r.payload.get("open")) != new[r.unit_id].open]
     # Children before parents: facts (and any kind distilled from episodes), episodes, then summaries.
     _drop_episode_units(store, user_id, conv_id, [r.unit_id for r in stale], keep_kinds={"summary"})
     store.delete("episode", user_id=user_id, conversation_id=conv_id, unit_ids=[r.unit_id for r in stale])

@@ -1,7 +1,8 @@
 """Ingestion, after the Level-1 summaries: H-Mem's temporal-semantic tree over them, updated incrementally.
 
-For each conversation with new summaries (or a tree that misses some, after a
-crash), new leaves are placed bottom-up in their windows, and only the nodes
+The leaves are the summaries of closed episodes (an open session tail joins once it closes, so
+the tree is never recomputed per message). For each conversation with newly closed episodes (or
+a tree that misses some, after a crash), new leaves are placed bottom-up in their windows, and only the nodes
 whose children changed, and their ancestors, are recomputed: with a model, the
 consolidation prompt (at most ``Context.tree_llm_calls`` per ingest), else
 the extractive consolidation.
@@ -25,6 +26,7 @@ from memstrata.memory.tree import tree_levels
 from memstrata.memory.tree.persist import TreeUpdate, header, load_tree, offline_text, refresh, save_tree
 from memstrata.memory.tree.windows import UPPER
 from memstrata.nodes.common import LLMStep, progress
+from memstrata.nodes.ingest.turns import open_episodes
 from memstrata.resources import aresolve_store
 from memstrata.state import IngestState
 
@@ -40,13 +42,16 @@ async def consolidate_tree(state: IngestState, runtime: Runtime[Context]) -> dic
     ctx = runtime.context
     started = time.perf_counter()
     store = await aresolve_store(ctx)
-    touched = [c for c, _ in state.get("sessions", [])]
+    # open episodes join the tree once they close; a repaired conversation is checked again
+    touched = [*(c for c, _ in state.get("closed", [])), *state.get("repaired", [])]
     convs = await asyncio.to_thread(_to_update, store, ctx.user_id, touched, state.get("conversations", []))
     step = LLMStep(ctx, budget=False)
     calls = {"left": ctx.tree_llm_calls if step.model is not None else 0}
     written: dict[str, int] = {level: 0 for level in UPPER}
     for conv_id in convs:
-        update = await asyncio.to_thread(load_tree, store, ctx.user_id, conv_id)
+        tails = await asyncio.to_thread(open_episodes, store, ctx.user_id, conv_id)
+        update = await asyncio.to_thread(load_tree, store, ctx.user_id, conv_id,
+                                         skip={r.payload.get("summary_id") for r in tails})
         units = [await _recompute(step, ctx, update, node_id, calls) for node_id in update.grow(
             tree_levels(ctx.tree_alphas))]
         await asyncio.to_thread(save_tree, store, update, units)
@@ -61,14 +66,16 @@ async def consolidate_tree(state: IngestState, runtime: Runtime[Context]) -> dic
 
 
 def _to_update(store: MemoryStore, user_id: str, touched: list[str], conversations: list[str]) -> list[str]:
-    """Touched conversations, and any whose tree lacks some of its summaries (an ingest killed before this stage)."""
+    """Conversations with newly closed episodes, and any whose tree lacks some of its closed episodes' summaries
+    (an ingest killed before this stage)."""
     out = list(dict.fromkeys(touched))
     for conv in dict.fromkeys(conversations):
         if conv in out:
             continue
         weeks = store.get(TREE_NODE.kind, user_id=user_id, conversation_id=conv, where={"level": "week"})
         placed = sum(len(r.payload.get("children", [])) for r in weeks)
-        if placed != store.count("summary", user_id=user_id, conversation_id=conv):
+        closed = store.count("summary", user_id=user_id, conversation_id=conv) - len(open_episodes(store, user_id, conv))
+        if placed != closed:
             out.append(conv)
     return out
 

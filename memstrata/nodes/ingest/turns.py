@@ -40,6 +40,7 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
     total = sum(c.turn_count for c in convs)
     progress("load", f"read {len(convs)} conversation(s), {total} turns", total_turns=total)
     sessions: list[list[str]] = []
+    repaired: list[str] = []  # conversations with a session an earlier write left unfinished
     added = 0
     for conv in convs:
         stored = await asyncio.to_thread(_stored_turns, store, conv)
@@ -51,9 +52,10 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
             added += len(batch)
             progress("turns", f"{conv.conversation_id}: embedded {start + len(batch)}/{len(fresh)} new turns",
                      conversation_id=conv.conversation_id, done=len(batch))
-        unfinished = await asyncio.to_thread(incomplete_sessions, store, conv)
+        unfinished = await asyncio.to_thread(incomplete_sessions, store, conv, {t.id for t in fresh})
         sessions += [[conv.conversation_id, s] for s in dict.fromkeys([*(t.session_id for t in fresh), *unfinished])]
-    return {"conversations": [c.conversation_id for c in convs], "sessions": sessions,
+        repaired += [conv.conversation_id] if unfinished else []
+    return {"conversations": [c.conversation_id for c in convs], "sessions": sessions, "repaired": repaired,
             # Every count starts at zero, so stages that had nothing to do still report it.
             "stats": {"contexts_written": 0, "episodes_written": 0, "episodes_replaced": 0, "summaries_written": 0,
                       "facts_written": 0, "facts_fallbacks": 0, "entities_written": 0, "relations_written": 0,
@@ -88,17 +90,19 @@ def _stored_turns(store: MemoryStore, conv: Conversation) -> dict[str, str]:
     return {r.unit_id: r.document for r in records}
 
 
-def incomplete_sessions(store: MemoryStore, conv: Conversation) -> list[str]:
-    """Sessions of the input whose finished episodes do not cover every stored turn, or that lack turn contexts.
+def incomplete_sessions(store: MemoryStore, conv: Conversation, fresh: set[str] = frozenset()) -> list[str]:
+    """Sessions of the input whose finished episodes do not cover every stored turn (but the ``fresh`` ones this
+    write adds), or that lack turn contexts.
 
     An episode is finished when its summary and all its facts are stored (they are written
-    summary, episode, facts). Anything less is an interrupted ingest, or a store written
-    before turn contexts existed; either way re-ingesting the same input repairs it.
+    summary, episode, facts). Anything less is an interrupted ingest, a deletion of turns, or
+    a store written before turn contexts existed; re-ingesting the same input repairs it.
     """
     key = {"user_id": conv.user_id, "conversation_id": conv.conversation_id, "where": _sessions_of(conv)}
     turns: dict[str, set[str]] = {}
     for r in store.get("turn", **key):
-        turns.setdefault(str(r.metadata.get("session_id")), set()).add(r.unit_id)
+        if r.unit_id not in fresh:
+            turns.setdefault(str(r.metadata.get("session_id")), set()).add(r.unit_id)
     episodes = store.get("episode", **key)
     covered: dict[str, set[str]] = {}
     for ep in finished_episodes(store, conv.user_id, conv.conversation_id, episodes):
@@ -106,8 +110,8 @@ def incomplete_sessions(store: MemoryStore, conv: Conversation) -> list[str]:
     viewed: dict[str, set[str]] = {}
     for r in store.get("turn_context", **key):
         viewed.setdefault(str(r.metadata.get("session_id")), set()).add(str(r.metadata.get("turn_id")))
-    return [s.session_id for s in conv.sessions
-            if not covered.get(s.session_id, set()) == viewed.get(s.session_id, set()) == turns.get(s.session_id)]
+    return [s.session_id for s in conv.sessions if s.session_id in turns
+            and not covered.get(s.session_id, set()) == viewed.get(s.session_id, set()) == turns[s.session_id]]
 
 
 def finished_episodes(store: MemoryStore, user_id: str, conv_id: str, records: list[Any]) -> list[Any]:
@@ -121,6 +125,11 @@ def finished_episodes(store: MemoryStore, user_id: str, conv_id: str, records: l
         if fact_ids else set()
     return [r for r in records if r.payload.get("summary_id") in summaries
             and all(f in facts for f in r.payload.get("fact_ids", []))]
+
+
+def open_episodes(store: MemoryStore, user_id: str, conv_id: str) -> list[Any]:
+    """The stored episodes of a conversation that are still open (session tails)."""
+    return store.get("episode", user_id=user_id, conversation_id=conv_id, where={"open": True})
 
 
 def by_conversation(pairs: list[list[str]]) -> dict[str, list[str]]:

@@ -51,8 +51,22 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     trace = build_trace(state, calls, note, tokens, len(ranked), chosen)
     trace["budget"] = {"llm_token_budget": ctx.llm_token_budget, "spent": step.shared.spent,
                        "halted_at": state.get("halted") or step.halted}
+    tails = open_tail_turns(index)
+    evidence = [{**c.evidence(), "open_episode": (c.conversation_id, c.unit_id) in tails} for c in chosen]
+    trace["open_episode_turns"] = [e["turn_id"] for e in evidence if e["open_episode"]]
     return {"answer": text, "context": context, "context_tokens": tokens, "trace": trace,
-            "evidence": [c.evidence() for c in chosen], "llm_calls": step.records}
+            "evidence": evidence, "llm_calls": step.records}
+
+
+def open_tail_turns(index: Any) -> set[tuple[str, str]]:
+    """(conversation, turn) of every turn in an open episode: the turns its open summary stands for."""
+    held = index.memo.get("open_tail_turns")
+    if held is None:
+        summaries = index.events.get("summary")
+        held = set() if summaries is None else {
+            (u.conversation_id, t) for u in summaries.units if getattr(u, "open", False) for t in u.turn_ids}
+        index.remember("open_tail_turns", held)  # dropped with the memo whenever the snapshot changes
+    return held
 
 
 async def _answer_text(state: RetrievalState, context: str, step: Step) -> tuple[str | None, str]:
