@@ -112,13 +112,15 @@ def cut_tail(
     closing: bool,
     overlap: int = 1,
     max_turns: int = 12,
+    quiet: timedelta | None = None,
     **options: Any,
 ) -> list[tuple[int, int, bool]]:
     """The episodes of a session's open tail (its turns from ``start`` on): ``(start, end, closed)`` each.
 
     Turns before ``start`` belong to closed episodes and are never cut again. Every episode
     of the tail but the last is closed (a boundary falls after it); the last one closes when
-    ``closing`` says the session is done, or when it has reached ``max_turns``. An episode
+    ``closing`` says the session is done, or when it has reached ``max_turns``; the turns before a
+    silence longer than ``quiet`` inside the tail went quiet, so they close too. An episode
     may start with ``overlap`` turns of its predecessor, closed or not, as in
     :func:`segment_session`; with ``start=0`` and ``closing`` the two give the same episodes.
 
@@ -127,11 +129,18 @@ def cut_tail(
         >>> cut_tail(vecs, start=0, closing=False, min_turns=2, overlap=0)
         [(0, 3, True), (4, 7, False)]
     """
-    cores = segment_cores(np.asarray(vectors)[start:], list(times)[start:] if times else None, max_turns=max_turns,
-                          **options)
+    stamps = list(times) if times else [None] * len(vectors)
+    parts = [start]  # a silence longer than ``quiet`` inside an open tail: what came before it went quiet
+    if not closing and quiet is not None:
+        parts += [i for i in range(start + 1, len(vectors))
+                  if stamps[i] and stamps[i - 1] and stamps[i] - stamps[i - 1] > quiet]  # type: ignore[operator]
     out = []
-    for idx, (s, e) in enumerate(cores):
-        closed = closing or idx < len(cores) - 1 or e - s + 1 >= max_turns
-        s, e = s + start, e + start
-        out.append((max(0, s - overlap) if s > 0 else s, e, closed))
+    for p, (begin, end) in enumerate(zip(parts, [*parts[1:], len(vectors)], strict=True)):
+        last_part = p == len(parts) - 1
+        cores = segment_cores(np.asarray(vectors)[begin:end], stamps[begin:end] if times else None,
+                              max_turns=max_turns, **options)
+        for idx, (s, e) in enumerate(cores):
+            closed = closing or not last_part or idx < len(cores) - 1 or e - s + 1 >= max_turns
+            s, e = s + begin, e + begin
+            out.append((max(0, s - overlap) if s > 0 else s, e, closed))
     return out

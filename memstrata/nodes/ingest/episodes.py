@@ -66,6 +66,7 @@ async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dic
             forced = await _llm_cuts(step, tail) if ask else set()  # None (a failed call): the offline cuts
         cuts = cut_tail(
             vecs, [t.timestamp for t in turns], start=start, closing=closing, max_turns=ctx.max_episode_turns,
+            quiet=timedelta(minutes=ctx.episode_quiet_minutes),
             min_turns=ctx.min_episode_turns, overlap=ctx.episode_overlap,
             max_gap=timedelta(minutes=ctx.episode_max_gap_minutes), window=ctx.segment_window,
             depth=ctx.segment_depth, forced=forced,

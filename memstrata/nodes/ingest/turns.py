@@ -53,7 +53,9 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
             progress("turns", f"{conv.conversation_id}: embedded {start + len(batch)}/{len(fresh)} new turns",
                      conversation_id=conv.conversation_id, done=len(batch))
         unfinished = await asyncio.to_thread(incomplete_sessions, store, conv, {t.id for t in fresh})
-        sessions += [[conv.conversation_id, s] for s in dict.fromkeys([*(t.session_id for t in fresh), *unfinished])]
+        ended = await asyncio.to_thread(_ended_tails, store, conv, {t.session_id for t in fresh})
+        sessions += [[conv.conversation_id, s]
+                     for s in dict.fromkeys([*(t.session_id for t in fresh), *unfinished, *ended])]
         repaired += [conv.conversation_id] if unfinished else []
     return {"conversations": [c.conversation_id for c in convs], "sessions": sessions, "repaired": repaired,
             # Every count starts at zero, so stages that had nothing to do still report it.
@@ -125,6 +127,15 @@ def finished_episodes(store: MemoryStore, user_id: str, conv_id: str, records: l
         if fact_ids else set()
     return [r for r in records if r.payload.get("summary_id") in summaries
             and all(f in facts for f in r.payload.get("fact_ids", []))]
+
+
+def _ended_tails(store: MemoryStore, conv: Conversation, written: set[str]) -> list[str]:
+    """Earlier sessions with an open tail, when this write starts a later one: they are over, so they close."""
+    numbers = [int(s) for s in written if s.isdigit()]
+    if not numbers:
+        return []
+    tails = {str(r.payload["session_id"]) for r in open_episodes(store, conv.user_id, conv.conversation_id)}
+    return sorted(s for s in tails if s.isdigit() and int(s) < max(numbers))
 
 
 def open_episodes(store: MemoryStore, user_id: str, conv_id: str) -> list[Any]:
