@@ -291,3 +291,20 @@ def test_two_processes_appending_to_one_conversation_store_every_message_once_in
     assert [p for _, p, _ in turns] == list(range(24))  # 24 distinct positions, none taken twice
     for name in ("Ann", "Bo"):  # each writer's messages in the order it sent them
         assert [t for *_, t in turns if t.startswith(name)] == [f"{name} says {i}" for i in range(12)]
+
+
+def test_with_a_model_a_tree_window_still_receiving_messages_is_consolidated_once_it_closes(tmp_path: Path) -> None:
+    model = ScriptedChatModel(default=lambda messages: {"starts": [], "keywords": ["k"], "facts": [],
+                                                       "replaces": False, "summary": "consolidated"})
+    mem = Memstrata(path=tmp_path / "store", embeddings=HashEmbeddings(), model=model)
+
+    def weeks() -> dict[str, str]:
+        return {r.payload["window"]: r.payload["method"] for r in mem.store.get("tree_node", user_id="u")
+                if r.payload["level"] == "week"}
+
+    monday = datetime(2024, 3, 4, 10, 0)
+    mem.ingest(_chat(6, monday), user_id="u", now=monday, close=True)
+    assert weeks() == {"2024-W10": "extractive"}  # the week still holds the newest turn: no model call yet
+    later = monday + timedelta(days=7)
+    mem.ingest([{**m, "id": f"n{i}"} for i, m in enumerate(_chat(6, later))], user_id="u", now=later, close=True)
+    assert weeks() == {"2024-W10": "llm", "2024-W11": "extractive"}  # closed: consolidated by the model, once

@@ -5,13 +5,16 @@ the tree is never recomputed per message). For each conversation with newly clos
 a tree that misses some, after a crash), new leaves are placed bottom-up in their windows, and only the nodes
 whose children changed, and their ancestors, are recomputed: with a model, the
 consolidation prompt (at most ``Context.tree_llm_calls`` per ingest), else
-the extractive consolidation.
+the extractive consolidation. A node whose window still holds the conversation's
+newest turn is consolidated extractively, and once by the model when a later
+turn falls past its window, so a chat's tree costs the same model calls as a batch.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -24,7 +27,8 @@ from memstrata.memory.store import MemoryStore
 from memstrata.memory.tokens import TokenCounter
 from memstrata.memory.tree import tree_levels
 from memstrata.memory.tree.persist import TreeUpdate, header, load_tree, offline_text, refresh, save_tree
-from memstrata.memory.tree.windows import UPPER
+from memstrata.memory.tree.build import age_of
+from memstrata.memory.tree.windows import UPPER, window_span
 from memstrata.nodes.common import LLMStep, progress
 from memstrata.nodes.ingest.turns import open_episodes
 from memstrata.resources import aresolve_store
@@ -52,8 +56,13 @@ async def consolidate_tree(state: IngestState, runtime: Runtime[Context]) -> dic
         tails = await asyncio.to_thread(open_episodes, store, ctx.user_id, conv_id)
         update = await asyncio.to_thread(load_tree, store, ctx.user_id, conv_id,
                                          skip={r.payload.get("summary_id") for r in tails})
-        units = [await _recompute(step, ctx, update, node_id, calls) for node_id in update.grow(
-            tree_levels(ctx.tree_alphas))]
+        update.grow(tree_levels(ctx.tree_alphas))
+        if step.model is not None:  # windows that closed since: their extractive text is now consolidated once
+            for node_id in finished_offline(update):
+                update.forest.nodes[node_id].stale = True
+        newest = (age_of(update.forest) or (None, None))[1]
+        units = [await _recompute(step, ctx, update, node_id, calls, still_open=window_holds(update, node_id, newest))
+                 for node_id in update.stale()]
         await asyncio.to_thread(save_tree, store, update, units)
         for unit in units:
             written[unit.level] += 1
@@ -80,14 +89,33 @@ def _to_update(store: MemoryStore, user_id: str, touched: list[str], conversatio
     return out
 
 
+def window_holds(update: TreeUpdate, node_id: str, when: datetime | None) -> bool:
+    """Whether the node's calendar window holds ``when`` (the conversation's newest turn): it may still grow."""
+    window = update.forest.nodes[node_id].window
+    if when is None or window == "untimed":
+        return False
+    start, end = window_span(window)
+    return start <= when <= end
+
+
+def finished_offline(update: TreeUpdate) -> list[str]:
+    """Stored nodes whose text is extractive (their window was open, or the model failed) and whose window has
+    closed since: with a model, they are consolidated now."""
+    newest = (age_of(update.forest) or (None, None))[1]
+    return [n for n, unit in update.stored.items() if unit.method != "llm" and n in update.forest.nodes
+            and not window_holds(update, n, newest)]
+
+
 async def _recompute(step: LLMStep, ctx: Context, update: TreeUpdate, node_id: str,
-                     calls: dict[str, int]) -> TreeNode:
-    """One stale node's new text: the model's consolidation while the budget lasts, else the extractive one."""
+                     calls: dict[str, int], *, still_open: bool = False) -> TreeNode:
+    """One stale node's new text: the model's consolidation while the budget lasts and its window is closed (a
+    window still receiving messages would be consolidated again at every episode that closes in it), else the
+    extractive one."""
     caps = dict(zip(UPPER, ctx.tree_token_caps, strict=True))
     counter = TokenCounter()
     text = offline_text(update, node_id, caps, counter.count)
     method = "extractive"
-    if calls["left"] > 0:
+    if calls["left"] > 0 and not still_open:
         calls["left"] -= 1
         node = update.forest.nodes[node_id]
         entries = "\n".join(f"<entry>{c.text}</entry>" for c in update.children(node_id))
