@@ -6,7 +6,9 @@ adapter, the middleware):
 - a message with its own id (``dia_id``, ``id``, a LangChain message id) is identified by it:
   sent again, it keeps its stored session, position and time (a changed text updates it in place);
 - a message without an id but with a time is the stored turn of the same speaker, text and time,
-  if there is one (a re-sent or re-ingested message), else it is new;
+  if there is one (a re-sent or re-ingested message), else it is new; it claims its place under
+  that content, so two writers sending it at the same moment store it once (the loser's reserved
+  position stays unused);
 - a new message without a ``position`` is appended: it takes the next free positions of its session,
   reserved atomically in the store (:class:`~memstrata.memory.store.sequences.Sequences`), so two
   writers appending to one conversation never share a position and no stored turn is ever replaced;
@@ -20,13 +22,14 @@ from :func:`stored_tail`.
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 from typing import Any
 
 from memstrata.memory.conversation import Conversation, Session
 from memstrata.memory.levels.turn import Turn
 from memstrata.memory.normalize import Tail
-from memstrata.memory.store import MemoryStore
+from memstrata.memory.store import MemoryStore, stable_hash
 
 _TURN = "turn"
 
@@ -84,10 +87,21 @@ def place_turns(store: MemoryStore, conv: Conversation) -> Conversation:
         past = max(t.position for t in turns) + 1
         if session_id not in marks or marks[session_id].next < past:
             store.sequences.advance(user, conv_id, session_id, past, _latest(turns))
+    seen: Counter[tuple[str, str, float | None]] = Counter()
     for session_id, turns in fresh.items():
         start = store.sequences.reserve(user, conv_id, session_id, len(turns), floor=0, latest=_latest(turns))
-        placed += [t.model_copy(update={"position": start + k, "id": t.source_id or f"s{session_id}:t{start + k}"})
-                   for k, t in enumerate(turns)]
+        places = [(session_id, start + k) for k in range(len(turns))]
+        timed = [k for k, t in enumerate(turns) if not t.source_id and t.timestamp is not None]
+        keys = []
+        for k in timed:
+            seen[_content(turns[k])] += 1
+            keys.append(f"{stable_hash(*map(str, _content(turns[k])))}#{seen[_content(turns[k])]}")
+        claimed = store.sequences.claim_places(user, conv_id, [(key, *places[k]) for key, k in zip(keys, timed,
+                                                                                                   strict=True)])
+        for k, place in zip(timed, claimed, strict=True):
+            places[k] = place  # another writer's place for the same message, if it claimed it first
+        placed += [t.model_copy(update={"session_id": s, "position": p, "id": t.source_id or f"s{s}:t{p}"})
+                   for t, (s, p) in zip(turns, places, strict=True)]
     sessions = []
     for session_id, turns in _by_session(placed).items():
         turns.sort(key=lambda t: t.position)

@@ -2,7 +2,9 @@
 
 A message written without a position (a chat app's append) takes the next position
 of its session from here, reserved atomically (:meth:`Table.reserve`), so two
-processes appending to one conversation never get the same one. A write that
+processes appending to one conversation never get the same one. A message without
+an id but with a time also claims its place under its speaker, text and time
+(:meth:`Sequences.claim_places`), so the same message written twice at once is stored once. A write that
 places its turns itself (a LoCoMo file, an explicit ``position``) moves the
 counter past them, so later appends follow. The latest time of each session is
 what decides whether the next message continues it or starts a new one.
@@ -68,6 +70,19 @@ class Sequences:
                 latest: datetime | None = None) -> None:
         """Turns were written up to position ``past - 1``: later appends start after them."""
         self.reserve(user_id, conversation_id, session_id, 0, floor=past, latest=latest)
+
+    def claim_places(self, user_id: str, conversation_id: str,
+                     wanted: list[tuple[str, str, int]]) -> list[tuple[str, int]]:
+        """``(message key, session, position)`` proposals -> the place each message has: the first writer's.
+
+        A message without an id is known by its speaker, text and time (``key``); two writers that append
+        the same one at the same moment each propose a place, and both end up with the one claimed first.
+        """
+        rows = [TableRow(tenant.storage_key(user_id, conversation_id, key, namespace="msg"), user_id,
+                         conversation_id, {"kind": "message", "session_id": session, "position": position})
+                for key, session, position in wanted]
+        return [(str(r.fields["session_id"]), int(r.fields["position"]))  # type: ignore[arg-type]
+                for r in self.table.claim(rows)] if rows else []
 
     def delete(self, *, user_id: str, conversation_id: str | None = None) -> int:
         """Forget the counters of a user (or of one of its conversations); the number of rows removed."""

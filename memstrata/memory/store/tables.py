@@ -90,6 +90,10 @@ class Table(Protocol):
         """
         ...
 
+    def claim(self, rows: Sequence[TableRow]) -> list[TableRow]:
+        """Write each row only if its key is free; the rows stored under the keys (the first writer's win)."""
+        ...
+
     def get(self, *, user_id: str, conversation_id: str | None = None, match: dict[str, MatchValue] | None = None,
             keys: Sequence[str] | None = None) -> list[TableRow]:
         """A user's rows, optionally of one conversation, with equal fields, or with given keys."""
@@ -138,6 +142,16 @@ def _check_match(match: Mapping[str, MatchValue] | None) -> dict[str, MatchValue
             msg = f"match value of {name!r} must be a non-null scalar, got {value!r}"
             raise StoreError(msg)
     return dict(match or {})
+
+
+def _in_order(rows: Sequence[TableRow], stored: Sequence[TableRow]) -> list[TableRow]:
+    """The stored row of each key, in the order the rows were given (a key another user holds is an error)."""
+    by_key = {r.key: r for r in stored}
+    missing = [r.key for r in rows if r.key not in by_key]
+    if missing:
+        msg = f"claim: {len(missing)} key(s) belong to another user, e.g. {missing[0]!r}"
+        raise StoreError(msg)
+    return [by_key[r.key] for r in rows]
 
 
 def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
@@ -254,6 +268,12 @@ class SqliteTable:
                        (row.key, row.user_id, row.conversation_id, json.dumps(data)))
         return start
 
+    def claim(self, rows: Sequence[TableRow]) -> list[TableRow]:
+        data = [(r.key, r.user_id, r.conversation_id, json.dumps(_stored(r))) for r in rows]
+        with self._write() as db:
+            db.executemany(f'INSERT INTO "{self.name}" VALUES (?, ?, ?, ?) ON CONFLICT(key) DO NOTHING', data)
+        return _in_order(rows, self.get(user_id=rows[0].user_id, keys=[r.key for r in rows]) if rows else [])
+
     def get(self, *, user_id: str, conversation_id: str | None = None, match: dict[str, MatchValue] | None = None,
             keys: Sequence[str] | None = None) -> list[TableRow]:
         wheres, found = list(self._wheres(user_id, conversation_id, match, keys)), []
@@ -363,6 +383,15 @@ class ChromaTable:
         self.merge([TableRow(row.key, row.user_id, row.conversation_id,
                              {**fields, COUNTER_FIELD: max(current, start + n)})])
         return start
+
+    def claim(self, rows: Sequence[TableRow]) -> list[TableRow]:
+        """Chroma's ``add`` keeps the first record written under an id, even when two processes race."""
+        for chunk in _chunks(list(rows)):
+            self.collection.add(ids=[r.key for r in chunk], embeddings=[[1.0]] * len(chunk),
+                                documents=[""] * len(chunk),
+                                metadatas=[{**_stored(r), "user_id": r.user_id, "conversation_id": r.conversation_id}
+                                           for r in chunk])
+        return _in_order(rows, self.get(user_id=rows[0].user_id, keys=[r.key for r in rows]) if rows else [])
 
     def get(self, *, user_id: str, conversation_id: str | None = None, match: dict[str, MatchValue] | None = None,
             keys: Sequence[str] | None = None) -> list[TableRow]:
