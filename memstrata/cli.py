@@ -1,4 +1,4 @@
-"""The ``memstrata`` command line: ingest, ask, inspect, reindex, forget, bench.
+"""The ``memstrata`` command line: ingest, ask, inspect, check, reindex, forget, bench.
 
 The data directory is ``--data-dir``, else ``$MEMSTRATA_DATA_DIR``, else
 ``~/.memstrata`` (an embedded Chroma store). ``--chroma-url`` (or
@@ -58,8 +58,10 @@ def ingest(
     data_dir: DataDir = None,
     chroma_url: ChromaUrl = None,
     model: Annotated[str | None, typer.Option("--model", help="Chat model for LLM mode (else offline).")] = None,
+    close: Annotated[bool, typer.Option("--close", help="Close every session's open episode now (a finished "
+                                                        "record); else it closes when the chat goes quiet.")] = False,
 ) -> None:
-    """Ingest conversations into a user's memory (idempotent; new sessions only add)."""
+    """Ingest conversations into a user's memory: messages with ids or times are stored once, others appended."""
     mem = _mem(data_dir, chroma_url, model=model)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as bar:
@@ -75,7 +77,7 @@ def ingest(
         try:
             # For LoCoMo files --conversation selects a sample_id; for message lists it names the conversation.
             stats = mem.ingest(path, user_id=user, conversation_id=conversation, only_conversation=conversation,
-                               on_progress=on_progress)
+                               close=close, on_progress=on_progress)
         except (IngestError, StoreError) as exc:
             _fail(exc)
         bar.update(task, completed=bar.tasks[0].total or 0)
@@ -264,6 +266,22 @@ def forget(user: User, data_dir: DataDir = None, chroma_url: ChromaUrl = None,
         raise typer.Exit(code=1)
     removed = _mem(data_dir, chroma_url).delete_user(user)
     console.print(json.dumps(removed))
+
+
+@app.command()
+def check(user: User,
+          conversation: Annotated[str | None, typer.Option("--conversation", "-c", help="Only this conversation.")]
+          = None,
+          data_dir: DataDir = None, chroma_url: ChromaUrl = None) -> None:
+    """Verify the invariants every write keeps (parents, entities, edges, counters, word index, positions)."""
+    from memstrata.memory.store.invariants import check_store
+
+    problems = check_store(_mem(data_dir, chroma_url).store, user, conversation)
+    for problem in problems:
+        console.print(str(problem), markup=False)
+    if problems:
+        err.print(f"[bold red]{len(problems)} problem(s)[/]")
+        raise typer.Exit(code=1)
 
 
 @app.command()

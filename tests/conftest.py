@@ -63,3 +63,11 @@ def locomo_path() -> Path:
     if not LOCOMO.is_file():
         pytest.fail(f"LoCoMo data missing at {LOCOMO}: ../shared must sit beside the repo")
     return LOCOMO
+
+
+def assert_store_ok(store, user_id: str, conversation_id: str | None = None) -> None:
+    """``memstrata check`` finds nothing wrong in this user's memory."""
+    from memstrata.memory.store.invariants import check_store
+
+    problems = check_store(store, user_id, conversation_id)
+    assert problems == [], "\n".join(map(str, problems[:20]))

@@ -16,7 +16,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from typer.testing import CliRunner
 
-from conftest import HashEmbeddings
+from conftest import HashEmbeddings, assert_store_ok
 from memstrata import Memstrata
 from memstrata.cli import app
 from memstrata.testing import ScriptedChatModel
@@ -51,6 +51,7 @@ def test_three_messages_written_one_at_a_time_are_three_turns_and_the_cat_is_fou
     assert _turns(mem, "u") == [("1", 0, CAT[0]), ("1", 1, CAT[1]), ("1", 2, CAT[2])]
     found = mem.retrieve("What is the cat called?", user_id="u", context_budget=300)
     assert "Miso" in found.context
+    assert_store_ok(mem.store, "u")
 
 
 def test_a_retrieval_before_the_first_write_leaves_nothing_that_breaks_the_next(tmp_path: Path) -> None:
@@ -136,6 +137,7 @@ def test_closed_episodes_are_never_cut_again_and_the_tail_stays_open_until_done(
     mem.ingest([{"speaker": "Ann", "text": "Back again.", "id": "late", "timestamp": (start + timedelta(hours=1)).isoformat()}],
                user_id="u", now=start + timedelta(hours=1))
     assert [o for s, e, o in _episodes(mem, "u") if e == 29] == [False]
+    assert_store_ok(mem.store, "u")
 
 
 def test_a_later_session_or_close_true_closes_the_tail(mem: Memstrata) -> None:
@@ -200,6 +202,7 @@ def test_with_a_model_each_message_costs_the_same_however_long_the_session(tmp_p
     assert calls <= 2 * 36  # at most two model calls a message on average
     first, last = sum(sizes[:12]), sum(sizes[-12:])
     assert last <= 1.5 * first  # no growth with the session's length
+    assert_store_ok(mem.store, "u")
 
 
 # ---- a brand-new user through every LangChain entry point ------------------------------------------------
@@ -225,6 +228,7 @@ def test_a_new_users_agent_with_the_middleware_works_for_five_turns_and_cites_th
     assert len(turns) == 10 and {r.payload["speaker"] for r in turns} == {"Bob", "Ada"}
     assert all(r.payload["timestamp"] for r in turns)  # each message got its time
     assert "-" not in "".join(line.split("]")[0] for line in memory.splitlines() if line.startswith("["))  # no UUIDs
+    assert_store_ok(mem.store, "bob")
 
 
 def test_a_new_user_through_the_store_adapter_recalls_then_remembers(mem: Memstrata) -> None:
@@ -249,6 +253,7 @@ def test_a_new_user_through_the_store_adapter_recalls_then_remembers(mem: Memstr
     out = [graph.invoke({"text": t})["recalled"] for t in [*CAT, "What is the cat called?"]]
     assert out[0] == [] and any("Miso" in t for t in out[-1])
     assert [t for _, _, t in _turns(mem, "new")] == [*CAT, "What is the cat called?"]
+    assert_store_ok(mem.store, "new")
 
 
 def test_a_new_user_through_the_retriever_and_the_tool(mem: Memstrata) -> None:
@@ -268,7 +273,7 @@ def test_a_new_user_through_the_retriever_and_the_tool(mem: Memstrata) -> None:
 APPENDER = r"""
 import sys
 sys.path.insert(0, "tests")
-from conftest import HashEmbeddings
+from conftest import HashEmbeddings, assert_store_ok
 from memstrata import Memstrata
 url, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 mem = Memstrata(url=url, embeddings=HashEmbeddings())
@@ -291,6 +296,7 @@ def test_two_processes_appending_to_one_conversation_store_every_message_once_in
     assert [p for _, p, _ in turns] == list(range(24))  # 24 distinct positions, none taken twice
     for name in ("Ann", "Bo"):  # each writer's messages in the order it sent them
         assert [t for *_, t in turns if t.startswith(name)] == [f"{name} says {i}" for i in range(12)]
+    assert_store_ok(mem.store, "two")
 
 
 def test_with_a_model_a_tree_window_still_receiving_messages_is_consolidated_once_it_closes(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO, HashEmbeddings
+from conftest import REPO, HashEmbeddings, assert_store_ok
 from memstrata import Memstrata
 from memstrata.memory.levels import levels
 from memstrata.memory.store import MemoryStore
@@ -171,6 +171,7 @@ def assert_exactly(server: ChromaServer, expected: dict[str, dict[str, dict[str,
             assert not lost and not extra, f"{user} {part}: lost {sorted(lost)[:5]}, extra {sorted(extra)[:5]}"
             assert got[part] == rows, f"{user} {part}: records differ from a sequential run"
         assert sum(len(r) for k, r in got.items() if k not in ("edges", "counters")) > 0
+        assert_store_ok(store, user)
     raw = owners(store)
     for user, want in expected.items():
         for part, rows in want.items():

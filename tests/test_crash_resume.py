@@ -89,6 +89,23 @@ def _digest(folder: Path) -> dict[str, dict[str, str]]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+CHECK = r"""
+import sys
+sys.path.insert(0, "tests")
+from conftest import HashEmbeddings
+from memstrata.memory.store import MemoryStore
+from memstrata.memory.store.invariants import check_store
+print([str(p) for p in check_store(MemoryStore(path=sys.argv[1], embeddings=HashEmbeddings()), "u")])
+"""
+
+
+def _check(folder: Path) -> list[str]:
+    """What ``memstrata check`` finds in user ``u``'s memory, read in a process of its own."""
+    done = subprocess.run([sys.executable, "-c", CHECK, str(folder)], cwd=REPO, timeout=300, capture_output=True,
+                          text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1].replace("'", '"'))
+
+
 def _orphans(digest: dict[str, dict[str, str]]) -> list[str]:
     """Stored units whose parent is not stored (an episode without its summary, a fact without its episode)."""
     ids = {key for rows in digest.values() for key in rows}
@@ -122,6 +139,7 @@ def test_killed_ingest_resumes_to_exactly_a_clean_run(clean, tmp_path: Path, sta
         assert resumed[kind].keys() == rows.keys(), f"{kind}: lost {rows.keys() - resumed[kind].keys()}, " \
                                                     f"extra {resumed[kind].keys() - rows.keys()}"
         assert resumed[kind] == rows, kind
+    assert _check(tmp_path) == []
 
 
 # ---- LLM mode: the real llama.cpp server decides segments, facts, summaries, supersession and tree text ----
@@ -202,3 +220,4 @@ def test_killed_llm_mode_ingest_resumes_to_exactly_a_clean_run(
         assert resumed[kind].keys() == rows.keys(), f"{kind}: lost {rows.keys() - resumed[kind].keys()}, " \
                                                     f"extra {resumed[kind].keys() - rows.keys()}"
         assert resumed[kind] == rows, kind
+    assert _check(tmp_path) == []

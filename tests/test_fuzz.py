@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from conftest import EXAMPLE, HashEmbeddings
+from conftest import EXAMPLE, HashEmbeddings, assert_store_ok
 from memstrata import Memstrata
 from memstrata.memory.normalize import IngestError, load_path, normalize_input
 from memstrata.memory.store import StoreError
@@ -131,6 +131,7 @@ def test_a_failed_ingest_changes_nothing(filled: Memstrata, data: Any) -> None:
         with pytest.raises(IngestError):
             filled.ingest(data, user_id="u")
         assert _digest(filled) == before
+    assert_store_ok(filled.store, "u")
 
 
 @settings(max_examples=60, deadline=None, derandomize=True,

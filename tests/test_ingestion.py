@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLE
+from conftest import EXAMPLE, assert_store_ok
 from memstrata import Memstrata
 from memstrata.memory.normalize import IngestError
 
@@ -39,6 +39,7 @@ def test_example_ingests_with_linked_levels(mem: Memstrata) -> None:
         assert ep.document == "\n".join(turns[t].document for t in ep.payload["turn_ids"])
     covered = {t for ep in episodes.values() for t in ep.payload["turn_ids"]}
     assert covered == set(turns)
+    assert_store_ok(store, "u")
 
 
 def test_reingest_adds_nothing(mem: Memstrata) -> None:
@@ -47,6 +48,7 @@ def test_reingest_adds_nothing(mem: Memstrata) -> None:
     stats = mem.ingest(EXAMPLE, user_id="u")
     assert stats["turns_added"] == 0 and stats["episodes_written"] == 0
     assert _counts(mem, "u") == before
+    assert_store_ok(mem.store, "u")
 
 
 def test_new_session_only_adds(mem: Memstrata) -> None:
@@ -58,6 +60,7 @@ def test_new_session_only_adds(mem: Memstrata) -> None:
     assert stats["sessions_touched"] == 1 and stats["episodes_replaced"] == 0
     new = {r.unit_id: r.document for r in mem.store.get("episode", user_id="u")}
     assert all(new[k] == v for k, v in old.items())
+    assert_store_ok(mem.store, "u")
     assert len(new) > len(old)
 
 
@@ -105,6 +108,7 @@ def test_interrupted_ingest_is_resumed_without_duplicates(mem: Memstrata) -> Non
     stats = mem.ingest(EXAMPLE, user_id="u")
     assert stats["turns_added"] == 0 and stats["sessions_touched"] == 1
     assert _counts(mem, "u") == full
+    assert_store_ok(mem.store, "u")
 
 
 def test_summaries_of_several_conversations_do_not_collide(mem: Memstrata) -> None:
@@ -139,6 +143,7 @@ def test_store_without_contexts_is_repaired_by_reingest(mem: Memstrata) -> None:
     stats = mem.ingest(EXAMPLE, user_id="u")
     assert stats["turns_added"] == 0 and stats["sessions_touched"] == 1 and stats["contexts_written"] == len(lost)
     assert mem.store.count("turn_context", user_id="u") == full
+    assert_store_ok(mem.store, "u")
 
 
 @pytest.mark.parametrize("mode", ["pooled", "encoded"])

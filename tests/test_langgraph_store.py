@@ -11,7 +11,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.store.base import BaseStore, InvalidNamespaceError
 from typing_extensions import TypedDict
 
-from conftest import HashEmbeddings
+from conftest import HashEmbeddings, assert_store_ok
 from memstrata import Memstrata
 from memstrata.integrations.store import MemstrataStore
 from memstrata.testing import ScriptedChatModel
@@ -73,6 +73,7 @@ def test_delete_and_replace_remove_the_old_messages_from_memory(store: Memstrata
     assert not any("pottery" in json.dumps(e.__dict__, default=str).lower() for e in mem.store.edges.get("ann"))
     assert mem.store.count("summary", user_id="ann") >= 1  # the rest of the conversation is summarized again
     assert _dangling(mem, "ann") == []
+    assert_store_ok(mem.store, "ann")
     for key in ("m0", "m1", "m2"):  # every message deleted: nothing of the conversation is left
         store.delete(("ann", "chat"), key)
     assert {k: mem.store.count(k, user_id="ann") for k in mem.store.stored_kinds()} == \

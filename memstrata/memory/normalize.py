@@ -232,6 +232,11 @@ def _messages(messages: Any, user_id: str, conv_id: str | None, source: str, gap
     if not isinstance(messages, list) or not messages:
         msg = f"{where}: 'messages' must be a non-empty list"
         raise IngestError(msg)
+    try:
+        conv_id.encode("utf-8")
+    except UnicodeEncodeError as exc:  # checked before the stored tail is looked up under it
+        msg = f"{source}: 'conversation_id' is not valid Unicode at character {exc.start} ({exc.reason})"
+        raise IngestError(msg) from exc
     warnings: list[str] = []
     groups: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     end = tail(conv_id) if any(isinstance(m, dict) and "session" not in m for m in messages) else None

@@ -153,6 +153,19 @@ class WordIndex:
             db.execute(f'DELETE FROM "{_table(kind)}"')
 
     # ---- reads ----------------------------------------------------------------
+    def units(self, kind: str, *, user_id: str) -> set[tuple[str, str]]:
+        """Every ``(conversation_id, unit_id)`` of one user the kind's index holds (for the store check)."""
+        name = _table(kind)
+        with self._connect() as db:
+            try:
+                rows = db.execute(f'SELECT conv, unit FROM "{name}" WHERE "{name}" MATCH ? AND user = ?',
+                                  (f'tag:"{_user_tag(user_id)}"', user_id))
+                return {(str(c), str(u)) for c, u in rows}
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):
+                    return set()
+                raise
+
     def search(self, kind: str, words: Sequence[str], *, user_id: str, limit: int,
                conversation_id: str | None = None) -> list[tuple[str, str]]:
         """Up to ``limit`` of one user's units of ``kind`` holding any of the words (stemmed, any case), best
