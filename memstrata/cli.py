@@ -210,7 +210,9 @@ def inspect(
 def _tree(store: Any, user: str, conversation: str | None) -> Tree:
     counts = {lv.kind: store.count(lv.kind, user_id=user, conversation_id=conversation) for lv in levels.levels()}
     episodes = store.get("episode", user_id=user, conversation_id=conversation)
-    summaries = {r.payload["episode_id"]: r for r in store.get("summary", user_id=user, conversation_id=conversation)}
+    # episode ids repeat across conversations (ep:s1:0-5): a summary is its conversation's
+    summaries = {(r.metadata["conversation_id"], r.payload["episode_id"]): r
+                 for r in store.get("summary", user_id=user, conversation_id=conversation)}
     root = Tree(f"[bold]{user}[/] · " + " · ".join(f"{n} {kind}" for kind, n in counts.items()))
     by_conv: dict[str, dict[str, list[Any]]] = {}
     for ep in episodes:
@@ -224,9 +226,10 @@ def _tree(store: Any, user: str, conversation: str | None) -> Tree:
             s_node = conv_node.add(f"session {sid} [dim]{when}[/] · {len(eps)} episodes")
             for ep in eps:
                 p = ep.payload
+                state = " · [yellow]open[/] (closes when the chat goes quiet)" if p.get("open") else ""
                 e_node = s_node.add(f"[green]{p['id']}[/] · {len(p['turn_ids'])} turns "
-                                    f"({p['turn_ids'][0]} … {p['turn_ids'][-1]})")
-                summary = summaries.get(p["id"])
+                                    f"({p['turn_ids'][0]} … {p['turn_ids'][-1]}){state}")
+                summary = summaries.get((conv_id, p["id"]))
                 if summary:
                     e_node.add(f"[magenta]{summary.unit_id}[/] [dim]({summary.payload.get('method')})[/] "
                                f"{summary.document[:160]}")

@@ -314,3 +314,24 @@ def test_with_a_model_a_tree_window_still_receiving_messages_is_consolidated_onc
     later = monday + timedelta(days=7)
     mem.ingest([{**m, "id": f"n{i}"} for i, m in enumerate(_chat(6, later))], user_id="u", now=later, close=True)
     assert weeks() == {"2024-W10": "llm", "2024-W11": "extractive"}  # closed: consolidated by the model, once
+
+
+# ---- inspect shows each conversation's own summaries ---------------------------------------------------
+def test_inspect_shows_each_conversations_own_summaries_in_text_and_html(tmp_path: Path) -> None:
+    from memstrata.pages import memory_page
+
+    store = tmp_path / "store"
+    mem = Memstrata(path=store)
+    said = {"c1": ["I planted tomatoes in the garden.", "The tomatoes need water daily."],
+            "c2": ["My violin lesson moved to Friday.", "The violin teacher is strict."]}
+    for conv, texts in said.items():  # both conversations get the same episode id, ep:s1:0-1
+        mem.ingest([{"speaker": "Ann", "text": t} for t in texts], user_id="u", conversation_id=conv, close=True)
+    runner = CliRunner()
+    for conv, other in (("c1", "c2"), ("c2", "c1")):
+        shown = runner.invoke(app, ["inspect", "--user", "u", "-c", conv, "--data-dir", str(store)]).output
+        assert said[conv][0].split()[1] in shown and said[other][0].split()[1] not in shown
+    whole = runner.invoke(app, ["inspect", "--user", "u", "--data-dir", str(store)], terminal_width=300).output
+    c1, c2 = whole.index("c1 ·"), whole.index("c2 ·")
+    assert "tomatoes" in whole[c1:c2] and "violin" not in whole[c1:c2] and "violin" in whole[c2:]
+    page = memory_page(mem.store, user_id="u")
+    assert page.index("tomatoes") < page.index("c2") < page.index("violin")
