@@ -104,3 +104,60 @@ def _json(value: Any) -> str:
     import json
 
     return json.dumps(value)
+
+
+class CountingChatModel(ScriptedChatModel):
+    """A deterministic model that answers every structured call with a schema-valid reply: a cost meter.
+
+    No script: the reply is built from the bound tool's JSON schema and the prompt (a string field
+    gets the first words of the prompt's last line, a list of strings one such line, numbers 0,
+    booleans ``False``, lists of numbers or objects nothing). Its answers mean nothing; what it is
+    for is counting what memstrata asks of a model (``memstrata bench chat``): ``calls`` holds every
+    prompt, and the ingestion stats meter each call site's calls and prompt tokens.
+
+    Example:
+        >>> from pydantic import BaseModel
+        >>> class Starts(BaseModel):
+        ...     starts: list[int]
+        ...     reason: str
+        >>> model = CountingChatModel()
+        >>> model.bind_tools([Starts]).invoke("[0] Ann: hi").tool_calls[0]["args"]
+        {'starts': [], 'reason': '[0] Ann: hi'}
+    """
+
+    tool_schema: dict[str, Any] | None = None
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Runnable:
+        clone = super().bind_tools(tools, tool_choice=tool_choice, **kwargs)
+        object.__setattr__(clone, "tool_schema", convert_to_openai_tool(tools[0])["function"]["parameters"]
+                           if tools else None)
+        return clone
+
+    def _next(self, messages: list[BaseMessage]) -> AIMessage:
+        with self._lock:
+            self.calls.append(list(messages))
+        words = " ".join(str(messages[-1].content).strip().splitlines()[-1:]).split()[:12] if messages else []
+        snippet = " ".join(words) or "nothing"
+        if self.tool_schema is None:
+            return AIMessage(content=snippet)
+        args = _instance(self.tool_schema, self.tool_schema.get("$defs", {}), snippet)
+        return AIMessage(content="", tool_calls=[{"name": self.tool_name or "tool", "args": args,
+                                                  "id": f"call_{len(self.calls)}"}])
+
+
+def _instance(schema: dict[str, Any], defs: dict[str, Any], snippet: str) -> Any:
+    """A value valid for a JSON schema, built without any model (see :class:`CountingChatModel`)."""
+    if "$ref" in schema:
+        return _instance(defs[schema["$ref"].rsplit("/", 1)[-1]], defs, snippet)
+    for key in ("anyOf", "oneOf", "allOf"):
+        if key in schema:
+            return _instance(schema[key][0], defs, snippet)
+    kind = schema.get("type")
+    if kind == "object" or "properties" in schema:
+        return {name: _instance(sub, defs, snippet) for name, sub in schema.get("properties", {}).items()}
+    if kind == "array":
+        items = schema.get("items", {})
+        return [snippet] if items.get("type") == "string" else []
+    if "enum" in schema:
+        return schema["enum"][0]
+    return {"string": snippet, "integer": 0, "number": 0.0, "boolean": False, "null": None}.get(str(kind), snippet)

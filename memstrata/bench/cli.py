@@ -1,4 +1,4 @@
-"""``memstrata bench``: benchmark commands (mounted by the main CLI as a sub-app).
+"""``memstrata bench``: benchmark commands (mounted by the main CLI as a sub-app): locomo, chat, scale.
 
 Example:
     $ python -m memstrata.bench.cli locomo ../shared/data/locomo/locomo10.json \\
@@ -104,6 +104,47 @@ def locomo(
         console.print(table)
     console.print(f"{result['questions']} questions in {result['runtime_seconds']:.0f} s; "
                   f"peak memory {result['peak_memory_mb']:.0f} MB; wrote {out} and {plot}")
+
+
+@bench_app.command("chat")
+def chat(
+    path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="locomo10.json")] = Path(
+        "../shared/data/locomo/locomo10.json"),
+    conversation: Annotated[str | None, typer.Option(help="sample id (default: the file's first)")] = None,
+    messages: Annotated[int, typer.Option(min=2, help="the conversation's first N turns")] = 60,
+    one_session: Annotated[bool, typer.Option(help=(
+        "stamp the messages one minute apart in one live session; --no-one-session keeps each LoCoMo "
+        "session's time"))] = True,
+    ids: Annotated[bool, typer.Option(help="send each message with its dia_id as its id")] = True,
+    model: Annotated[str, typer.Option(help=(
+        "'none' (offline), 'counting' (memstrata.testing.CountingChatModel: schema-valid replies, for "
+        "counting calls and prompt tokens), or the base URL of an OpenAI-compatible server"))] = "none",
+    reader_model: Annotated[str, typer.Option(help="model name sent to a --model URL")] = "smollm2",
+    recall: Annotated[bool, typer.Option(help="score both stores on the questions whose evidence was written")]
+    = True,
+    out: Annotated[Path, typer.Option(help="results JSON")] = Path("benchmarks/results/chat.json"),
+    plot: Annotated[Path, typer.Option(help="prompt tokens and seconds per message, PNG")] = Path(
+        "benchmarks/results/chat.png"),
+) -> None:
+    """One conversation written a message at a time, against the same messages in one call."""
+    from memstrata.bench.chat import plot_chat, run_chat
+    from memstrata.memory.embeddings import MiniLMEmbeddings
+
+    limit_blas(BLAS_THREADS)
+    result = run_chat(path, embeddings=MiniLMEmbeddings(), conversation=conversation, messages=messages,
+                      one_session=one_session, ids=ids, model=model, reader_model=reader_model, recall=recall)
+    result["command"] = command_line()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    plot_chat(result, plot)
+    summary = {k: result[k] for k in ("conversation", "messages", "model", "offline")}
+    summary |= {k: result[k] for k in ("llm", "recall") if k in result}
+    if "llm" in summary:
+        summary["llm"] = {k: v for k, v in summary["llm"].items() if k not in ("stream", "batch")} | {
+            "stream": {k: summary["llm"]["stream"][k] for k in ("calls", "prompt_tokens")},
+            "batch": {k: summary["llm"]["batch"][k] for k in ("calls", "prompt_tokens")}}
+    Console().print_json(json.dumps(summary))
+    Console().print(f"wrote {out} and {plot}")
 
 
 @bench_app.command("scale")
