@@ -1,6 +1,10 @@
 """The ingestion graph: raw turns -> turn contexts -> Level-2 episodes -> Level-1 summaries and atomic facts ->
 entity graph -> temporal tree -> derived kinds.
 
+A message without a position is appended after its session's stored turns. Each session's open tail is cut
+into episodes; closed ones are never cut again, and only closed episodes reach the entity graph and the tree,
+so one message costs the same however long its conversation is (see :mod:`memstrata.nodes.ingest.episodes`).
+
 Wiring only; each stage lives in :mod:`memstrata.nodes.ingest` and writes its own kinds to the store.
 ``distill_batch`` stores a batch's summaries, then its episodes, then their facts: a stored unit's parent is
 always stored, and an episode counts as done once its summary and all its facts are, so an ingest stopped
