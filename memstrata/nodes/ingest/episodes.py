@@ -60,10 +60,13 @@ async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dic
         old = [r for r in old if r.unit_id not in frozen]  # closed: never cut, dropped or redone again
         tail = turns[start:]
         closing = bool(state.get("close")) or (conv_id, session_id) in later or _quiet(ctx, tail)
-        forced = None  # offline cuts
-        if step.model is not None:  # the model sees the tail only, once it is full or done; until then, no cuts
-            ask = len(tail) > 1 and (closing or len(tail) >= ctx.max_episode_turns)
-            forced = await _llm_cuts(step, tail) if ask else set()  # None (a failed call): the offline cuts
+        # Topic cuts are decided over the tail once it is full or done (the model's, else the offline ones);
+        # until then the tail is one open episode (time gaps still cut it), so a cut is judged over as many
+        # turns as a batch would see, not over the first few of a growing tail.
+        ready = closing or len(tail) >= ctx.max_episode_turns
+        forced = None if ready else set()  # None: the offline cuts
+        if step.model is not None and ready and len(tail) > 1:
+            forced = await _llm_cuts(step, tail)  # None (a failed call): the offline cuts
         cuts = cut_tail(
             vecs, [t.timestamp for t in turns], start=start, closing=closing, max_turns=ctx.max_episode_turns,
             quiet=timedelta(minutes=ctx.episode_quiet_minutes),
