@@ -77,6 +77,22 @@ def test_the_word_index_out_of_step_with_the_store_is_caught(mem: Memstrata) -> 
     assert ("turn stray", "in the word index but not stored") in details
 
 
+def test_a_turn_its_units_link_to_is_caught_when_gone(mem: Memstrata) -> None:
+    turn = _one(mem, "turn")
+    mem.store.delete("turn", user_id="u", conversation_id="priya-tom", unit_ids=[turn.unit_id])  # Chroma and words
+    problems = check_store(mem.store, "u")
+    linking = {p.unit.split()[0] for p in problems if p.invariant == "turn" and turn.unit_id in p.detail}
+    assert {"episode", "turn_context"} <= linking
+    assert not [p for p in problems if p.invariant == "words"]
+
+
+def test_a_stored_unit_missing_from_the_word_index_is_caught(mem: Memstrata) -> None:
+    turn = _one(mem, "turn")
+    mem.store.words.delete("turn", user_id="u", conversation_id="priya-tom", unit_ids=[turn.unit_id])  # index only
+    problems = [p for p in check_store(mem.store, "u") if p.invariant == "words"]
+    assert [(p.unit, p.detail) for p in problems] == [(f"turn {turn.unit_id}", "stored but not in the word index")]
+
+
 def test_two_turns_at_one_position_are_caught(mem: Memstrata) -> None:
     turn = _one(mem, "turn", session_id="1")
     twin = {**turn.payload, "id": "twin", "text": "A second turn at the same place."}
@@ -96,3 +112,5 @@ def test_the_cli_prints_nothing_wrong_then_each_problem(tmp_path: Path) -> None:
     Memstrata(path=tmp_path / "cli").store.counters.put("u", [UnitCounters("priya-tom", "summary", "sum:gone")])
     bad = runner.invoke(app, ["check", *store])
     assert bad.exit_code == 1 and "[counter] priya-tom/summary sum:gone" in bad.output
+    elsewhere = runner.invoke(app, ["check", *store, "--conversation", "other"])  # one conversation only
+    assert elsewhere.exit_code == 0 and elsewhere.output.strip() == ""

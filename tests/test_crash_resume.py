@@ -90,12 +90,12 @@ def _digest(folder: Path) -> dict[str, dict[str, str]]:
 
 
 CHECK = r"""
-import sys
+import json, sys
 sys.path.insert(0, "tests")
 from conftest import HashEmbeddings
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.invariants import check_store
-print([str(p) for p in check_store(MemoryStore(path=sys.argv[1], embeddings=HashEmbeddings()), "u")])
+print(json.dumps([str(p) for p in check_store(MemoryStore(path=sys.argv[1], embeddings=HashEmbeddings()), "u")]))
 """
 
 
@@ -103,7 +103,7 @@ def _check(folder: Path) -> list[str]:
     """What ``memstrata check`` finds in user ``u``'s memory, read in a process of its own."""
     done = subprocess.run([sys.executable, "-c", CHECK, str(folder)], cwd=REPO, timeout=300, capture_output=True,
                           text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1].replace("'", '"'))
+    return json.loads(done.stdout.strip().splitlines()[-1])  # JSON: a problem's sentence may quote ids
 
 
 def _orphans(digest: dict[str, dict[str, str]]) -> list[str]:
