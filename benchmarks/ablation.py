@@ -23,11 +23,13 @@ import numpy as np
 
 from memstrata.bench.locomo import LocomoConversation, load_locomo
 from memstrata.memory.embeddings import MiniLMEmbeddings
-from memstrata.memory.fusion import ranks_to_unit, standardize
+from memstrata.memory.search.fusion import ranks_to_unit, standardize
 from memstrata.memory.index import Bm25 as _Bm25, tokenize
-from memstrata.memory.index.snapshot import DEFAULT_WINDOWS as WINDOW_WIDTHS
 from memstrata.memory.timeparse import format_date, parse_timestamp
 from memstrata.memory.tokens import TokenCounter
+from memstrata.context import default
+
+WINDOW_WIDTHS = default("window_widths")
 
 BUDGETS = (500, 1000, 1500, 2000, 4000)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'])")

@@ -2,7 +2,7 @@
 
 Each conversation is ingested once with encoded contexts (the window's text through MiniLM) into
 ``<cache>/encoded/<id>``; a copy gets every ``turn_context`` vector replaced by
-:func:`memstrata.memory.levels.turn_context.pooled_vectors` of its turns (what ingestion writes with
+:func:`memstrata.memory.levels.level2.turn_context.pooled_vectors` of its turns (what ingestion writes with
 ``context_vectors="pooled"``). Both answer categories 1-4 at the given budgets, scored as ``shared/docs/EVAL.md``
 says (recall_all).
 
@@ -21,7 +21,7 @@ from memstrata import Memstrata
 from memstrata.bench.locomo import load_locomo
 from memstrata.bench.metric import score_context
 from memstrata.memory.embeddings import MiniLMEmbeddings
-from memstrata.memory.levels.turn_context import TurnContext, pooled_vectors
+from memstrata.memory.levels.level2.turn_context import TurnContext, pooled_vectors
 
 
 def pool_copy(source: Path, target: Path, emb: MiniLMEmbeddings, width: int = 1) -> None:

@@ -27,7 +27,7 @@ from memstrata.bench.metric import score_context
 from memstrata.memory.embeddings import MiniLMEmbeddings
 from memstrata.memory.levels import FACT, TREE_NODE, register, scope_table
 from memstrata.nodes.retrieve import lookup
-from memstrata.resources import pool_size
+from memstrata.runtime.search import pool_size
 
 NO_FACTS = {scope: [k for k in kinds if k != FACT.kind] for scope, kinds in scope_table().items()}
 NO_TREE_NODES = {scope: [k for k in kinds if k != TREE_NODE.kind] for scope, kinds in scope_table().items()}

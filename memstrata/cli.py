@@ -25,7 +25,7 @@ from rich.tree import Tree  # noqa: E402
 from memstrata.client import Memstrata  # noqa: E402
 from memstrata.context import default_data_dir  # noqa: E402
 from memstrata.memory import levels  # noqa: E402
-from memstrata.memory.extractive_answer import extractive_answer  # noqa: E402
+from memstrata.views.extractive_answer import extractive_answer  # noqa: E402
 from memstrata.memory.normalize import IngestError  # noqa: E402
 from memstrata.memory.timeparse import parse_timestamp  # noqa: E402
 from memstrata.memory.store import StoreError  # noqa: E402
@@ -118,7 +118,7 @@ def ask(
     except (StoreError, ValueError) as exc:
         _fail(exc)
     if html is not None:
-        from memstrata.pages import trace_page
+        from memstrata.views.pages import trace_page
 
         html.write_text(trace_page(result), encoding="utf-8")
         err.print(f"[dim]wrote {html}[/]")
@@ -184,20 +184,20 @@ def inspect(
             _show_unit(store, user, conversation, unit)
             return
         if tree or window:
-            from memstrata.tree_views import tree_view, window_view
+            from memstrata.views.tree import tree_view, window_view
 
             console.print(window_view(store, user, conversation, window) if window else tree_view(
                 store, user, conversation))
             return
         if entities or entity:
-            from memstrata.entity_views import entity_detail, entity_table
+            from memstrata.views.entities import entity_detail, entity_table
 
             for part in entity_detail(store, user, conversation, entity) if entity else [
                     entity_table(store, user, conversation)]:
                 console.print(part)
             return
         if html is not None:
-            from memstrata.pages import memory_page
+            from memstrata.views.pages import memory_page
 
             html.write_text(memory_page(store, user_id=user, conversation_id=conversation), encoding="utf-8")
             console.print(f"wrote {html}")

@@ -22,7 +22,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 
 from memstrata.context import Context
-from memstrata.resources import release_store, resolve_store
+from memstrata.runtime.resolve import release_store, resolve_store
 from memstrata.memory.store import MemoryStore
 from memstrata.result import RetrievalResult
 

@@ -5,7 +5,7 @@ lives, planning, the light module, the gate, the deep module, the follow-up,
 reflection, scoring, packing, ingestion, LLM calls); each field's description
 is what LangGraph Studio shows. Precedence is explicit value, then environment
 variable, then built-in default. Nothing is created here: the store, the
-embedder and the model are built on first use by :mod:`memstrata.resources`.
+embedder and the model are built on first use by :mod:`memstrata.runtime`.
 
 Example:
     >>> ctx = Context(user_id="alice")
@@ -16,7 +16,7 @@ Example:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -69,6 +69,14 @@ class Context:
     bounded_lexical_k: Annotated[int, _s(
         "store", "bounded path: units per kind read for each content word of a query (the word index's best BM25 "
                  "matches of the words together, or Chroma's full-text index per word on a server)")] = 40
+    bounded_lexical_terms: Annotated[int, _s(
+        "store", "bounded path: content words of a query (its longest) whose matches are read")] = 6
+    bounded_entity_facts: Annotated[int, _s(
+        "store", "bounded path: facts read for the entities a query names")] = 200
+    snapshot_large_recheck_s: Annotated[float, _s(
+        "store", "seconds a scope found larger than snapshot_max_turns is trusted to stay so (the size check "
+                 "reads up to snapshot_max_turns ids)")] = 60.0
+    query_vector_cache: Annotated[int, _s("store", "query vectors this process keeps for repeated texts")] = 2048
     bounded_sessions: Annotated[int, _s(
         "store", "bounded path: whole sessions (turns and views) loaded for one retrieval")] = 80
     bounded_cache_units: Annotated[int, _s(
@@ -135,6 +143,13 @@ class Context:
     follow_up_weight: Annotated[float, _s("follow_up", "score weight of the missing-info query")] = 0.9
     follow_up_texts: Annotated[int, _s("follow_up", "best candidates the missing-info check reads")] = 10
     follow_up_turns: Annotated[int, _s("follow_up", "raw turns the missing-info query adds")] = 10
+    follow_up_evidence: Annotated[int, _s("follow_up", "best candidates a sub-query's reasoning branch carries")] = 80
+    anchor_names: Annotated[int, _s(
+        "follow_up", "offline: names and places of the best evidence a missing-info query or a dependent "
+                     "rewrite is anchored on, at most")] = 4
+    anchor_hits: Annotated[int, _s(
+        "follow_up", "offline: best evidence whose names anchor a missing-info query or a dependent "
+                     "sub-query's rewrite")] = 3
     reason_tokens: Annotated[int, _s(
         "follow_up", "with a model: evidence tokens each sub-query's answer and missing-info call reads")] = 800
     # ---- reflection (HyMem) ---------------------------------------------------------------------
@@ -144,7 +159,8 @@ class Context:
                    "a rewrite round runs (it comes after the follow-up has already searched for the missing "
                    "words, so it is kept for evidence that misses much of the question)")] = 0.6
     reflect_texts: Annotated[int, _s("reflect", "offline: best candidates the coverage check reads")] = 20
-    reflect_prompt_texts: Annotated[int, _s("reflect", "best candidates the model's reflection reads")] = 12
+    rewrite_terms: Annotated[int, _s(
+        "reflect", "offline: feedback terms from the evidence a rewrite adds to an uncovered sub-query")] = 4
     rewrite_decay: Annotated[float, _s("reflect", "score weight of a rewrite, to the power of its round")] = 0.9
     # ---- scoring (H-Mem Eq. 1-3 and the turn views) -------------------------------------------
     w_semantic: Annotated[float, _s("scoring", "H-Mem Eq. 3 weight of the semantic score")] = 0.70
@@ -204,6 +220,7 @@ class Context:
     graph_facts: Annotated[int, _s(
         "entities", "facts reached through the entity graph that add their turns to the candidates, per query")] = 30
     graph_hop_decay: Annotated[float, _s("entities", "weight kept per hop of graph expansion")] = 0.5
+    entity_recent_events: Annotated[int, _s("entities", "latest facts an entity's profile lists")] = 20
     superseded_weight: Annotated[float, _s(
         "entities", "score factor of a superseded fact, unless the query asks about the past")] = 0.8
     # ---- H-Mem's temporal-semantic tree -------------------------------------------------------------
@@ -260,8 +277,12 @@ class Context:
             msg = f"unknown prompt {name!r}; known prompts: {sorted(PROMPTS)}"
             raise KeyError(msg) from None
 
-    def scopes(self) -> dict[str, list[str]]:
-        """Scope -> the unit kinds it searches directly (``scope_kinds``, else each kind's declaration)."""
-        from memstrata.memory.levels import scope_table
 
-        return {k: list(v) for k, v in self.scope_kinds.items()} if self.scope_kinds else scope_table()
+def default(name: str) -> Any:
+    """The built-in default of the setting ``name``: for pure code that takes the setting as an argument and
+    has a default of its own (tree alphas, window widths), so the value is written down once, here."""
+    for f in fields(Context):
+        if f.name == name:
+            return f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
+    msg = f"Context has no setting {name!r}"
+    raise KeyError(msg)

@@ -1,8 +1,8 @@
 """Graph states with narrow input and output schemas, and their reducers.
 
 Ingestion carries ids and counts from stage to stage (the store is the hand-off);
-retrieval carries typed :class:`~memstrata.memory.query.Query` and
-:class:`~memstrata.memory.query.Hit` objects from decomposition to evidence.
+retrieval carries typed :class:`~memstrata.memory.search.query.Query` and
+:class:`~memstrata.memory.search.query.Hit` objects from decomposition to evidence.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from typing_extensions import TypedDict  # pydantic needs it on Python 3.11 to build the API schemas
 
-from memstrata.memory.query import Hit, Query, keep_best
+from memstrata.memory.search.query import Hit, Query, keep_best
 
 
 def merge_dicts(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
@@ -88,7 +88,7 @@ class RetrievalOutput(TypedDict, total=False):
 
 class RetrievalState(TypedDict, total=False):
     query: str
-    run_key: str  # names the query's shared LLM meter (see memstrata.nodes.retrieve.budget)
+    run_key: str  # names the query's shared LLM meter (see memstrata.runtime.step)
     sub_queries: list[Query]
     active: list[Query]  # the queries searched this round (a wave of sub-queries, or a rewrite)
     searched: list[str]  # ids of the sub-queries searched so far (dependents wait for their prerequisites)
@@ -100,6 +100,7 @@ class RetrievalState(TypedDict, total=False):
     candidates: Annotated[list[Hit], keep_best]  # raw turns, best score per turn
     pool: Annotated[list[dict[str, Any]], add]  # HyMem's M_i: the intermediate answers, one per round
     sub_answers: Annotated[list[dict[str, Any]], add]  # H-Mem's A_k: one answer per sub-query searched
+    missing: Annotated[list[dict[str, Any]], add]  # missing-info queries: {iteration, round, query}
     halted: str | None  # the node where llm_token_budget stopped the query
     answer: str | None
     evidence: list[dict[str, Any]]

@@ -10,13 +10,15 @@ import sys
 import numpy as np
 from conftest import EXAMPLE, REPO
 
+from memstrata.context import Context
+from memstrata.runtime.search import bounds as bounds_of
+from memstrata.runtime.search import weights as weights_of
 from memstrata import Memstrata
-from memstrata.memory.fusion import Weights
-from memstrata.memory.hits import score_query
+from memstrata.memory.search.scoring import score_query
 from memstrata.memory.index import MemoryIndex
-from memstrata.memory.index.bounded import Bounds, WorkingSet, content_words
+from memstrata.memory.index.bounded import WorkingSet, content_words
 from memstrata.memory.index.sessions import session_cache
-from memstrata.memory.query import Query
+from memstrata.memory.search.query import Query
 from memstrata.memory.tree.search import _REINFORCEMENT, load_reinforcement
 
 QUERIES = ["When did Tom run the Brighton half marathon?", "Where is Priya moving?", "What is the cat called?",
@@ -31,7 +33,7 @@ def _scores(index: MemoryIndex, vecs: np.ndarray) -> dict[str, dict[str, float]]
     out: dict[str, dict[str, float]] = {}
     for text, vec in zip(QUERIES, vecs, strict=True):
         ranked, parts = score_query(index, Query(id="q0", text=text), vec, event_kinds=list(index.events),
-                                    top_events=10, weights=Weights(), now=None)
+                                    top_events=10, weights=weights_of(Context(user_id="t")), now=None)
         out[text] = {f"{t.conversation_id}/{t.id}": float(parts["score"][i]) for i, t in enumerate(index.turns)}
         out[text] |= {f"{kind}:{index.events[kind].units[row].id}": s for kind, row, s in ranked}
     return out
@@ -49,7 +51,7 @@ def test_candidates_covering_a_small_store_score_exactly_like_the_full_snapshot(
     mem.ingest({"conversation_id": "other", "messages": _messages()[:12]}, user_id="u")
     full = MemoryIndex.build(mem.store, "u", None)
     vecs = np.asarray(hash_embeddings.embed_documents(QUERIES), dtype=np.float32)
-    ws = WorkingSet(mem.store, user_id="u", bounds=Bounds(dense_k=500, event_k=500, sessions=500))
+    ws = WorkingSet(mem.store, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_dense_k=500, bounded_event_k=500, bounded_sessions=500)))
     bounded = ws.ensure(QUERIES, vecs)
     assert bounded.bounded is not None and full.bounded is None
     assert {k: len(t) for k, t in bounded.tables.items()} == {k: len(t) for k, t in full.tables.items()}
@@ -67,7 +69,7 @@ def test_small_bounds_load_whole_sessions_of_the_best_candidates_only(data_dir, 
     mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")
     full = MemoryIndex.build(mem.store, "u", None)
     vec = np.asarray(hash_embeddings.embed_documents(QUERIES[:1]), dtype=np.float32)
-    index = WorkingSet(mem.store, user_id="u", bounds=Bounds(dense_k=3, event_k=3, lexical_k=2, sessions=1)).ensure(
+    index = WorkingSet(mem.store, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_dense_k=3, bounded_event_k=3, bounded_lexical_k=2, bounded_sessions=1))).ensure(
         QUERIES[:1], vec)
     sessions = {(t.conversation_id, t.session_id) for t in index.turns}
     assert len(sessions) == 1 and len(index.turns) < len(full.turns)
@@ -95,7 +97,7 @@ def test_a_bounded_snapshot_reads_the_reinforcement_of_its_own_summaries_only(da
     mem.ingest({"conversation_id": "other", "messages": _messages()[:12]}, user_id="u")
     counters = mem.store.counters
     vec = np.asarray(hash_embeddings.embed_documents(QUERIES[:1]), dtype=np.float32)
-    index = WorkingSet(mem.store, user_id="u", bounds=Bounds(dense_k=3, event_k=3, lexical_k=2, sessions=1)).ensure(
+    index = WorkingSet(mem.store, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_dense_k=3, bounded_event_k=3, bounded_lexical_k=2, bounded_sessions=1))).ensure(
         QUERIES[:1], vec)
     held = {(u.conversation_id, u.id) for u in index.events["summary"].units}
     stored = {(c.conversation_id, c.unit_id): (c.reinforcement_count, c.reinforced_at)
@@ -169,7 +171,7 @@ def test_a_store_written_before_session_keys_still_loads_whole_sessions(data_dir
         assert not any("session_key" in m for m in col.get(include=["metadatas"])["metadatas"])
     full = MemoryIndex.build(mem.store, "u", None)
     vecs = np.asarray(hash_embeddings.embed_documents(QUERIES), dtype=np.float32)
-    index = WorkingSet(mem.store, user_id="u", bounds=Bounds(dense_k=500, event_k=500, sessions=500)).ensure(
+    index = WorkingSet(mem.store, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_dense_k=500, bounded_event_k=500, bounded_sessions=500))).ensure(
         QUERIES, vecs)
     assert [t.id for t in index.turns] == [t.id for t in full.turns]
     assert len(index.tables["turn_context"]) == len(full.tables["turn_context"])
@@ -179,7 +181,7 @@ def test_a_follow_up_reads_only_its_new_vector_and_words(data_dir, hash_embeddin
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")
     vec = np.asarray(hash_embeddings.embed_documents(QUERIES[:1]), dtype=np.float32)
-    ws = WorkingSet(mem.store, user_id="u", bounds=Bounds(sessions=1))
+    ws = WorkingSet(mem.store, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_sessions=1)))
     ws.ensure(QUERIES[:1], vec)
     reads = ws.reads
     # an offline rewrite: the question's vector again, its words in another order and case
@@ -204,7 +206,7 @@ def test_sessions_come_from_the_cache_until_the_store_changes_under_them(data_di
     mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")
     mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="v")  # same ids, another user
     vecs = np.asarray(hash_embeddings.embed_documents(QUERIES), dtype=np.float32)
-    bounds = Bounds(dense_k=500, event_k=500, sessions=500)
+    bounds = bounds_of(Context(user_id="u", bounded_dense_k=500, bounded_event_k=500, bounded_sessions=500))
     first = WorkingSet(mem.store, user_id="u", bounds=bounds)
     cold = first.ensure(QUERIES, vecs)
     cache = session_cache(mem.store)
@@ -230,7 +232,7 @@ def test_sessions_come_from_the_cache_until_the_store_changes_under_them(data_di
         "unit_id": "late-turn", "payload": json.dumps(record.payload | {"id": "late-turn", "text": text})}
     mem.store.collection("turn").add(ids=[mem.store.storage_key("u", gone.conversation_id, "late-turn")],
                                      documents=[text], metadatas=[meta], embeddings=hash_embeddings.embed_documents([text]))
-    small = Bounds(dense_k=1, event_k=1, lexical_k=1, sessions=500)
+    small = bounds_of(Context(user_id="u", bounded_dense_k=1, bounded_event_k=1, bounded_lexical_k=1, bounded_sessions=500))
     later = WorkingSet(mem.store, user_id="u", bounds=small).ensure(QUERIES, vecs)
     assert "late-turn" in {t.id for t in later.turns}
     cache.put(user_id="u", sessions={}, limit=0)  # the bound holds

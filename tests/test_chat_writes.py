@@ -318,7 +318,7 @@ def test_with_a_model_a_tree_window_still_receiving_messages_is_consolidated_onc
 
 # ---- inspect shows each conversation's own summaries ---------------------------------------------------
 def test_inspect_shows_each_conversations_own_summaries_in_text_and_html(tmp_path: Path) -> None:
-    from memstrata.pages import memory_page
+    from memstrata.views.pages import memory_page
 
     store = tmp_path / "store"
     mem = Memstrata(path=store)

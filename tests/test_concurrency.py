@@ -323,7 +323,7 @@ def private_server(tmp_path: Path) -> Iterator[list[ChromaServer]]:
 def test_a_server_stopped_mid_ingest_is_a_clear_error_and_a_rerun_loses_nothing(
         private_server: list[ChromaServer], tmp_path: Path, minilm: Any) -> None:
     from memstrata.memory.normalize import load_path, normalize_input
-    from memstrata.nodes.ingest.turns import incomplete_sessions
+    from memstrata.memory.store.reads import incomplete_sessions
 
     data = tmp_path / "data"
     private_server.append(start_chroma(data))

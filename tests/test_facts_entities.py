@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from memstrata.memory.facts.clauses import carries_content, clauses, extract_facts, resolve_persons
 from memstrata.memory.facts.supersession import supersede
-from memstrata.memory.graph.expansion import GraphView, expand, reached_facts
-from memstrata.memory.graph.mentions import find_mentions
-from memstrata.memory.graph.resolution import OVERLAP, link_entities, same_entity
+from memstrata.memory.entity_graph.expansion import GraphView, expand, reached_facts
+from memstrata.memory.entity_graph.mentions import find_mentions
+from memstrata.memory.entity_graph.resolution import OVERLAP, link_entities, same_entity
 from memstrata.memory.levels import Fact, Turn
 
 MAY_8 = datetime(2023, 5, 8, 13, 56)
@@ -176,7 +176,7 @@ def test_expansion_follows_relations_with_decay_and_reaches_facts() -> None:
        st.lists(st.sampled_from([1.0, 0.5, 0.25]), min_size=6, max_size=6), st.integers(1, 12))
 def test_reached_facts_equals_the_plain_loop_ties_included(named, scores, weights, top) -> None:
     """Best product per fact, the first entity wins a tie, equal scores keep first-reached order."""
-    from memstrata.memory.graph.expansion import GraphPart, Reach
+    from memstrata.memory.entity_graph.expansion import GraphPart, Reach
 
     view = GraphView({"c": GraphPart.build([], [])}, {})
     reach = {}

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from conftest import EXAMPLE, HashEmbeddings
 from memstrata import Memstrata
-from memstrata.llm import GOOD_OUTCOMES, CallRecord, LLMError, Meter, decide, stream_answer
+from memstrata.runtime.llm import CallRecord, LLMError, Meter, decide, stream_answer
 from plugins.fault_proxy import RETRY_AFTER_S, FaultProxy
 from plugins.llm_server import make_chat_model
 

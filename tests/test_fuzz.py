@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import random
-from pathlib import Path
 from typing import Any
 
 import pytest

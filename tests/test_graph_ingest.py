@@ -10,12 +10,13 @@ import pytest
 from langchain_core.messages import BaseMessage
 
 from conftest import EXAMPLE
+from memstrata.context import Context
+from memstrata.runtime.search import weights as weights_of
 from memstrata import Memstrata
-from memstrata.memory.fusion import Weights
-from memstrata.memory.hits import score_query
+from memstrata.memory.search.scoring import score_query
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels import Fact, levels
-from memstrata.memory.query import Query
+from memstrata.memory.search.query import Query
 from memstrata.prompts.ingestion import FACT_PROMPT, SUPERSEDE_PROMPT
 from memstrata.testing import ScriptedChatModel
 
@@ -51,7 +52,7 @@ def test_ingest_writes_facts_entities_and_edges_once(data_dir, hash_embeddings) 
 
 
 def test_one_new_message_rewrites_only_what_it_changes_and_the_graph_stays_whole(data_dir, hash_embeddings) -> None:
-    from memstrata.memory.graph.resolution import link_entities
+    from memstrata.memory.entity_graph.resolution import link_entities
     from memstrata.memory.levels import Entity
 
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
@@ -86,7 +87,7 @@ def test_graph_evidence_names_its_entity_path(data_dir, hash_embeddings) -> None
 
 
 def test_a_nodes_fact_rows_are_the_facts_that_name_it(data_dir, hash_embeddings) -> None:
-    from memstrata.memory.graph.expansion import GraphView
+    from memstrata.memory.entity_graph.expansion import GraphView
 
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     mem.ingest(EXAMPLE, user_id="u")
@@ -105,8 +106,8 @@ def test_a_nodes_fact_rows_are_the_facts_that_name_it(data_dir, hash_embeddings)
 
 
 def test_entity_seeds_reach_the_event_summaries_holding_their_facts(data_dir, hash_embeddings) -> None:
-    from memstrata.memory.graph.expansion import GraphSearch, GraphView
-    from memstrata.memory.hits import graph_events, query_graph
+    from memstrata.memory.entity_graph.expansion import GraphSearch, GraphView
+    from memstrata.memory.search.scoring import graph_events, query_graph
 
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     mem.ingest(EXAMPLE, user_id="u")
@@ -116,7 +117,7 @@ def test_entity_seeds_reach_the_event_summaries_holding_their_facts(data_dir, ha
     query = Query(id="q0", text="What is Ms. Okafor like as a teacher?")
     vec = np.asarray(hash_embeddings.embed_documents([query.text])[0], dtype=np.float32)
     graph = GraphSearch(view)
-    ranked, _ = score_query(index, query, vec, event_kinds=list(index.events), top_events=1000, weights=Weights(),
+    ranked, _ = score_query(index, query, vec, event_kinds=list(index.events), top_events=1000, weights=weights_of(Context(user_id="t")),
                             now=None, graph=graph)
     reached = query_graph(index, query, graph)
     events = graph_events(index, query, reached, ranked)
@@ -173,7 +174,7 @@ def test_a_move_supersedes_the_old_home_which_stays_as_history(data_dir, hash_em
     def porto_score(text: str, factor: float) -> float:
         q = Query(id="q0", text=text)
         qvec = np.asarray(mem.store.embeddings.embed_query(text), dtype=np.float32)
-        ranked, _ = score_query(index, q, qvec, event_kinds=["fact"], top_events=5, weights=Weights(), now=None,
+        ranked, _ = score_query(index, q, qvec, event_kinds=["fact"], top_events=5, weights=weights_of(Context(user_id="t")), now=None,
                                 superseded=factor)
         return next(s for k, r, s in ranked if r == row)
 

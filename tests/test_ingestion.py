@@ -150,7 +150,7 @@ def test_store_without_contexts_is_repaired_by_reingest(mem: Memstrata) -> None:
 def test_turn_context_vectors_are_pooled_or_encoded(tmp_path: Path, hash_embeddings, mode: str) -> None:
     import numpy as np
 
-    from memstrata.memory.levels.turn_context import pooled_vectors
+    from memstrata.memory.levels.level2.turn_context import pooled_vectors
 
     mem = Memstrata(path=tmp_path / mode, embeddings=hash_embeddings, context_vectors=mode)
     mem.ingest(EXAMPLE, user_id="u")

@@ -17,7 +17,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from memstrata.memory.render import parse_context
+from memstrata.memory.search.packing import parse_context
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
 from conftest import EXAMPLE, REPO, HashEmbeddings

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from conftest import EXAMPLE
+from memstrata.runtime.search import scope_kinds
 from memstrata import Memstrata
 from memstrata.context import Context
 from memstrata.memory.index import MemoryIndex
@@ -82,7 +83,7 @@ def test_scope_routing_is_a_table() -> None:
     table = scope_table()
     assert table["Short"][:3] == ["turn", "summary", "fact"] and table["Mixed"][:3] == ["turn", "summary", "fact"]
     assert table["Long"][:2] == ["summary", "fact"] and "turn" not in table["Long"]
-    assert Context(user_id="u", scope_kinds={"Long": ["turn"]}).scopes() == {"Long": ["turn"]}
+    assert scope_kinds(Context(user_id="u", scope_kinds={"Long": ["turn"]})) == {"Long": ["turn"]}
 
 
 @pytest.fixture(params=["embedded", "server"])

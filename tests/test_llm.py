@@ -17,7 +17,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel, Field
 
-from memstrata.llm import LLMError, Meter, decide, extract_json, is_transient, stream_answer
+from memstrata.runtime.llm import LLMError, Meter, decide, extract_json, is_transient, stream_answer
 from memstrata.testing import ScriptedChatModel
 
 

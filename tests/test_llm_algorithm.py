@@ -14,11 +14,11 @@ from pydantic import BaseModel
 
 from memstrata import Memstrata
 from memstrata.bench.oracle_reader import OracleReader
-from memstrata.llm import Meter, decide, usage_of
+from memstrata.runtime.llm import Meter, decide, usage_of
 from memstrata.memory.index import MemoryIndex
-from memstrata.memory.planning import anchored_follow_up, dependent_rewrite
-from memstrata.memory.query import Hit
-from memstrata.nodes.retrieve.budget import MeterView, SharedMeter
+from memstrata.memory.plan.rules import anchored_follow_up, dependent_rewrite
+from memstrata.memory.search.query import Hit
+from memstrata.runtime.step import MeterView, SharedMeter
 from memstrata.testing import ScriptedChatModel
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "conversation.json"

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from conftest import HashEmbeddings
 from memstrata import Memstrata
-from memstrata.llm import GOOD_OUTCOMES, LLMError, Meter, decide, stream_answer
+from memstrata.runtime.llm import GOOD_OUTCOMES, LLMError, Meter, decide, stream_answer
 from plugins.llm_server import make_chat_model
 
 

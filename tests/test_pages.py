@@ -12,7 +12,7 @@ import pytest
 
 from conftest import EXAMPLE, HashEmbeddings
 from memstrata import Memstrata
-from memstrata.pages import memory_page, trace_page
+from memstrata.views.pages import memory_page, trace_page
 
 FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--enable-logging=stderr", "--v=0"]

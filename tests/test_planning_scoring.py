@@ -7,15 +7,17 @@ from datetime import datetime, timedelta
 import numpy as np
 import pytest
 
-from memstrata.memory.fusion import Weights, hybrid_semantic, score_turns, standardize, turn_semantic, when_match
-from memstrata.memory.hmem_scoring import Interval, robustness, rrf, temporal_relevance
+from memstrata.context import Context
+from memstrata.runtime.search import weights as weights_of
+from memstrata.context import default
+from memstrata.memory.search.fusion import hybrid_semantic, score_turns, standardize, turn_semantic, when_match
+from memstrata.memory.search.hmem_score import Interval, robustness, temporal_relevance
 from memstrata.memory.index import KindTable, MemoryIndex, tokenize
-from memstrata.memory.index.snapshot import DEFAULT_WINDOWS
 from memstrata.memory.levels import TURN, Turn
-from memstrata.memory.planning import coverage, decompose_query, follow_up_query, predict_scope, temporal_hint
-from memstrata.memory.query import Hit, Query
-from memstrata.memory.render import pack_context, parse_context, render
-from memstrata.memory.selection import mark_captions
+from memstrata.memory.plan.rules import coverage, decompose_query, follow_up_query, predict_scope, temporal_hint
+from memstrata.memory.search.query import Hit, Query
+from memstrata.memory.search.packing import pack_context, parse_context, render
+from memstrata.memory.search.selection import mark_captions
 
 
 def test_decomposition_keeps_the_original_and_splits_named_conjunctions() -> None:
@@ -52,13 +54,13 @@ def test_coverage_and_follow_up() -> None:
 
 def test_hmem_scoring_parts() -> None:
     day = Interval(datetime(2023, 5, 8), datetime(2023, 5, 8, 23, 59))
-    assert temporal_relevance(day, day) > temporal_relevance(day, Interval(datetime(2023, 9, 1), datetime(2023, 9, 2)))
-    assert temporal_relevance(None, day) == 0.0
-    fresh = robustness(datetime(2024, 1, 1), datetime(2024, 1, 2))
-    old = robustness(datetime(2023, 1, 1), datetime(2024, 1, 2))
-    reinforced = robustness(datetime(2023, 1, 1), datetime(2024, 1, 2), reinforcements=5)
+    assert temporal_relevance(day, day, lam=0.5) > temporal_relevance(
+        day, Interval(datetime(2023, 9, 1), datetime(2023, 9, 2)), lam=0.5)
+    assert temporal_relevance(None, day, lam=0.5) == 0.0
+    fresh = robustness(datetime(2024, 1, 1), datetime(2024, 1, 2), tau_days=365, eta=0.5)
+    old = robustness(datetime(2023, 1, 1), datetime(2024, 1, 2), tau_days=365, eta=0.5)
+    reinforced = robustness(datetime(2023, 1, 1), datetime(2024, 1, 2), tau_days=365, eta=0.5, reinforcements=5)
     assert fresh > reinforced > old
-    assert rrf([[2, 0], [2, 1]], 3).argmax() == 2
 
 
 def test_hybrid_semantic_ignores_bm25_zeros() -> None:
@@ -120,7 +122,7 @@ def test_window_views_of_the_search_snapshot() -> None:
 
 def test_a_turn_deep_in_a_scene_is_lifted_by_the_wide_windows() -> None:
     """Six turns after "camping" was said, a reply that never names it still outranks an unrelated session."""
-    assert max(DEFAULT_WINDOWS) >= 6
+    assert max(default("window_widths")) >= 6
     scene = ["We went camping in the Rockies last week", "Oh nice, how was it?", "Cold at night but lovely",
              "Did the kids like it?", "They loved the fire", "Any wildlife?", "We saw a moose by the lake"]
     other = ["My sister got a new job", "Oh nice, how is it?", "Busy but lovely", "Does she like it?",
@@ -141,10 +143,10 @@ def test_a_question_asking_when_prefers_the_turn_that_tells_a_time() -> None:
     own = np.array([0.9, 1.0, 0.2, 0.1])  # the undated turn matches the words a little better
     for question, best in (("When did Evan meet his wife?", 0), ("Where did Evan meet his wife?", 1)):
         query = Query(id="q", text=question)
-        scores = score_turns(index, query, own, np.zeros(4), weights=Weights(), now=None)["score"]
+        scores = score_turns(index, query, own, np.zeros(4), weights=weights_of(Context(user_id="t")), now=None)["score"]
         assert int(np.argmax(scores)) == best
     flat = score_turns(index, Query(id="q", text="When did Evan meet his wife?"), own, np.zeros(4),
-                       weights=Weights(when=0.0), now=None)["score"]
+                       weights=weights_of(Context(user_id="t", when_prior=0.0)), now=None)["score"]
     assert int(np.argmax(flat)) == 1  # the boost, not the words, made the difference
 
 
@@ -167,13 +169,13 @@ def test_turn_semantic_fuses_views_into_unit_range() -> None:
     ("Where does Priya work?", "Priya: Hi! I work at Tidewater Labs since May.", "I work at Tidewater Labs since May."),
 ])
 def test_extractive_answer_takes_the_clause_of_the_type_asked(question: str, turn: str, expected: str) -> None:
-    from memstrata.memory.extractive_answer import extractive_answer
+    from memstrata.views.extractive_answer import extractive_answer
 
     assert extractive_answer(question, [(turn, datetime(2024, 4, 14))]) == expected
 
 
 def test_extractive_answer_is_none_when_nothing_fits() -> None:
-    from memstrata.memory.extractive_answer import extractive_answer
+    from memstrata.views.extractive_answer import extractive_answer
 
     assert extractive_answer("How many dogs?", [("Ann: No idea at all.", None)]) is None
 
@@ -181,8 +183,8 @@ def test_extractive_answer_is_none_when_nothing_fits() -> None:
 def test_level1_summaries_reranked_by_their_turns_own_text_or_both() -> None:
     from types import SimpleNamespace
 
-    from memstrata.memory.fusion import ranked_events
-    from memstrata.memory.light_module import rerank_summaries
+    from memstrata.memory.search.fusion import ranked_events
+    from memstrata.memory.search.light import rerank_summaries
 
     # Summary 0 matches by its own words only; summary 2 holds the best turn (row 4); facts keep their slots.
     index = SimpleNamespace(events={"summary": SimpleNamespace(turn_rows=[[0, 1], [2], [3, 4]])})
@@ -203,7 +205,7 @@ def test_level1_summaries_reranked_by_their_turns_own_text_or_both() -> None:
 
 
 def test_ranked_events_depth_keeps_each_kinds_best_in_order() -> None:
-    from memstrata.memory.fusion import ranked_events
+    from memstrata.memory.search.fusion import ranked_events
 
     scores = {"fact": np.array([0.2, 0.8, 0.5, 0.9, 0.1]), "summary": np.array([0.7, 0.3])}
     full = ranked_events(scores, ["summary", "fact"])

@@ -11,12 +11,13 @@ from langchain_core.messages import BaseMessage
 
 from conftest import EXAMPLE
 from memstrata import Memstrata
-from memstrata.memory.render import split_id
+from memstrata.memory.search.packing import split_id
 from memstrata.memory.tokens import TokenCounter
 from memstrata.testing import ScriptedChatModel
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
-NODES = ["decompose", "predict_scope", "lookup_level1", "gate", "backtrack_level2", "follow_up", "next_wave",
+NODES = ["decompose", "predict_scope", "lookup_level1", "gate", "backtrack_level2", "follow_up", "search_missing",
+         "next_wave",
          "reflect", "answer"]
 
 
@@ -186,7 +187,9 @@ async def test_follow_up_query_runs(mem: Memstrata) -> None:
                         follow_up=[{"missing": True, "query": "Priya manager Rui"}, {"missing": False}])
     result = await _ask(mem, model)
     fu = [e for e in result.trace["events"] if e["node"] == "follow_up"]
-    assert fu[0]["query"] == "Priya manager Rui" and fu[0]["found"] > 0
+    searched = [e for e in result.trace["events"] if e["node"] == "search_missing" and e["found"]]
+    assert fu[0]["query"] == "Priya manager Rui" and searched[0]["queries"] == {"q0.follow_up": "Priya manager Rui"}
+    assert searched[0]["found"]["q0.follow_up"] > 0
     assert any("Rui" in e.text for e in result.evidence)
 
 

@@ -10,11 +10,12 @@ import sys
 import numpy as np
 
 from conftest import EXAMPLE, REPO
+from memstrata.context import Context
+from memstrata.runtime.search import weights as weights_of
 from memstrata import Memstrata
-from memstrata.memory.fusion import Weights
-from memstrata.memory.hits import score_query
+from memstrata.memory.search.scoring import score_query
 from memstrata.memory.index import MemoryIndex
-from memstrata.memory.query import Query
+from memstrata.memory.search.query import Query
 
 QUERIES = ["When did Tom run the Brighton half marathon?", "Where is Priya moving?", "What is the cat called?",
            "Who is Rui?"]
@@ -27,7 +28,7 @@ def _scores(index: MemoryIndex, mem: Memstrata) -> dict[str, dict[str, float]]:
     for text, vec in zip(QUERIES, vecs, strict=True):
         query = Query(id="q0", text=text)
         ranked, parts = score_query(index, query, vec, event_kinds=list(index.events), top_events=10,
-                                    weights=Weights(), now=None)
+                                    weights=weights_of(Context(user_id="t")), now=None)
         out[text] = {f"{t.conversation_id}/{t.id}": float(parts["score"][i]) for i, t in enumerate(index.turns)}
         out[text] |= {f"{kind}:{index.events[kind].units[row].id}": s for kind, row, s in ranked}
     return out
@@ -134,9 +135,9 @@ def _graph_as_data(view) -> dict:
 
 def test_the_graph_view_redoes_only_the_written_conversation_and_equals_a_rebuild(data_dir, hash_embeddings,
                                                                                  monkeypatch) -> None:
-    from memstrata import resources
+    from memstrata.runtime import search
     from memstrata.context import Context
-    from memstrata.memory.graph.expansion import GraphView
+    from memstrata.memory.entity_graph.expansion import GraphView
 
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     messages = json.loads(EXAMPLE.read_text())["messages"]
@@ -148,9 +149,9 @@ def test_the_graph_view_redoes_only_the_written_conversation_and_equals_a_rebuil
     get = mem.store.edges.get
     monkeypatch.setattr(mem.store.edges, "get", lambda user, **kw: reads.append(kw.get("conversation_id")) or get(
         user, **kw))
-    first = resources.graph_view(mem.store, ctx, index)
+    first = search.graph_view(mem.store, ctx, index)
     assert reads == [None] and {n[0] for n in first.names} == {"a", "b"}
-    assert resources.graph_view(mem.store, ctx, index) is first and reads == [None]  # nothing changed: no read
+    assert search.graph_view(mem.store, ctx, index) is first and reads == [None]  # nothing changed: no read
     kept = {n: first.fact_rows(n) for n in first.names if n[0] == "a"}
     b_before = _graph_as_data(first)
     mem.ingest({"conversation_id": "b", "messages": [*messages, {
@@ -158,7 +159,7 @@ def test_the_graph_view_redoes_only_the_written_conversation_and_equals_a_rebuil
         user_id="u")
     reads.clear()  # ingestion reads edges too
     index = MemoryIndex.load(mem.store, user_id="u")  # updated in place: keeps what it read
-    after = resources.graph_view(mem.store, ctx, index)
+    after = search.graph_view(mem.store, ctx, index)
     assert reads == ["b"] and after.parts["a"] is first.parts["a"]  # b redone, a's part (and fact rows) shared
     assert all(after.parts["a"].rows.get(n) is rows for n, rows in kept.items())
     assert _graph_as_data(first) == b_before  # the old view, which a running query may hold, is unchanged
@@ -171,7 +172,7 @@ def test_the_graph_view_redoes_only_the_written_conversation_and_equals_a_rebuil
     assert _graph_as_data(after) == _graph_as_data(GraphView.build(
         fresh.tables["entity"].units, fresh.events["fact"].units, [e for e in get("u") if e.src_kind == "entity"]))
     mem.store.edges.delete_user("u")
-    gone = resources.graph_view(mem.store, ctx, index)
+    gone = search.graph_view(mem.store, ctx, index)
     assert sum(p.graph.number_of_edges() for p in gone.parts.values()) == 0 and reads[-1] is None
 
 

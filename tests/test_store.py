@@ -129,7 +129,7 @@ def test_opening_a_store_caps_blas_threads_unless_told_not_to(tmp_path, hash_emb
     from threadpoolctl import threadpool_info, threadpool_limits
 
     from memstrata.context import Context
-    from memstrata.resources import release_store, resolve_store
+    from memstrata.runtime.resolve import release_store, resolve_store
 
     def blas_threads() -> set[int]:
         return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}

@@ -18,9 +18,9 @@ from memstrata import Memstrata
 from memstrata.context import Context
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels import EventSummary, scope_table
-from memstrata.memory.query import Hit
-from memstrata.memory.selection import window_first
-from memstrata.memory.temporal_hints import Offset, apply_offset, parse_hint, resolve
+from memstrata.memory.search.query import Hit
+from memstrata.memory.search.selection import window_first
+from memstrata.memory.plan.temporal_hints import Offset, apply_offset, parse_hint, resolve
 from memstrata.memory.timeparse import resolve_relative
 from memstrata.memory.tree import Forest, Item, active_levels, grow, tree_levels, window_key
 from memstrata.memory.tree.windows import level_for_span
@@ -428,7 +428,7 @@ def test_offline_consolidation_keeps_details_within_the_cap() -> None:
 def test_model_consolidation_has_a_schema_a_fallback_and_a_budget() -> None:
     import asyncio
 
-    from memstrata.nodes.common import LLMStep
+    from memstrata.runtime.step import Step
     from memstrata.nodes.ingest.tree import _recompute
     from memstrata.testing import ScriptedChatModel
 
@@ -437,7 +437,7 @@ def test_model_consolidation_has_a_schema_a_fallback_and_a_budget() -> None:
     model = ScriptedChatModel(script=[{"summary": "Ann noted Porto on 8 May 2023."}], default="not json at all")
     ctx = Context(user_id="u", model=model, tree_llm_calls=2, llm_retries=0)
     calls = {"left": ctx.tree_llm_calls}
-    step = LLMStep(ctx, budget=False)
+    step = Step.for_ingestion(ctx)
     first, second = (asyncio.run(_recompute(step, ctx, update, n, calls)) for n in weeks)
     assert first.method == "llm" and first.text.endswith("Ann noted Porto on 8 May 2023.")
     assert first.text.startswith("[week 2023-W19")

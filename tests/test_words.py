@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from memstrata.memory.index.bounded import Bounds, WorkingSet
+from memstrata.context import Context
+from memstrata.runtime.search import bounds as bounds_of
+from memstrata.memory.index.bounded import WorkingSet
 from memstrata.memory.levels import Turn
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.words import WORDS_FILE, query_term
@@ -82,12 +84,12 @@ def test_a_store_written_before_the_index_reads_by_containment_until_indexed(dat
         method = getattr(older, name)
         monkeypatch.setattr(older, name, lambda *a, _m=method, _n=name, **k: used.append(_n) or _m(*a, **k))
     vec = np.asarray(hash_embeddings.embed_documents(["marathon"]), dtype=np.float32)
-    index = WorkingSet(older, user_id="u", bounds=Bounds(sessions=10)).ensure(["marathon Priya"], vec)
+    index = WorkingSet(older, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_sessions=10))).ensure(["marathon Priya"], vec)
     assert len(index.turns) == 6 and "containing" in used and "matching" not in used
     assert older.index_words()["turn"] == 6
     assert older.words_ready("turn")
     used.clear()
-    index = WorkingSet(older, user_id="u", bounds=Bounds(sessions=10)).ensure(["marathon Priya"], vec)
+    index = WorkingSet(older, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_sessions=10))).ensure(["marathon Priya"], vec)
     assert len(index.turns) == 6 and "matching" in used and "containing" not in used
 
 

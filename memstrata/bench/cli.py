@@ -19,7 +19,7 @@ from rich.console import Console
 from memstrata.bench.report import plot_recall, results_tables
 from memstrata.bench.runner import DEFAULT_BUDGETS, METHOD_NAMES, run_locomo
 from memstrata.context import Context
-from memstrata.resources import limit_blas
+from memstrata.runtime.process import limit_blas
 
 BLAS_THREADS = Context.blas_threads  # memstrata's default cap, applied to every method of a bench run
 

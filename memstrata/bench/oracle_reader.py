@@ -34,8 +34,8 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from memstrata.memory.planning import anchored_follow_up, decompose_query, expand_query, predict_scope
-from memstrata.memory.query import Hit
+from memstrata.memory.plan.rules import anchored_follow_up, decompose_query, expand_query, predict_scope
+from memstrata.memory.search.query import Hit
 from memstrata.memory.timeparse import parse_timestamp
 from memstrata.testing import ScriptedChatModel
 

@@ -1,11 +1,11 @@
 """The retrieval graph: decompose -> predict_scope -> lookup_level1 -> gate -> (select_level1 ->)
-backtrack_level2 -> follow_up -> next_wave -> (lookup_level1 for dependent sub-queries | reflect) ->
+backtrack_level2 -> follow_up -> search_missing -> next_wave -> (lookup_level1 for dependent sub-queries | reflect) ->
 (lookup_level1 again | answer).
 
 Wiring only; the steps live in :mod:`memstrata.nodes.retrieve`. ``gate``, ``next_wave``
 and ``reflect`` route with ``Command``. ``select_level1`` is the ``Send`` fan-out of the
 deep module's LLM selection (LLM mode only); ``follow_up`` is one ``Send`` branch per
-active sub-query. With a model, a light answer skips the deep module and the
+active sub-query; ``search_missing`` then searches the missing-info queries they asked for. With a model, a light answer skips the deep module and the
 follow-up and goes on to reflection (HyMem's Algorithm 1).
 """
 
@@ -17,7 +17,7 @@ from memstrata.context import Context
 from memstrata.nodes.retrieve.answer import answer
 from memstrata.nodes.retrieve.backtrack import backtrack_level2
 from memstrata.nodes.retrieve.decompose import decompose
-from memstrata.nodes.retrieve.follow_up import follow_up, route_follow_up
+from memstrata.nodes.retrieve.follow_up import follow_up, route_follow_up, search_missing
 from memstrata.nodes.retrieve.gate import gate
 from memstrata.nodes.retrieve.lookup import lookup_level1
 from memstrata.nodes.retrieve.reflect import reflect
@@ -35,6 +35,7 @@ builder.add_node("gate", gate)
 builder.add_node("select_level1", select_level1)
 builder.add_node("backtrack_level2", backtrack_level2)
 builder.add_node("follow_up", follow_up)
+builder.add_node("search_missing", search_missing)
 builder.add_node("next_wave", next_wave)
 builder.add_node("reflect", reflect)
 builder.add_node("answer", answer)
@@ -45,7 +46,8 @@ builder.add_edge("predict_scope", "lookup_level1")
 builder.add_edge("lookup_level1", "gate")
 builder.add_edge("select_level1", "backtrack_level2")
 builder.add_conditional_edges("backtrack_level2", route_follow_up, ["follow_up", "answer"])
-builder.add_edge("follow_up", "next_wave")
+builder.add_edge("follow_up", "search_missing")
+builder.add_edge("search_missing", "next_wave")
 builder.add_edge("answer", END)
 
 graph = builder.compile(name="memstrata-retrieval")

@@ -1,7 +1,7 @@
 """The normalized input the ingestion graph reads: conversations of sessions of turns.
 
 Example:
-    >>> from memstrata.memory.levels.turn import Turn
+    >>> from memstrata.memory.levels.level2.turn import Turn
     >>> s = Session(session_id="1", turns=[Turn(user_id="u1", session_id="1", position=0, speaker="Ann", text="Hi")])
     >>> Conversation(user_id="u1", conversation_id="c1", sessions=[s]).turn_count
     1
@@ -13,7 +13,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from memstrata.memory.levels.turn import Turn
+from memstrata.memory.levels.level2.turn import Turn
 
 class Session(BaseModel):
     """A normalized session: its turns in order and the session time."""

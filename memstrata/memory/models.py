@@ -8,7 +8,7 @@ input's own ids are kept where it has them; otherwise they are derived from
 (session, position), so re-ingesting the same input writes the same ids.
 
 Example:
-    >>> from memstrata.memory.levels.turn import Turn
+    >>> from memstrata.memory.levels.level2.turn import Turn
     >>> Turn(user_id="u1", session_id="1", position=0, speaker="Ann", text="Hi").linked_turn_ids()
     ['s1:t0']
 """

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 
 from memstrata.memory.conversation import Conversation, Session
-from memstrata.memory.levels.turn import Turn
+from memstrata.memory.levels.level2.turn import Turn
 from memstrata.memory.timeparse import parse_timestamp
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from memstrata.memory.conversation import Conversation, Session
-from memstrata.memory.levels.turn import Turn
+from memstrata.memory.levels.level2.turn import Turn
 from memstrata.memory.normalize import Tail
 from memstrata.memory.store import MemoryStore, stable_hash
 

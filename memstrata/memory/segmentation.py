@@ -9,6 +9,8 @@ predecessor, as HyMem allows, so context at a boundary is never lost.
 
 Example:
     >>> import numpy as np
+
+from memstrata.context import default
     >>> vecs = np.vstack([np.tile([1.0, 0.0], (4, 1)), np.tile([0.0, 1.0], (4, 1))])
     >>> segment_session(vecs, min_turns=2, overlap=0)
     [(0, 3), (4, 7)]
@@ -22,8 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from memstrata.context import default
 
-def boundary_scores(vectors: np.ndarray, window: int = 2) -> np.ndarray:
+
+def boundary_scores(vectors: np.ndarray, window: int = default("segment_window")) -> np.ndarray:
     """Similarity across each gap ``i`` (between turn ``i-1`` and ``i``); index 0 is unused."""
     n = len(vectors)
     sims = np.ones(n)
@@ -35,7 +39,7 @@ def boundary_scores(vectors: np.ndarray, window: int = 2) -> np.ndarray:
     return sims
 
 
-def depth_cuts(sims: np.ndarray, depth: float = 0.5) -> set[int]:
+def depth_cuts(sims: np.ndarray, depth: float = default("segment_depth")) -> set[int]:
     """Gaps whose similarity is a local minimum well below the session's mean."""
     if len(sims) < 3:
         return set()
@@ -53,12 +57,12 @@ def segment_session(
     vectors: np.ndarray,
     times: Sequence[datetime | None] | None = None,
     *,
-    max_turns: int = 12,
-    min_turns: int = 3,
-    window: int = 2,
-    depth: float = 0.5,
-    max_gap: timedelta = timedelta(minutes=30),
-    overlap: int = 1,
+    max_turns: int = default("max_episode_turns"),
+    min_turns: int = default("min_episode_turns"),
+    window: int = default("segment_window"),
+    depth: float = default("segment_depth"),
+    max_gap: timedelta = timedelta(minutes=default("episode_max_gap_minutes")),
+    overlap: int = default("episode_overlap"),
     forced: set[int] | None = None,
 ) -> list[tuple[int, int]]:
     """Inclusive (start, end) positions of each episode in one session.
@@ -75,11 +79,11 @@ def segment_cores(
     vectors: np.ndarray,
     times: Sequence[datetime | None] | None = None,
     *,
-    max_turns: int = 12,
-    min_turns: int = 3,
-    window: int = 2,
-    depth: float = 0.5,
-    max_gap: timedelta = timedelta(minutes=30),
+    max_turns: int = default("max_episode_turns"),
+    min_turns: int = default("min_episode_turns"),
+    window: int = default("segment_window"),
+    depth: float = default("segment_depth"),
+    max_gap: timedelta = timedelta(minutes=default("episode_max_gap_minutes")),
     forced: set[int] | None = None,
 ) -> list[tuple[int, int]]:
     """The episodes of :func:`segment_session` before any overlap: they tile the turns exactly."""
@@ -110,8 +114,8 @@ def cut_tail(
     *,
     start: int,
     closing: bool,
-    overlap: int = 1,
-    max_turns: int = 12,
+    overlap: int = default("episode_overlap"),
+    max_turns: int = default("max_episode_turns"),
     quiet: timedelta | None = None,
     **options: Any,
 ) -> list[tuple[int, int, bool]]:

@@ -3,6 +3,6 @@
 - :mod:`memstrata.memory.facts.clauses`: the deterministic offline extractor;
 - :mod:`memstrata.memory.facts.supersession`: which newer fact replaces which older one.
 
-The unit itself is :class:`memstrata.memory.levels.fact.Fact`; the model's extraction is
+The unit itself is :class:`memstrata.memory.levels.level1.fact.Fact`; the model's extraction is
 the ingestion stage :mod:`memstrata.nodes.ingest.facts`.
 """

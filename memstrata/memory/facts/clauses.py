@@ -16,13 +16,13 @@ not a model. For each turn it
    a possessive such as "Caroline's" is not an object).
 
 Entity mentions and possessive relations ("my sister Anna") come from
-:mod:`memstrata.memory.graph.mentions`. The output is a list of
-:class:`~memstrata.memory.levels.fact.Fact` with ``subject`` and ``mentions`` as
+:mod:`memstrata.memory.entity_graph.mentions`. The output is a list of
+:class:`~memstrata.memory.levels.level1.fact.Fact` with ``subject`` and ``mentions`` as
 written; entity linking resolves them to ids afterwards.
 
 Example:
     >>> from datetime import datetime
-    >>> from memstrata.memory.levels.turn import Turn
+    >>> from memstrata.memory.levels.level2.turn import Turn
     >>> t = Turn(user_id="u", session_id="1", position=0, speaker="Caroline", timestamp=datetime(2023, 5, 8),
     ...          text="I went to a support group yesterday. It was so powerful!")
     >>> [f.text for f in extract_facts([t], episode_id="ep:s1:0-0", speakers=["Caroline", "Melanie"])]
@@ -38,9 +38,9 @@ from functools import lru_cache
 
 from lemminflect import getAllLemmas, getInflection
 
-from memstrata.memory.graph.mentions import Mention, find_mentions
-from memstrata.memory.levels.fact import Fact
-from memstrata.memory.levels.turn import Turn
+from memstrata.memory.entity_graph.mentions import Mention, find_mentions
+from memstrata.memory.levels.level1.fact import Fact
+from memstrata.memory.levels.level2.turn import Turn
 from memstrata.memory.text import PLEASANTRY, SENTENCE, STOPWORDS, content_words, resolve_dates_in
 from memstrata.memory.timeparse import RELATIVE_PATTERN, resolve_relative
 

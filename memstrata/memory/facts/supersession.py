@@ -14,7 +14,7 @@ verdict is the fallback (see :mod:`memstrata.nodes.ingest.entities`).
 
 Example:
     >>> from datetime import datetime
-    >>> from memstrata.memory.levels.fact import Fact
+    >>> from memstrata.memory.levels.level1.fact import Fact
     >>> def f(n, rel, obj, day):
     ...     return Fact(user_id="u", episode_id=f"ep:s{n}:0-0", session_id=str(n), n=0, text=f"Ann {rel} {obj}.",
     ...                 subject="Ann", subject_id="ent:ann", relation=rel, object=obj, timestamp=datetime(2023, 1, day))
@@ -29,7 +29,7 @@ from datetime import datetime
 
 from rapidfuzz import fuzz
 
-from memstrata.memory.levels.fact import Fact
+from memstrata.memory.levels.level1.fact import Fact
 
 ATTRIBUTES = {  # relation label -> the single-valued attribute it sets
     "live": "residence", "move": "residence", "relocate": "residence", "reside": "residence",

@@ -57,9 +57,10 @@ from typing import Any
 
 import numpy as np
 
+from memstrata.context import default
 from memstrata.memory import levels
 from memstrata.memory.index.sessions import session_cache
-from memstrata.memory.index.snapshot import DEFAULT_WINDOWS, MemoryIndex, kind_table
+from memstrata.memory.index.snapshot import MemoryIndex, kind_table
 from memstrata.memory.levels import TreeNode
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]{3,}")
@@ -73,20 +74,25 @@ _RUNS = 8  # working sets kept per process (one per retrieval run in flight)
 _RUN_CACHE: OrderedDict[tuple[int, str, str | None, str], WorkingSet] = OrderedDict()
 _RUN_LOCK = threading.Lock()
 _LATEST: dict[tuple[int, str, str | None, int], tuple[float, datetime | None]] = {}
-_LATEST_SECONDS = 5.0  # another process's writes move the latest time; re-read it this often
 
 
 @dataclass(frozen=True)
 class Bounds:
-    """How much of a large memory one retrieval reads (settings from ``Context``)."""
+    """How much of a large memory one retrieval reads.
 
-    dense_k: int = 200
-    event_k: int = 60
-    lexical_k: int = 40
-    lexical_terms: int = 6
-    sessions: int = 80
-    entity_facts: int = 200
-    cached_units: int = 50_000
+    No defaults here: :func:`memstrata.runtime.search.bounds` builds them from the ``bounded_*`` settings of
+    :class:`~memstrata.context.Context` (``latest_seconds`` is ``snapshot_refresh_s``: another process's
+    writes move the memory's latest time, which is re-read this often).
+    """
+
+    dense_k: int
+    event_k: int
+    lexical_k: int
+    lexical_terms: int
+    sessions: int
+    entity_facts: int
+    cached_units: int
+    latest_seconds: float
 
 
 def content_words(text: str, limit: int) -> list[str]:
@@ -120,9 +126,9 @@ class WorkingSet:
     """
 
     def __init__(self, store: Any, *, user_id: str, conversation_id: str | None = None,
-                 bounds: Bounds | None = None, window_widths: Sequence[int] = DEFAULT_WINDOWS) -> None:
+                 bounds: Bounds, window_widths: Sequence[int] = default("window_widths")) -> None:
         self.store, self.user_id, self.conversation_id = store, user_id, conversation_id
-        self.bounds = bounds or Bounds()
+        self.bounds = bounds
         self.window_widths = tuple(window_widths)
         self.records: dict[str, dict[tuple[str, str], Any]] = {lv.kind: {} for lv in levels.levels(searched=True)}
         self.sessions: list[str] = []
@@ -233,7 +239,7 @@ class WorkingSet:
         """The latest time of the user's memory, from the year nodes of the tree (few; cached per version)."""
         key = (id(self.store), self.user_id, self.conversation_id, self.version)
         with _RUN_LOCK:
-            if key in _LATEST and time.monotonic() - _LATEST[key][0] < _LATEST_SECONDS:
+            if key in _LATEST and time.monotonic() - _LATEST[key][0] < self.bounds.latest_seconds:
                 return _LATEST[key][1]
         found = self.store.get("tree_node", user_id=self.user_id, conversation_id=self.conversation_id,
                                where={"level": "year"}, selective=True) if "tree_node" in self.records else []
@@ -319,7 +325,7 @@ def _session_key(conversation_id: str | None, session_id: str | None) -> str | N
 
 
 def working_set(store: Any, *, user_id: str, conversation_id: str | None, run: str, bounds: Bounds,
-                window_widths: Sequence[int] = DEFAULT_WINDOWS) -> WorkingSet:
+                window_widths: Sequence[int] = default("window_widths")) -> WorkingSet:
     """The working set of one retrieval run (kept until the run's answer releases it, :func:`release_run`;
     at most the last ``_RUNS`` runs of this process).
 

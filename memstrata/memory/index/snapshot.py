@@ -37,13 +37,13 @@ from typing import Any
 
 import numpy as np
 
+from memstrata.context import default
 from memstrata.memory import levels
 from memstrata.memory.index.bm25 import Bm25, tokenize
 from memstrata.memory.index.rows import Rows
 from memstrata.memory.levels import Level, Turn
 from memstrata.memory.models import Unit
 
-DEFAULT_WINDOWS = (0, 1, 2, 4, 8)
 _CACHE: dict[tuple[int, str, str | None], MemoryIndex] = {}
 _CACHE_LOCK = threading.Lock()
 
@@ -150,7 +150,7 @@ class MemoryIndex:
         window_widths: neighbours on each side of the BM25 window views of a turn.
     """
 
-    def __init__(self, tables: dict[str, KindTable], *, window_widths: Sequence[int] = DEFAULT_WINDOWS,
+    def __init__(self, tables: dict[str, KindTable], *, window_widths: Sequence[int] = default("window_widths"),
                  version: int = 0, counts: tuple[int, ...] = ()) -> None:
         self.tables = tables
         self.version, self.counts, self.loaded_at = version, counts, time.monotonic()
@@ -231,8 +231,9 @@ class MemoryIndex:
         return None
 
     @classmethod
-    def load(cls, store: Any, *, user_id: str, conversation_id: str | None = None, refresh_seconds: float = 5.0,
-             window_widths: Sequence[int] = DEFAULT_WINDOWS, freeze: bool = False) -> MemoryIndex:
+    def load(cls, store: Any, *, user_id: str, conversation_id: str | None = None,
+             refresh_seconds: float = default("snapshot_refresh_s"),
+             window_widths: Sequence[int] = default("window_widths"), freeze: bool = False) -> MemoryIndex:
         """The cached snapshot, updated in place after this process's writes, rebuilt after other processes'."""
         key = (id(store), user_id, conversation_id)
         with _CACHE_LOCK:
@@ -257,7 +258,7 @@ class MemoryIndex:
 
     @classmethod
     def build(cls, store: Any, user_id: str, conversation_id: str | None, *, version: int = 0,
-              window_widths: Sequence[int] = DEFAULT_WINDOWS) -> MemoryIndex:
+              window_widths: Sequence[int] = default("window_widths")) -> MemoryIndex:
         """Read every searched kind of one user from the store into a new snapshot."""
         tables = {}
         for level in levels.levels(searched=True):

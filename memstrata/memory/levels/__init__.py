@@ -8,13 +8,13 @@ H-Mem's temporal-semantic tree nodes.
 from memstrata.memory.levels.base import (
     SCOPES, Level, get_level, levels, raw_kind, register, scope_table, unregister,
 )
-from memstrata.memory.levels.turn import TURN, Turn
-from memstrata.memory.levels.turn_context import TURN_CONTEXT, TurnContext
-from memstrata.memory.levels.episode import EPISODE, Episode
-from memstrata.memory.levels.summary import SUMMARY, EventSummary
-from memstrata.memory.levels.fact import FACT, Fact
+from memstrata.memory.levels.level2.turn import TURN, Turn
+from memstrata.memory.levels.level2.turn_context import TURN_CONTEXT, TurnContext
+from memstrata.memory.levels.level2.episode import EPISODE, Episode
+from memstrata.memory.levels.level1.summary import SUMMARY, EventSummary
+from memstrata.memory.levels.level1.fact import FACT, Fact
 from memstrata.memory.levels.entity import ENTITY, Entity
-from memstrata.memory.levels.tree_node import TREE_NODE, TreeNode
+from memstrata.memory.levels.level1.tree_node import TREE_NODE, TreeNode
 
 __all__ = [
     "ENTITY", "EPISODE", "FACT", "Entity", "Fact", "SCOPES", "SUMMARY", "TURN", "TURN_CONTEXT", "Episode", "EventSummary", "Level", "Turn",

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Literal
 from memstrata.memory.models import Unit
 
 if TYPE_CHECKING:
-    from memstrata.memory.levels.turn import Turn
+    from memstrata.memory.levels.level2.turn import Turn
 
 Role = Literal["raw", "view", "container", "event", "node"]
 SCOPES = ("Short", "Long", "Mixed")

@@ -1,6 +1,6 @@
 """Entities of H-Mem's entity-relation graph: one resolved person, place, pet or thing per conversation.
 
-An entity is built by entity linking (:mod:`memstrata.memory.graph.resolution`)
+An entity is built by entity linking (:mod:`memstrata.memory.entity_graph.resolution`)
 from the names its facts use; its id is ``ent:<slug of the canonical name>``.
 Its profile follows H-Mem's entity profiles: ``attributes`` (fact ids of
 persistent statements: what it is, has, likes, where it lives or works) and

@@ -8,7 +8,7 @@
   evidence tags, reinforced robustness).
 
 The leaves are HyMem's Level-1 event summaries; the nodes are the ``tree_node`` kind
-(:mod:`memstrata.memory.levels.tree_node`).
+(:mod:`memstrata.memory.levels.level1.tree_node`).
 """
 
 from memstrata.memory.tree.build import Forest, Item, Node, Reinforcement, grow, prune

@@ -20,8 +20,8 @@ from datetime import datetime
 
 import numpy as np
 
-from memstrata.memory.levels.summary import EventSummary
-from memstrata.memory.levels.tree_node import TREE_NODE, TreeNode
+from memstrata.memory.levels.level1.summary import EventSummary
+from memstrata.memory.levels.level1.tree_node import TREE_NODE, TreeNode
 from memstrata.memory.store import Edge, MemoryStore
 from memstrata.memory.timeparse import format_date
 from memstrata.memory.tree.build import (

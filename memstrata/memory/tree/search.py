@@ -28,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from memstrata.memory.hmem_scoring import DAY, Interval, temporal_relevance
+from memstrata.memory.search.hmem_score import DAY, Interval, temporal_relevance
 from memstrata.memory.index import MemoryIndex, tokenize
 from memstrata.memory.index.held import PerConversation
-from memstrata.memory.levels.tree_node import TREE_NODE, TreeNode
-from memstrata.memory.query import Hit, Query, Scope
-from memstrata.memory.temporal_hints import parse_hint, resolve
+from memstrata.memory.levels.level1.tree_node import TREE_NODE, TreeNode
+from memstrata.memory.search.query import Hit, Query, Scope
+from memstrata.memory.plan.temporal_hints import parse_hint, resolve
 from memstrata.memory.tree.windows import level_for_span, window_key, window_span, windows_between
 
 SUMMARY_KIND = "summary"
@@ -125,7 +125,7 @@ def window_rows(index: MemoryIndex, hint: Interval | None, scores: np.ndarray, k
 
     A window can hold few turns (a day), and their match with the question can be weaker than that of many
     turns said at other times; these are the window's own evidence, which the light lookup adds to the
-    candidates and the packer puts first (:func:`memstrata.memory.selection.window_first`).
+    candidates and the packer puts first (:func:`memstrata.memory.search.selection.window_first`).
     """
     if hint is None or k <= 0 or not len(scores):
         return np.zeros(0, dtype=int)

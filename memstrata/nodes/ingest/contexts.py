@@ -12,11 +12,11 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from memstrata.context import Context
-from memstrata.memory.levels.turn_context import pooled_vectors, turn_contexts
+from memstrata.memory.levels.level2.turn_context import pooled_vectors, turn_contexts
 from memstrata.memory.store import MemoryStore
 from memstrata.nodes.common import progress
-from memstrata.nodes.ingest.turns import by_conversation, read_sessions
-from memstrata.resources import aresolve_store
+from memstrata.memory.store.reads import by_conversation, read_sessions
+from memstrata.runtime.node import open_node
 from memstrata.state import IngestState
 
 
@@ -24,7 +24,8 @@ async def write_turn_contexts(state: IngestState, runtime: Runtime[Context]) -> 
     """Embed and store the contextual view of every turn of the touched sessions whose view changed."""
     ctx = runtime.context
     started = time.perf_counter()
-    store = await aresolve_store(ctx)
+    run = await open_node(runtime, "write_turn_contexts", ingest=True)
+    store = run.store
     pooled = ctx.context_vectors == "pooled"
     sessions = await asyncio.to_thread(read_sessions, store, ctx.user_id, state.get("sessions", []),
                                        with_vectors=pooled)

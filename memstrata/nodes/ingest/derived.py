@@ -19,7 +19,7 @@ from memstrata.memory.levels import Level, Turn, levels
 from memstrata.memory.models import Unit
 from memstrata.memory.store import MemoryStore
 from memstrata.nodes.common import progress
-from memstrata.resources import aresolve_store
+from memstrata.runtime.node import open_node
 from memstrata.state import IngestState
 
 
@@ -30,7 +30,8 @@ async def derive_units(state: IngestState, runtime: Runtime[Context]) -> dict[st
     derived = [lv for lv in levels() if lv.derive is not None]
     if not derived:
         return {}
-    store = await aresolve_store(ctx)
+    run = await open_node(runtime, "derive_units", ingest=True)
+    store = run.store
     # Touched conversations, and any whose derived units are missing (an ingest killed before this stage).
     missing = await asyncio.to_thread(_missing, store, ctx.user_id, state.get("conversations", []), derived)
     conversations = list(dict.fromkeys([*(c for c, _ in state.get("sessions", [])), *missing]))

@@ -17,6 +17,7 @@ there sees every session before or after its episodes, never in between.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import weakref
 from typing import Any
@@ -27,11 +28,11 @@ from langgraph.types import Send
 from memstrata.context import Context
 from memstrata.memory.levels import Episode, EventSummary, Fact
 from memstrata.memory.store import MemoryStore
-from memstrata.nodes.common import LLMStep, progress
+from memstrata.nodes.common import progress
 from memstrata.nodes.ingest.facts import episode_facts, replace_facts
 from memstrata.nodes.ingest.summaries import episode_summary
-from memstrata.nodes.ingest.turns import episode_sends, read_episode_turns
-from memstrata.resources import aresolve_store
+from memstrata.memory.store.reads import read_episode_turns
+from memstrata.runtime.node import open_node
 from memstrata.state import EpisodeBatch, IngestState
 
 
@@ -46,15 +47,15 @@ def route_episodes(state: IngestState, runtime: Runtime[Context]) -> list[Send] 
 async def distill_batch(batch: EpisodeBatch, runtime: Runtime[Context]) -> dict[str, Any]:
     """Summarize one batch of episodes and extract their facts; store summaries, episodes, facts in that order."""
     ctx = runtime.context
-    store = await aresolve_store(ctx)
+    run = await open_node(runtime, "distill_batch", ingest=True)
+    store = run.store
     episodes = [Episode.model_validate(d["episode"]) for d in batch["drafts"]]
     vectors = [d["vector"] for d in batch["drafts"]]
     turns = await asyncio.to_thread(read_episode_turns, store, ctx.user_id, episodes)
     of = {e.id: [turns[(e.conversation_id, t)] for t in e.turn_ids if (e.conversation_id, t) in turns]
           for e in episodes}
-    fact_step, summary_step = LLMStep(ctx, budget=False), LLMStep(ctx, budget=False)
-    offline = LLMStep(ctx, budget=False)
-    offline.model = None  # an open episode's summary and facts are the offline ones until it closes
+    fact_step, summary_step = run.step, run.step.sibling()
+    offline = run.step.sibling(offline=True)  # an open episode's summary and facts are the offline ones until it closes
     started = time.perf_counter()
     facts: list[Fact] = []
     fallbacks = 0
@@ -107,3 +108,9 @@ def _write(store: MemoryStore, user_id: str, summaries: list[EventSummary], epis
     middle = time.perf_counter()
     replace_facts(store, user_id, episodes, facts, batch)
     return {"summaries": middle - started, "facts": time.perf_counter() - middle}
+
+
+def episode_sends(node: str, drafts: list[dict[str, Any]], max_fanout: int) -> list[Send]:
+    """New episodes cut into at most ``max_fanout`` batches, one ``Send`` to ``node`` per batch."""
+    size = math.ceil(len(drafts) / min(max_fanout, len(drafts)))
+    return [Send(node, {"drafts": drafts[i:i + size]}) for i in range(0, len(drafts), size)]

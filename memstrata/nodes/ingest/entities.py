@@ -1,7 +1,7 @@
 """Ingestion stage 5: entity linking, H-Mem's entity-relation graph, and knowledge updates, per conversation.
 
 For each conversation with new facts, every fact of the conversation is read
-back, names are resolved to entities (:mod:`memstrata.memory.graph.resolution`),
+back, names are resolved to entities (:mod:`memstrata.memory.entity_graph.resolution`),
 relations and overlap edges are written to the edge store, entities (with their
 profiles) are written as units, and supersession is decided: offline by the
 conservative rule, with a model by the model on the rule's candidate pairs (at
@@ -22,14 +22,15 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
-from memstrata.llm import GOOD_OUTCOMES
+from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.memory.facts.supersession import apply_supersession, attribute_of, candidate_pairs, supersede
-from memstrata.memory.graph.resolution import Linked, link_entities as resolve
+from memstrata.memory.entity_graph.resolution import Linked, link_entities as resolve
 from memstrata.memory.levels import Entity, Fact
 from memstrata.memory.store import MemoryStore
-from memstrata.nodes.common import LLMStep, progress
-from memstrata.nodes.ingest.turns import open_episodes
-from memstrata.resources import aresolve_store
+from memstrata.nodes.common import progress
+from memstrata.runtime.step import Step
+from memstrata.memory.store.reads import open_episodes
+from memstrata.runtime.node import open_node
 from memstrata.state import IngestState
 
 
@@ -43,8 +44,8 @@ async def link_entities(state: IngestState, runtime: Runtime[Context]) -> dict[s
     """Resolve entities, write the graph and decide knowledge updates for the conversations with new facts."""
     ctx = runtime.context
     started = time.perf_counter()
-    store = await aresolve_store(ctx)
-    step = LLMStep(ctx, budget=False)
+    run = await open_node(runtime, "link_entities", ingest=True)
+    store, step = run.store, run.step
     closed = state.get("closed", [])
     touched = list(dict.fromkeys([*(c for c, _ in closed), *state.get("repaired", [])]))
     missing = await asyncio.to_thread(_unlinked, store, ctx.user_id,
@@ -55,7 +56,8 @@ async def link_entities(state: IngestState, runtime: Runtime[Context]) -> dict[s
         facts, vectors = await asyncio.to_thread(_read_facts, store, ctx.user_id, conv_id)
         if not facts:
             continue
-        linked = resolve(facts, speakers=_speakers(facts), typo_ratio=ctx.entity_typo_ratio)
+        linked = resolve(facts, speakers=_speakers(facts), typo_ratio=ctx.entity_typo_ratio,
+                         recent_events=ctx.entity_recent_events)
         fresh = {f.id for f in facts if (conv_id, f.episode_id) in new_episodes or conv_id in missing
                  or conv_id in state.get("repaired", [])}
         replaced = await _supersession(step, linked.facts, fresh, ctx.supersede_max_calls)
@@ -92,7 +94,7 @@ def _speakers(facts: list[Fact]) -> list[str]:
     return sorted({name for f in facts for name, kind in f.types.items() if kind == "speaker"})
 
 
-async def _supersession(step: LLMStep, facts: list[Fact], fresh: set[str], max_calls: int) -> dict[str, str]:
+async def _supersession(step: Step, facts: list[Fact], fresh: set[str], max_calls: int) -> dict[str, str]:
     """fact id -> id of the fact that replaces it: the rule offline, the model's verdict on candidates otherwise.
 
     The model is asked only about pairs with a fact of this write (``fresh``): earlier pairs were

@@ -23,14 +23,15 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
-from memstrata.llm import GOOD_OUTCOMES
+from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.memory.levels import Episode, Turn, levels
-from memstrata.memory.levels.episode import build_episodes, episode_vector
+from memstrata.memory.levels.level2.episode import build_episodes, episode_vector
 from memstrata.memory.segmentation import cut_tail
 from memstrata.memory.store import MemoryStore
-from memstrata.nodes.common import LLMStep, progress
-from memstrata.nodes.ingest.turns import finished_episodes, read_sessions
-from memstrata.resources import aresolve_store
+from memstrata.nodes.common import progress
+from memstrata.runtime.step import Step
+from memstrata.memory.store.reads import finished_episodes, read_sessions
+from memstrata.runtime.node import open_node
 from memstrata.state import IngestState
 
 
@@ -44,8 +45,8 @@ async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dic
     """Cut the open tail of every touched session; hand the new episodes (with their vectors) to the distillers."""
     ctx = runtime.context
     started = time.perf_counter()
-    store = await aresolve_store(ctx)
-    step = LLMStep(ctx, budget=False)
+    run = await open_node(runtime, "segment_episodes", ingest=True)
+    store, step = run.store, run.step
     sessions = await asyncio.to_thread(read_sessions, store, ctx.user_id, state.get("sessions", []),
                                        with_vectors=True)
     later = await asyncio.to_thread(_sessions_with_later, store, ctx.user_id, list(sessions))
@@ -134,7 +135,7 @@ def _quiet(ctx: Context, tail: list[Turn]) -> bool:
     return now - max(stamps) > timedelta(minutes=ctx.episode_quiet_minutes)
 
 
-async def _llm_cuts(step: LLMStep, turns: list[Turn]) -> set[int] | None:
+async def _llm_cuts(step: Step, turns: list[Turn]) -> set[int] | None:
     """The model's episode starts for one session; ``None`` means "use the offline cuts"."""
     n = len(turns)
     listing = "\n".join(f"[{i}] {t.render()}" for i, t in enumerate(turns))

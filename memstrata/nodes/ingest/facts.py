@@ -14,13 +14,13 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from memstrata.llm import GOOD_OUTCOMES
+from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.memory.facts.clauses import extract_facts as offline_facts
 from memstrata.memory.levels import Episode, Fact, Turn
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.timeparse import format_date, parse_timestamp
-from memstrata.nodes.common import LLMStep
-from memstrata.nodes.ingest.turns import by_conversation
+from memstrata.runtime.step import Step
+from memstrata.memory.store.reads import by_conversation
 
 ENTITY_TYPES = ("person", "pet", "place", "org", "thing")
 
@@ -48,7 +48,7 @@ class EpisodeFacts(BaseModel):
     entities: list[ExtractedEntity] = Field(default_factory=list)
 
 
-async def episode_facts(step: LLMStep, ep: Episode, turns: list[Turn]) -> tuple[list[Fact], bool]:
+async def episode_facts(step: Step, ep: Episode, turns: list[Turn]) -> tuple[list[Fact], bool]:
     """The episode's facts: the clauses offline; with a model its facts, or the clauses (and ``False``)."""
     offline = offline_facts(turns, episode_id=ep.id, speakers=_speakers(turns), session_time=ep.timestamp)
     if step.model is None:
@@ -73,7 +73,7 @@ def replace_facts(store: MemoryStore, user_id: str, episodes: list[Episode], fac
     return len(facts)
 
 
-async def _llm_facts(step: LLMStep, ep: Episode, turns: list[Turn], fallback: list[Fact]) -> tuple[list[Fact], bool]:
+async def _llm_facts(step: Step, ep: Episode, turns: list[Turn], fallback: list[Fact]) -> tuple[list[Fact], bool]:
     """The model's facts of one episode, or the offline ones (and ``False``) when its output is unusable."""
     when = format_date(ep.timestamp) or (ep.timestamp_raw or "unknown")
     listing = "\n".join(f"[{i}] {t.render()}" for i, t in enumerate(turns))

@@ -21,17 +21,18 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
-from memstrata.llm import GOOD_OUTCOMES
-from memstrata.memory.levels.tree_node import TREE_NODE, TreeNode
+from memstrata.runtime.llm import GOOD_OUTCOMES
+from memstrata.memory.levels.level1.tree_node import TREE_NODE, TreeNode
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.tokens import TokenCounter
 from memstrata.memory.tree import tree_levels
 from memstrata.memory.tree.persist import TreeUpdate, header, load_tree, offline_text, refresh, save_tree
 from memstrata.memory.tree.build import age_of
 from memstrata.memory.tree.windows import UPPER, window_span
-from memstrata.nodes.common import LLMStep, progress
-from memstrata.nodes.ingest.turns import open_episodes
-from memstrata.resources import aresolve_store
+from memstrata.nodes.common import progress
+from memstrata.runtime.step import Step
+from memstrata.memory.store.reads import open_episodes
+from memstrata.runtime.node import open_node
 from memstrata.state import IngestState
 
 
@@ -45,11 +46,11 @@ async def consolidate_tree(state: IngestState, runtime: Runtime[Context]) -> dic
     """Place the new summaries in the tree and recompute the stale nodes of each touched conversation."""
     ctx = runtime.context
     started = time.perf_counter()
-    store = await aresolve_store(ctx)
+    run = await open_node(runtime, "consolidate_tree", ingest=True)
+    store, step = run.store, run.step
     # open episodes join the tree once they close; a repaired conversation is checked again
     touched = [*(c for c, _ in state.get("closed", [])), *state.get("repaired", [])]
     convs = await asyncio.to_thread(_to_update, store, ctx.user_id, touched, state.get("conversations", []))
-    step = LLMStep(ctx, budget=False)
     calls = {"left": ctx.tree_llm_calls if step.model is not None else 0}
     written: dict[str, int] = {level: 0 for level in UPPER}
     for conv_id in convs:
@@ -106,7 +107,7 @@ def finished_offline(update: TreeUpdate) -> list[str]:
             and not window_holds(update, n, newest)]
 
 
-async def _recompute(step: LLMStep, ctx: Context, update: TreeUpdate, node_id: str,
+async def _recompute(step: Step, ctx: Context, update: TreeUpdate, node_id: str,
                      calls: dict[str, int], *, still_open: bool = False) -> TreeNode:
     """One stale node's new text: the model's consolidation while the budget lasts and its window is closed (a
     window still receiving messages would be consolidated again at every episode that closes in it), else the

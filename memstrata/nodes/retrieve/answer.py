@@ -19,36 +19,37 @@ from typing import Any
 from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
-from memstrata import llm
+from memstrata.runtime import llm
 from memstrata.context import Context
-from memstrata.llm import CallRecord, Meter
-from memstrata.memory.render import pack_context
-from memstrata.memory.selection import mark_captions, mmr, window_first
+from memstrata.runtime.llm import CallRecord, Meter
+from memstrata.memory.search.packing import pack_context
+from memstrata.memory.search.selection import mark_captions, mmr, window_first
 from memstrata.memory.tokens import TokenCounter
 from memstrata.nodes.common import progress
-from memstrata.nodes.retrieve.budget import Step, close_meter
+from memstrata.runtime.node import open_node
+from memstrata.runtime.step import Step
 from memstrata.nodes.retrieve.prompting import pool_block
-from memstrata.resources import close_index, open_index
 from memstrata.state import RetrievalState
 
 
 async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Final context and evidence; the answer is ``None`` offline."""
     ctx = runtime.context
-    index = await open_index(ctx, run=state.get("run_key"))
+    run = await open_node(runtime, "answer", state, search_index=True)
+    index, step = run.index, run.step
     ranked = mmr(state.get("candidates", []), index, penalty=ctx.diversity, head=ctx.mmr_head,
                  picks=ctx.context_budget // ctx.mmr_tokens_per_pick)
     ranked = window_first(ranked, ctx.window_turns)
     ranked = mark_captions(ranked, [state["query"], *(q.text for q in state.get("sub_queries", []))])
     context, chosen, tokens = pack_context(ranked, budget=ctx.context_budget, counter=TokenCounter())
-    await close_index(ctx, run=state.get("run_key"))  # the candidates are chosen: a bounded run's working set can go
-    step = Step(ctx, state.get("run_key"), state.get("llm_calls"))
+    await run.release()  # the candidates are chosen: a bounded run's working set can go
     text, note = None, "offline: no model configured"
     if step.model is not None and ctx.generate_answer:
         text, note = await _answer_text(state, context, step)
-    close_meter(state.get("run_key"))
+    run.end_query()
     calls = [*state.get("llm_calls", []), *step.records]
     trace = build_trace(state, calls, note, tokens, len(ranked), chosen)
+    trace["runtime_opens"] = dict(step.shared.opens)
     trace["budget"] = {"llm_token_budget": ctx.llm_token_budget, "spent": step.shared.spent,
                        "halted_at": state.get("halted") or step.halted}
     tails = open_tail_turns(index)

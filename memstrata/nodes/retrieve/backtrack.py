@@ -15,13 +15,12 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from memstrata.context import Context
-from memstrata.memory.deep_module import backtrack
-from memstrata.memory.hits import event_turn_rows
-from memstrata.memory.query import Hit
-from memstrata.memory.selection import drop_near_duplicates
+from memstrata.memory.search.deep import backtrack
+from memstrata.memory.search.scoring import event_turn_rows
+from memstrata.memory.search.query import Hit
+from memstrata.memory.search.selection import drop_near_duplicates
 from memstrata.nodes.common import progress
-from memstrata.nodes.retrieve.budget import Step
-from memstrata.resources import open_index, query_vectors, reference_now, weights
+from memstrata.runtime.node import open_node
 from memstrata.state import RetrievalState
 
 
@@ -42,19 +41,20 @@ def chosen_episodes(state: RetrievalState, ctx: Context) -> tuple[list[Hit], str
 async def backtrack_level2(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Rerank the chosen events' turns with the best raw turns; skip near-duplicates."""
     ctx = runtime.context
-    halted = Step(ctx, state.get("run_key"), state.get("llm_calls")).halted
+    queries = list(state.get("active") or [])
+    run = await open_node(runtime, "backtrack_level2", state, search_index=True, queries=queries)
+    halted = run.step.halted
     if halted:  # the budget ran out during selection: stop deepening, answer with what is there
         return {"halted": halted, "events": [{"node": "backtrack_level2", "iteration": state.get("iteration", 0),
                                               "round": state.get("round", 0), "how": f"skipped: budget ({halted})",
                                               "episodes": 0, "admitted": 0, "fallback": False}]}
-    queries = list(state.get("active") or [])
-    index = await open_index(ctx, run=state.get("run_key"), queries=queries)
+    index = run.index
     picked, how, priority = chosen_episodes(state, ctx)
     progress("backtrack_level2", f"going deeper: {len(picked)} episodes ({how})")
     limit = max(ctx.backtrack_keep, int(ctx.context_budget * ctx.backtrack_keep_per_token))
-    found = backtrack(index, queries, await query_vectors(ctx, queries), event_turn_rows(index, picked),
-                      raw_top=ctx.backtrack_raw_top, weights=weights(ctx), now=reference_now(ctx, index),
-                      scope_kinds=ctx.scopes(), keep=limit, top_events=len(picked), chosen_bonus=priority)
+    found = backtrack(index, queries, run.vectors, event_turn_rows(index, picked),
+                      raw_top=ctx.backtrack_raw_top, weights=run.weights, now=run.now,
+                      scope_kinds=run.scope_kinds, keep=limit, top_events=len(picked), chosen_bonus=priority)
     kept, redundant = drop_near_duplicates(found, index, max_items=limit, threshold=ctx.duplicate_threshold)
     return {"candidates": kept, "events": [{
         "node": "backtrack_level2", "iteration": state.get("iteration", 0), "round": state.get("round", 0),

@@ -8,10 +8,10 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
-from memstrata.memory.planning import decompose_query
-from memstrata.memory.query import Query
+from memstrata.memory.plan.rules import decompose_query
+from memstrata.memory.search.query import Query
 from memstrata.nodes.common import progress
-from memstrata.nodes.retrieve.budget import Step, open_meter
+from memstrata.runtime.node import open_node
 from memstrata.state import RetrievalState
 
 
@@ -53,8 +53,8 @@ async def decompose(state: RetrievalState, runtime: Runtime[Context]) -> dict[st
         raise ValueError(msg)
     progress("decompose", "planning the search")
     offline = decompose_query(text, max_parts=ctx.max_sub_queries)
-    key = state.get("run_key") or open_meter(ctx, state.get("llm_calls"))
-    step = Step(ctx, key)
+    run = await open_node(runtime, "decompose", state, new_query=True)
+    step = run.step
     plan, how = await step.decide(
         Plan, "DECOMPOSE_PROMPT", f"<question>{text}</question>", node="decompose",
         validate=_checker(ctx.max_sub_queries), max_parts=ctx.max_sub_queries,
@@ -66,7 +66,7 @@ async def decompose(state: RetrievalState, runtime: Runtime[Context]) -> dict[st
         for p in plan.sub_queries if p.question.strip() != text
     ]
     subs = _drop_dangling(subs[:ctx.max_sub_queries])
-    return {"sub_queries": subs, "iteration": 0, "round": 0, "run_key": key, "llm_calls": step.records,
+    return {"sub_queries": subs, "iteration": 0, "round": 0, "run_key": run.run_key, "llm_calls": step.records,
             "events": [{"node": "decompose", "how": how, "sub_queries": [q.text for q in subs]}]}
 
 

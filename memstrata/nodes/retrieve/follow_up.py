@@ -1,4 +1,5 @@
-"""Retrieval: H-Mem's per-sub-query reasoning and missing-info query, one ``Send`` branch per active query.
+"""Retrieval: H-Mem's per-sub-query reasoning and missing-info query, one ``Send`` branch per active query,
+then one search for the round's missing-info queries (:func:`search_missing`).
 
 Each branch reads what its own query found. With a model, one call answers the
 sub-query from its best turns (the sub-answer A_k; for the round's main query it
@@ -19,20 +20,17 @@ from langgraph.types import Send
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
-from memstrata.llm import GOOD_OUTCOMES
-from memstrata.memory.deep_module import backtrack
-from memstrata.memory.planning import anchored_follow_up, has_anchor
-from memstrata.memory.query import Query
-from memstrata.memory.selection import coverage_texts
+from memstrata.runtime.llm import GOOD_OUTCOMES
+from memstrata.memory.search.deep import backtrack
+from memstrata.memory.plan.rules import anchored_follow_up, has_anchor
+from memstrata.memory.search.query import Query
+from memstrata.memory.search.selection import coverage_texts
 from memstrata.memory.tokens import TokenCounter
 from memstrata.nodes.common import progress
-from memstrata.nodes.retrieve.budget import Step
 from memstrata.nodes.retrieve.prompting import pool_block, ranked_lines
-from memstrata.resources import open_index, query_vectors, reference_now, weights
+from memstrata.runtime.node import open_node
 from memstrata.state import RetrievalState, SubQueryTask
 
-ANCHOR_HITS = 3  # the best evidence whose names and dates anchor an offline missing-info query
-EVIDENCE_CAP = 80  # hits a branch carries (it reads at most reason_tokens of them)
 
 
 class SubAnswer(BaseModel):
@@ -53,7 +51,7 @@ def follow_up_sends(state: RetrievalState, ctx: Context) -> list[Send]:
         own = [h for h in ranked if h.query_id == query.id] if query.id != "q0" else ranked
         prereq = [a for a in answers if a["id"] in query.depends_on]
         sends.append(Send("follow_up", {
-            "question": state["query"], "query": query, "evidence": (own or ranked)[:EVIDENCE_CAP],
+            "question": state["query"], "query": query, "evidence": (own or ranked)[:ctx.follow_up_evidence],
             "prerequisites": prereq, "pool": state.get("pool", []), "main": i == 0,
             "iteration": state.get("iteration", 0), "round": state.get("round", 0),
             "run_key": state.get("run_key", ""), "llm_calls": state.get("llm_calls", [])}))
@@ -83,8 +81,8 @@ async def follow_up(task: SubQueryTask, runtime: Runtime[Context]) -> dict[str, 
     ctx = runtime.context
     query, evidence = task["query"], task["evidence"]
     texts = coverage_texts(evidence, ctx.follow_up_texts)
-    rule = anchored_follow_up(query.text, texts, evidence[:ANCHOR_HITS])
-    step = Step(ctx, task.get("run_key"), task.get("llm_calls"))
+    rule = anchored_follow_up(query.text, texts, evidence[:ctx.anchor_hits], names=ctx.anchor_names)
+    step = (await open_node(runtime, "follow_up", task)).step
     lines = ranked_lines(evidence, budget=ctx.reason_tokens, counter=TokenCounter())
     info, how = await step.decide(
         SubAnswer, "FOLLOW_UP_PROMPT", _prompt(task, lines), node="follow_up", validate=_anchored(lines),
@@ -100,11 +98,24 @@ async def follow_up(task: SubQueryTask, runtime: Runtime[Context]) -> dict[str, 
     # pull the search back into the sessions already found. The anchors are the evidence's names.
     missing = Query(id=f"{query.id}.follow_up", text=info.query.strip(), scope="Short", weight=ctx.follow_up_weight,
                     dense_text=None if modelled else query.embed_text)
-    index = await open_index(ctx, run=task.get("run_key"), queries=[missing])
-    found = backtrack(index, [missing], await query_vectors(ctx, [missing]), [], raw_top=ctx.follow_up_turns,
-                      weights=weights(ctx), now=reference_now(ctx, index), scope_kinds=ctx.scopes())
-    event["found"] = len(found)
-    return {**update, "candidates": found}
+    return {**update, "missing": [{"iteration": task["iteration"], "round": task["round"], "query": missing}]}
+
+
+async def search_missing(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Search this round's missing-info queries (one per branch that asked), each on its own, in one open."""
+    ctx = runtime.context
+    here = (state.get("iteration", 0), state.get("round", 0))
+    queries = [m["query"] for m in state.get("missing", []) if (m["iteration"], m["round"]) == here]
+    run = await open_node(runtime, "search_missing", state, search_index=bool(queries), queries=queries)
+    found: list[Any] = []
+    counts: dict[str, int] = {}
+    for i, query in enumerate(queries):
+        hits = backtrack(run.index, [query], run.vectors[i:i + 1], [], raw_top=ctx.follow_up_turns,
+                         weights=run.weights, now=run.now, scope_kinds=run.scope_kinds)
+        counts[query.id] = len(hits)
+        found += hits
+    return {"candidates": found, "events": [{"node": "search_missing", "iteration": here[0], "round": here[1],
+                                             "queries": {q.id: q.text for q in queries}, "found": counts}]}
 
 
 def _prompt(task: SubQueryTask, lines: list[str]) -> str:

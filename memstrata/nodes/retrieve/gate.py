@@ -19,13 +19,14 @@ from langgraph.types import Command, Send
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
-from memstrata.llm import GOOD_OUTCOMES
-from memstrata.memory.levels.summary import SUMMARY
-from memstrata.memory.planning import coverage
-from memstrata.memory.query import Hit
-from memstrata.memory.selection import coverage_texts
+from memstrata.runtime.llm import GOOD_OUTCOMES
+from memstrata.memory.levels.level1.summary import SUMMARY
+from memstrata.memory.plan.rules import coverage
+from memstrata.memory.search.query import Hit
+from memstrata.memory.search.selection import coverage_texts
 from memstrata.nodes.common import progress
-from memstrata.nodes.retrieve.budget import Step
+from memstrata.runtime.node import open_node
+from memstrata.runtime.step import Step
 from memstrata.nodes.retrieve.follow_up import follow_up_sends
 from memstrata.nodes.retrieve.prompting import pool_block
 from memstrata.state import RetrievalState
@@ -62,7 +63,7 @@ async def gate(state: RetrievalState, runtime: Runtime[Context]) -> Command[
     """Accept the light path, or go deep (the model's selection fans out with ``Send``)."""
     ctx = runtime.context
     ok, why = offline_confidence(state, ctx)
-    step = Step(ctx, state.get("run_key"), state.get("llm_calls"))
+    step = (await open_node(runtime, "gate", state)).step
     memory = "\n".join(f"[{h.time}] {h.text}" for h in light_summaries(state))
     verdict, how = await step.decide(
         LightAnswer, "LIGHT_ANSWER_PROMPT",

@@ -7,11 +7,9 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from memstrata.context import Context
-from memstrata.memory.light_module import light_lookup
+from memstrata.memory.search.light import light_lookup
 from memstrata.nodes.common import progress
-from memstrata.resources import (
-    event_k, graph_search, open_index, pool_size, query_vectors, reference_now, weights,
-)
+from memstrata.runtime.node import open_node
 from memstrata.state import RetrievalState
 
 
@@ -20,11 +18,11 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
     ctx = runtime.context
     progress("lookup_level1", "searching summaries")
     queries = list(state.get("active") or [])
-    index = await open_index(ctx, run=state.get("run_key"), queries=queries)
-    found = light_lookup(index, queries, await query_vectors(ctx, queries), level1_k=event_k(ctx),
-                         coarse_n=ctx.coarse_n, weights=weights(ctx), now=reference_now(ctx, index),
-                         scope_kinds=ctx.scopes(), raw_per_query=pool_size(ctx),
-                         graph=await graph_search(ctx, index), superseded=ctx.superseded_weight,
+    run = await open_node(runtime, "lookup_level1", state, search_index=True, queries=queries, graph=True)
+    found = light_lookup(run.index, queries, run.vectors, level1_k=run.event_k,
+                         coarse_n=ctx.coarse_n, weights=run.weights, now=run.now,
+                         scope_kinds=run.scope_kinds, raw_per_query=run.pool_size,
+                         graph=run.graph, superseded=ctx.superseded_weight,
                          level1_rank=ctx.level1_rank, window_k=ctx.window_turns)
     return {
         "level1": found.level1, "coarse": found.coarse, "candidates": found.turns,

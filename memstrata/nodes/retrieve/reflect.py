@@ -17,12 +17,12 @@ from langgraph.types import Command
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
-from memstrata.llm import GOOD_OUTCOMES
-from memstrata.memory.planning import coverage, expand_query
-from memstrata.memory.query import Query
-from memstrata.memory.selection import coverage_texts
+from memstrata.runtime.llm import GOOD_OUTCOMES
+from memstrata.memory.plan.rules import coverage, expand_query
+from memstrata.memory.search.query import Query
+from memstrata.memory.search.selection import coverage_texts
 from memstrata.nodes.common import progress
-from memstrata.nodes.retrieve.budget import Step
+from memstrata.runtime.node import open_node
 from memstrata.state import RetrievalState
 
 
@@ -42,7 +42,7 @@ def offline_reflection(state: RetrievalState, ctx: Context) -> tuple[Reflection,
     uncovered = [q.text for q in state.get("sub_queries", []) if coverage(q.text, texts) < ctx.reflect_coverage]
     if not uncovered:
         return Reflection(finished=True), []
-    rewrites = [(expand_query(q, texts), q) for q in uncovered]
+    rewrites = [(expand_query(q, texts, terms=ctx.rewrite_terms), q) for q in uncovered]
     return Reflection(finished=False, new_question=rewrites[0][0]), rewrites
 
 
@@ -64,7 +64,7 @@ async def reflect(state: RetrievalState, runtime: Runtime[Context]) -> Command[L
         event.update(decision="stop", reason=f"iteration cap {ctx.max_iterations} reached", how="budget")
         return Command(update={"iteration": iteration, "events": [event]}, goto="answer")
     rule, rewrites = offline_reflection(state, ctx)
-    step = Step(ctx, state.get("run_key"), state.get("llm_calls"))
+    step = (await open_node(runtime, "reflect", state)).step
     if step.halted:
         event.update(decision="stop", how="budget", reason=f"llm_token_budget reached at {step.halted}")
         return Command(update={"iteration": iteration, "halted": step.halted, "events": [event]}, goto="answer")

@@ -10,13 +10,12 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
-from memstrata.memory.planning import predict_scope as rule_scope
-from memstrata.memory.query import Query
+from memstrata.memory.plan.rules import predict_scope as rule_scope
+from memstrata.memory.search.query import Query
 from memstrata.memory.timeparse import format_date
 from memstrata.memory.tree.search import select_windows, with_anchor
 from memstrata.nodes.common import progress
-from memstrata.nodes.retrieve.budget import Step
-from memstrata.resources import open_index, reference_now
+from memstrata.runtime.node import open_node
 from memstrata.state import RetrievalState
 
 
@@ -35,10 +34,9 @@ class Scopes(BaseModel):
 
 async def predict_scope(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Attach scope and time hints to every sub-query; they become this round's active queries."""
-    ctx = runtime.context
     subs = state["sub_queries"]
-    index = await open_index(ctx, run=state.get("run_key"), queries=subs)
-    now = reference_now(ctx, index)
+    run = await open_node(runtime, "predict_scope", state, search_index=True, queries=subs)
+    index, now, step = run.index, run.now, run.step
     rules = {q.id: with_anchor(rule_scope(q.text, now=now), index, q.text, now=now) for q in subs}
 
     def fallback() -> Scopes:
@@ -51,7 +49,6 @@ async def predict_scope(state: RetrievalState, runtime: Runtime[Context]) -> dic
             raise ValueError(msg)
         return value
 
-    step = Step(ctx, state.get("run_key"), state.get("llm_calls"))
     listing = "\n".join(f"{q.id}: {q.text}" for q in subs)
     scopes, how = await step.decide(Scopes, "SCOPE_PROMPT", f"<sub_questions>\n{listing}\n</sub_questions>",
                                     node="predict_scope", fallback=fallback, validate=check,

@@ -9,7 +9,7 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
-from memstrata.nodes.retrieve.budget import Step
+from memstrata.runtime.node import open_node
 from memstrata.state import SelectBatch
 
 
@@ -23,7 +23,7 @@ async def select_level1(batch: SelectBatch, runtime: Runtime[Context]) -> dict[s
     """One parallel branch: the model picks Level-1 entries out of a batch of the coarse top-N."""
     ctx = runtime.context
     entries = batch["entries"]
-    step = Step(ctx, batch.get("run_key"), batch.get("llm_calls"))
+    step = (await open_node(runtime, "select_level1", batch)).step
 
     def check(sel: Selection) -> Selection:
         if any(i < 0 or i >= len(entries) for i in sel.ids):

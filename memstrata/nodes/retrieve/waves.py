@@ -17,13 +17,12 @@ from langgraph.types import Command
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
-from memstrata.memory.planning import dependent_rewrite
-from memstrata.memory.query import Query
+from memstrata.memory.plan.rules import dependent_rewrite
+from memstrata.memory.search.query import Query
 from memstrata.nodes.common import progress
-from memstrata.nodes.retrieve.budget import Step
+from memstrata.runtime.node import open_node
+from memstrata.runtime.step import Step
 from memstrata.state import RetrievalState
-
-ANCHOR_HITS = 3
 
 
 class Rewritten(BaseModel):
@@ -48,8 +47,8 @@ def prerequisite_answers(state: RetrievalState, query: Query) -> list[str]:
 async def rewrite_dependent(state: RetrievalState, query: Query, step: Step) -> tuple[Query, str]:
     """The sub-query rewritten from its prerequisites' results, and how."""
     top = sorted((h for h in state.get("candidates", []) if h.query_id in query.depends_on),
-                 key=lambda h: (-h.score, h.key))[:ANCHOR_HITS]
-    offline = dependent_rewrite(query.text, top)
+                 key=lambda h: (-h.score, h.key))[:step.ctx.anchor_hits]
+    offline = dependent_rewrite(query.text, top, names=step.ctx.anchor_names)
     answers = prerequisite_answers(state, query)
     if step.model is None or not answers:
         return replace(query, text=offline), "offline" if step.model is None else "no-prerequisite-answer"
@@ -64,7 +63,7 @@ async def rewrite_dependent(state: RetrievalState, query: Query, step: Step) -> 
 async def next_wave(state: RetrievalState, runtime: Runtime[Context]) -> Command[Literal["lookup_level1", "reflect"]]:
     """Search the sub-queries whose prerequisites are done, or go on to reflection."""
     ready = waiting(state)
-    step = Step(runtime.context, state.get("run_key"), state.get("llm_calls"))
+    step = (await open_node(runtime, "next_wave", state)).step
     if not ready or step.halted:
         return Command(goto="reflect")
     pairs = [await rewrite_dependent(state, q, step) for q in ready]

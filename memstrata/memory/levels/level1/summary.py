@@ -4,7 +4,7 @@ Offline, the summary is extractive (:func:`memstrata.memory.extractive.extractiv
 with a model, it is the model's key information (the ingestion stage decides).
 
 Example:
-    >>> from memstrata.memory.levels.episode import Episode
+    >>> from memstrata.memory.levels.level2.episode import Episode
     >>> ep = Episode(user_id="u", session_id="1", turn_ids=["s1:t0"], start_position=0, end_position=0,
     ...              text="Ann: I moved to Porto.")
     >>> s = EventSummary(user_id="u", episode_id=ep.id, session_id="1", text="Ann moved to Porto.")
@@ -19,10 +19,11 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from memstrata.context import default
 from memstrata.memory.extractive import extractive_summary
 from memstrata.memory.levels.base import Level, register
-from memstrata.memory.levels.episode import Episode
-from memstrata.memory.levels.turn import Turn
+from memstrata.memory.levels.level2.episode import Episode
+from memstrata.memory.levels.level2.turn import Turn
 from memstrata.memory.models import Unit
 
 
@@ -51,8 +52,8 @@ class EventSummary(Unit):
         return {**super().metadata(), "episode_id": self.episode_id}
 
 
-def offline_summary(episode: Episode, turns: Sequence[Turn], *, max_sentences: int = 5,
-                    max_words: int = 90) -> EventSummary:
+def offline_summary(episode: Episode, turns: Sequence[Turn], *, max_sentences: int = default("summary_max_sentences"),
+                    max_words: int = default("summary_max_words")) -> EventSummary:
     """The extractive Level-1 summary of one episode."""
     summary = extractive_summary([(t.speaker, t.text) for t in turns], episode.timestamp,
                                  max_sentences=max_sentences, max_words=max_words)

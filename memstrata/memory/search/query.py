@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal
 
-from memstrata.memory.hmem_scoring import Interval
+from memstrata.memory.search.hmem_score import Interval
 
 Scope = Literal["Short", "Long", "Mixed"]
 

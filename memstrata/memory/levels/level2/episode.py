@@ -1,7 +1,7 @@
 """HyMem's Level-2: contiguous turns on one topic, kept verbatim (read by id, never searched).
 
 Example:
-    >>> from memstrata.memory.levels.turn import Turn
+    >>> from memstrata.memory.levels.level2.turn import Turn
     >>> turns = [Turn(user_id="u", session_id="1", position=i, speaker="Ann", text=str(i)) for i in range(3)]
     >>> [e.id for e in build_episodes(turns, [(0, 1), (1, 2)])]
     ['ep:s1:0-1', 'ep:s1:1-2']
@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from memstrata.memory.levels.base import Level, register
-from memstrata.memory.levels.turn import Turn
+from memstrata.memory.levels.level2.turn import Turn
 from memstrata.memory.models import Unit
 
 

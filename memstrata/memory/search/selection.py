@@ -17,8 +17,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from memstrata.context import default
 from memstrata.memory.index import MemoryIndex, tokenize
-from memstrata.memory.query import Hit
+from memstrata.memory.search.query import Hit
 
 
 def _rows(index: MemoryIndex, hits: Sequence[Hit]) -> list[int | None]:
@@ -46,7 +47,7 @@ def drop_near_duplicates(candidates: Sequence[Hit], index: MemoryIndex, *, max_i
     return kept, int(dropped.sum())
 
 
-def mmr(candidates: Sequence[Hit], index: MemoryIndex, *, penalty: float, head: int = 300,
+def mmr(candidates: Sequence[Hit], index: MemoryIndex, *, penalty: float, head: int = default("mmr_head"),
         picks: int = 80) -> list[Hit]:
     """Rank by score minus ``penalty`` x the best similarity to what is already ranked (MMR).
 

@@ -2,7 +2,7 @@
 
 ``F(m, Q, t) = w_sem * S + w_time * T + w_rob * R`` (H-Mem Eq. 3), where
 
-* ``S`` is the semantic score (here the fused views of :mod:`memstrata.memory.fusion`),
+* ``S`` is the semantic score (here the fused views of :mod:`memstrata.memory.search.fusion`),
 * ``T`` is temporal relevance to the query's interval: interval overlap and
   normalized centre distance (Eq. 1), and zero when the query has no time hint,
 * ``R = exp(-(t - r) / (tau * (1 + eta * ln(1 + n))))`` is Ebbinghaus
@@ -10,19 +10,17 @@
 
 Example:
     >>> from datetime import datetime, timedelta
-    >>> round(robustness(datetime(2024, 1, 1), datetime(2025, 1, 1), tau_days=366), 3)
+    >>> round(robustness(datetime(2024, 1, 1), datetime(2025, 1, 1), tau_days=366, eta=0.5), 3)
     0.368
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import numpy as np
 
 DAY = 86400.0
 
@@ -39,7 +37,7 @@ class Interval:
         return (self.start.timestamp() + self.end.timestamp()) / 2
 
 
-def temporal_relevance(unit: Interval | None, hint: Interval | None, *, lam: float = 0.5, eps: float = DAY) -> float:
+def temporal_relevance(unit: Interval | None, hint: Interval | None, *, lam: float, eps: float = DAY) -> float:
     """H-Mem Eq. 1; 0 when either side has no time."""
     if unit is None or hint is None:
         return 0.0
@@ -50,7 +48,7 @@ def temporal_relevance(unit: Interval | None, hint: Interval | None, *, lam: flo
     return lam * inter / (union + eps) + (1 - lam) * max(0.0, 1 - distance / (union + eps))
 
 
-def robustness(last: datetime | None, now: datetime | None, *, tau_days: float = 365.0, eta: float = 0.5,
+def robustness(last: datetime | None, now: datetime | None, *, tau_days: float, eta: float,
                reinforcements: int = 0) -> float:
     """H-Mem Eq. 2: Ebbinghaus retention with reinforcement; 1.0 when times are unknown."""
     if last is None or now is None:
@@ -58,15 +56,6 @@ def robustness(last: datetime | None, now: datetime | None, *, tau_days: float =
     elapsed = max(0.0, (now - last).total_seconds())
     return math.exp(-elapsed / (tau_days * DAY * (1 + eta * math.log1p(reinforcements))))
 
-
-def rrf(rankings: Sequence[Sequence[int]], n: int, *, k: int = 60, weights: Sequence[float] | None = None) -> np.ndarray:
-    """Reciprocal-rank fusion of several rankings of items ``0..n-1``; unranked items score 0."""
-    scores = np.zeros(n)
-    for i, ranking in enumerate(rankings):
-        w = weights[i] if weights else 1.0
-        for rank, item in enumerate(ranking):
-            scores[item] += w / (k + rank + 1)
-    return scores
 
 
 def fuse(semantic: Any, temporal: Any, robust: Any, *, weights: tuple[float, float, float]) -> Any:

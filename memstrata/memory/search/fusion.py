@@ -4,7 +4,7 @@ A turn's semantic score fuses the standardized dense and BM25 scores of its
 views, the score of the best event (Level-1 summary or any other ``event``
 kind) that links to it (the hierarchy's prior), a boost when the query names
 its speaker, and a share of its best neighbour's score (answers sit next to
-questions). H-Mem's Eq. 3 (:mod:`memstrata.memory.hmem_scoring`) then adds
+questions). H-Mem's Eq. 3 (:mod:`memstrata.memory.search.hmem_score`) then adds
 temporal relevance to the query's hint and Ebbinghaus robustness. A question that asks
 for a time ("When did...") also boosts the turns that tell one (:func:`when_match`).
 
@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from memstrata.memory.hmem_scoring import Interval, fuse
+from memstrata.memory.search.hmem_score import Interval, fuse
 from memstrata.memory.index import KindTable, MemoryIndex
-from memstrata.memory.query import Query
-from memstrata.memory.temporal_hints import asks_when
+from memstrata.memory.search.query import Query
+from memstrata.memory.plan.temporal_hints import asks_when
 from memstrata.memory.timeparse import mentions_time
 from memstrata.memory.tree.search import turn_event_times, turn_robustness, window_relevance
 
@@ -35,18 +35,22 @@ RRF_K = 60
 
 @dataclass(frozen=True)
 class Weights:
-    """Fusion settings, taken from the run context (``eta`` weighs the reinforcement the temporal tree records)."""
+    """Fusion settings (``eta`` weighs the reinforcement the temporal tree records).
 
-    semantic: float = 0.70
-    temporal: float = 0.15
-    robustness: float = 0.15
-    tau_days: float = 365.0
-    eta: float = 0.5
-    episode_prior: float = 0.15
-    neighbour: float = 0.4
-    speaker: float = 0.7
-    when: float = 0.3
-    lam: float = 0.5
+    No defaults here: :func:`memstrata.runtime.search.weights` builds them from the run's
+    :class:`~memstrata.context.Context`, where each is described.
+    """
+
+    semantic: float
+    temporal: float
+    robustness: float
+    tau_days: float
+    eta: float
+    episode_prior: float
+    neighbour: float
+    speaker: float
+    when: float
+    lam: float
 
 
 def ranks_to_unit(scores: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Scoring one query against the snapshot, and turning rows into :class:`~memstrata.memory.query.Hit` objects.
+"""Scoring one query against the snapshot, and turning rows into :class:`~memstrata.memory.search.query.Hit` objects.
 
 Shared by HyMem's light and deep modules and the follow-up: the query-only
 parts (event scores per kind, each turn's own fused score) are computed once
@@ -15,14 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from memstrata.memory.fusion import (
+from memstrata.memory.search.fusion import (
     Weights, event_prior, link_prior, ranked_events, score_events, score_turns, turn_semantic,
 )
-from memstrata.memory.graph.expansion import GraphSearch, Reach, graph_reach
+from memstrata.memory.entity_graph.expansion import GraphSearch, Reach, graph_reach
 from memstrata.memory.index import MemoryIndex, tokenize
-from memstrata.memory.query import Hit, Query
-from memstrata.memory.levels.fact import FACT
-from memstrata.memory.levels.summary import SUMMARY
+from memstrata.memory.search.query import Hit, Query
+from memstrata.memory.levels.level1.fact import FACT
+from memstrata.memory.levels.level1.summary import SUMMARY
 from memstrata.memory.timeparse import format_date
 
 FACT_KIND = FACT.kind

@@ -23,9 +23,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from memstrata.memory.hmem_scoring import Interval
-from memstrata.memory.query import Hit, Query, Scope
-from memstrata.memory.temporal_hints import hint_interval
+from memstrata.context import default
+from memstrata.memory.search.hmem_score import Interval
+from memstrata.memory.search.query import Hit, Query, Scope
+from memstrata.memory.plan.temporal_hints import hint_interval
 from memstrata.memory.text import STOPWORDS, content_words, proper_nouns
 from memstrata.memory.timeparse import RELATIVE_PATTERN, resolve_relative
 
@@ -42,7 +43,7 @@ _DATE = re.compile(
     r")\.?(?: (\d{1,2})(?:st|nd|rd|th)?)?,?(?: (\d{4}))?\b|\b(19\d{2}|20\d{2})\b", re.I)
 
 
-def decompose_query(query: str, *, max_parts: int = 4) -> list[Query]:
+def decompose_query(query: str, *, max_parts: int = default("max_sub_queries")) -> list[Query]:
     """The original query first, then one sub-query per named entity of a conjunction or per question."""
     query = query.strip()
     parts: list[str] = [query]
@@ -70,7 +71,7 @@ def predict_scope(text: str, *, now: datetime | None) -> tuple[Scope, Interval |
 
 def temporal_hint(text: str, *, now: datetime | None) -> Interval | None:
     """An explicit date, month or year in the text, or a relative one resolved against ``now``."""
-    parsed = hint_interval(text, now=now)  # memstrata.memory.temporal_hints: the tree's window parser
+    parsed = hint_interval(text, now=now)  # memstrata.memory.plan.temporal_hints: the tree's window parser
     if parsed is not None:
         return parsed
     match = _DATE.search(text)
@@ -140,7 +141,7 @@ def follow_up_query(query: str, texts: Sequence[str], *, speakers: Iterable[str]
     return " ".join(dict.fromkeys([*entities, *missing]))
 
 
-def expand_query(query: str, texts: Sequence[str], *, terms: int = 4) -> str:
+def expand_query(query: str, texts: Sequence[str], *, terms: int = default("rewrite_terms")) -> str:
     """Pseudo-relevance feedback: add the evidence's most telling new names and words."""
     have = set(query_terms(query))
     names = Counter(n for t in texts for n in proper_nouns(" x " + t) if n.lower() not in have)
@@ -150,7 +151,7 @@ def expand_query(query: str, texts: Sequence[str], *, terms: int = 4) -> str:
     return f"{query} {' '.join(extra)}".strip() if extra else query
 
 
-def evidence_anchors(top: Sequence[Hit], *, limit: int = 4) -> list[str]:
+def evidence_anchors(top: Sequence[Hit], *, limit: int = default("anchor_names")) -> list[str]:
     """The concrete anchors of the best evidence: its speakers and the names it mentions, best first."""
     names: list[str] = []
     for hit in top:
@@ -159,7 +160,8 @@ def evidence_anchors(top: Sequence[Hit], *, limit: int = 4) -> list[str]:
     return list(dict.fromkeys(n for n in names if n.lower() not in _QUESTION_WORDS))[:limit]
 
 
-def anchored_follow_up(query: str, texts: Sequence[str], top: Sequence[Hit]) -> str | None:
+def anchored_follow_up(query: str, texts: Sequence[str], top: Sequence[Hit], *,
+                       names: int = default("anchor_names")) -> str | None:
     """H-Mem's missing-info query, offline: the slot the evidence lacks, anchored on what the evidence found.
 
     The slot is the query's words that the evidence does not contain; the anchors
@@ -176,7 +178,7 @@ def anchored_follow_up(query: str, texts: Sequence[str], top: Sequence[Hit]) -> 
     missing = missing_terms(query, texts)
     if not missing:
         return None
-    anchors = evidence_anchors(top)
+    anchors = evidence_anchors(top, limit=names)
     have = {a.lower() for a in anchors}
     return " ".join(dict.fromkeys([*anchors, *(m for m in missing if m not in have)]))
 
@@ -188,7 +190,7 @@ def has_anchor(query: str, texts: Sequence[str]) -> bool:
     return bool(words & haystack)
 
 
-def dependent_rewrite(query: str, found: Sequence[Hit]) -> str:
+def dependent_rewrite(query: str, found: Sequence[Hit], *, names: int = default("anchor_names")) -> str:
     """A dependent sub-query rewritten, offline, with the names and dates its prerequisite's best evidence found.
 
     Example:
@@ -197,6 +199,6 @@ def dependent_rewrite(query: str, found: Sequence[Hit]) -> str:
         >>> dependent_rewrite("What is the weather like there?", top)
         'What is the weather like there? Ann Porto 8 May 2023'
     """
-    extra = [a for a in evidence_anchors(found) if a.lower() not in query.lower()]
+    extra = [a for a in evidence_anchors(found, limit=names) if a.lower() not in query.lower()]
     dates = list(dict.fromkeys(h.time for h in found if h.time))[:1]
     return " ".join([query, *extra, *dates]).strip()

@@ -14,7 +14,7 @@ the session. Other ids are written in full on their line. Turn text is always
 verbatim.
 
 Example:
-    >>> from memstrata.memory.query import Hit
+    >>> from memstrata.memory.search.query import Hit
     >>> class Words:
     ...     def count(self, text): return len(text.split())
     >>> items = [Hit(kind="turn", unit_id="t1", conversation_id="c", score=1.0, session_id="1",
@@ -31,7 +31,7 @@ import re
 from collections.abc import Sequence
 from typing import Protocol
 
-from memstrata.memory.query import Hit
+from memstrata.memory.search.query import Hit
 
 
 class Counter(Protocol):
@@ -65,7 +65,7 @@ def line(item: Hit) -> str:
     """One evidence line: the citation's turn part, speaker, verbatim text, photo caption.
 
     The caption is left out where the item says ``show_caption=False`` (see
-    :func:`memstrata.memory.selection.mark_captions`).
+    :func:`memstrata.memory.search.selection.mark_captions`).
     """
     text = f"{split_id(item.unit_id)[1]} {item.speaker}: {item.text}"
     if item.image_caption and item.show_caption:

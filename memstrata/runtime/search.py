@@ -1,132 +1,45 @@
-"""What a run builds on first use and keeps per process: the store, the model, search snapshots, query vectors.
+"""The search side of a retrieval node: the snapshot it reads, query vectors, and the scoring settings.
 
-The settings live in :class:`memstrata.context.Context`; this module turns them
-into objects and caches those (one store per location and embedder, one search
-snapshot per user, a small cache of query vectors).
-
-Example:
-    >>> ctx = Context(user_id="alice")
-    >>> resolve_model(ctx) is None        # offline unless a model is configured
-    True
+:func:`memstrata.runtime.node.open_node` calls these once per node run and hands the node a
+:class:`~memstrata.runtime.node.NodeRun`; the search itself is pure code in :mod:`memstrata.memory.search`.
+A snapshot is kept per user and scope (:mod:`memstrata.memory.index`); query vectors come from a small
+in-process cache. :func:`weights` and :func:`bounds` are the one place the scoring and bounded-path
+settings are built from :class:`~memstrata.context.Context`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
-import os
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from langchain_core.language_models import BaseChatModel
 
-from memstrata.context import CHROMA_URL_ENV, MODEL_ENV, Context, default_data_dir
-from memstrata.memory.fusion import Weights
-from memstrata.memory.graph.expansion import GraphSearch, GraphView
-from memstrata.memory.index.held import PerConversation, moved
-from memstrata.memory.index import MemoryIndex, forget_store
+from memstrata.context import Context
+from memstrata.memory.entity_graph.expansion import GraphSearch, GraphView
+from memstrata.memory.index import MemoryIndex
 from memstrata.memory.index.bounded import Bounds, release_run, working_set
+from memstrata.memory.index.held import PerConversation, moved
 from memstrata.memory.index.snapshot import cached_snapshot, forget_snapshot
-from memstrata.memory.levels import ENTITY, FACT, TREE_NODE, levels
-from memstrata.memory.query import Query
+from memstrata.memory.levels import ENTITY, FACT, TREE_NODE, levels, scope_table
+from memstrata.memory.search.fusion import Weights
+from memstrata.memory.search.query import Query
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.tree.search import load_reinforcement, reinforcement_current
+from memstrata.runtime.process import trim_heap
 
-_STORES: dict[tuple[Any, ...], MemoryStore] = {}
-_STORES_LOCK = threading.Lock()
 _VECTORS: OrderedDict[tuple[int, str], np.ndarray] = OrderedDict()
 _VECTORS_LOCK = threading.Lock()
-_VECTOR_CACHE_SIZE = 2048
 _SIZES: dict[tuple[Any, ...], tuple[float, bool]] = {}
 _SIZES_LOCK = threading.Lock()
-_LARGE_RECHECK_S = 60.0
 
 
-def resolve_store(ctx: Context) -> MemoryStore:
-    """The :class:`MemoryStore` for this context, cached per location and embedder."""
-    key = _store_key(ctx)
-    url, path, _ = key
-    with _STORES_LOCK:
-        if key not in _STORES:
-            limit_blas(ctx.blas_threads)
-            _STORES[key] = MemoryStore(path=path, url=url, embeddings=ctx.embeddings)
-        return _STORES[key]
-
-
-def limit_blas(threads: int | None) -> None:
-    """Cap numpy's BLAS thread pool for the whole process (``None``: leave it as it is).
-
-    A query's matrix products are small (a few hundred rows); with more than one
-    BLAS thread, OpenBLAS's waiting threads spin and take the cores the
-    embedding model needs. Measured on 2 cores, conv-26, 79 queries: p50 144 ms
-    with OpenBLAS's default threads, 100 ms with one.
-    """
-    if threads is not None:
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(limits=threads, user_api="blas")
-
-
-def release_store(ctx: Context) -> None:
-    """Forget the cached store of this context and its snapshots (the bench opens one per conversation)."""
-    with _STORES_LOCK:
-        store = _STORES.pop(_store_key(ctx), None)
-    if store is not None:
-        forget_store(store)
-
-
-def _store_key(ctx: Context) -> tuple[str | None, str | None, int | None]:
-    url = ctx.chroma_url or os.environ.get(CHROMA_URL_ENV)
-    path = None if url else str(Path(ctx.data_dir).expanduser() if ctx.data_dir else default_data_dir())
-    return url, path, id(ctx.embeddings) if ctx.embeddings is not None else None
-
-
-async def aresolve_store(ctx: Context) -> MemoryStore:
-    """:func:`resolve_store` off the event loop: opening a store creates folders and a Chroma client.
-
-    An already-open store is returned at once (no thread hop on the hot path).
-    """
-    store = _open_store(ctx)
-    return store if store is not None else await asyncio.to_thread(resolve_store, ctx)
-
-
-def _open_store(ctx: Context) -> MemoryStore | None:
-    """The store this process already opened for the context, if any."""
-    with _STORES_LOCK:
-        return _STORES.get(_store_key(ctx))
-
-
-def resolve_model(ctx: Context) -> BaseChatModel | None:
-    """The chat model for LLM mode, or ``None`` offline.
-
-    A model instance is used as is; a name (from ``Context.model`` or
-    ``$MEMSTRATA_MODEL``) builds a ``ChatOpenAI`` that reads
-    ``OPENAI_BASE_URL``/``OPENAI_API_KEY`` for the endpoint.
-    """
-    model = ctx.model if ctx.model is not None else os.environ.get(MODEL_ENV) or None
-    if model is None or isinstance(model, BaseChatModel):
-        return model
-    from langchain_openai import ChatOpenAI
-
-    base_url = os.environ.get("OPENAI_BASE_URL")
-    local = bool(base_url) and "api.openai.com" not in base_url
-    return ChatOpenAI(
-        model=str(model), timeout=ctx.llm_timeout_s, max_retries=0, stream_usage=True,
-        max_tokens=ctx.llm_max_tokens,
-        # llama.cpp, vLLM and Ollama read max_tokens, not OpenAI's newer max_completion_tokens.
-        extra_body={"max_tokens": ctx.llm_max_tokens} if local else None,
-        api_key=os.environ.get("OPENAI_API_KEY") or "not-needed",  # local servers take any key
-    )
-
-
-async def open_index(ctx: Context, *, run: str | None = None, queries: Sequence[Query] = ()) -> MemoryIndex:
+async def open_index(ctx: Context, store: MemoryStore, *, run: str | None = None,
+                     queries: Sequence[Query] = ()) -> MemoryIndex:
     """The search snapshot a node reads.
 
     Up to ``Context.snapshot_max_turns`` raw turns: the user's whole memory, loaded once per
@@ -134,11 +47,10 @@ async def open_index(ctx: Context, *, run: str | None = None, queries: Sequence[
     (:mod:`memstrata.memory.index.bounded`), grown with the candidates of ``queries`` the run
     has not searched before.
     """
-    store = await aresolve_store(ctx)
     if await _is_large(store, ctx):
         ws = working_set(store, user_id=ctx.user_id, conversation_id=ctx.conversation_id, run=run or "",
                          bounds=bounds(ctx), window_widths=ctx.window_widths)
-        vectors = await query_vectors(ctx, list(queries)) if queries else None
+        vectors = await query_vectors(ctx, store, list(queries)) if queries else None
         index = await asyncio.to_thread(ws.ensure, [q.text for q in queries], vectors)
         return await _reinforced(store, ctx, index)
     cached = MemoryIndex.fresh(store, user_id=ctx.user_id, conversation_id=ctx.conversation_id,
@@ -150,7 +62,7 @@ async def open_index(ctx: Context, *, run: str | None = None, queries: Sequence[
         refresh_seconds=ctx.snapshot_refresh_s, window_widths=ctx.window_widths, freeze=ctx.gc_freeze))
 
 
-async def close_index(ctx: Context, *, run: str | None) -> None:
+async def close_index(ctx: Context, store: MemoryStore, *, run: str | None) -> None:
     """End of a retrieval run: drop its bounded working set, if it had one, and hand the freed heap back.
 
     A working set of a large user holds tens of megabytes of parsed records and vectors; once dropped,
@@ -159,31 +71,16 @@ async def close_index(ctx: Context, *, run: str | None) -> None:
     A run on the whole-memory snapshot holds nothing of its own and costs nothing here. The trim runs on a
     worker thread (6-14 ms at 100k turns), so other runs on the event loop do not wait for it.
     """
-    store = _open_store(ctx)
-    if store is not None and release_run(store, user_id=ctx.user_id, conversation_id=ctx.conversation_id,
-                                         run=run or ""):
+    if release_run(store, user_id=ctx.user_id, conversation_id=ctx.conversation_id, run=run or ""):
         await asyncio.to_thread(trim_heap)
 
 
-def trim_heap() -> None:
-    """Return the C heap's free pages to the system (glibc's ``malloc_trim``; nothing elsewhere)."""
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
-
-
-def _glibc() -> Any:
-    name = ctypes.util.find_library("c")
-    lib = ctypes.CDLL(name) if name else None
-    return lib if lib is not None and hasattr(lib, "malloc_trim") else None  # musl and macOS have none
-
-
-_LIBC = _glibc()
-
-
 def bounds(ctx: Context) -> Bounds:
-    """The bounded path's candidate counts."""
+    """The bounded path's candidate counts, from the ``bounded_*`` settings."""
     return Bounds(dense_k=ctx.bounded_dense_k, event_k=ctx.bounded_event_k, lexical_k=ctx.bounded_lexical_k,
-                  sessions=ctx.bounded_sessions, cached_units=ctx.bounded_cache_units)
+                  lexical_terms=ctx.bounded_lexical_terms, sessions=ctx.bounded_sessions,
+                  entity_facts=ctx.bounded_entity_facts, cached_units=ctx.bounded_cache_units,
+                  latest_seconds=ctx.snapshot_refresh_s)
 
 
 async def _is_large(store: MemoryStore, ctx: Context) -> bool:
@@ -194,7 +91,7 @@ async def _is_large(store: MemoryStore, ctx: Context) -> bool:
         seen = _SIZES.get(key)
     # A large scope is re-checked less often: the check reads up to snapshot_max_turns ids (~0.16 s at 20k),
     # and the bounded path is correct at any size, so a scope that shrank only costs speed for a while.
-    trust = max(ctx.snapshot_refresh_s, _LARGE_RECHECK_S) if seen is not None and seen[1] else ctx.snapshot_refresh_s
+    trust = max(ctx.snapshot_refresh_s, ctx.snapshot_large_recheck_s) if seen is not None and seen[1] else ctx.snapshot_refresh_s
     if seen is not None and time.monotonic() - seen[0] < trust:
         return seen[1]
     held = cached_snapshot(store, ctx.user_id, ctx.conversation_id)
@@ -220,9 +117,8 @@ async def _reinforced(store: MemoryStore, ctx: Context, index: MemoryIndex) -> M
     return index
 
 
-async def embed_texts(ctx: Context, texts: list[str]) -> np.ndarray:
-    """Query vectors in one batch; repeated texts come from a small in-process cache."""
-    store = await aresolve_store(ctx)
+async def embed_texts(store: MemoryStore, texts: list[str], *, keep: int) -> np.ndarray:
+    """Query vectors in one batch; repeated texts come from an in-process cache of the latest ``keep``."""
     key_of = id(store.embeddings)
     with _VECTORS_LOCK:
         missing = [t for t in dict.fromkeys(texts) if (key_of, t) not in _VECTORS]
@@ -231,13 +127,13 @@ async def embed_texts(ctx: Context, texts: list[str]) -> np.ndarray:
         with _VECTORS_LOCK:
             for text, vec in zip(missing, vecs, strict=True):
                 _VECTORS[(key_of, text)] = np.asarray(vec, dtype=np.float32)
-            while len(_VECTORS) > _VECTOR_CACHE_SIZE:
+            while len(_VECTORS) > keep:
                 _VECTORS.popitem(last=False)
     with _VECTORS_LOCK:
         return np.stack([_VECTORS[(key_of, t)] for t in texts]) if texts else np.zeros((0, 1))
 
 
-async def query_vectors(ctx: Context, queries: list[Query]) -> np.ndarray:
+async def query_vectors(ctx: Context, store: MemoryStore, queries: list[Query]) -> np.ndarray:
     """One vector per query; a query may name another text to embed (``dense_text``).
 
     Offline rewrites (pseudo-relevance-feedback terms, the missing-info keywords)
@@ -245,7 +141,7 @@ async def query_vectors(ctx: Context, queries: list[Query]) -> np.ndarray:
     with the question they came from, whose vector is already cached. That saves a
     model call per rewrite without losing what the rewrite adds.
     """
-    return await embed_texts(ctx, [q.embed_text for q in queries])
+    return await embed_texts(store, [q.embed_text for q in queries], keep=ctx.query_vector_cache)
 
 
 def weights(ctx: Context) -> Weights:
@@ -254,6 +150,11 @@ def weights(ctx: Context) -> Weights:
                    tau_days=ctx.decay_tau_days, eta=ctx.decay_eta, episode_prior=ctx.episode_prior,
                    neighbour=ctx.neighbour_share, speaker=ctx.speaker_prior, when=ctx.when_prior,
                    lam=ctx.temporal_lambda)
+
+
+def scope_kinds(ctx: Context) -> dict[str, list[str]]:
+    """Scope -> the unit kinds it searches directly (``Context.scope_kinds``, else each kind's declaration)."""
+    return {k: list(v) for k, v in ctx.scope_kinds.items()} if ctx.scope_kinds else scope_table()
 
 
 def reference_now(ctx: Context, index: MemoryIndex) -> datetime | None:
@@ -278,7 +179,7 @@ def pool_size(ctx: Context) -> int:
     return max(ctx.direct_turns, ctx.context_budget // ctx.mmr_tokens_per_pick)
 
 
-async def graph_search(ctx: Context, index: MemoryIndex) -> GraphSearch | None:
+async def graph_search(ctx: Context, store: MemoryStore, index: MemoryIndex) -> GraphSearch | None:
     """The entity graph of the snapshot's scope, for expansion (``None`` when it is off or empty)."""
     facts = index.events.get(FACT.kind)
     entities = index.tables.get(ENTITY.kind)
@@ -286,7 +187,6 @@ async def graph_search(ctx: Context, index: MemoryIndex) -> GraphSearch | None:
         return None
     view = index.memo.get("graph_view")
     if view is None:
-        store = await aresolve_store(ctx)
         view = await asyncio.to_thread(graph_view, store, ctx, index)
         index.remember("graph_view", view)
     return GraphSearch(view, hops=ctx.graph_hops, decay=ctx.graph_hop_decay, top=ctx.graph_facts)

@@ -10,8 +10,9 @@ query whose scope also searches the raw kind reads the best raw turns directly
 
 Example:
     >>> q = Query(id="q0", text="Where does Ann live?")
-    >>> light_lookup(index, [q], vectors, level1_k=10, coarse_n=30, weights=Weights(), now=None,
-    ...              scope_kinds={"Mixed": ["summary", "turn"]})                  # doctest: +SKIP
+    >>> light_lookup(index, [q], vectors, level1_k=10, coarse_n=30, weights=weights(ctx), now=None,
+    ...              scope_kinds={"Mixed": ["summary", "turn"]}, raw_per_query=75, superseded=0.8,
+    ...              level1_rank="fused", window_k=3)                       # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from datetime import datetime
 
 import numpy as np
 
-from memstrata.memory.fusion import RRF_K, Weights
-from memstrata.memory.graph.expansion import GraphSearch
-from memstrata.memory.hits import event_hit, graph_events, graph_hits, query_graph, score_query, turn_hits
+from memstrata.memory.search.fusion import RRF_K, Weights
+from memstrata.memory.entity_graph.expansion import GraphSearch
+from memstrata.memory.search.scoring import event_hit, graph_events, graph_hits, query_graph, score_query, turn_hits
 from memstrata.memory.index import MemoryIndex
-from memstrata.memory.levels.summary import SUMMARY
-from memstrata.memory.query import Hit, Query
+from memstrata.memory.levels.level1.summary import SUMMARY
+from memstrata.memory.search.query import Hit, Query
 from memstrata.memory.tree.search import WINDOW_FOUND_BY, node_window, tag_hits, window_rows
 
 
@@ -45,8 +46,7 @@ class LightResult:
 def light_lookup(
     index: MemoryIndex, queries: Sequence[Query], vectors: np.ndarray, *, level1_k: int | Mapping[str, int],
     coarse_n: int, weights: Weights, now: datetime | None, scope_kinds: Mapping[str, Sequence[str]],
-    raw_per_query: int = 30, graph: GraphSearch | None = None, superseded: float = 1.0,
-    level1_rank: str = "fused", window_k: int = 0,
+    raw_per_query: int, superseded: float, level1_rank: str, window_k: int, graph: GraphSearch | None = None,
 ) -> LightResult:
     """Top-k events of each kind per query, the coarse top-``coarse_n``, and their turns (plus direct raw turns).
 
@@ -54,7 +54,7 @@ def light_lookup(
     how many turns each query brings at least: the best raw turns for scopes that search them
     directly, else the turns of further events beyond the top k. With ``graph``, the facts reached
     through the entity graph bring their turns too (``found_by="entity_graph"``), and the event summaries
-    holding those turns join the coarse pool (:func:`~memstrata.memory.hits.graph_events`). ``level1_rank``
+    holding those turns join the coarse pool (:func:`~memstrata.memory.search.scoring.graph_events`). ``level1_rank``
     orders the summaries (see :func:`rerank_summaries`). A query whose time hint selects tree windows also
     brings its ``window_k`` best turns inside them, whatever its scope (``found_by="tree_window"``).
     """

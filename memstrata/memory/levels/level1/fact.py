@@ -2,7 +2,7 @@
 
 A fact is what Bi-Mem calls a fact and xMemory a semantic unit: a short
 statement distilled from an episode, with its subject resolved to an entity of
-the conversation's entity graph (:mod:`memstrata.memory.graph`), the raw turns
+the conversation's entity graph (:mod:`memstrata.memory.entity_graph`), the raw turns
 it comes from, the session time plus an absolute date when the text names a
 relative one ("yesterday" said on 8 May 2023 is 7 May 2023), and its validity:
 ``valid_from``, and ``superseded_by`` once a newer fact gives the same subject a

@@ -17,7 +17,7 @@ Following H-Mem's entity resolution (§3.2, Appendix A.2), within ONE conversati
   like, live, work, ...), ``events`` the most recent other facts.
 
 Example:
-    >>> from memstrata.memory.levels.fact import Fact
+    >>> from memstrata.memory.levels.level1.fact import Fact
     >>> f = Fact(user_id="u", episode_id="ep:s1:0-1", session_id="1", n=0, text="Ann's dog Max is cute.",
     ...          subject="Ann", relation="be", mentions=["Max"], types={"Ann": "speaker", "Max": "pet"},
     ...          links=[["Ann", "dog", "Max"]], turn_ids=["s1:t0"])
@@ -33,15 +33,15 @@ from dataclasses import dataclass, field
 
 from rapidfuzz import fuzz
 
+from memstrata.context import default
 from memstrata.memory.levels.entity import Entity, entity_id
-from memstrata.memory.levels.fact import Fact
+from memstrata.memory.levels.level1.fact import Fact
 from memstrata.memory.store.edges import Edge
 
 PERSISTENT = frozenset("be have like love enjoy prefer hate dislike live work own want study play teach believe "
                        "identify value need know".split())
 PEOPLE = frozenset({"speaker", "person", "relative"})
 OVERLAP = "overlaps"
-RECENT_EVENTS = 20
 
 
 @dataclass
@@ -62,7 +62,7 @@ def compatible(a: str, b: str) -> bool:
     return a in PEOPLE and b in PEOPLE
 
 
-def same_entity(a: str, b: str, *, typo_ratio: float = 90.0) -> bool:
+def same_entity(a: str, b: str, *, typo_ratio: float = default("entity_typo_ratio")) -> bool:
     """Identity between two names: equal up to case, or a typo of each other (never differing full names)."""
     x, y = a.casefold().strip(), b.casefold().strip()
     if x == y:
@@ -83,7 +83,8 @@ def overlaps(short: str, long: str) -> bool:
     return (len(s) >= 3 and t.startswith(s)) or s in t.split()
 
 
-def link_entities(facts: Sequence[Fact], *, speakers: Sequence[str], typo_ratio: float = 90.0) -> Linked:
+def link_entities(facts: Sequence[Fact], *, speakers: Sequence[str], typo_ratio: float = default("entity_typo_ratio"),
+                  recent_events: int = default("entity_recent_events")) -> Linked:
     """Resolve the names of one conversation's facts and build entities, relations and profiles."""
     canon = _resolve(_names(facts, speakers), speakers, typo_ratio)
     out = Linked()
@@ -112,7 +113,7 @@ def link_entities(facts: Sequence[Fact], *, speakers: Sequence[str], typo_ratio:
     out.relations = [r for r in out.relations if r.src in by_id and r.dst in by_id]
     out.relations += _overlap_edges(canon, by_id)
     out.relations = list({(r.src, r.rel, r.dst): r for r in out.relations}.values())
-    out.entities = [_profile(e, {f.id: f for f in out.facts}) for e in by_id.values()]
+    out.entities = [_profile(e, {f.id: f for f in out.facts}, recent_events) for e in by_id.values()]
     return out
 
 
@@ -176,11 +177,11 @@ def _overlap_edges(canon: dict[str, tuple[str, str]], by_id: dict[str, Entity]) 
     return out
 
 
-def _profile(entity: Entity, facts: dict[str, Fact]) -> Entity:
+def _profile(entity: Entity, facts: dict[str, Fact], recent_events: int) -> Entity:
     """H-Mem's profile: persistent attributes, and the most recent other facts as events."""
     own = [facts[i] for i in entity.fact_ids if i in facts and facts[i].subject_id == entity.id]
     attributes = [f.id for f in own if f.relation in PERSISTENT]
     events = sorted((f for f in own if f.relation not in PERSISTENT),
                     key=lambda f: (f.event_date or f.timestamp).timestamp() if (f.event_date or f.timestamp) else 0.0,
                     reverse=True)
-    return entity.model_copy(update={"attributes": attributes, "events": [f.id for f in events[:RECENT_EVENTS]]})
+    return entity.model_copy(update={"attributes": attributes, "events": [f.id for f in events[:recent_events]]})

@@ -5,7 +5,7 @@ among them) join the best raw turns of each query, and are reranked by their
 fused score. The follow-up search uses the same function with no events.
 
 Example:
-    >>> backtrack(index, [q], vectors, [3, 4, 5], raw_top=60, weights=Weights(), now=None,
+    >>> backtrack(index, [q], vectors, [3, 4, 5], raw_top=60, weights=weights(ctx), now=None,
     ...           scope_kinds={"Mixed": ["summary"]})  # doctest: +SKIP
 """
 
@@ -16,11 +16,11 @@ from datetime import datetime
 
 import numpy as np
 
-from memstrata.memory.fusion import Weights
-from memstrata.memory.hits import score_query, turn_hits
+from memstrata.memory.search.fusion import Weights
+from memstrata.memory.search.scoring import score_query, turn_hits
 from memstrata.memory.tree.search import tag_hits
 from memstrata.memory.index import MemoryIndex
-from memstrata.memory.query import Hit, Query
+from memstrata.memory.search.query import Hit, Query
 
 
 def backtrack(

@@ -8,7 +8,7 @@ Its vector is either the window's text encoded by the model, or (``Context.conte
 model call.
 
 Example:
-    >>> from memstrata.memory.levels.turn import Turn
+    >>> from memstrata.memory.levels.level2.turn import Turn
     >>> turns = [Turn(user_id="u", session_id="1", position=i, speaker=s, text=t)
     ...          for i, (s, t) in enumerate([("Ann", "What did you do?"), ("Bob", "Went swimming!")])]
     >>> turn_contexts(turns)[1].text
@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 from pydantic import Field, model_validator
 
+from memstrata.context import default
 from memstrata.memory.levels.base import Level, register
-from memstrata.memory.levels.turn import Turn
+from memstrata.memory.levels.level2.turn import Turn
 from memstrata.memory.models import Unit
 
 
@@ -48,7 +49,7 @@ class TurnContext(Unit):
         return {**super().metadata(), "turn_id": self.turn_id}
 
 
-def turn_contexts(session_turns: Sequence[Turn], *, width: int = 1) -> list[TurnContext]:
+def turn_contexts(session_turns: Sequence[Turn], *, width: int = default("context_width")) -> list[TurnContext]:
     """Each turn of one session (in order) rendered with up to ``width`` turns before and after it."""
     out = []
     for i, turn in enumerate(session_turns):
@@ -60,7 +61,7 @@ def turn_contexts(session_turns: Sequence[Turn], *, width: int = 1) -> list[Turn
     return out
 
 
-def pooled_vectors(turn_vectors: np.ndarray, *, width: int = 1, neighbour_weight: float = 0.5) -> np.ndarray:
+def pooled_vectors(turn_vectors: np.ndarray, *, width: int = default("context_width"), neighbour_weight: float = 0.5) -> np.ndarray:
     """Each turn's contextual vector from the turn vectors alone (no model call), one row per turn.
 
     The normalized weighted sum of the turn's own vector and those of up to ``width``

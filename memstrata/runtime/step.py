@@ -1,6 +1,13 @@
-"""One LLM token budget per query, shared by every node and every parallel ``Send`` branch.
+"""The one metered model call, :class:`Step`, and the token budget a query's nodes share.
 
-Each node used to rebuild a :class:`~memstrata.llm.Meter` from the calls in its
+Every node that may ask the model (ingestion and retrieval alike) holds one :class:`Step`:
+the context's model, a meter and, for a query, its budget. :meth:`Step.decide` is the
+structured decision (pydantic schema, retries, deterministic fallback) of
+:func:`memstrata.runtime.llm.decide`.
+
+One LLM token budget per query is shared by every node and every parallel ``Send`` branch.
+
+Each node used to rebuild a :class:`~memstrata.runtime.llm.Meter` from the calls in its
 input state, so two parallel branches each saw the same remaining budget and
 together could overspend ``Context.llm_token_budget``. Here the first node of a
 query opens a :class:`SharedMeter` under a run key (a string in the state), and
@@ -35,8 +42,8 @@ from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel
 
 from memstrata.context import Context
-from memstrata.llm import CallRecord, Meter, decide
-from memstrata.resources import resolve_model
+from memstrata.runtime.llm import CallRecord, Meter, decide
+from memstrata.runtime.resolve import resolve_model
 
 T = TypeVar("T", bound=BaseModel)
 _OPEN: OrderedDict[str, SharedMeter] = OrderedDict()
@@ -52,6 +59,7 @@ class SharedMeter:
         self.calls: list[CallRecord] = list(calls or [])
         self.reserved: dict[int, int] = {}
         self.halted: str | None = None  # the node where the budget stopped the query, if it did
+        self.opens: dict[str, int] = {}  # node -> runs that opened the runtime (open_node)
 
     @property
     def spent(self) -> int:
@@ -80,12 +88,12 @@ class SharedMeter:
 
 
 class MeterView(Meter):
-    """What one node (or branch) hands to :func:`memstrata.llm.decide`: a window on the shared meter."""
+    """What one node (or branch) hands to :func:`memstrata.runtime.llm.decide`: a window on the shared meter."""
 
     def __init__(self, shared: SharedMeter) -> None:
         super().__init__(budget=shared.budget)
         self.shared = shared
-        self.own: list[CallRecord] = []
+        self.own: list[CallRecord] = self.calls  # this view's calls (``calls``, so ``summary`` reads them)
 
     def add(self, record: CallRecord) -> None:
         self.own.append(record)
@@ -136,23 +144,41 @@ def close_meter(key: str | None) -> None:
 
 
 class Step:
-    """The model side of one retrieval node run, metered against the query's shared budget.
+    """The model side of one node run: the model, and a meter on the budget its calls share.
 
-    Args:
-        ctx: the run context.
-        key: the run key from the state (``run_key``).
-        calls: the call records in the input state (used only to rebuild a lost meter).
+    Build it with :meth:`for_query` (retrieval: the query's shared budget) or :meth:`for_ingestion`
+    (no token budget; every call is still metered and recorded).
     """
 
-    def __init__(self, ctx: Context, key: str | None, calls: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, ctx: Context, shared: SharedMeter) -> None:
         self.ctx = ctx
         self.model: BaseChatModel | None = resolve_model(ctx)
-        self.shared = shared_meter(ctx, key, calls)
-        self.meter = MeterView(self.shared)
+        self.shared = shared
+        self.meter = MeterView(shared)
+
+    @classmethod
+    def for_query(cls, ctx: Context, key: str | None, calls: list[dict[str, Any]] | None = None) -> Step:
+        """A retrieval node's step on the query's meter (``key``: the state's ``run_key``; ``calls`` rebuild a
+        meter this process never saw)."""
+        return cls(ctx, shared_meter(ctx, key, calls))
+
+    @classmethod
+    def for_ingestion(cls, ctx: Context) -> Step:
+        """An ingestion stage's step: metered, with no token budget."""
+        return cls(ctx, SharedMeter(budget=None, completion_cap=ctx.llm_max_tokens))
+
+    def sibling(self, *, offline: bool = False) -> Step:
+        """Another step on the same model and budget, whose calls are counted apart (``offline``: no model, so
+        every decision is its fallback). Nothing is resolved again."""
+        twin = object.__new__(Step)
+        twin.ctx, twin.model, twin.shared = self.ctx, None if offline else self.model, self.shared
+        twin.meter = MeterView(self.shared)
+        return twin
 
     async def decide(self, schema: type[T], prompt: str, user: str, *, node: str, fallback: Callable[[], T],
                      validate: Callable[[T], T] | None = None, **fmt: Any) -> tuple[T, str]:
-        """One structured decision with the named prompt; a call the budget cannot afford halts the query."""
+        """One structured decision with the named prompt (``fmt`` fills its placeholders); a call the budget
+        cannot afford halts the query."""
         system = self.ctx.prompt(prompt)
         value, how = await decide(self.model, schema, system.format(**fmt) if fmt else system, user, node=node,
                                   fallback=fallback, meter=self.meter, validate=validate,

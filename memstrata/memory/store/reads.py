@@ -1,0 +1,110 @@
+"""Reads of the stored record that ingestion stages share: a write's sessions, episodes and turns.
+
+Every function takes the :class:`~memstrata.memory.store.MemoryStore` and returns plain units or
+records; the stages in :mod:`memstrata.nodes.ingest` call them on a worker thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from memstrata.memory.conversation import Conversation
+from memstrata.memory.levels import Episode, Turn
+from memstrata.memory.store import MemoryStore
+
+
+def sessions_where(conv: Conversation) -> dict[str, Any]:
+    """The ``where`` clause for the input's sessions: a write of one session reads only that session."""
+    return {"session_id": {"$in": [s.session_id for s in conv.sessions]}}
+
+
+def stored_turn_texts(store: MemoryStore, conv: Conversation) -> dict[str, str]:
+    records = store.get("turn", user_id=conv.user_id, conversation_id=conv.conversation_id, where=sessions_where(conv))
+    return {r.unit_id: r.document for r in records}
+
+
+def incomplete_sessions(store: MemoryStore, conv: Conversation, fresh: set[str] = frozenset()) -> list[str]:
+    """Sessions of the input whose finished episodes do not cover every stored turn (but the ``fresh`` ones this
+    write adds), or that lack turn contexts.
+
+    An episode is finished when its summary and all its facts are stored (they are written
+    summary, episode, facts). Anything less is an interrupted ingest, a deletion of turns, or
+    a store written before turn contexts existed; re-ingesting the same input repairs it.
+    """
+    key = {"user_id": conv.user_id, "conversation_id": conv.conversation_id, "where": sessions_where(conv)}
+    turns: dict[str, set[str]] = {}
+    for r in store.get("turn", **key):
+        if r.unit_id not in fresh:
+            turns.setdefault(str(r.metadata.get("session_id")), set()).add(r.unit_id)
+    episodes = store.get("episode", **key)
+    covered: dict[str, set[str]] = {}
+    for ep in finished_episodes(store, conv.user_id, conv.conversation_id, episodes):
+        covered.setdefault(ep.payload["session_id"], set()).update(ep.payload["turn_ids"])
+    viewed: dict[str, set[str]] = {}
+    for r in store.get("turn_context", **key):
+        viewed.setdefault(str(r.metadata.get("session_id")), set()).add(str(r.metadata.get("turn_id")))
+    return [s.session_id for s in conv.sessions if s.session_id in turns
+            and not covered.get(s.session_id, set()) == viewed.get(s.session_id, set()) == turns[s.session_id]]
+
+
+def finished_episodes(store: MemoryStore, user_id: str, conv_id: str, records: list[Any]) -> list[Any]:
+    """The stored episode records whose summary and every fact are stored too."""
+    if not records:
+        return []
+    wanted = [r.payload.get("summary_id", "") for r in records]
+    summaries = {r.unit_id for r in store.get("summary", user_id=user_id, conversation_id=conv_id, unit_ids=wanted)}
+    fact_ids = [f for r in records for f in r.payload.get("fact_ids", [])]
+    facts = {r.unit_id for r in store.get("fact", user_id=user_id, conversation_id=conv_id, unit_ids=fact_ids)} \
+        if fact_ids else set()
+    return [r for r in records if r.payload.get("summary_id") in summaries
+            and all(f in facts for f in r.payload.get("fact_ids", []))]
+
+
+def ended_tails(store: MemoryStore, conv: Conversation, written: set[str]) -> list[str]:
+    """Earlier sessions with an open tail, when this write starts a later one: they are over, so they close."""
+    numbers = [int(s) for s in written if s.isdigit()]
+    if not numbers:
+        return []
+    tails = {str(r.payload["session_id"]) for r in open_episodes(store, conv.user_id, conv.conversation_id)}
+    return sorted(s for s in tails if s.isdigit() and int(s) < max(numbers))
+
+
+def open_episodes(store: MemoryStore, user_id: str, conv_id: str) -> list[Any]:
+    """The stored episodes of a conversation that are still open (session tails)."""
+    return store.get("episode", user_id=user_id, conversation_id=conv_id, where={"open": True})
+
+
+def by_conversation(pairs: list[list[str]]) -> dict[str, list[str]]:
+    """``[conversation_id, id]`` pairs grouped by conversation, in order (one store read per conversation)."""
+    grouped: dict[str, list[str]] = {}
+    for conv_id, unit_id in pairs:
+        grouped.setdefault(conv_id, []).append(unit_id)
+    return grouped
+
+
+def read_sessions(store: MemoryStore, user_id: str, pairs: list[list[str]], *,
+                  with_vectors: bool = False) -> dict[tuple[str, str], tuple[list[Turn], np.ndarray | None]]:
+    """The stored turns of some ``[conversation_id, session_id]`` pairs, in position order (with vectors)."""
+    out: dict[tuple[str, str], tuple[list[Turn], np.ndarray | None]] = {}
+    for conv_id, session_ids in by_conversation(pairs).items():
+        records = store.get("turn", user_id=user_id, conversation_id=conv_id,
+                            where={"session_id": {"$in": session_ids}}, with_vectors=with_vectors)
+        groups: dict[str, list[Any]] = {}
+        for r in records:
+            groups.setdefault(str(r.metadata.get("session_id")), []).append(r)
+        for session_id, recs in groups.items():
+            recs.sort(key=lambda r: r.metadata.get("position", 0))
+            vecs = np.asarray([r.metadata["_vector"] for r in recs], dtype=float) if with_vectors else None
+            out[(conv_id, session_id)] = ([Turn.model_validate(r.payload) for r in recs], vecs)
+    return out
+
+
+def read_episode_turns(store: MemoryStore, user_id: str, episodes: list[Episode]) -> dict[tuple[str, str], Turn]:
+    """Every stored turn the episodes hold, by ``(conversation_id, turn_id)``."""
+    turns: dict[tuple[str, str], Turn] = {}
+    for conv_id, ids in by_conversation([[e.conversation_id, t] for e in episodes for t in e.turn_ids]).items():
+        for r in store.get("turn", user_id=user_id, conversation_id=conv_id, unit_ids=sorted(set(ids))):
+            turns[(conv_id, r.unit_id)] = Turn.model_validate(r.payload)
+    return turns

@@ -1,0 +1,122 @@
+"""A node's one call into the runtime: :func:`open_node` returns everything the node reads besides its state.
+
+A node used to ask the runtime for each piece in turn (the store, the model, the snapshot, query
+vectors, the scoring settings, the reference time, the entity graph), about 27 round trips on an
+offline deep query. Now each node run opens one :class:`NodeRun` and then calls into
+:mod:`memstrata.memory` with what it holds. Every open is counted on the query's meter, and the
+answer's trace reports the counts (``trace["runtime_opens"]``, per node).
+
+Example:
+    >>> run = await open_node(runtime, "lookup_level1", state, queries=queries, graph=True)  # doctest: +SKIP
+    >>> light_lookup(run.index, queries, run.vectors, weights=run.weights, now=run.now, ...)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from memstrata.context import Context
+from memstrata.memory.entity_graph.expansion import GraphSearch
+from memstrata.memory.index import MemoryIndex
+from memstrata.memory.search.fusion import Weights
+from memstrata.memory.search.query import Query
+from memstrata.memory.store import MemoryStore
+from memstrata.runtime import search
+from memstrata.runtime.resolve import aresolve_store
+from memstrata.runtime.step import Step, close_meter, open_meter
+
+
+@dataclass
+class NodeRun:
+    """What one node run reads besides its state.
+
+    Attributes:
+        ctx: the run's settings.
+        store: the memory store (the app's, when it compiled the graph with a memstrata store).
+        step: the metered model call (``step.model`` is ``None`` offline).
+        run_key: the query's key (retrieval only; ``""`` for ingestion).
+        index: the search snapshot (``search=True``).
+        vectors: one vector per query (``queries`` given).
+        graph: the entity graph for expansion (``graph=True``; ``None`` when off or empty).
+    """
+
+    ctx: Context
+    store: MemoryStore
+    step: Step
+    run_key: str = ""
+    index: MemoryIndex | None = None
+    vectors: np.ndarray | None = None
+    graph: GraphSearch | None = None
+
+    @property
+    def now(self) -> datetime | None:
+        """``Context.now``, else the snapshot's latest turn: results never depend on the day they run."""
+        return self.ctx.now or (self.index.latest if self.index is not None else None)
+
+    @property
+    def weights(self) -> Weights:
+        """The fusion and Eq. 3 settings (built from the context in :func:`memstrata.runtime.search.weights`)."""
+        return search.weights(self.ctx)
+
+    @property
+    def scope_kinds(self) -> dict[str, list[str]]:
+        """Scope -> the unit kinds it searches directly."""
+        return search.scope_kinds(self.ctx)
+
+    @property
+    def event_k(self) -> dict[str, int]:
+        """How many of each Level-1 kind's best units the light module reads."""
+        return search.event_k(self.ctx)
+
+    @property
+    def pool_size(self) -> int:
+        """Turns each query brings to the candidates at least (enough to fill the context budget)."""
+        return search.pool_size(self.ctx)
+
+    async def release(self) -> None:
+        """The query's candidates are chosen: drop a bounded run's working set and hand its heap back."""
+        await search.close_index(self.ctx, self.store, run=self.run_key)
+
+    def end_query(self) -> None:
+        """The answer is given: forget the query's shared meter."""
+        close_meter(self.run_key)
+
+
+async def open_node(runtime: Any, node: str, state: Mapping[str, Any] | None = None, *,
+                    search_index: bool = False, queries: Sequence[Query] = (), graph: bool = False,
+                    new_query: bool = False, ingest: bool = False) -> NodeRun:
+    """Open what node ``node`` reads, in one call.
+
+    Args:
+        runtime: LangGraph's ``Runtime`` (its ``context`` is the :class:`Context`; its ``store``, when the app
+            compiled the graph with a memstrata store, is the memory to use).
+        node: the node's name, for the count.
+        state: the node's input (``run_key`` and ``llm_calls`` find the query's meter).
+        search_index: open the snapshot (bounded runs grow it with ``queries``' candidates).
+        queries: embed these (one vector each, ``Query.embed_text``).
+        graph: build the entity graph for expansion too.
+        new_query: the query's first node: open its meter.
+        ingest: an ingestion stage (no token budget, no count).
+    """
+    ctx: Context = runtime.context
+    store = await aresolve_store(ctx, getattr(runtime, "store", None))
+    if ingest:
+        return NodeRun(ctx, store, Step.for_ingestion(ctx))
+    state = state or {}
+    key = state.get("run_key") or (open_meter(ctx, state.get("llm_calls")) if new_query else "")
+    step = Step.for_query(ctx, key, state.get("llm_calls"))
+    step.shared.opens[node] = step.shared.opens.get(node, 0) + 1
+    run = NodeRun(ctx, store, step, run_key=key)
+    queries = list(queries)
+    if search_index:
+        run.index = await search.open_index(ctx, store, run=key, queries=queries)
+    if queries:
+        run.vectors = await search.query_vectors(ctx, store, queries)
+    if graph and run.index is not None:
+        run.graph = await search.graph_search(ctx, store, run.index)
+    return run

@@ -1,0 +1,95 @@
+"""What a :class:`~memstrata.context.Context` names, made into objects: its store and its model.
+
+A store is opened once per process for each location and embedder and kept; a graph that an app
+compiled with a :class:`~memstrata.integrations.store.MemstrataStore` uses that store's memory instead
+(LangGraph hands it to every node as ``runtime.store``).
+
+Example:
+    >>> ctx = Context(user_id="alice")
+    >>> resolve_model(ctx) is None        # offline unless a model is configured
+    True
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+
+from memstrata.context import CHROMA_URL_ENV, MODEL_ENV, Context, default_data_dir
+from memstrata.memory.index import forget_store
+from memstrata.memory.store import MemoryStore
+from memstrata.runtime.process import limit_blas
+
+_STORES: dict[tuple[Any, ...], MemoryStore] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def resolve_store(ctx: Context) -> MemoryStore:
+    """The :class:`MemoryStore` for this context, cached per location and embedder."""
+    key = _store_key(ctx)
+    url, path, _ = key
+    with _STORES_LOCK:
+        if key not in _STORES:
+            limit_blas(ctx.blas_threads)
+            _STORES[key] = MemoryStore(path=path, url=url, embeddings=ctx.embeddings)
+        return _STORES[key]
+
+
+def release_store(ctx: Context) -> None:
+    """Forget the cached store of this context and its snapshots (the bench opens one per conversation)."""
+    with _STORES_LOCK:
+        store = _STORES.pop(_store_key(ctx), None)
+    if store is not None:
+        forget_store(store)
+
+
+def _store_key(ctx: Context) -> tuple[str | None, str | None, int | None]:
+    url = ctx.chroma_url or os.environ.get(CHROMA_URL_ENV)
+    path = None if url else str(Path(ctx.data_dir).expanduser() if ctx.data_dir else default_data_dir())
+    return url, path, id(ctx.embeddings) if ctx.embeddings is not None else None
+
+
+async def aresolve_store(ctx: Context, app_store: Any = None) -> MemoryStore:
+    """The store a node works on: the memory behind ``app_store`` (LangGraph's ``runtime.store``) when the
+    app compiled the graph with a memstrata store, else :func:`resolve_store`, off the event loop (opening
+    a store creates folders and a Chroma client). An already-open store is returned at once.
+    """
+    memory = getattr(app_store, "memory", None)
+    if isinstance(getattr(memory, "store", None), MemoryStore):
+        return memory.store
+    store = open_store(ctx)
+    return store if store is not None else await asyncio.to_thread(resolve_store, ctx)
+
+
+def open_store(ctx: Context) -> MemoryStore | None:
+    """The store this process already opened for the context, if any."""
+    with _STORES_LOCK:
+        return _STORES.get(_store_key(ctx))
+
+
+def resolve_model(ctx: Context) -> BaseChatModel | None:
+    """The chat model for LLM mode, or ``None`` offline.
+
+    A model instance is used as is; a name (from ``Context.model`` or
+    ``$MEMSTRATA_MODEL``) builds a ``ChatOpenAI`` that reads
+    ``OPENAI_BASE_URL``/``OPENAI_API_KEY`` for the endpoint.
+    """
+    model = ctx.model if ctx.model is not None else os.environ.get(MODEL_ENV) or None
+    if model is None or isinstance(model, BaseChatModel):
+        return model
+    from langchain_openai import ChatOpenAI
+
+    base_url = os.environ.get("OPENAI_BASE_URL")
+    local = bool(base_url) and "api.openai.com" not in base_url
+    return ChatOpenAI(
+        model=str(model), timeout=ctx.llm_timeout_s, max_retries=0, stream_usage=True,
+        max_tokens=ctx.llm_max_tokens,
+        # llama.cpp, vLLM and Ollama read max_tokens, not OpenAI's newer max_completion_tokens.
+        extra_body={"max_tokens": ctx.llm_max_tokens} if local else None,
+        api_key=os.environ.get("OPENAI_API_KEY") or "not-needed",  # local servers take any key
+    )
