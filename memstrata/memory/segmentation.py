@@ -53,25 +53,15 @@ def depth_cuts(sims: np.ndarray, depth: float = default("segment_depth")) -> set
     }
 
 
-def segment_session(
-    vectors: np.ndarray,
-    times: Sequence[datetime | None] | None = None,
-    *,
-    max_turns: int = default("max_episode_turns"),
-    min_turns: int = default("min_episode_turns"),
-    window: int = default("segment_window"),
-    depth: float = default("segment_depth"),
-    max_gap: timedelta = timedelta(minutes=default("episode_max_gap_minutes")),
-    overlap: int = default("episode_overlap"),
-    forced: set[int] | None = None,
-) -> list[tuple[int, int]]:
-    """Inclusive (start, end) positions of each episode in one session.
+def segment_session(vectors: np.ndarray, times: Sequence[datetime | None] | None = None, *,
+                    overlap: int = default("episode_overlap"), **options: Any) -> list[tuple[int, int]]:
+    """Inclusive (start, end) positions of each episode in one session: :func:`segment_cores` (``options`` are
+    its settings), each episode but the first starting ``overlap`` turns early.
 
     ``forced`` replaces the topic cuts with externally decided ones (an LLM's
     boundaries); time gaps and the length cap still apply.
     """
-    cores = segment_cores(vectors, times, max_turns=max_turns, min_turns=min_turns, window=window, depth=depth,
-                          max_gap=max_gap, forced=forced)
+    cores = segment_cores(vectors, times, **options)
     return [(max(0, s - overlap) if idx else s, e) for idx, (s, e) in enumerate(cores)]
 
 

@@ -9,12 +9,15 @@ answer's trace reports the counts (``trace["runtime_opens"]``, per node).
 Example:
     >>> run = await open_node(runtime, "lookup_level1", state, queries=queries, graph=True)  # doctest: +SKIP
     >>> light_lookup(run.index, queries, run.vectors, weights=run.weights, now=run.now, ...)  # doctest: +SKIP
+
+The node then only reads the fields of its :class:`NodeRun`; the answer node also ends the query through
+it (:meth:`NodeRun.release`, :meth:`NodeRun.end_query`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -43,6 +46,11 @@ class NodeRun:
         index: the search snapshot (``search=True``).
         vectors: one vector per query (``queries`` given).
         graph: the entity graph for expansion (``graph=True``; ``None`` when off or empty).
+        now: ``Context.now``, else the snapshot's latest turn: results never depend on the day they run.
+        weights: the fusion and Eq. 3 settings.
+        scope_kinds: scope -> the unit kinds it searches directly.
+        event_k: how many of each Level-1 kind's best units the light module reads.
+        pool_size: turns each query brings to the candidates at least (enough to fill the context budget).
     """
 
     ctx: Context
@@ -52,31 +60,11 @@ class NodeRun:
     index: MemoryIndex | None = None
     vectors: np.ndarray | None = None
     graph: GraphSearch | None = None
-
-    @property
-    def now(self) -> datetime | None:
-        """``Context.now``, else the snapshot's latest turn: results never depend on the day they run."""
-        return self.ctx.now or (self.index.latest if self.index is not None else None)
-
-    @property
-    def weights(self) -> Weights:
-        """The fusion and Eq. 3 settings (built from the context in :func:`memstrata.runtime.search.weights`)."""
-        return search.weights(self.ctx)
-
-    @property
-    def scope_kinds(self) -> dict[str, list[str]]:
-        """Scope -> the unit kinds it searches directly."""
-        return search.scope_kinds(self.ctx)
-
-    @property
-    def event_k(self) -> dict[str, int]:
-        """How many of each Level-1 kind's best units the light module reads."""
-        return search.event_k(self.ctx)
-
-    @property
-    def pool_size(self) -> int:
-        """Turns each query brings to the candidates at least (enough to fill the context budget)."""
-        return search.pool_size(self.ctx)
+    now: datetime | None = None
+    weights: Weights | None = None
+    scope_kinds: dict[str, list[str]] = field(default_factory=dict)
+    event_k: dict[str, int] = field(default_factory=dict)
+    pool_size: int = 0
 
     async def release(self) -> None:
         """The query's candidates are chosen: drop a bounded run's working set and hand its heap back."""
@@ -119,4 +107,8 @@ async def open_node(runtime: Any, node: str, state: Mapping[str, Any] | None = N
         run.vectors = await search.query_vectors(ctx, store, queries)
     if graph and run.index is not None:
         run.graph = await search.graph_search(ctx, store, run.index)
+    if search_index:
+        run.now = search.reference_now(ctx, run.index)
+        run.weights, run.scope_kinds = search.weights(ctx), search.scope_kinds(ctx)
+        run.event_k, run.pool_size = search.event_k(ctx), search.pool_size(ctx)
     return run

@@ -44,10 +44,9 @@ class Consolidation(BaseModel):
 
 async def consolidate_tree(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Place the new summaries in the tree and recompute the stale nodes of each touched conversation."""
-    ctx = runtime.context
     started = time.perf_counter()
     run = await open_node(runtime, "consolidate_tree", ingest=True)
-    store, step = run.store, run.step
+    ctx, store, step = run.ctx, run.store, run.step
     # open episodes join the tree once they close; a repaired conversation is checked again
     touched = [*(c for c, _ in state.get("closed", [])), *state.get("repaired", [])]
     convs = await asyncio.to_thread(_to_update, store, ctx.user_id, touched, state.get("conversations", []))
