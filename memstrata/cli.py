@@ -169,6 +169,8 @@ def inspect(
     unit: Annotated[str | None, typer.Option("--unit", help="Show one episode/summary/turn id with its raw turns.")] = None,
     html: Annotated[Path | None, typer.Option("--html", help="Write the memory as one self-contained HTML page.")] = None,
     entities: Annotated[bool, typer.Option("--entities", help="List the entities of the entity graph.")] = False,
+    themes: Annotated[bool, typer.Option(
+        "--themes", help="List the themes: the facts grouped by what they are about, with their raw turns.")] = False,
     tree: Annotated[bool, typer.Option("--tree", help="Draw the temporal tree: year > month > week > day.")] = False,
     window: Annotated[str | None, typer.Option(
         "--window", help="What one tree window holds: 2023-05-08, 2023-W19, 2023-05, 2023 or untimed.")] = None,
@@ -188,6 +190,12 @@ def inspect(
 
             console.print(window_view(store, user, conversation, window) if window else tree_view(
                 store, user, conversation))
+            return
+        if themes:
+            from memstrata.views.themes import theme_view
+
+            for part in theme_view(store, user, conversation):
+                console.print(part)
             return
         if entities or entity:
             from memstrata.views.entities import entity_detail, entity_table

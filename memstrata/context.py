@@ -223,6 +223,29 @@ class Context:
     entity_recent_events: Annotated[int, _s("entities", "latest facts an entity's profile lists")] = 20
     superseded_weight: Annotated[float, _s(
         "entities", "score factor of a superseded fact, unless the query asks about the past")] = 0.8
+    # ---- themes (xMemory's themes, Bi-Mem's scenes) ---------------------------------------------------
+    theme_tau: Annotated[float, _s(
+        "themes", "the first grouping links two facts whose cosine similarity exceeds this (Bi-Mem Eq. 5; the "
+                  "paper's 0.2 with the same encoder), among each fact's theme_knn nearest")] = 0.2
+    theme_attach: Annotated[float, _s(
+        "themes", "a new fact joins the theme whose centroid is most similar if the cosine reaches this, else it "
+                  "starts a theme (xMemory's attach); the same bar as an edge of the first grouping")] = 0.2
+    theme_cap: Annotated[int, _s(
+        "themes", "a theme with more facts is split by the candidate that maximises f(P) (xMemory's cap, its "
+                  "Table 8: 12)")] = 12
+    theme_floor: Annotated[int, _s(
+        "themes", "a theme with fewer facts is merged into the neighbour that maximises f(P)")] = 2
+    theme_scale_floor: Annotated[float, _s(
+        "themes", "xMemory Eq. 3's epsilon: the least spread of nearest-theme similarities that counts (with few "
+                  "themes their median absolute deviation can be nearly 0)")] = 0.05
+    theme_max_steps: Annotated[int, _s("themes", "splits and merges of one conversation per ingest, at most")] = 1000
+    theme_words: Annotated[int, _s("themes", "words of a theme's text, at most")] = 80
+    theme_knn: Annotated[int, _s(
+        "themes", "similarity edges kept per fact and per theme in the edge store (xMemory's kNN graph), and the "
+                  "neighbours per fact the first grouping propagates over")] = 5
+    theme_llm_calls: Annotated[int, _s(
+        "themes", "with a model: theme summaries put to the model per ingest (the extractive text does the "
+                  "rest)")] = 40
     # ---- H-Mem's temporal-semantic tree -------------------------------------------------------------
     tree_alphas: Annotated[tuple[float, float, float], _s(
         "tree", "H-Mem alpha: the similarity a child needs to join a week, month or year cluster of its own "

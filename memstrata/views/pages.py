@@ -85,7 +85,11 @@ _MEMORY = _ENV.from_string("""<!doctype html><html lang="en"><head><meta charset
 {% endif %}
 {% for kind, units in others.items() %}
 <h2><span class="kind">{{ kind }}</span> {{ descriptions[kind] }}</h2>
-{% for u in units %}<details data-text="{{ u.text }}"><summary>{{ u.id }}</summary><p>{{ u.text }}</p>
+{% for u in units %}<details data-text="{{ u.text }}"><summary>{{ u.id }}{% if u.children %} · {{ u.children|length }}
+{{ u.child_kind }}{% endif %}</summary><p>{{ u.text }}</p>
+{% if u.children %}<ul>{% for c in u.children %}<li><b>{{ c.id }}</b> {{ c.text }}
+{% if c.turns %}<ul class="dim">{% for t in c.turns %}<li>{{ t.id }} {{ t.text }}</li>{% endfor %}</ul>{% endif %}</li>
+{% endfor %}</ul>{% endif %}
 <p class="dim">turns: {{ u.turn_ids|join(", ") }}</p></details>{% endfor %}
 {% endfor %}
 <script>{{ script|safe }}</script></body></html>""")
@@ -141,9 +145,25 @@ def memory_page(store: Any, *, user_id: str, conversation_id: str | None = None)
     shown = {"turn", "turn_context", "episode", "summary"}
     others = {lv.kind: [{"id": r.unit_id, "text": r.document, "turn_ids": r.payload.get("turn_ids", [])}
                         for r in store.get(lv.kind, **scope)] for lv in levels.levels() if lv.kind not in shown}
+    _with_facts(store, scope, others.get("theme", []), turns)
     return _MEMORY.render(user=user_id, counts=counts, conversations=conversations, others=others, style=_STYLE,
                           script=_SCRIPT, descriptions={lv.kind: lv.description for lv in levels.levels()},
                           graph=_graph(store, user_id, conversation_id))
+
+
+def _with_facts(store: Any, scope: dict[str, Any], themes: list[dict[str, Any]],
+                turns: dict[tuple[str, str], str]) -> None:
+    """Each theme's member facts, with the raw turns each fact comes from."""
+    facts = {r.unit_id: r for r in store.get("fact", **scope)} if themes else {}
+    records = {r.unit_id: r for r in store.get("theme", **scope)} if themes else {}
+    for theme in themes:
+        record = records[theme["id"]]
+        conv = record.metadata["conversation_id"]
+        theme["child_kind"] = "facts"
+        theme["children"] = [
+            {"id": f, "text": facts[f].document, "turns": [{"id": t, "text": turns.get((conv, t), "?")}
+                                                         for t in facts[f].payload.get("turn_ids", [])]}
+            for f in record.payload.get("fact_ids", []) if f in facts and facts[f].metadata["conversation_id"] == conv]
 
 
 def _graph(store: Any, user_id: str, conversation_id: str | None, *, size: int = 900,
@@ -152,6 +172,9 @@ def _graph(store: Any, user_id: str, conversation_id: str | None, *, size: int =
     import networkx as nx
 
     graph = store.edges.graph(user_id, conversation_id=conversation_id)
+    # fact-to-fact similarity edges (the themes' kNN graph) would crowd the entities and themes out of the drawing
+    graph.remove_edges_from([(a, b, k) for a, b, k, d in graph.edges(keys=True, data=True)
+                             if d.get("rel") == "similar" and graph.nodes[a].get("kind") == graph.nodes[b].get("kind") == "fact"])
     if graph.number_of_edges() == 0:
         return None
     keep = sorted(graph.nodes, key=lambda n: -graph.degree(n))[:limit]  # the best-connected, so the page stays legible

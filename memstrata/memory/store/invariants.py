@@ -7,6 +7,7 @@ how units are written or deleted that leaves something behind fails there.
 - every unit's parents exist (a fact's episode, an episode's summary, a tree node's parent), and
   so do the raw turns it links to;
 - every entity is named by stored facts, and only by stored ones;
+- every theme's member facts are stored, and a fact belongs to one theme at most;
 - every edge's two ends exist;
 - counters exist only for stored units;
 - the word index (embedded stores) holds exactly the stored units of each kind it covers;
@@ -32,7 +33,7 @@ from memstrata.memory.store.vectors import indexes_words
 class Problem:
     """One broken invariant: which, where, and a sentence saying what is wrong."""
 
-    invariant: str  # "parent", "turn", "entity", "edge", "counter", "words", "position"
+    invariant: str  # "parent", "turn", "entity", "theme", "edge", "counter", "words", "position"
     conversation_id: str
     unit: str
     detail: str
@@ -49,7 +50,7 @@ def check_store(store: MemoryStore, user_id: str, conversation_id: str | None = 
     ids = {(u.conversation_id, u.id) for stored in units.values() for u in stored}
     by_kind = {kind: {(u.conversation_id, u.id) for u in stored} for kind, stored in units.items()}
     turns = by_kind[levels(role="raw")[0].kind]
-    problems = [*_links(units, ids, turns), *_entities(units, by_kind), *_positions(units)]
+    problems = [*_links(units, ids, turns), *_entities(units, by_kind), *_themes(units, by_kind), *_positions(units)]
     problems += _edges(store, user_id, conversation_id, ids, by_kind)
     problems += _counters(store, user_id, conversation_id, by_kind)
     problems += _words(store, user_id, conversation_id, by_kind)
@@ -75,6 +76,23 @@ def _entities(units: dict[str, list[Any]], by_kind: dict[str, set[tuple[str, str
         if gone or not e.fact_ids:
             what = f"facts {gone[:3]} are not stored" if gone else "no fact names it"
             out.append(Problem("entity", e.conversation_id, f"entity {e.id}", what))
+    return out
+
+
+def _themes(units: dict[str, list[Any]], by_kind: dict[str, set[tuple[str, str]]]) -> list[Problem]:
+    facts = by_kind.get("fact", set())
+    out = []
+    seen: dict[tuple[str, str], str] = {}
+    for theme in units.get("theme", []):
+        gone = [f for f in theme.fact_ids if (theme.conversation_id, f) not in facts]
+        if gone or not theme.fact_ids:
+            what = f"member facts {gone[:3]} are not stored" if gone else "it has no member"
+            out.append(Problem("theme", theme.conversation_id, f"theme {theme.id}", what))
+        for f in theme.fact_ids:
+            other = seen.setdefault((theme.conversation_id, f), theme.id)
+            if other != theme.id:
+                out.append(Problem("theme", theme.conversation_id, f"theme {theme.id}",
+                                   f"fact {f} is also a member of {other}"))
     return out
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from memstrata.memory.conversation import Conversation
-from memstrata.memory.levels import Episode, Turn
+from memstrata.memory.levels import Episode, Fact, Turn
 from memstrata.memory.store import MemoryStore
 
 
@@ -108,3 +108,13 @@ def read_episode_turns(store: MemoryStore, user_id: str, episodes: list[Episode]
         for r in store.get("turn", user_id=user_id, conversation_id=conv_id, unit_ids=sorted(set(ids))):
             turns[(conv_id, r.unit_id)] = Turn.model_validate(r.payload)
     return turns
+
+
+def closed_facts(store: MemoryStore, user_id: str, conv_id: str) -> tuple[list[Fact], dict[str, list[float]]]:
+    """The facts of the conversation's closed episodes, in episode order, and their vectors (an open
+    episode's facts are redone as it grows, so the entity graph and the themes wait for it to close)."""
+    tails = {r.unit_id for r in open_episodes(store, user_id, conv_id)}
+    records = [r for r in store.get("fact", user_id=user_id, conversation_id=conv_id, with_vectors=True)
+               if r.payload.get("episode_id") not in tails]
+    facts = sorted((Fact.model_validate(r.payload) for r in records), key=lambda f: (f.episode_id, f.n))
+    return facts, {r.unit_id: r.metadata["_vector"] for r in records}

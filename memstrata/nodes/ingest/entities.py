@@ -29,7 +29,7 @@ from memstrata.memory.levels import Entity, Fact
 from memstrata.memory.store import MemoryStore
 from memstrata.nodes.common import progress
 from memstrata.runtime.step import Step
-from memstrata.memory.store.reads import open_episodes
+from memstrata.memory.store.reads import closed_facts, open_episodes
 from memstrata.runtime.node import open_node
 from memstrata.state import IngestState
 
@@ -53,7 +53,7 @@ async def link_entities(state: IngestState, runtime: Runtime[Context]) -> dict[s
     new_episodes = {tuple(p) for p in closed}
     totals = {"entities_written": 0, "relations_written": 0, "facts_superseded": 0}
     for conv_id in dict.fromkeys([*touched, *missing]):
-        facts, vectors = await asyncio.to_thread(_read_facts, store, ctx.user_id, conv_id)
+        facts, vectors = await asyncio.to_thread(closed_facts, store, ctx.user_id, conv_id)
         if not facts:
             continue
         linked = resolve(facts, speakers=_speakers(facts), typo_ratio=ctx.entity_typo_ratio,
@@ -79,15 +79,6 @@ def _unlinked(store: MemoryStore, user_id: str, conversations: list[str]) -> lis
 
 def _open_facts(store: MemoryStore, user_id: str, conv_id: str) -> int:
     return sum(len(r.payload.get("fact_ids", [])) for r in open_episodes(store, user_id, conv_id))
-
-
-def _read_facts(store: MemoryStore, user_id: str, conv_id: str) -> tuple[list[Fact], dict[str, list[float]]]:
-    """The facts of the conversation's closed episodes (an open episode's facts are redone as it grows)."""
-    tails = {r.unit_id for r in open_episodes(store, user_id, conv_id)}
-    records = [r for r in store.get("fact", user_id=user_id, conversation_id=conv_id, with_vectors=True)
-               if r.payload.get("episode_id") not in tails]
-    facts = sorted((Fact.model_validate(r.payload) for r in records), key=lambda f: (f.episode_id, f.n))
-    return facts, {r.unit_id: r.metadata["_vector"] for r in records}
 
 
 def _speakers(facts: list[Fact]) -> list[str]:

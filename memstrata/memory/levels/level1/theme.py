@@ -1,0 +1,59 @@
+"""Themes: a conversation's facts grouped by what they are about (xMemory's themes, Bi-Mem's scenes).
+
+A theme holds the ids of its member facts (``fact_ids``), a text (offline: its most central facts, in
+order of centrality, within ``Context.theme_words``; with a model, a summary of them) and, as provenance,
+the raw turns its facts come from (``turn_ids``: deleting any of them drops the theme, and the next
+ingest of the conversation groups its facts again). Its vector is the centroid of its members'
+vectors. Grouping and maintenance live in :mod:`memstrata.memory.themes`; ids are ``theme:<n>`` per
+conversation and stay with a theme as it grows.
+
+Example:
+    >>> t = Theme(user_id="u", n=3, text="Ann adopted a cat named Miso.", fact_ids=["fact:s1:0-3:0"])
+    >>> t.id, t.size
+    ('theme:3', 1)
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from memstrata.memory.levels.base import Level, register
+from memstrata.memory.models import Unit
+
+
+class Theme(Unit):
+    """One group of a conversation's facts, with its text and the turns its central facts come from."""
+
+    n: int = Field(ge=0, description="the theme's number within its conversation")
+    text: str = Field(description="offline: its most central facts; with a model: a summary of them")
+    fact_ids: list[str] = Field(default_factory=list, description="member facts, most central first")
+    turn_ids: list[str] = Field(default_factory=list, description="raw turns its member facts come from")
+    end: datetime | None = Field(default=None, description="the latest member's time (timestamp: the earliest)")
+    method: str = Field(default="extractive", description="'extractive' or 'llm'")
+
+    @model_validator(mode="after")
+    def _derive_id(self) -> Theme:
+        if not self.id:
+            self.id = f"theme:{self.n}"
+        return self
+
+    @property
+    def size(self) -> int:
+        return len(self.fact_ids)
+
+    def child_ids(self) -> list[str]:
+        return list(self.fact_ids)
+
+    def span(self) -> tuple[datetime | None, datetime | None]:
+        return self.timestamp, self.end or self.timestamp
+
+    def metadata(self) -> dict[str, Any]:
+        return {**super().metadata(), "size": self.size, "method": self.method}
+
+
+THEME = register(Level(kind="theme", unit=Theme, role="event", scopes=(), searched=False, lends_prior=False,
+                       description="themes: the conversation's facts grouped by what they are about (xMemory's "
+                                   "themes, Bi-Mem's scenes); built and kept by ingestion, not yet searched"))

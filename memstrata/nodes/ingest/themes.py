@@ -1,0 +1,138 @@
+"""Ingestion: group each touched conversation's facts into themes (xMemory §3.2, Bi-Mem §4.2.1).
+
+Runs after entity linking, over the facts of closed episodes. A conversation's first grouping is Bi-Mem's
+label propagation; later writes attach the new facts and split or merge only the themes they changed,
+guided by xMemory's f(P) (:mod:`memstrata.memory.themes`). A changed theme's text is its most central
+facts offline; with a model, a summary of them (at most ``Context.theme_llm_calls`` per ingest, else the
+extractive text). The kNN graph over facts and themes is kept in the edge store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import numpy as np
+from langgraph.runtime import Runtime
+from pydantic import BaseModel, Field
+
+from memstrata.context import Context
+from memstrata.memory.levels import Fact, Theme
+from memstrata.memory.store import MemoryStore
+from memstrata.memory.store.reads import closed_facts, open_episodes
+from memstrata.memory.themes.graph import edge_changes, knn_edges
+from memstrata.memory.themes.maintain import Regrouped, regroup, theme_text
+from memstrata.memory.themes.partition import centroids
+from memstrata.nodes.common import progress
+from memstrata.runtime.llm import GOOD_OUTCOMES
+from memstrata.runtime.node import open_node
+from memstrata.runtime.step import Step
+from memstrata.state import IngestState
+
+
+class ThemeSummary(BaseModel):
+    """The model's entry for one theme."""
+
+    summary: str = Field(description="what the theme is about and the facts it holds, as plain statements")
+
+
+async def group_themes(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Regroup the facts of every conversation with newly closed episodes; write the changed themes and edges."""
+    started = time.perf_counter()
+    run = await open_node(runtime, "group_themes", ingest=True)
+    ctx, store, step = run.ctx, run.store, run.step
+    touched = list(dict.fromkeys([*(c for c, _ in state.get("closed", [])), *state.get("repaired", [])]))
+    missing = await asyncio.to_thread(_ungrouped, store, ctx.user_id,
+                                      [c for c in state.get("conversations", []) if c not in touched])
+    calls = {"left": ctx.theme_llm_calls if step.model is not None else 0}
+    totals = {"themes_written": 0, "themes_removed": 0, "facts_reassigned": 0, "facts_placed_before": 0}
+    sizes: list[int] = []
+    for conv_id in [*touched, *missing]:
+        facts, vectors = await asyncio.to_thread(closed_facts, store, ctx.user_id, conv_id)
+        stored = await asyncio.to_thread(store.get, "theme", user_id=ctx.user_id, conversation_id=conv_id)
+        previous = {f: r.unit_id for r in stored for f in r.payload.get("fact_ids", [])}
+        if not facts and not previous:
+            continue
+        x = np.asarray([vectors[f.id] for f in facts], dtype=float).reshape(len(facts), -1)
+        grouped = await asyncio.to_thread(
+            regroup, [f.id for f in facts], x, previous, tau=ctx.theme_tau, attach_at=ctx.theme_attach,
+            cap=ctx.theme_cap, floor=ctx.theme_floor, knn=ctx.theme_knn, max_steps=ctx.theme_max_steps,
+            eps=ctx.theme_scale_floor)
+        units = [await _theme(step, ctx, conv_id, tid, grouped, facts, x, calls) for tid in sorted(grouped.changed)]
+        await asyncio.to_thread(_write, store, ctx, conv_id, grouped, units, facts, x)
+        totals["themes_written"] += len(units)
+        totals["themes_removed"] += len(grouped.removed)
+        totals["facts_reassigned"] += grouped.reassigned
+        totals["facts_placed_before"] += grouped.placed_before
+        sizes += [len(m) for m in grouped.themes.values()]
+    progress("themes", f"grouped facts into {len(sizes)} themes ({totals['themes_written']} written)", **totals)
+    stats: dict[str, Any] = {**totals, "themes": _size_stats(sizes),
+                             "stage_seconds": {"themes": round(time.perf_counter() - started, 3)}}
+    if step.model is not None and step.meter.calls:  # only nodes that called the model report
+        stats["llm"] = {"themes": step.meter.summary()}
+    return {"stats": stats}
+
+
+def _ungrouped(store: MemoryStore, user_id: str, conversations: list[str]) -> list[str]:
+    """Conversations with facts of closed episodes but no theme (written before themes, or stopped before them)."""
+    out = []
+    for conv in conversations:
+        if store.count("theme", user_id=user_id, conversation_id=conv):
+            continue
+        tails = sum(len(r.payload.get("fact_ids", [])) for r in open_episodes(store, user_id, conv))
+        if store.count("fact", user_id=user_id, conversation_id=conv) > tails:
+            out.append(conv)
+    return out
+
+
+async def _theme(step: Step, ctx: Context, conv_id: str, theme_id: str, grouped: Regrouped, facts: list[Fact],
+                 x: np.ndarray, calls: dict[str, int]) -> Theme:
+    """One changed theme: its members (most central first), its text and its span."""
+    row = {f.id: i for i, f in enumerate(facts)}
+    members = [facts[row[f]] for f in grouped.themes[theme_id]]
+    vecs = x[[row[f.id] for f in members]]
+    text, shown = theme_text([f.text for f in members], vecs, words=ctx.theme_words)
+    order = shown + [i for i in range(len(members)) if i not in shown]
+    members = [members[i] for i in order]
+    method = "extractive"
+    if calls["left"] > 0 and len(members) > 1:
+        calls["left"] -= 1
+        listing = "\n".join(f"<fact>{f.text}</fact>" for f in members)
+        value, outcome = await step.decide(ThemeSummary, "THEME_PROMPT", f"<facts>\n{listing}\n</facts>",
+                                           node="group_themes", fallback=lambda: ThemeSummary(summary=""),
+                                           words=ctx.theme_words)
+        summary = " ".join(value.summary.split()[:ctx.theme_words]) if isinstance(value.summary, str) else ""
+        if outcome in GOOD_OUTCOMES and summary:
+            text, method = summary, "llm"
+    times = sorted(t for f in members if (t := f.span()[0]) is not None)
+    return Theme(user_id=ctx.user_id, conversation_id=conv_id, n=int(theme_id.rsplit(":", 1)[1]), text=text,
+                 fact_ids=[f.id for f in members], turn_ids=list(dict.fromkeys(t for f in members for t in f.turn_ids)),
+                 timestamp=times[0] if times else None, end=times[-1] if times else None, method=method)
+
+
+def _write(store: MemoryStore, ctx: Context, conv_id: str, grouped: Regrouped, units: list[Theme],
+           facts: list[Fact], x: np.ndarray) -> None:
+    """Changed themes (vector: their centroid), removed themes gone, then the kNN graph brought up to date."""
+    ids = [f.id for f in facts]
+    where = {f: t for t, members in grouped.themes.items() for f in members}
+    labels = [where[f] for f in ids]
+    keys, mu = centroids(x, labels) if ids else ([], np.zeros((0, 0)))
+    centre = dict(zip(keys, mu, strict=True))
+    if units:
+        store.upsert("theme", units, documents=[u.embed_text() for u in units],
+                     vectors=[centre[u.id].tolist() for u in units], extra=[u.metadata() for u in units])
+    if grouped.removed:
+        store.delete("theme", user_id=ctx.user_id, conversation_id=conv_id, unit_ids=sorted(grouped.removed))
+    wanted = knn_edges(conv_id, ids, x, grouped.themes, centre, k=ctx.theme_knn) if ids else []
+    stale, new = edge_changes(store.edges.get(ctx.user_id, conversation_id=conv_id), wanted)
+    store.edges.delete(ctx.user_id, stale)
+    store.edges.add(ctx.user_id, new)
+
+
+def _size_stats(sizes: list[int]) -> dict[str, Any]:
+    if not sizes:
+        return {"count": 0}
+    ordered = sorted(sizes)
+    return {"count": len(sizes), "min": ordered[0], "median": ordered[len(ordered) // 2], "max": ordered[-1],
+            "facts": sum(sizes)}
