@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, NoReturn
 
 import numpy as np
 import pytest
@@ -71,3 +73,117 @@ def assert_store_ok(store, user_id: str, conversation_id: str | None = None) -> 
 
     problems = check_store(store, user_id, conversation_id)
     assert problems == [], "\n".join(map(str, problems[:20]))
+
+
+# ---- unit, integration, slow: set here from what each test uses, so a new test is sorted without a mark ----
+#
+#   pytest -m unit                   offline and quick: hash embeddings, embedded Chroma in a temp folder
+#   pytest -m integration            the real MiniLM weights, a `chroma run` server or the llama.cpp server
+#   pytest -m "not slow"             everything but the few tests that take minutes
+#
+# Every test is exactly one of unit and integration. A unit test that loads the MiniLM weights or starts a
+# real server fails and says so (see ``_unit_tests_stay_offline``): add it to INTEGRATION below.
+
+REAL_SERVERS = {"chroma_server", "llama_server", "llama_server_factory"}
+"""Fixtures that start a real server process (``tests/plugins``)."""
+LLAMA_SERVERS = {"llama_server", "llama_server_factory"}
+REAL_FIXTURES = {"minilm", *REAL_SERVERS}
+
+REAL_PARAMS = {("test_edges_counters.py", "backend"): "chroma", ("test_levels.py", "store"): "server"}
+"""Parametrized fixtures that ask for ``chroma_server`` (``request.getfixturevalue``) for one of their params."""
+
+INTEGRATION = {
+    # the packaged MiniLM, in this process or in the command a test runs
+    "test_bench.py::test_bench_scale_smoke",
+    "test_bench_chat.py::test_the_command_writes_json_and_a_plot",
+    "test_chat_writes.py::test_three_messages_written_one_at_a_time_are_three_turns_and_the_cat_is_found",
+    "test_chat_writes.py::test_a_retrieval_before_the_first_write_leaves_nothing_that_breaks_the_next",
+    "test_chat_writes.py::test_the_cli_appends_a_json_list_to_a_stored_conversation",
+    "test_chat_writes.py::test_inspect_shows_each_conversations_own_summaries_in_text_and_html",
+    "test_check.py::test_the_cli_prints_nothing_wrong_then_each_problem",
+}
+"""Tests (``file::function``, or a whole ``file``) that use the real model where no fixture shows it."""
+
+SLOW: dict[str, str] = {}
+"""Tests (``file::function``, or a whole ``file``) that take minutes on 2 cores, with their time measured there."""
+
+
+def _keys(item: pytest.Item) -> set[str]:
+    name = item.path.name
+    return {name, f"{name}::{getattr(item, 'originalname', item.name)}"}
+
+
+def _uses_real_things(item: pytest.Item) -> bool:
+    if REAL_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("llm_server"):
+        return True
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return any(params.get(fixture) == value for (file, fixture), value in REAL_PARAMS.items()
+               if file == item.path.name)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test ``unit`` or ``integration`` (and ``llm_server``, ``slow``) from what it uses."""
+    for item in items:
+        keys = _keys(item)
+        if LLAMA_SERVERS & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("llm_server"):
+            item.add_marker(pytest.mark.llm_server)
+        integration = item.get_closest_marker("integration") is not None
+        if not integration and (_uses_real_things(item) or keys & INTEGRATION):
+            item.add_marker(pytest.mark.integration)
+            integration = True
+        if not integration:
+            item.add_marker(pytest.mark.unit)
+        if keys & SLOW.keys() and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
+
+def _not_in_a_unit_test(what: str) -> NoReturn:
+    pytest.fail(f"a test marked unit {what}: add it to INTEGRATION in tests/conftest.py", pytrace=False)
+
+
+_running: list[pytest.Item] = []  # the test being run, which a session-scoped fixture's request does not name
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
+    _running.append(item)
+    try:
+        return (yield)
+    finally:
+        _running.pop()
+
+
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> None:
+    """A real server started for a unit test (e.g. through ``request.getfixturevalue``) fails that test."""
+    if fixturedef.argname in REAL_SERVERS and _running and _running[-1].get_closest_marker("unit") is not None:
+        _not_in_a_unit_test(f"starts {fixturedef.argname}")
+
+
+_FAILED = pytest.StashKey[bool]()  # the test's own call failed
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    report: pytest.TestReport = yield
+    if report.when == "call":
+        item.stash[_FAILED] = report.failed
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_stay_offline(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A test marked unit may not load the MiniLM weights: it fails, so ``-m unit`` stays quick and offline."""
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+    loaded: list[str] = []
+
+    def refuse(path: str, device: str) -> NoReturn:
+        loaded.append(path)
+        _not_in_a_unit_test("loads the MiniLM weights")
+
+    monkeypatch.setattr("memstrata.memory.embeddings._load_model", refuse)
+    yield
+    if loaded and not request.node.stash.get(_FAILED, False):  # the code under test swallowed the failure
+        _not_in_a_unit_test("loads the MiniLM weights")
+

@@ -17,6 +17,7 @@ from memstrata import Memstrata
 from memstrata.memory.search.scoring import score_query
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.index.bounded import WorkingSet, content_words
+from memstrata.memory.levels import levels
 from memstrata.memory.index.sessions import session_cache
 from memstrata.memory.search.query import Query
 from memstrata.memory.tree.search import _REINFORCEMENT, load_reinforcement
@@ -188,7 +189,9 @@ def test_a_follow_up_reads_only_its_new_vector_and_words(data_dir, hash_embeddin
     ws.ensure(["marathon brighton Tom"], vec)
     assert ws.reads == reads + 1  # only the named entities' facts are looked up again
     ws.ensure(["marathon Brighton medal"], vec)  # one new word: one read of turns, one per event kind with text
-    assert ws.reads == reads + 1 + 1 + 3
+    event_kinds = levels(role="event", searched=True)  # summary, fact, tree_node, theme
+    assert len(event_kinds) == 4
+    assert ws.reads == reads + 1 + 1 + len(event_kinds)
 
 
 def test_sessions_come_from_the_cache_until_the_store_changes_under_them(data_dir, hash_embeddings,

@@ -2,7 +2,9 @@
 
 Each case starts its writers as separate processes (``memstrata`` over ``chroma run``
 on loopback), holds them at a barrier until every one has imported and opened its
-store, and releases them together. Afterwards every user's records, in every
+store (each says so on its stdout and then blocks reading its stdin), and releases
+them together. No step is ordered by sleeping: a process that must wait for another
+blocks on a pipe. Afterwards every user's records, in every
 registered kind (iterated from :func:`memstrata.memory.levels.levels`, so kinds added
 later are covered by construction), the edges and the counters equal those of a
 sequential run into a fresh embedded store, record by record: nothing lost, nothing
@@ -14,9 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,17 +37,17 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "
 TIMEOUT_S = 600
 
 WRITER = r"""
-import json, os, sys, time
+import json, sys
 sys.path.insert(0, "tests")
 from conftest import HashEmbeddings
 from memstrata import Memstrata
 
-url, user, source, go = sys.argv[1:5]
+url, user, source = sys.argv[1:4]
 mem = Memstrata(url=url, embeddings=HashEmbeddings())
 mem.store.collection("turn")  # connected and checked before the barrier
 print("ready", flush=True)
-while not os.path.exists(go):
-    time.sleep(0.005)
+if sys.stdin.readline() != "go\n":  # the barrier: blocks until the test releases every writer
+    sys.exit("the test went away before the start")
 stats = mem.ingest(source, user_id=user)
 print(json.dumps({"turns_added": stats["turns_added"]}), flush=True)
 """
@@ -140,15 +142,17 @@ def server_store(server: ChromaServer) -> MemoryStore:
     return MemoryStore(url=server.url, embeddings=HashEmbeddings())
 
 
-def run_together(url: str, jobs: list[tuple[str, Path]], go: Path) -> list[dict[str, Any]]:
+def run_together(url: str, jobs: list[tuple[str, Path]]) -> list[dict[str, Any]]:
     """Start one writer process per job, release them at once, and return what each reports."""
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, url, user, str(source), str(go)], cwd=REPO, env=ENV,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for user, source in jobs]
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, url, user, str(source)], cwd=REPO, env=ENV,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for user, source in jobs]
     try:
         for proc in procs:
             line = proc.stdout.readline() if proc.stdout else ""
             assert line.strip() == "ready", f"writer did not start: {line!r}\n{proc.communicate()[1][-3000:]}"
-        go.touch()
+        for proc in procs:  # every writer is ready: release them, one short write each
+            release(proc)
         outs = [proc.communicate(timeout=TIMEOUT_S) for proc in procs]
     finally:
         for proc in procs:
@@ -158,6 +162,13 @@ def run_together(url: str, jobs: list[tuple[str, Path]], go: Path) -> list[dict[
     for proc, (out, errs) in zip(procs, outs, strict=True):
         assert proc.returncode == 0, errs[-3000:]
     return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+
+
+def release(proc: subprocess.Popen[str]) -> None:
+    """Let a child that waits on its stdin (``sys.stdin.readline()``) go on."""
+    assert proc.stdin is not None
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
 
 
 def assert_exactly(server: ChromaServer, expected: dict[str, dict[str, dict[str, str]]]) -> None:
@@ -185,7 +196,7 @@ def assert_exactly(server: ChromaServer, expected: dict[str, dict[str, dict[str,
 def test_eight_processes_ingest_eight_users_at_once(chroma_server: ChromaServer, tmp_path: Path) -> None:
     # The same conversation id for everyone: equal unit ids in eight tenants.
     jobs = [(f"cc8-user{i}", write(tmp_path, f"u{i}", conversation("chat", f"mk{i}x"))) for i in range(8)]
-    reports = run_together(chroma_server.url, jobs, tmp_path / "go")
+    reports = run_together(chroma_server.url, jobs)
     assert [r["turns_added"] for r in reports] == [16] * 8
     assert_exactly(chroma_server, reference(tmp_path / "ref", jobs))
 
@@ -193,7 +204,7 @@ def test_eight_processes_ingest_eight_users_at_once(chroma_server: ChromaServer,
 def test_four_processes_ingest_four_conversations_of_one_user(chroma_server: ChromaServer, tmp_path: Path) -> None:
     jobs = [("cc4-solo", write(tmp_path, f"c{i}", conversation(f"conv{i}", f"cv{i}x", sessions=3)))
             for i in range(4)]
-    reports = run_together(chroma_server.url, jobs, tmp_path / "go")
+    reports = run_together(chroma_server.url, jobs)
     assert [r["turns_added"] for r in reports] == [24] * 4
     expected = reference(tmp_path / "ref", jobs)
     assert {k.split("/")[0] for k in expected["cc4-solo"]["turn"]} == {f"conv{i}" for i in range(4)}
@@ -203,7 +214,7 @@ def test_four_processes_ingest_four_conversations_of_one_user(chroma_server: Chr
 def test_two_processes_ingest_the_same_file_at_the_same_moment(chroma_server: ChromaServer, tmp_path: Path) -> None:
     source = write(tmp_path, "same", conversation("same", "twinx", sessions=3))
     jobs = [("cc2-twin", source), ("cc2-twin", source)]
-    reports = run_together(chroma_server.url, jobs, tmp_path / "go")
+    reports = run_together(chroma_server.url, jobs)
     assert sum(r["turns_added"] for r in reports) >= 24  # both may write a turn; the store keeps it once
     assert_exactly(chroma_server, reference(tmp_path / "ref", jobs[:1]))
 
@@ -211,13 +222,13 @@ def test_two_processes_ingest_the_same_file_at_the_same_moment(chroma_server: Ch
 # ---- a reader while a writer writes ----------------------------------------------------------------
 
 PAUSING_WRITER = r"""
-import os, sys, time
+import sys
 sys.path.insert(0, "tests")
 from conftest import HashEmbeddings
 from memstrata import Memstrata
 
-url, user, source, gate = sys.argv[1:5]
-stops, seen = sys.argv[5].split(","), []
+url, user, source = sys.argv[1:4]
+stops, seen = sys.argv[4].split(","), []
 
 def on_progress(event):
     # The graph's event loop stands still here, so nothing more is written until the reader says so.
@@ -225,8 +236,8 @@ def on_progress(event):
     name = f"{event['stage']}-{seen.count(event['stage'])}"
     if name in stops:
         print(f"paused {name}", flush=True)
-        while not os.path.exists(f"{gate}.{name}"):
-            time.sleep(0.01)
+        if sys.stdin.readline() != "go\n":  # blocks until the reader has read
+            sys.exit("the reader went away")
 
 Memstrata(url=url, embeddings=HashEmbeddings()).ingest(source, user_id=user, on_progress=on_progress)
 print("done", flush=True)
@@ -263,10 +274,10 @@ def reader_views(chroma_server: ChromaServer, tmp_path_factory: pytest.TempPathF
     first = write(folder, "first", conversation("chat", "rdx", sessions=1))
     mem = Memstrata(url=chroma_server.url, embeddings=HashEmbeddings(), snapshot_refresh_s=0.0)
     mem.ingest(first, user_id=user)
-    source, gate = write(folder, "all", conversation("chat", "rdx", sessions=4)), folder / "gate"
-    proc = subprocess.Popen([sys.executable, "-c", PAUSING_WRITER, chroma_server.url, user, str(source), str(gate),
-                             ",".join(PAUSES)], cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    source = write(folder, "all", conversation("chat", "rdx", sessions=4))
+    proc = subprocess.Popen([sys.executable, "-c", PAUSING_WRITER, chroma_server.url, user, str(source),
+                             ",".join(PAUSES)], cwd=REPO, env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     views: dict[str, dict[str, Any]] = {}
     try:
         for name in PAUSES:
@@ -276,7 +287,7 @@ def reader_views(chroma_server: ChromaServer, tmp_path_factory: pytest.TempPathF
             views[name] = {"children": dangling(read_units(mem.store, user, reverse=True), "children"),
                            "parents": dangling(read_units(mem.store, user, reverse=False), "parents"),
                            "evidence": result.evidence}
-            Path(f"{gate}.{name}").touch()
+            release(proc)
         _, errs = proc.communicate(timeout=TIMEOUT_S)
         assert proc.returncode == 0, errs[-3000:]
         views["after"] = {"parents": dangling(read_units(mem.store, user, reverse=False), "parents")}
@@ -306,6 +317,34 @@ def test_a_reader_during_writes_never_sees_an_episode_without_its_summary(
 # ---- the server stops mid-ingest -------------------------------------------------------------------
 
 
+PAUSED_CLI = r"""
+import os, sys
+from memstrata.cli import app
+from memstrata.client import Memstrata
+
+signal_fd, args = int(sys.argv[1]), sys.argv[2:]
+ingest, held = Memstrata.aingest, []
+
+def hold_after_the_first_turns(event, then):
+    # The graph's event loop stands still here: the test stops the server before anything more is written.
+    if then is not None:
+        then(event)
+    if event.get("stage") == "turns" and not held:
+        held.append(event)
+        os.write(signal_fd, b"paused\n")
+        os.close(signal_fd)
+        if sys.stdin.readline() != "go\n":
+            sys.exit("the test went away")
+
+async def aingest(self, source, *, on_progress=None, **kwargs):
+    return await ingest(self, source, on_progress=lambda e: hold_after_the_first_turns(e, on_progress), **kwargs)
+
+Memstrata.aingest = aingest
+app(prog_name="memstrata", args=args)
+"""
+"""The ``memstrata`` command, held still once its first turns are stored until the test writes ``go``."""
+
+
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "memstrata", *args], cwd=REPO, env=ENV, capture_output=True,
                           text=True, timeout=TIMEOUT_S)
@@ -328,14 +367,25 @@ def test_a_server_stopped_mid_ingest_is_a_clear_error_and_a_rerun_loses_nothing(
     data = tmp_path / "data"
     private_server.append(start_chroma(data))
     source = write(tmp_path, "big", conversation("big", "bgx", sessions=4, turns=40))
-    proc = subprocess.Popen([sys.executable, "-m", "memstrata", "ingest", str(source), "--user", "stop",
-                             "--chroma-url", private_server[0].url], cwd=REPO, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    client = private_server[0].client()
-    while proc.poll() is None and not any(c.name == "memstrata_turn" and c.count() for c in client.list_collections()):
-        time.sleep(0.05)
-    private_server[0].stop()  # the first turns are in: the ingest is under way
-    out, errs = proc.communicate(timeout=TIMEOUT_S)
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", PAUSED_CLI, str(write_end), "ingest", str(source), "--user", "stop",
+                             "--chroma-url", private_server[0].url], cwd=REPO, env=ENV, pass_fds=(write_end,),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    os.close(write_end)  # the child holds the only write end: it says "paused", or exits and the read ends
+    try:
+        with os.fdopen(read_end) as paused:
+            said = paused.readline() if select.select([paused], [], [], TIMEOUT_S)[0] else ""
+        if said != "paused\n":
+            proc.kill()
+            pytest.fail(f"the ingest did not pause after its first turns ({said!r}):\n{proc.communicate()[1][-3000:]}")
+        assert private_server[0].client().get_collection("memstrata_turn").count() > 0
+        private_server[0].stop()  # the first turns are in and the ingest is held: it is under way
+        release(proc)
+        out, errs = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 2, (out, errs)
     assert "Traceback" not in out + errs
     assert "Chroma server" in errs and "stopped answering" in errs and "re-run" in errs, errs

@@ -12,9 +12,10 @@ import logging
 import time
 from typing import Any, TypedDict
 
+import httpx
 import pytest
 from langchain_core.callbacks import AsyncCallbackHandler
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel, Field
 
@@ -148,18 +149,34 @@ async def test_ingestion_in_llm_mode(chat_model: Any, tmp_path: Any) -> None:
 
 
 class FirstToken(AsyncCallbackHandler):
-    """Sets an event when the model starts, and when the first token arrives."""
+    """Sets an event when the first token arrives."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.started = asyncio.Event()
         self.first_token = asyncio.Event()
-
-    async def on_chat_model_start(self, serialized: Any, messages: list[list[BaseMessage]], **kwargs: Any) -> None:
-        self.started.set()
 
     async def on_llm_new_token(self, token: str, **kwargs: Any) -> None:
         self.first_token.set()
+
+
+class RequestSent:
+    """An HTTP client whose event is set once a request is written out and its reply is awaited.
+
+    httpcore reports each step of a request to the ``trace`` extension; the client's request
+    hook puts one on every request. ``receive_response_headers.started`` comes after the
+    whole body is on the socket, so the request is then in flight, whatever the server does.
+    """
+
+    def __init__(self) -> None:
+        self.sent = asyncio.Event()
+        self.client = httpx.AsyncClient(timeout=120, event_hooks={"request": [self._hook]})
+
+    async def _hook(self, request: httpx.Request) -> None:
+        request.extensions["trace"] = self._trace
+
+    async def _trace(self, event: str, info: dict[str, Any]) -> None:
+        if event.endswith("receive_response_headers.started"):
+            self.sent.set()
 
 
 class Story(BaseModel):
@@ -180,18 +197,17 @@ async def test_a_server_killed_mid_call_ends_in_the_fallback_and_llm_error(llama
     behind the endless stream, when the process dies: both calls are in flight.
     """
     server = llama_server_factory()
-    streaming, deciding = FirstToken(), FirstToken()
+    streaming, deciding = FirstToken(), RequestSent()
     meter = Meter()
     answer = asyncio.create_task(stream_answer(
         make_chat_model(server.base_url, logit_bias=ENDLESS, callbacks=[streaming]),
         [HumanMessage("Write a very long story about a cat who moves to Lisbon.")], meter=meter, timeout=30))
     await asyncio.wait_for(streaming.first_token.wait(), 60)
     decision = asyncio.create_task(decide(
-        make_chat_model(server.base_url, callbacks=[deciding]), Story, "You are a novelist.",
+        make_chat_model(server.base_url, http_async_client=deciding.client), Story, "You are a novelist.",
         "Write a story about a cat.", node="story", fallback=lambda: Story(title="fallback", story=""),
         meter=meter, timeout=60, retries=2))
-    await asyncio.wait_for(deciding.started.wait(), 30)
-    await asyncio.sleep(0.5)  # the request is sent and queued behind the stream
+    await asyncio.wait_for(deciding.sent.wait(), 30)  # the decision is on the wire, queued behind the stream
     assert not answer.done() and not decision.done()
 
     killed = time.monotonic()
@@ -204,6 +220,7 @@ async def test_a_server_killed_mid_call_ends_in_the_fallback_and_llm_error(llama
     records = {c.node: c for c in meter.calls}
     assert records["answer"].outcome == "error" and records["answer"].completion_tokens > 0
     assert records["story"].outcome == "error" and "Connection" in (records["story"].error or "")
+    await deciding.client.aclose()
 
 
 async def test_middleware_and_store_with_the_real_server(llama_server: str, tmp_path: Any) -> None:
@@ -222,8 +239,6 @@ async def test_middleware_and_store_with_the_real_server(llama_server: str, tmp_
     assert found and all(item.namespace[0] == "u" for item in found)
 
     # An HTTP client of this test's own: langchain-openai shares one per URL, bound to the first test's event loop.
-    import httpx
-
     model = make_chat_model(llama_server, http_async_client=httpx.AsyncClient(timeout=120))
     agent = create_agent(model, tools=[], checkpointer=InMemorySaver(), store=store,
                          middleware=[MemstrataMiddleware(mem, user_id="u", context_budget=400)])

@@ -7,11 +7,12 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -43,6 +44,21 @@ def _budgets(value: str) -> tuple[int, ...]:
         msg = f"--budgets must be comma-separated positive integers, got {value!r}"
         raise typer.BadParameter(msg)
     return parsed
+
+
+def _settings(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs as Context fields (a VALUE that reads as JSON is taken as such, else as text)."""
+    known = {f.name for f in dataclasses.fields(Context)}
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or key not in known:
+            raise typer.BadParameter(f"{pair!r}: expected KEY=VALUE with KEY a Context field", param_hint="--set")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
 
 
 def _methods(value: str | None) -> list[str] | None:
@@ -84,8 +100,12 @@ def locomo(
         "gold evidence; never answer quality), 'oracle-deep' (the same, forced onto the deep path), or the base "
         "URL of an OpenAI-compatible server"))] = None,
     reader_model: Annotated[str, typer.Option(help="model name sent to a --reader URL")] = "smollm2",
+    set_: Annotated[list[str] | None, typer.Option("--set", help=(
+        "a Context setting memstrata runs with, as KEY=VALUE (repeatable), for an ablation row; e.g. "
+        "--set theme_search_k=0"))] = None,
 ) -> None:
     """Evidence recall@B of memstrata and the baselines on LoCoMo, measured in one run."""
+    settings = _settings(set_ or [])
     if torch_threads is not None:
         import torch
 
@@ -93,7 +113,7 @@ def locomo(
     limit_blas(BLAS_THREADS)  # memstrata's default, set before any method runs: the baselines run under it too
     result = run_locomo(path, conversations=_split(conversations), budgets=_budgets(budgets),
                         methods=_methods(methods), progress=progress, questions_per_conversation=limit,
-                        command=command_line(), reader=reader, reader_model=reader_model)
+                        command=command_line(), reader=reader, reader_model=reader_model, settings=settings)
     result["torch_threads"] = torch_threads
     result["blas_threads"] = BLAS_THREADS
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -64,7 +64,7 @@ class MethodStats:
 
 def resolve_methods(
     methods: Sequence[str | Method] | None, *, embeddings: Embeddings | None = None, reader: str | None = None,
-    reader_model: str = "smollm2",
+    reader_model: str = "smollm2", settings: dict[str, Any] | None = None,
 ) -> list[Method]:
     """Build methods from names (``memstrata``, ``bm25``, ``dense``, ``hybrid_rrf``, ``random``) or pass objects through.
 
@@ -73,6 +73,7 @@ def resolve_methods(
         embeddings: the shared embedder (packaged MiniLM when ``None``).
         reader: ask memstrata in LLM mode with this reader (``oracle``, ``oracle-deep`` or a server URL).
         reader_model: the model name sent to a URL reader.
+        settings: :class:`~memstrata.context.Context` fields for memstrata (offline only; an ablation row).
     """
     wanted = list(methods) if methods is not None else list(METHOD_NAMES)
     if not wanted:
@@ -83,12 +84,13 @@ def resolve_methods(
 
         embeddings = MiniLMEmbeddings()
     counter = TokenCounter()
-    return [_build_method(m, embeddings=embeddings, counter=counter, reader=reader, reader_model=reader_model)
+    return [_build_method(m, embeddings=embeddings, counter=counter, reader=reader, reader_model=reader_model,
+                          settings=settings)
             if isinstance(m, str) else m for m in wanted]
 
 
 def _build_method(name: str, *, embeddings: Embeddings | None, counter: TokenCounter, reader: str | None = None,
-                  reader_model: str = "smollm2") -> Method:
+                  reader_model: str = "smollm2", settings: dict[str, Any] | None = None) -> Method:
     if name not in METHOD_NAMES:
         msg = f"methods: unknown method {name!r}; choose from {list(METHOD_NAMES)}"
         raise ValueError(msg)
@@ -99,7 +101,7 @@ def _build_method(name: str, *, embeddings: Embeddings | None, counter: TokenCou
     if name == "memstrata":
         from memstrata.bench.system import MemstrataMethod
 
-        return MemstrataMethod(embeddings=embeddings)  # type: ignore[arg-type]
+        return MemstrataMethod(embeddings=embeddings, settings=settings)  # type: ignore[arg-type]
     return make_baseline(name, embeddings=embeddings, counter=counter)  # type: ignore[arg-type]
 
 
@@ -115,6 +117,7 @@ def run_locomo(
     command: str | None = None,
     reader: str | None = None,
     reader_model: str = "smollm2",
+    settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Measure every method on LoCoMo in the same run.
 
@@ -130,6 +133,7 @@ def run_locomo(
         reader: run memstrata in LLM mode with this reader and report its LLM cost (see
             :mod:`memstrata.bench.reader`); ``None`` runs it offline.
         reader_model: the model name sent to a URL reader.
+        settings: :class:`~memstrata.context.Context` fields memstrata runs with (an ablation row); recorded.
 
     Returns:
         The results dict; see ``benchmarks/README.md`` for its keys.
@@ -139,7 +143,8 @@ def run_locomo(
     convs = load_locomo(path, conversations=conversations)
     for conv in convs:
         conv.questions = conv.questions[:questions_per_conversation]
-    active = resolve_methods(methods, embeddings=embeddings, reader=reader, reader_model=reader_model)
+    active = resolve_methods(methods, embeddings=embeddings, reader=reader, reader_model=reader_model,
+                             settings=settings)
     _check_unique([m.name for m in active])
     stats = {m.name: MethodStats(budgets=budgets) for m in active}
     latency_budget = LATENCY_BUDGET if LATENCY_BUDGET in budgets else budgets[len(budgets) // 2]

@@ -27,6 +27,7 @@ from memstrata.context import Context
 from memstrata.memory.entity_graph.expansion import GraphSearch
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.search.fusion import Weights
+from memstrata.memory.search.themes import ThemeSearch
 from memstrata.memory.search.query import Query
 from memstrata.memory.store import MemoryStore
 from memstrata.runtime import search
@@ -46,6 +47,7 @@ class NodeRun:
         index: the search snapshot (``search=True``).
         vectors: one vector per query (``queries`` given).
         graph: the entity graph for expansion (``graph=True``; ``None`` when off or empty).
+        themes: the theme path's settings (``graph=True``; ``None`` when off).
         now: ``Context.now``, else the snapshot's latest turn: results never depend on the day they run.
         weights: the fusion and Eq. 3 settings.
         scope_kinds: scope -> the unit kinds it searches directly.
@@ -60,6 +62,7 @@ class NodeRun:
     index: MemoryIndex | None = None
     vectors: np.ndarray | None = None
     graph: GraphSearch | None = None
+    themes: ThemeSearch | None = None
     now: datetime | None = None
     weights: Weights | None = None
     scope_kinds: dict[str, list[str]] = field(default_factory=dict)
@@ -87,7 +90,7 @@ async def open_node(runtime: Any, node: str, state: Mapping[str, Any] | None = N
         state: the node's input (``run_key`` and ``llm_calls`` find the query's meter).
         search_index: open the snapshot (bounded runs grow it with ``queries``' candidates).
         queries: embed these (one vector each, ``Query.embed_text``).
-        graph: build the entity graph for expansion too.
+        graph: build the entity graph for expansion too, and the theme path's settings.
         new_query: the query's first node: open its meter.
         ingest: an ingestion stage (no token budget, no count).
     """
@@ -107,6 +110,7 @@ async def open_node(runtime: Any, node: str, state: Mapping[str, Any] | None = N
         run.vectors = await search.query_vectors(ctx, store, queries)
     if graph and run.index is not None:
         run.graph = await search.graph_search(ctx, store, run.index)
+        run.themes = search.theme_search(ctx)
     if search_index:
         run.now = search.reference_now(ctx, run.index)
         run.weights, run.scope_kinds = search.weights(ctx), search.scope_kinds(ctx)

@@ -21,6 +21,7 @@ import numpy as np
 
 from memstrata.context import Context
 from memstrata.memory.entity_graph.expansion import GraphSearch, GraphView
+from memstrata.memory.search.themes import ThemeSearch
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.index.bounded import Bounds, release_run, working_set
 from memstrata.memory.index.held import PerConversation, moved
@@ -150,6 +151,16 @@ def weights(ctx: Context) -> Weights:
                    tau_days=ctx.decay_tau_days, eta=ctx.decay_eta, episode_prior=ctx.episode_prior,
                    neighbour=ctx.neighbour_share, speaker=ctx.speaker_prior, when=ctx.when_prior,
                    lam=ctx.temporal_lambda)
+
+
+def theme_search(ctx: Context) -> ThemeSearch | None:
+    """The theme path's settings of a run (``None`` when ``theme_search_k`` is 0)."""
+    if ctx.theme_search_k <= 0:
+        return None
+    return ThemeSearch(themes=ctx.theme_search_k, facts=ctx.theme_fact_seeds, select=ctx.theme_select,
+                       alpha=ctx.theme_alpha, coverage=ctx.theme_coverage, theme_budget=ctx.theme_pick,
+                       fact_budget=ctx.theme_fact_pick, spread=ctx.theme_spread, stage2=ctx.theme_stage2,
+                       patience=ctx.theme_patience, knn=ctx.theme_knn)
 
 
 def scope_kinds(ctx: Context) -> dict[str, list[str]]:

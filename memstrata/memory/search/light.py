@@ -25,7 +25,10 @@ import numpy as np
 
 from memstrata.memory.search.fusion import RRF_K, Weights
 from memstrata.memory.entity_graph.expansion import GraphSearch
-from memstrata.memory.search.scoring import event_hit, graph_events, graph_hits, query_graph, score_query, turn_hits
+from memstrata.memory.search.scoring import (
+    event_hit, graph_events, graph_hits, query_graph, score_query, theme_hits, turn_hits,
+)
+from memstrata.memory.search.themes import ThemeSearch, ThemeTrace, theme_reach
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels.level1.summary import SUMMARY
 from memstrata.memory.search.query import Hit, Query
@@ -41,12 +44,14 @@ class LightResult:
     turns: list[Hit] = field(default_factory=list)
     kinds: dict[str, int] = field(default_factory=dict)  # hits per kind that found them, for the trace
     graph_events: dict[str, bool] = field(default_factory=dict)  # summaries the entity seeds reached: newly coarse?
+    themes: dict[str, ThemeTrace] = field(default_factory=dict)  # per query: what the theme path did
 
 
 def light_lookup(
     index: MemoryIndex, queries: Sequence[Query], vectors: np.ndarray, *, level1_k: int | Mapping[str, int],
     coarse_n: int, weights: Weights, now: datetime | None, scope_kinds: Mapping[str, Sequence[str]],
     raw_per_query: int, superseded: float, level1_rank: str, window_k: int, graph: GraphSearch | None = None,
+    themes: ThemeSearch | None = None,
 ) -> LightResult:
     """Top-k events of each kind per query, the coarse top-``coarse_n``, and their turns (plus direct raw turns).
 
@@ -56,7 +61,9 @@ def light_lookup(
     through the entity graph bring their turns too (``found_by="entity_graph"``), and the event summaries
     holding those turns join the coarse pool (:func:`~memstrata.memory.search.scoring.graph_events`). ``level1_rank``
     orders the summaries (see :func:`rerank_summaries`). A query whose time hint selects tree windows also
-    brings its ``window_k`` best turns inside them, whatever its scope (``found_by="tree_window"``).
+    brings its ``window_k`` best turns inside them, whatever its scope (``found_by="tree_window"``). With
+    ``themes``, the facts the theme path admits bring their turns (``found_by="theme"`` or ``"spread"``, see
+    :mod:`~memstrata.memory.search.themes`), whatever the scope.
     """
     level1: dict[str, Hit] = {}
     coarse: dict[str, Hit] = {}
@@ -68,7 +75,7 @@ def light_lookup(
         deep = {k: len(index.events[k]) if k == SUMMARY.kind and level1_rank != "own" else max(coarse_n, ks[k])
                 for k in kinds}
         ranked, parts = score_query(index, query, qvec, event_kinds=kinds, top_events=ks, weights=weights,
-                                    now=now, graph=graph, superseded=superseded, depth=deep)
+                                    now=now, graph=graph, superseded=superseded, depth=deep, themes=themes)
         ranked = rerank_summaries(index, ranked, parts["score"], level1_rank)
         found: list[Hit] = []
         seen: dict[str, int] = {}
@@ -86,6 +93,10 @@ def light_lookup(
                                query=query, window=node_window(index.events[kind].units[row]))
         reached = query_graph(index, query, graph)
         found += graph_hits(index, query, reached, parts)
+        through_themes, how = theme_reach(index, query, None, themes)  # memoized by score_query
+        found += theme_hits(index, query, through_themes, parts)
+        if how.themes is not None:
+            out.themes[query.id] = how
         for hit in graph_events(index, query, reached, ranked):  # entity seeds -> fragments -> tree events
             out.graph_events[hit.key] = coarse.setdefault(hit.key, hit) is hit
         if reads_raw and len(parts["score"]):

@@ -21,6 +21,7 @@ from memstrata.memory.search.fusion import (
 from memstrata.memory.entity_graph.expansion import GraphSearch, Reach, graph_reach
 from memstrata.memory.index import MemoryIndex, tokenize
 from memstrata.memory.search.query import Hit, Query
+from memstrata.memory.search.themes import ThemeReach, ThemeSearch, theme_prior_rows, theme_reach
 from memstrata.memory.levels.level1.fact import FACT
 from memstrata.memory.levels.level1.summary import SUMMARY
 from memstrata.memory.timeparse import format_date
@@ -92,7 +93,8 @@ def event_turn_rows(index: MemoryIndex, hits: Sequence[Hit]) -> list[int]:
 def score_query(index: MemoryIndex, query: Query, qvec: np.ndarray, *, event_kinds: Sequence[str],
                 top_events: int | Mapping[str, int], weights: Weights, now: datetime | None,
                 graph: GraphSearch | None = None, superseded: float = 1.0,
-                depth: Mapping[str, int] | None = None) -> tuple[list[tuple[str, int, float]], dict[str, np.ndarray]]:
+                depth: Mapping[str, int] | None = None,
+                themes: ThemeSearch | None = None) -> tuple[list[tuple[str, int, float]], dict[str, np.ndarray]]:
     """The query's events of the given kinds, best first, and every turn's fused score with its parts.
 
     Each kind's events are ranked as deep as ``top_events`` needs, or as ``depth`` asks when deeper
@@ -101,6 +103,8 @@ def score_query(index: MemoryIndex, query: Query, qvec: np.ndarray, *, event_kin
     With ``graph``, the facts reached through the entity graph add a prior of their own to the turns they
     reach (H-Mem: an entity path gives its fragments relevance). Units that are no longer current (a
     superseded fact) score ``superseded`` times their match, unless the query asks about the past.
+    With ``themes``, the facts the theme path admits (:mod:`~memstrata.memory.search.themes`) lend their turns
+    the same kind of prior.
     """
     key = f"{query.text}\x1f{query.dense_text or ''}\x1f{superseded}"
     if key not in index.memo:
@@ -117,6 +121,9 @@ def score_query(index: MemoryIndex, query: Query, qvec: np.ndarray, *, event_kin
     if reached:
         facts = index.events[FACT_KIND]
         prior = np.maximum(prior, link_prior(index, [(facts.turn_rows[row], s) for row, s, _ in reached]))
+    through_themes, _ = theme_reach(index, query, events, themes)
+    if through_themes:
+        prior = np.maximum(prior, link_prior(index, theme_prior_rows(index, through_themes)))
     return ranked, score_turns(index, query, own, prior, weights=weights, now=now)
 
 
@@ -144,6 +151,17 @@ def graph_hits(index: MemoryIndex, query: Query, reached: Sequence[tuple[int, fl
     for row, _, how in reached:
         out += turn_hits(index, facts.turn_rows[row], parts, level="level1", found_by="entity_graph", query=query,
                          via=f"{how.describe()} -> {facts.units[row].id}")
+    return out
+
+
+def theme_hits(index: MemoryIndex, query: Query, reached: Sequence[ThemeReach],
+               parts: dict[str, np.ndarray]) -> list[Hit]:
+    """The raw turns of the facts the theme path admitted, each naming its theme and fact."""
+    facts = index.events[FACT_KIND]
+    out = []
+    for r in reached:
+        out += turn_hits(index, facts.turn_rows[r.fact_row], parts, level="level1", found_by=r.found_by,
+                         query=query, via=r.via)
     return out
 
 

@@ -217,7 +217,7 @@ def best_merge(vectors: np.ndarray, labels: Sequence[Hashable], theme: Hashable,
     mu = unit_rows(sums)
     sims = mu @ mu[me]
     sims[me] = -np.inf
-    options = [int(i) for i in np.argsort(-sims, kind="stable")[:neighbours]]
+    options = [int(i) for i in np.argsort(-sims, kind="stable") if i != me][:neighbours]  # never itself
     keep = [i for i in range(len(keys)) if i != me]
     scores = []
     for target in options:

@@ -129,7 +129,7 @@ def refresh(update: TreeUpdate, node_id: str, text: str, *, method: str, leaves_
 
 
 def save_tree(store: MemoryStore, update: TreeUpdate, units: Sequence[TreeNode]) -> int:
-    """Write the recomputed nodes, their edges and the reinforcement counts; delete pruned nodes."""
+    """Write the recomputed nodes, their edges and the reinforcement counts; delete pruned nodes and their counts."""
     user, conv, forest = update.user_id, update.conversation_id, update.forest
     gone = [e for e in store.edges.get(user, conversation_id=conv, rel=REL)
             if e.dst in update.removed or forest.parent.get(e.src) != e.dst]
@@ -138,6 +138,7 @@ def save_tree(store: MemoryStore, update: TreeUpdate, units: Sequence[TreeNode])
                                 turn_ids=tuple(update.summaries[child].turn_ids) if child in update.summaries else ())
                            for u in units for child in u.children])
     store.delete(TREE_NODE.kind, user_id=user, conversation_id=conv, unit_ids=update.removed)
+    store.counters.delete(user, [(conv, TREE_NODE.kind, node_id) for node_id in update.removed])  # their n_m, r_m go
     store.upsert(TREE_NODE.kind, list(units), documents=[u.embed_text() for u in units],
                  vectors=[forest.vectors[u.id].tolist() for u in units], extra=[u.metadata() for u in units])
     _reinforce(store, update, units)

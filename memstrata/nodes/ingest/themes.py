@@ -54,7 +54,8 @@ async def group_themes(state: IngestState, runtime: Runtime[Context]) -> dict[st
         previous = {f: r.unit_id for r in stored for f in r.payload.get("fact_ids", [])}
         if not facts and not previous:
             continue
-        x = np.asarray([vectors[f.id] for f in facts], dtype=float).reshape(len(facts), -1)
+        # no closed fact left (an update reopened the only episode): an empty matrix, and every theme goes
+        x = np.asarray([vectors[f.id] for f in facts], dtype=float) if facts else np.zeros((0, 1))
         grouped = await asyncio.to_thread(
             regroup, [f.id for f in facts], x, previous, tau=ctx.theme_tau, attach_at=ctx.theme_attach,
             cap=ctx.theme_cap, floor=ctx.theme_floor, knn=ctx.theme_knn, max_steps=ctx.theme_max_steps,

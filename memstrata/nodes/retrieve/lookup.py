@@ -22,12 +22,13 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
     found = light_lookup(run.index, queries, run.vectors, level1_k=run.event_k,
                          coarse_n=ctx.coarse_n, weights=run.weights, now=run.now,
                          scope_kinds=run.scope_kinds, raw_per_query=run.pool_size,
-                         graph=run.graph, superseded=ctx.superseded_weight,
+                         graph=run.graph, themes=run.themes, superseded=ctx.superseded_weight,
                          level1_rank=ctx.level1_rank, window_k=ctx.window_turns)
     return {
         "level1": found.level1, "coarse": found.coarse, "candidates": found.turns,
         "events": [{"node": "lookup_level1", "iteration": state.get("iteration", 0),
                     "queries": [q.text for q in queries], "level1": len(found.level1), "coarse": len(found.coarse),
                     "turns": len(found.turns), "found_by": found.kinds,
-                    "graph_events": len(found.graph_events), "graph_events_added": sum(found.graph_events.values())}],
+                    "graph_events": len(found.graph_events), "graph_events_added": sum(found.graph_events.values()),
+                    "themes": {q: vars(t) for q, t in found.themes.items()}}],
     }

@@ -54,6 +54,7 @@ class Theme(Unit):
         return {**super().metadata(), "size": self.size, "method": self.method}
 
 
-THEME = register(Level(kind="theme", unit=Theme, role="event", scopes=(), searched=False, lends_prior=False,
+THEME = register(Level(kind="theme", unit=Theme, role="event", scopes=(), lends_prior=False,
                        description="themes: the conversation's facts grouped by what they are about (xMemory's "
-                                   "themes, Bi-Mem's scenes); built and kept by ingestion, not yet searched"))
+                                   "themes, Bi-Mem's scenes); searched by the theme path (Stage I and II, "
+                                   "spreading), not ranked as a scope's Level-1 events"))

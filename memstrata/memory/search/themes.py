@@ -1,0 +1,189 @@
+"""Retrieval through the themes: xMemory's Stage I and II and Bi-Mem's associative spreading, offline.
+
+For one query (all on the search snapshot, memoized per query text):
+
+1. **Theme candidates**: the ``themes`` best-matching themes (dense and BM25 over the theme text). With
+   spreading on, the themes of the ``facts`` best-matching facts join them (Bi-Mem Eq. 9: a retrieved fact
+   evokes its parent scene).
+2. **Stage I** (xMemory Eq. 4, :func:`~memstrata.memory.themes.select.representatives`): representative themes
+   on the kNN graph of the candidates' centroids, then, over the facts those themes induce, representative
+   facts. With ``select="top"`` both steps keep the best-matching ones instead (the ablation without Eq. 4).
+   A selected theme induces all its facts, or with spreading its ``spread`` best-matching facts (Bi-Mem
+   Eq. 10: a scene brings its top-m facts).
+3. **Stage II** (offline proxy, :func:`~memstrata.memory.themes.select.admit_by_coverage`): the chosen facts,
+   grouped by the episode they come from, are admitted episode by episode in order of support (the summed
+   match of their facts) while they say query words nothing admitted before said; after ``patience``
+   episodes that say nothing new it stops. Without a model there is no reader whose uncertainty could be
+   measured, so the proxy is the query's words left unsaid; a trace names it so.
+
+The admitted facts' raw turns become candidates (``found_by="theme"``, or ``"spread"`` when the theme was
+evoked by a fact), and lend the turns a prior like the entity graph's (:func:`theme_prior_rows`).
+
+Example:
+    >>> reach = theme_reach(index, query, events, ThemeSearch(themes=8))       # doctest: +SKIP
+    >>> [(r.fact_row, r.found_by, r.via) for r in reach][:1]                    # doctest: +SKIP
+    [(41, 'theme', 'theme:3 -> fact:s4:0-5:2')]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from memstrata.memory.index import MemoryIndex, tokenize
+from memstrata.memory.levels.level1.fact import FACT
+from memstrata.memory.levels.level1.theme import THEME
+from memstrata.memory.search.query import Query
+from memstrata.memory.themes.select import admit_by_coverage, representatives
+
+SELECTIONS = ("eq4", "top")
+THEME_FOUND_BY, SPREAD_FOUND_BY = "theme", "spread"
+
+
+@dataclass(frozen=True)
+class ThemeSearch:
+    """One query's theme path settings (from ``Context``'s theme retrieval section; ``themes=0`` is off)."""
+
+    themes: int = 8
+    facts: int = 10
+    select: str = "eq4"
+    alpha: float = 0.5
+    coverage: float = 0.8
+    theme_budget: int = 3
+    fact_budget: int = 8
+    spread: int = 3
+    stage2: bool = True
+    patience: int = 2
+    knn: int = 5
+
+    def __post_init__(self) -> None:
+        if self.select not in SELECTIONS:
+            raise ValueError(f"theme selection must be one of {SELECTIONS}, not {self.select!r}")
+
+
+@dataclass(frozen=True)
+class ThemeReach:
+    """A fact the theme path admitted: its row, support, the path that found it and how."""
+
+    fact_row: int
+    support: float
+    via: str
+    found_by: str
+
+
+@dataclass
+class ThemeTrace:
+    """What the theme path did for one query, for the trace."""
+
+    candidates: int = 0
+    evoked: int = 0
+    themes: list[str] | None = None
+    facts: int = 0
+    episodes_offered: int = 0
+    episodes_admitted: int = 0
+    uncertainty_left: float | None = None
+
+
+def theme_reach(index: MemoryIndex, query: Query, events: dict[str, np.ndarray] | None,
+                search: ThemeSearch | None) -> tuple[list[ThemeReach], ThemeTrace]:
+    """The facts the theme path admits for ``query``, memoized per query text on the snapshot."""
+    themes, facts = index.events.get(THEME.kind), index.events.get(FACT.kind)
+    if search is None or search.themes <= 0 or themes is None or facts is None or not len(themes):
+        return [], ThemeTrace()
+    key = f"themes\x1f{query.text}\x1f{search}"
+    if key not in index.memo:
+        if events is None or THEME.kind not in events or FACT.kind not in events:
+            return [], ThemeTrace()
+        index.remember(key, _reach(index, query, events[THEME.kind], events[FACT.kind], search))
+    return index.memo[key]
+
+
+def _reach(index: MemoryIndex, query: Query, theme_scores: np.ndarray, fact_scores: np.ndarray,
+           s: ThemeSearch) -> tuple[list[ThemeReach], ThemeTrace]:
+    themes, facts = index.events[THEME.kind], index.events[FACT.kind]
+    members = theme_members(index)
+    owner = {f: t for t, rows in enumerate(members) for f in rows}
+    trace = ThemeTrace()
+    cand = [int(t) for t in _top(theme_scores, s.themes)]
+    evoked: set[int] = set()
+    if s.spread > 0:
+        for f in _top(fact_scores, s.facts):
+            t = owner.get(int(f))
+            if t is not None and t not in cand:
+                cand.append(t)
+                evoked.add(t)
+    trace.candidates, trace.evoked = len(cand), len(evoked)
+    if not cand:
+        return [], trace
+    chosen_t = _select(theme_scores[cand], themes.vecs[cand], s, s.theme_budget)
+    picked = [cand[i] for i in chosen_t]
+    trace.themes = [themes.units[t].id for t in picked]
+    induced: list[int] = []
+    came_from: dict[int, int] = {}
+    for t in picked:
+        rows = sorted(members[t], key=lambda f: (-fact_scores[f], f))
+        for f in rows[:s.spread] if s.spread > 0 else rows:
+            if f not in came_from:
+                came_from[f] = t
+                induced.append(f)
+    if not induced:
+        return [], trace
+    chosen_f = [induced[i] for i in _select(fact_scores[induced], facts.vecs[induced], s, s.fact_budget)]
+    trace.facts = len(chosen_f)
+    support = {f: float(fact_scores[f] + theme_scores[came_from[f]]) for f in chosen_f}
+    if s.stage2:
+        chosen_f = _stage2(index, query, chosen_f, support, s, trace)
+    return [ThemeReach(f, support[f], f"{themes.units[came_from[f]].id} -> {facts.units[f].id}",
+                       SPREAD_FOUND_BY if came_from[f] in evoked else THEME_FOUND_BY) for f in chosen_f], trace
+
+
+def _top(scores: np.ndarray, n: int) -> list[int]:
+    """The ``n`` best rows, best first (ties by row)."""
+    if n <= 0 or not len(scores):
+        return []
+    return sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:n]
+
+
+def _select(relevance: np.ndarray, vecs: np.ndarray, s: ThemeSearch, budget: int) -> list[int]:
+    """Positions chosen among candidates given best first: Eq. 4, or the best ``budget`` by relevance."""
+    order = sorted(range(len(relevance)), key=lambda i: (-relevance[i], i))
+    if s.select == "top":
+        return order[:budget]
+    rel, v = relevance[order], vecs[order]
+    return [order[i] for i in representatives(rel, v @ v.T, k=s.knn, alpha=s.alpha, coverage=s.coverage,
+                                              budget=budget)]
+
+
+def _stage2(index: MemoryIndex, query: Query, chosen: Sequence[int], support: dict[int, float], s: ThemeSearch,
+            trace: ThemeTrace) -> list[int]:
+    """The chosen facts of the episodes admitted by the coverage proxy, episode by episode in support order."""
+    facts = index.events[FACT.kind]
+    groups: dict[str, list[int]] = {}
+    for f in chosen:
+        groups.setdefault(facts.units[f].episode_id, []).append(f)
+    order = sorted(groups, key=lambda e: (-sum(support[f] for f in groups[e]), e))
+    terms = [set(tokenize([" ".join([*(facts.units[f].text for f in groups[e]),
+                                     *(index.turns[r].text for f in groups[e] for r in facts.turn_rows[f])])])[0])
+             for e in order]
+    admitted, left = admit_by_coverage(set(tokenize([query.text])[0]), terms, patience=s.patience)
+    trace.episodes_offered, trace.episodes_admitted, trace.uncertainty_left = len(order), len(admitted), left
+    return [f for i in admitted for f in groups[order[i]]]
+
+
+def theme_members(index: MemoryIndex) -> list[list[int]]:
+    """Per theme row, the fact rows of its members (members the snapshot does not hold are skipped)."""
+    key = "theme_members"
+    if key not in index.memo:
+        themes, facts = index.events[THEME.kind], index.events[FACT.kind]
+        index.remember(key, [[facts.by_key[(t.conversation_id, f)] for f in t.fact_ids
+                              if (t.conversation_id, f) in facts.by_key] for t in themes.units])
+    return index.memo[key]
+
+
+def theme_prior_rows(index: MemoryIndex, reached: Sequence[ThemeReach]) -> list[tuple[list[int], float]]:
+    """(turn rows, support) of each admitted fact, for :func:`~memstrata.memory.search.fusion.link_prior`."""
+    facts = index.events[FACT.kind]
+    return [(facts.turn_rows[r.fact_row], r.support) for r in reached]
+

@@ -1,0 +1,126 @@
+"""Choosing evidence from the themes at query time (pure numpy): xMemory's two retrieval stages.
+
+**Stage I** (xMemory §3.3, Eq. 4): a greedy representative selection on a kNN graph of candidates. With
+``R`` the representatives chosen so far, ``C(R)`` the candidates they cover (each representative and its
+neighbours) and ``Delta(i; R)`` what candidate ``i`` would newly cover, each step takes
+
+    i* = argmax_{i not in R}  alpha * sum_{u in Delta(i;R)} w_iu / Z  +  (1 - alpha) * s(q, i)       (Eq. 4)
+
+and stops when ``|C(R)| / |V|`` reaches ``coverage`` or ``|R|`` reaches ``budget``. The paper leaves three
+things open; the readings taken here:
+
+* ``w_ii = 1``: a candidate covers itself with the weight of a perfect match, so a candidate with no
+  neighbour left to cover still counts for itself;
+* ``Z`` is the largest weight any single candidate could cover (``max_i sum_{u in {i} u N(i)} w_iu``), so the
+  coverage term lies in [0, 1] like the relevance term;
+* ``s(q, i)`` is the candidate's relevance min-max scaled to [0, 1] over the candidates.
+
+Ties go to the earlier candidate (callers pass candidates best first).
+
+**Stage II** (xMemory §3.3): evidence is admitted in order of support while it lowers the reader's
+uncertainty, with early stopping. Offline there is no reader; :func:`admit_by_coverage` uses the share of the
+query's content words (and names) that the admitted evidence has not yet said as the uncertainty, so a unit is
+admitted when it says a query word nothing admitted so far said, and the stage stops after ``patience``
+units in a row that say nothing new. That is a proxy, not the paper's measure: it is said so wherever it is used.
+
+Example:
+    >>> rel = np.array([1.0, 0.9, 0.2])
+    >>> sims = np.array([[1.0, 0.95, 0.0], [0.95, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    >>> representatives(rel, sims, k=1, alpha=0.8, coverage=1.0, budget=2)
+    [0, 2]
+    >>> admit_by_coverage({"cat", "miso"}, [{"cat"}, {"cat"}, {"miso"}, {"dog"}], patience=2)
+    ([0, 2], 0.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence, Set
+
+import numpy as np
+
+
+def knn_neighbours(sims: np.ndarray, k: int) -> list[list[int]]:
+    """Each row's ``k`` most similar other rows with a positive similarity, best first (ties by row)."""
+    out = []
+    for i, row in enumerate(np.asarray(sims, dtype=float)):
+        order = sorted((j for j in range(len(row)) if j != i and row[j] > 0), key=lambda j: (-row[j], j))
+        out.append(order[:k])
+    return out
+
+
+def scaled(values: np.ndarray) -> np.ndarray:
+    """Min-max scaled to [0, 1] (all 1 when every value is the same)."""
+    v = np.asarray(values, dtype=float)
+    if not len(v):
+        return v
+    low, high = float(v.min()), float(v.max())
+    return np.ones_like(v) if high - low < 1e-12 else (v - low) / (high - low)
+
+
+def representatives(relevance: np.ndarray, sims: np.ndarray, *, k: int, alpha: float, coverage: float,
+                    budget: int) -> list[int]:
+    """xMemory Eq. 4: the greedy coverage-plus-relevance representatives of the candidates, in order chosen.
+
+    ``relevance`` is each candidate's match to the query; ``sims`` their pairwise similarities (the kNN graph
+    keeps each candidate's ``k`` most similar with a positive weight).
+    """
+    n = len(relevance)
+    if n == 0 or budget <= 0:
+        return []
+    w = np.asarray(sims, dtype=float)
+    near = [[i, *js] for i, js in enumerate(knn_neighbours(w, k))]
+    weight = [{u: (1.0 if u == i else float(w[i, u])) for u in covers} for i, covers in enumerate(near)]
+    z = max(sum(ws.values()) for ws in weight) or 1.0
+    rel = scaled(relevance)
+    chosen: list[int] = []
+    covered: set[int] = set()
+    while len(chosen) < min(budget, n) and len(covered) < coverage * n:
+        gains = [(alpha * sum(ws for u, ws in weight[i].items() if u not in covered) / z + (1 - alpha) * rel[i], -i)
+                 for i in range(n) if i not in chosen]
+        _, best = max(gains)
+        chosen.append(-best)
+        covered.update(weight[-best])
+    return chosen
+
+
+def objective(relevance: np.ndarray, sims: np.ndarray, chosen: Sequence[int], *, k: int, alpha: float) -> float:
+    """The set function Eq. 4 climbs greedily: alpha * covered weight / Z + (1 - alpha) * summed relevance.
+
+    Each covered candidate counts once, with the best weight among the chosen that cover it (the greedy
+    step's gain is this function's increase when each candidate is covered by one representative only).
+    """
+    w = np.asarray(sims, dtype=float)
+    near = [[i, *js] for i, js in enumerate(knn_neighbours(w, k))]
+    weight = [{u: (1.0 if u == i else float(w[i, u])) for u in covers} for i, covers in enumerate(near)]
+    z = max((sum(ws.values()) for ws in weight), default=1.0) or 1.0
+    best: dict[int, float] = {}
+    for i in chosen:
+        for u, ws in weight[i].items():
+            best[u] = max(best.get(u, 0.0), ws)
+    return alpha * sum(best.values()) / z + (1 - alpha) * float(sum(scaled(relevance)[list(chosen)]))
+
+
+def admit_by_coverage(query_terms: Set[str], unit_terms: Sequence[Set[str]], *, patience: int,
+                      limit: int | None = None) -> tuple[list[int], float]:
+    """Stage II's offline proxy: the units (in support order) admitted while they lower the uncertainty.
+
+    The uncertainty is the share of ``query_terms`` no admitted unit holds. A unit that holds one that is still
+    missing is admitted; after ``patience`` units in a row that hold none, the stage stops (early stopping), as
+    it does once nothing is missing or ``limit`` units are in. Returns the admitted positions and the
+    uncertainty left. With no query terms there is nothing to lower: nothing is admitted.
+    """
+    missing = set(query_terms)
+    total = len(missing)
+    admitted: list[int] = []
+    idle = 0
+    for i, terms in enumerate(unit_terms):
+        if not missing or idle >= patience or (limit is not None and len(admitted) >= limit):
+            break
+        new = missing & terms
+        if new:
+            admitted.append(i)
+            missing -= new
+            idle = 0
+        else:
+            idle += 1
+    return admitted, (len(missing) / total if total else 0.0)

@@ -1,0 +1,123 @@
+"""Retrieval through the themes: xMemory's Eq. 4 and Stage II proxy (pure), and the theme path on a real store."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from memstrata.memory.themes.select import admit_by_coverage, objective, representatives
+
+
+def _random_case(seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.random(size=(n, 4))  # positive cosines: every node has k neighbours
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return rng.random(n), x @ x.T
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_eq4_greedy_reaches_the_submodular_bound_of_the_brute_force_optimum(seed: int) -> None:
+    rel, sims = _random_case(seed, 7)
+    budget, alpha, k = 3, 0.6, 2
+    greedy = representatives(rel, sims, k=k, alpha=alpha, coverage=1.01, budget=budget)
+    assert len(greedy) == budget and len(set(greedy)) == budget
+    best = max(objective(rel, sims, c, k=k, alpha=alpha) for c in itertools.combinations(range(7), budget))
+    assert objective(rel, sims, greedy, k=k, alpha=alpha) >= (1 - 1 / math.e) * best - 1e-9
+
+
+def test_eq4_equals_the_brute_force_optimum_when_candidates_are_disjoint_clusters() -> None:
+    # three tight pairs: the best 3 picks take one node of each pair; with alpha high, coverage decides
+    sims = np.zeros((6, 6))
+    for a, b in ((0, 1), (2, 3), (4, 5)):
+        sims[a, b] = sims[b, a] = 0.9
+    np.fill_diagonal(sims, 1.0)
+    rel = np.array([1.0, 0.95, 0.5, 0.45, 0.2, 0.1])
+    picks = representatives(rel, sims, k=1, alpha=0.9, coverage=1.01, budget=3)
+    best = max(itertools.combinations(range(6), 3), key=lambda c: objective(rel, sims, c, k=1, alpha=0.9))
+    assert sorted(picks) == sorted(best) == [0, 2, 4]
+
+
+def test_eq4_with_alpha_zero_is_the_top_by_relevance_and_stops_at_the_coverage_ratio() -> None:
+    rel, sims = _random_case(3, 8)
+    assert representatives(rel, sims, k=2, alpha=0.0, coverage=1.01, budget=4) == list(np.argsort(-rel)[:4])
+    # each pick covers itself and 2 neighbours: 3 of 8 covered after one pick, so 0.3 stops after one
+    assert len(representatives(rel, sims, k=2, alpha=0.5, coverage=0.3, budget=8)) == 1
+    assert representatives(rel, sims, k=2, alpha=0.5, coverage=1.0, budget=0) == []
+
+
+def test_stage2_admits_only_units_that_say_something_new_and_stops_early() -> None:
+    query = {"cat", "miso", "grey"}
+    units = [{"cat", "box"}, {"cat"}, {"miso"}, {"dog"}, {"lisbon"}, {"grey"}]
+    admitted, left = admit_by_coverage(query, units, patience=2)
+    # unit 1 says nothing new; 3 and 4 say nothing new in a row: stop before the 'grey' unit
+    assert admitted == [0, 2]
+    assert left == pytest.approx(1 / 3)
+    admitted, left = admit_by_coverage(query, units, patience=3)
+    assert admitted == [0, 2, 5] and left == 0.0
+    assert admit_by_coverage(set(), units, patience=2) == ([], 0.0)
+    assert admit_by_coverage(query, units, patience=5, limit=1) == ([0], pytest.approx(2 / 3))
+
+
+# ---- the theme path on a real store (packaged MiniLM, embedded Chroma, no model) ----------------------------
+SESSIONS = [
+    ("2024-03-02T10:00:00", ["I adopted a grey cat named Miso last week.", "Lovely! Is she settling in?",
+                             "She hides in cardboard boxes all day.", "Cats love boxes.",
+                             "I started training for the Lisbon half marathon.", "How far do you run now?",
+                             "About ten kilometres, three times a week."]),
+    ("2024-04-10T18:00:00", ["Miso knocked my plants off the shelf again.", "Naughty cat!",
+                             "My knee hurts after the long run on Sunday.", "Rest it a bit.",
+                             "I booked a physiotherapist for my knee.", "Good idea."]),
+    ("2024-05-20T09:00:00", ["I bought Miso a scratching post and a heated bed.", "She must be spoiled.",
+                             "I finished the Lisbon half marathon in two hours.", "Congratulations!",
+                             "My sister Lena visited and loved the cat.", "Nice."]),
+]
+
+
+def _conversation() -> dict:
+    msgs = []
+    for s, (when, texts) in enumerate(SESSIONS, start=1):
+        for i, text in enumerate(texts):
+            msgs.append({"speaker": "Ann" if i % 2 == 0 else "Bo", "text": text, "timestamp": when,
+                         "session": str(s), "id": f"s{s}:{i}"})
+    return {"conversation_id": "ann-bo", "messages": msgs}
+
+
+@pytest.fixture(scope="module")
+def theme_mem(minilm, tmp_path_factory):
+    from memstrata import Memstrata
+
+    mem = Memstrata(path=str(tmp_path_factory.mktemp("themes")), embeddings=minilm)
+    mem.ingest(_conversation(), user_id="ann", close=True)
+    mem.ingest({**_conversation(), "conversation_id": "other"}, user_id="zed", close=True)  # same words, other user
+    yield mem
+    mem.close()
+
+
+def _theme_events(result) -> dict:
+    return next(e for e in result.trace["events"] if e["node"] == "lookup_level1")["themes"]
+
+
+@pytest.mark.integration
+def test_the_theme_path_brings_facts_of_picked_themes_with_their_path(theme_mem) -> None:
+    result = theme_mem.retrieve("What do we know about Ann's cat Miso?", user_id="ann", context_budget=400)
+    [(_, how)] = _theme_events(result).items()
+    assert how["themes"] and how["candidates"] >= len(how["themes"])
+    assert 0 < how["facts"] <= 8 and how["episodes_admitted"] <= how["episodes_offered"]
+    evidence = [e.model_dump() for e in result.evidence]
+    assert all(e["conversation_id"] == "ann-bo" for e in evidence)  # never the other user's copy
+    assert "Miso" in " ".join(e["text"] for e in evidence)
+
+
+@pytest.mark.integration
+def test_the_theme_path_is_off_at_zero_and_ablation_settings_change_what_it_picks(theme_mem) -> None:
+    question = "How is Ann's running going?"
+    base = theme_mem.retrieve(question, user_id="ann", context_budget=400)
+    assert _theme_events(base)
+    assert _theme_events(theme_mem.retrieve(question, user_id="ann", context_budget=400, theme_search_k=0)) == {}
+    top = theme_mem.retrieve(question, user_id="ann", context_budget=400, theme_select="top", theme_stage2=False,
+                             theme_spread=0)
+    [(_, how)] = _theme_events(top).items()
+    assert how["evoked"] == 0 and how["episodes_offered"] == 0  # no spreading, no Stage II
