@@ -26,7 +26,7 @@ from memstrata.bench.locomo import load_locomo
 from memstrata.bench.metric import score_context
 from memstrata.memory.embeddings import MiniLMEmbeddings
 from memstrata.memory.levels import FACT, TREE_NODE, register, scope_table
-from memstrata.nodes.retrieve import lookup
+from memstrata.runtime import search
 from memstrata.runtime.search import pool_size
 
 NO_FACTS = {scope: [k for k in kinds if k != FACT.kind] for scope, kinds in scope_table().items()}
@@ -42,6 +42,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no facts and no graph": {"graph_hops": -1, "scope_kinds": NO_FACTS},
     "fixed pool (before)": {"_pool": "fixed"},
     "no facts/graph and fixed pool (as before)": {"graph_hops": -1, "scope_kinds": NO_FACTS, "_pool": "fixed"},
+    # the theme path (xMemory's Stage I and II, Bi-Mem's spreading), stage by stage
+    "no theme path": {"theme_search_k": 0},
+    "themes alone (best themes, their best facts)": {"theme_select": "top", "theme_stage2": False, "theme_spread": 0},
+    "themes + Eq. 4": {"theme_stage2": False, "theme_spread": 0},
+    "themes + Eq. 4 + Stage II": {"theme_spread": 0},
+    "themes + Eq. 4 + Stage II + spreading": {"theme_spread": 3, "theme_stage2": True, "theme_select": "eq4"},
 }
 
 
@@ -51,7 +57,7 @@ def run(path: str, conversations: list[str], budgets: list[int], cache: Path, na
     out: dict[str, Any] = {}
     for name in names:
         settings = dict(VARIANTS[name])
-        lookup.pool_size = _pool(settings.pop("_pool", None))
+        search.pool_size = _pool(settings.pop("_pool", None))
         prior = settings.pop("_fact_prior", None)
         if prior is not None:
             register(replace(FACT, lends_prior=prior))
@@ -61,7 +67,7 @@ def run(path: str, conversations: list[str], budgets: list[int], cache: Path, na
             folder = cache / conv.sample_id
             mem = Memstrata(path=folder, embeddings=emb)
             if not mem.store.count("turn", user_id="bench"):
-                mem.ingest(conv.raw, user_id="bench")
+                mem.ingest(conv.raw, user_id="bench", close=True)  # a finished record, as the bench ingests it
             for q in conv.questions:
                 if q.category not in (1, 2, 3, 4):
                     continue
@@ -84,7 +90,7 @@ def run(path: str, conversations: list[str], budgets: list[int], cache: Path, na
                                             for key, per in tally.items() if key.startswith("scope ")}
         out[name]["sub-queries per scope"] = sub_queries
         print(name, json.dumps(out[name]), flush=True)
-    lookup.pool_size = pool_size
+    search.pool_size = pool_size
     return out
 
 

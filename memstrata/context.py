@@ -268,6 +268,10 @@ class Context:
     theme_stage2: Annotated[bool, _s(
         "theme retrieval", "Stage II: admit the picked facts' episodes only while they say query words not yet "
                            "said (an offline proxy for the reader's uncertainty)")] = True
+    theme_share: Annotated[float, _s(
+        "theme retrieval", "share of the context budget the theme path's admitted turns take first (counted at "
+                           "mmr_tokens_per_pick a turn; the rest is filled in score order; 0: they only lend a "
+                           "prior and join the candidates)")] = 0.2
     theme_patience: Annotated[int, _s(
         "theme retrieval", "Stage II stops after this many episodes in a row that say nothing new")] = 2
     # ---- H-Mem's temporal-semantic tree -------------------------------------------------------------

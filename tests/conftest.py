@@ -77,9 +77,10 @@ def assert_store_ok(store, user_id: str, conversation_id: str | None = None) -> 
 
 # ---- unit, integration, slow: set here from what each test uses, so a new test is sorted without a mark ----
 #
-#   pytest -m unit                   offline and quick: hash embeddings, embedded Chroma in a temp folder
+#   pytest -m unit                   no real model or server: hash embeddings, embedded Chroma in a temp folder
 #   pytest -m integration            the real MiniLM weights, a `chroma run` server or the llama.cpp server
-#   pytest -m "not slow"             everything but the few tests that take minutes
+#   pytest -m "not slow"             everything but the tests in SLOW (20 s or more each, about 33 min in all)
+#   pytest -m "unit and not slow"    the quick loop
 #
 # Every test is exactly one of unit and integration. A unit test that loads the MiniLM weights or starts a
 # real server fails and says so (see ``_unit_tests_stay_offline``): add it to INTEGRATION below.
@@ -104,8 +105,19 @@ INTEGRATION = {
 }
 """Tests (``file::function``, or a whole ``file``) that use the real model where no fixture shows it."""
 
-SLOW: dict[str, str] = {}
-"""Tests (``file::function``, or a whole ``file``) that take minutes on 2 cores, with their time measured there."""
+SLOW = {
+    # seconds on 2 cores (pytest --durations), all parametrized cases together; 20 s or more is slow
+    "test_crash_resume.py::test_killed_llm_mode_ingest_resumes_to_exactly_a_clean_run": 1480,
+    "test_crash_resume.py::test_killed_ingest_resumes_to_exactly_a_clean_run": 110,
+    "test_bench.py::test_bench_scale_smoke": 137,
+    "test_isolation.py::test_a_thousand_queries_through_every_entry_point_never_cross_tenants": 86,
+    "test_readme.py::test_readme_example_runs": 59,
+    "test_locomo_integration.py": 39,  # its module fixture ingests a LoCoMo conversation with MiniLM
+    "test_bench.py::test_baselines_on_conv26": 30,
+    "test_concurrency.py::test_eight_processes_ingest_eight_users_at_once": 23,
+    "test_concurrency.py::test_a_server_stopped_mid_ingest_is_a_clear_error_and_a_rerun_loses_nothing": 20,
+}
+"""Tests (``file::function``, or a whole ``file``) that take 20 s or more, with the seconds they took."""
 
 
 def _keys(item: pytest.Item) -> set[str]:
@@ -121,8 +133,18 @@ def _uses_real_things(item: pytest.Item) -> bool:
                if file == item.path.name)
 
 
+def _check_lists(items: list[pytest.Item]) -> None:
+    """A test named in INTEGRATION or SLOW that its collected module does not hold was renamed: say so."""
+    modules = {item.path.name: item.module for item in items if isinstance(item, pytest.Function)}
+    gone = [key for key in (*INTEGRATION, *SLOW) if "::" in key and (module := modules.get(key.split("::")[0]))
+            and not hasattr(module, key.split("::")[1])]
+    if gone:
+        raise pytest.UsageError(f"tests/conftest.py lists tests that do not exist: {', '.join(sorted(gone))}")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test ``unit`` or ``integration`` (and ``llm_server``, ``slow``) from what it uses."""
+    _check_lists(items)
     for item in items:
         keys = _keys(item)
         if LLAMA_SERVERS & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("llm_server"):
@@ -172,7 +194,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.fixture(autouse=True)
 def _unit_tests_stay_offline(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A test marked unit may not load the MiniLM weights: it fails, so ``-m unit`` stays quick and offline."""
+    """A test marked unit may not load the MiniLM weights: it fails, so ``-m unit`` stays offline."""
     if request.node.get_closest_marker("unit") is None:
         yield
         return

@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pytest
 
+from memstrata.memory.search.query import Hit
+from memstrata.memory.search.selection import found_first
 from memstrata.memory.themes.select import admit_by_coverage, objective, representatives
 
 
@@ -59,6 +61,18 @@ def test_stage2_admits_only_units_that_say_something_new_and_stops_early() -> No
     assert admitted == [0, 2, 5] and left == 0.0
     assert admit_by_coverage(set(), units, patience=2) == ([], 0.0)
     assert admit_by_coverage(query, units, patience=5, limit=1) == ([0], pytest.approx(2 / 3))
+
+
+def test_found_first_moves_the_best_quota_of_theme_hits_up_once_each() -> None:
+    def hit(unit: str, score: float, by: str) -> Hit:
+        return Hit(kind="turn", unit_id=unit, conversation_id="c", score=score, found_by=by)
+
+    ranked = [hit("a", 0.9, "summary"), hit("b", 0.8, "turn"), hit("c", 0.7, "theme"), hit("c", 0.7, "summary"),
+              hit("d", 0.6, "spread"), hit("e", 0.5, "theme")]
+    moved = found_first(ranked, ("theme", "spread"), 2)
+    assert [(h.unit_id, h.found_by) for h in moved] == [("c", "theme"), ("d", "spread"), ("a", "summary"),
+                                                        ("b", "turn"), ("e", "theme")]
+    assert found_first(ranked, ("theme", "spread"), 0) == ranked
 
 
 # ---- the theme path on a real store (packaged MiniLM, embedded Chroma, no model) ----------------------------
@@ -121,3 +135,6 @@ def test_the_theme_path_is_off_at_zero_and_ablation_settings_change_what_it_pick
                              theme_spread=0)
     [(_, how)] = _theme_events(top).items()
     assert how["evoked"] == 0 and how["episodes_offered"] == 0  # no spreading, no Stage II
+    # the scope table decides: a scope that does not list the theme kind never takes the theme path
+    no_themes = {"Short": ["summary", "fact", "turn"], "Long": ["summary", "fact"], "Mixed": ["summary", "fact", "turn"]}
+    assert _theme_events(theme_mem.retrieve(question, user_id="ann", context_budget=400, scope_kinds=no_themes)) == {}

@@ -22,7 +22,7 @@ Example:
     >>> get_level("summary").role
     'event'
     >>> scope_table()["Long"]
-    ['summary', 'fact', 'tree_node']
+    ['summary', 'fact', 'tree_node', 'theme']
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from memstrata.memory.search.scoring import (
 from memstrata.memory.search.themes import ThemeSearch, ThemeTrace, theme_reach
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels.level1.summary import SUMMARY
+from memstrata.memory.levels.level1.theme import THEME
 from memstrata.memory.search.query import Hit, Query
 from memstrata.memory.tree.search import WINDOW_FOUND_BY, node_window, tag_hits, window_rows
 
@@ -62,20 +63,23 @@ def light_lookup(
     holding those turns join the coarse pool (:func:`~memstrata.memory.search.scoring.graph_events`). ``level1_rank``
     orders the summaries (see :func:`rerank_summaries`). A query whose time hint selects tree windows also
     brings its ``window_k`` best turns inside them, whatever its scope (``found_by="tree_window"``). With
-    ``themes``, the facts the theme path admits bring their turns (``found_by="theme"`` or ``"spread"``, see
-    :mod:`~memstrata.memory.search.themes`), whatever the scope.
+    ``themes``, a query whose scope searches the theme kind takes the theme path: the facts it admits bring their
+    turns (``found_by="theme"`` or ``"spread"``, see :mod:`~memstrata.memory.search.themes`); themes are never
+    ranked as Level-1 events themselves.
     """
     level1: dict[str, Hit] = {}
     coarse: dict[str, Hit] = {}
     out = LightResult()
     for query, qvec in zip(queries, vectors, strict=True):
-        kinds = [k for k in scope_kinds.get(query.scope, ()) if k in index.events]
+        searched = scope_kinds.get(query.scope, ())
+        kinds = [k for k in searched if k in index.events and k != THEME.kind]  # themes: through the theme path
+        by_themes = themes if THEME.kind in searched else None
         reads_raw = index.turns_kind in scope_kinds.get(query.scope, ())
         ks = {k: level1_k if isinstance(level1_k, int) else level1_k.get(k, 0) for k in kinds}
         deep = {k: len(index.events[k]) if k == SUMMARY.kind and level1_rank != "own" else max(coarse_n, ks[k])
                 for k in kinds}
         ranked, parts = score_query(index, query, qvec, event_kinds=kinds, top_events=ks, weights=weights,
-                                    now=now, graph=graph, superseded=superseded, depth=deep, themes=themes)
+                                    now=now, graph=graph, superseded=superseded, depth=deep, themes=by_themes)
         ranked = rerank_summaries(index, ranked, parts["score"], level1_rank)
         found: list[Hit] = []
         seen: dict[str, int] = {}
@@ -93,7 +97,7 @@ def light_lookup(
                                query=query, window=node_window(index.events[kind].units[row]))
         reached = query_graph(index, query, graph)
         found += graph_hits(index, query, reached, parts)
-        through_themes, how = theme_reach(index, query, None, themes)  # memoized by score_query
+        through_themes, how = theme_reach(index, query, None, by_themes)  # memoized by score_query
         found += theme_hits(index, query, through_themes, parts)
         if how.themes is not None:
             out.themes[query.id] = how

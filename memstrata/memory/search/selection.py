@@ -3,8 +3,9 @@
 These are plain, general techniques, named for what they are: the duplicate
 filter drops a turn whose vector nearly equals a better-ranked one's; MMR
 (maximal marginal relevance) reorders the head of the ranking so a turn that
-repeats an earlier pick yields its slot. Neither is xMemory's selection. A question naming a time
-gets the best few turns of its windows first (:func:`window_first`).
+repeats an earlier pick yields its slot. Neither is xMemory's selection (that is the theme path's,
+:mod:`memstrata.memory.search.themes`, whose admitted turns go first: :func:`found_first`). A question naming
+a time gets the best few turns of its windows first (:func:`window_first`).
 
 Example:
     >>> coverage_texts([], 5)
@@ -87,6 +88,23 @@ def window_first(ranked: Sequence[Hit], quota: int) -> list[Hit]:
     inside = [h for h in ranked if h.parts.get("temporal", 0.0) >= 1.0][:max(quota, 0)]
     first = {h.key for h in inside}
     return [*inside, *(h for h in ranked if h.key not in first)]
+
+
+def found_first(ranked: Sequence[Hit], finders: Sequence[str], quota: int) -> list[Hit]:
+    """The ranking with its best ``quota`` hits found by one of ``finders`` moved to the front (each turn once).
+
+    The theme path's admitted evidence is the backbone xMemory builds its context from (Stage I picks it,
+    Stage II admits it); here it enters the context first, and the rest of the budget is filled in score
+    order. The other hits keep their order.
+    """
+    wanted = set(finders)
+    first: dict[str, Hit] = {}
+    for h in ranked:
+        if len(first) >= max(quota, 0):
+            break
+        if h.found_by in wanted and h.key not in first:
+            first[h.key] = h
+    return [*first.values(), *(h for h in ranked if h.key not in first)]
 
 
 def mark_captions(candidates: Sequence[Hit], query_texts: Sequence[str]) -> list[Hit]:

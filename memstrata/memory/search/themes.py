@@ -40,6 +40,7 @@ from memstrata.memory.themes.select import admit_by_coverage, representatives
 
 SELECTIONS = ("eq4", "top")
 THEME_FOUND_BY, SPREAD_FOUND_BY = "theme", "spread"
+THEME_FINDERS = (THEME_FOUND_BY, SPREAD_FOUND_BY)
 
 
 @dataclass(frozen=True)

@@ -88,9 +88,7 @@ def centroids(vectors: np.ndarray, labels: Sequence[Hashable]) -> tuple[list[Has
     x = unit_rows(vectors)
     keys = list(dict.fromkeys(labels))
     index = {k: i for i, k in enumerate(keys)}
-    sums = np.zeros((len(keys), x.shape[1]))
-    np.add.at(sums, [index[k] for k in labels], x)
-    return keys, unit_rows(sums)
+    return keys, unit_rows(_group_sums(x, [index[k] for k in labels], len(keys)))
 
 
 def sem_score(vectors: np.ndarray, labels: Sequence[Hashable], *, eps: float = default("theme_scale_floor")) -> float:
@@ -112,9 +110,14 @@ def theme_sums(vectors: np.ndarray, labels: Sequence[Hashable]) -> tuple[list[Ha
     keys = list(dict.fromkeys(labels))
     index = {k: i for i, k in enumerate(keys)}
     rows = [index[k] for k in labels]
-    sums = np.zeros((len(keys), x.shape[1]))
-    np.add.at(sums, rows, x)
-    return keys, np.bincount(rows, minlength=len(keys)).astype(float), sums
+    return keys, np.bincount(rows, minlength=len(keys)).astype(float), _group_sums(x, rows, len(keys))
+
+
+def _group_sums(x: np.ndarray, rows: Sequence[int], groups: int) -> np.ndarray:
+    """Per group, the sum of its rows of ``x`` (a one-hot product: far faster than ``np.add.at``)."""
+    member = np.zeros((groups, len(rows)))
+    member[np.asarray(rows, dtype=int), np.arange(len(rows))] = 1.0
+    return member @ x
 
 
 def _sem(sizes: np.ndarray, sums: np.ndarray, eps: float) -> float:

@@ -57,6 +57,14 @@ def scaled(values: np.ndarray) -> np.ndarray:
     return np.ones_like(v) if high - low < 1e-12 else (v - low) / (high - low)
 
 
+def _covers(sims: np.ndarray, k: int) -> tuple[list[dict[int, float]], float]:
+    """Per candidate, the weight with which it covers itself (1) and each kNN neighbour; and Z."""
+    w = np.asarray(sims, dtype=float)
+    near = [[i, *js] for i, js in enumerate(knn_neighbours(w, k))]
+    weight = [{u: (1.0 if u == i else float(w[i, u])) for u in covers} for i, covers in enumerate(near)]
+    return weight, max((sum(ws.values()) for ws in weight), default=1.0) or 1.0
+
+
 def representatives(relevance: np.ndarray, sims: np.ndarray, *, k: int, alpha: float, coverage: float,
                     budget: int) -> list[int]:
     """xMemory Eq. 4: the greedy coverage-plus-relevance representatives of the candidates, in order chosen.
@@ -67,10 +75,7 @@ def representatives(relevance: np.ndarray, sims: np.ndarray, *, k: int, alpha: f
     n = len(relevance)
     if n == 0 or budget <= 0:
         return []
-    w = np.asarray(sims, dtype=float)
-    near = [[i, *js] for i, js in enumerate(knn_neighbours(w, k))]
-    weight = [{u: (1.0 if u == i else float(w[i, u])) for u in covers} for i, covers in enumerate(near)]
-    z = max(sum(ws.values()) for ws in weight) or 1.0
+    weight, z = _covers(sims, k)
     rel = scaled(relevance)
     chosen: list[int] = []
     covered: set[int] = set()
@@ -89,10 +94,7 @@ def objective(relevance: np.ndarray, sims: np.ndarray, chosen: Sequence[int], *,
     Each covered candidate counts once, with the best weight among the chosen that cover it (the greedy
     step's gain is this function's increase when each candidate is covered by one representative only).
     """
-    w = np.asarray(sims, dtype=float)
-    near = [[i, *js] for i, js in enumerate(knn_neighbours(w, k))]
-    weight = [{u: (1.0 if u == i else float(w[i, u])) for u in covers} for i, covers in enumerate(near)]
-    z = max((sum(ws.values()) for ws in weight), default=1.0) or 1.0
+    weight, z = _covers(sims, k)
     best: dict[int, float] = {}
     for i in chosen:
         for u, ws in weight[i].items():

@@ -23,7 +23,8 @@ from memstrata.runtime import llm
 from memstrata.context import Context
 from memstrata.runtime.llm import CallRecord, Meter
 from memstrata.memory.search.packing import pack_context
-from memstrata.memory.search.selection import mark_captions, mmr, window_first
+from memstrata.memory.search.selection import found_first, mark_captions, mmr, window_first
+from memstrata.memory.search.themes import THEME_FINDERS
 from memstrata.memory.tokens import TokenCounter
 from memstrata.nodes.common import progress
 from memstrata.runtime.node import open_node
@@ -39,6 +40,8 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     index, step = run.index, run.step
     ranked = mmr(state.get("candidates", []), index, penalty=ctx.diversity, head=ctx.mmr_head,
                  picks=ctx.context_budget // ctx.mmr_tokens_per_pick)
+    backbone = int(ctx.theme_share * ctx.context_budget / ctx.mmr_tokens_per_pick)
+    ranked = found_first(ranked, THEME_FINDERS, backbone)  # the theme path's admitted turns first
     ranked = window_first(ranked, ctx.window_turns)
     ranked = mark_captions(ranked, [state["query"], *(q.text for q in state.get("sub_queries", []))])
     context, chosen, tokens = pack_context(ranked, budget=ctx.context_budget, counter=TokenCounter())

@@ -54,7 +54,9 @@ class Theme(Unit):
         return {**super().metadata(), "size": self.size, "method": self.method}
 
 
-THEME = register(Level(kind="theme", unit=Theme, role="event", scopes=(), lends_prior=False,
+# Long and Mixed queries take the theme path: a theme gathers facts from across sessions, which a question about
+# one recent moment (Short) does not need.
+THEME = register(Level(kind="theme", unit=Theme, role="event", scopes=("Long", "Mixed"), lends_prior=False,
                        description="themes: the conversation's facts grouped by what they are about (xMemory's "
-                                   "themes, Bi-Mem's scenes); searched by the theme path (Stage I and II, "
-                                   "spreading), not ranked as a scope's Level-1 events"))
+                                   "themes, Bi-Mem's scenes); Long and Mixed queries search them through the "
+                                   "theme path (Stage I and II, spreading), not ranked as Level-1 events"))
