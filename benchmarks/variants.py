@@ -31,6 +31,7 @@ from memstrata.runtime.search import pool_size
 
 NO_FACTS = {scope: [k for k in kinds if k != FACT.kind] for scope, kinds in scope_table().items()}
 NO_TREE_NODES = {scope: [k for k in kinds if k != TREE_NODE.kind] for scope, kinds in scope_table().items()}
+_THEMES = {"theme_search_k": 8, "theme_pick": 8, "theme_fact_pick": 24, "theme_share": 0.0}
 VARIANTS: dict[str, dict[str, Any]] = {
     "memstrata (all)": {},
     "no tree nodes searched": {"scope_kinds": NO_TREE_NODES},
@@ -42,12 +43,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no facts and no graph": {"graph_hops": -1, "scope_kinds": NO_FACTS},
     "fixed pool (before)": {"_pool": "fixed"},
     "no facts/graph and fixed pool (as before)": {"graph_hops": -1, "scope_kinds": NO_FACTS, "_pool": "fixed"},
-    # the theme path (xMemory's Stage I and II, Bi-Mem's spreading), stage by stage
+    # the theme path (xMemory's Stage I and II, Bi-Mem's spreading), stage by stage; each row names every setting
     "no theme path": {"theme_search_k": 0},
-    "themes alone (best themes, their best facts)": {"theme_select": "top", "theme_stage2": False, "theme_spread": 0},
-    "themes + Eq. 4": {"theme_stage2": False, "theme_spread": 0},
-    "themes + Eq. 4 + Stage II": {"theme_spread": 0},
-    "themes + Eq. 4 + Stage II + spreading": {"theme_spread": 3, "theme_stage2": True, "theme_select": "eq4"},
+    "themes alone": {**_THEMES, "theme_select": "top", "theme_stage2": False, "theme_spread": 0},
+    "themes + Eq. 4": {**_THEMES, "theme_select": "eq4", "theme_stage2": False, "theme_spread": 0},
+    "themes + Eq. 4 + Stage II": {**_THEMES, "theme_select": "eq4", "theme_stage2": True, "theme_spread": 0},
+    "themes + Eq. 4 + Stage II + spreading": {**_THEMES, "theme_select": "eq4", "theme_stage2": True,
+                                              "theme_spread": 3},
+    "themes + spreading (the default)": {**_THEMES, "theme_select": "top", "theme_stage2": False, "theme_spread": 3},
+    "themes + spreading, first 20% of the budget": {**_THEMES, "theme_select": "top", "theme_stage2": False,
+                                                    "theme_spread": 3, "theme_share": 0.2},
 }
 
 

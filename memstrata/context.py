@@ -254,24 +254,24 @@ class Context:
                            "scene; only with theme_spread > 0)")] = 10
     theme_select: Annotated[Literal["eq4", "top"], _s(
         "theme retrieval", "how themes and facts are chosen among the candidates: 'eq4' (xMemory Eq. 4, coverage "
-                           "and relevance on their kNN graph) or 'top' (best match only)")] = "eq4"
+                           "and relevance on their kNN graph) or 'top' (best match only)")] = "top"
     theme_alpha: Annotated[float, _s(
         "theme retrieval", "xMemory Eq. 4's alpha: the weight of new coverage against relevance")] = 0.5
     theme_coverage: Annotated[float, _s(
         "theme retrieval", "Eq. 4 stops once its picks cover this share of the candidates")] = 0.8
-    theme_pick: Annotated[int, _s("theme retrieval", "themes Stage I picks per query, at most")] = 3
-    theme_fact_pick: Annotated[int, _s("theme retrieval", "facts Stage I picks per query, at most")] = 8
+    theme_pick: Annotated[int, _s("theme retrieval", "themes Stage I picks per query, at most")] = 8
+    theme_fact_pick: Annotated[int, _s("theme retrieval", "facts Stage I picks per query, at most")] = 24
     theme_spread: Annotated[int, _s(
         "theme retrieval", "Bi-Mem Eq. 10's m: a picked theme brings its m best-matching facts (the paper's range "
                            "1-3); 0 turns spreading off (a picked theme offers all its facts, no fact evokes a "
                            "theme)")] = 3
     theme_stage2: Annotated[bool, _s(
         "theme retrieval", "Stage II: admit the picked facts' episodes only while they say query words not yet "
-                           "said (an offline proxy for the reader's uncertainty)")] = True
+                           "said (an offline proxy for the reader's uncertainty)")] = False
     theme_share: Annotated[float, _s(
         "theme retrieval", "share of the context budget the theme path's admitted turns take first (counted at "
                            "mmr_tokens_per_pick a turn; the rest is filled in score order; 0: they only lend a "
-                           "prior and join the candidates)")] = 0.2
+                           "prior and join the candidates)")] = 0.0
     theme_patience: Annotated[int, _s(
         "theme retrieval", "Stage II stops after this many episodes in a row that say nothing new")] = 2
     # ---- H-Mem's temporal-semantic tree -------------------------------------------------------------

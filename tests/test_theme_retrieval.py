@@ -119,7 +119,7 @@ def test_the_theme_path_brings_facts_of_picked_themes_with_their_path(theme_mem)
     result = theme_mem.retrieve("What do we know about Ann's cat Miso?", user_id="ann", context_budget=400)
     [(_, how)] = _theme_events(result).items()
     assert how["themes"] and how["candidates"] >= len(how["themes"])
-    assert 0 < how["facts"] <= 8 and how["episodes_admitted"] <= how["episodes_offered"]
+    assert 0 < how["facts"] <= 24 and how["episodes_offered"] == 0  # defaults: no Stage II
     evidence = [e.model_dump() for e in result.evidence]
     assert all(e["conversation_id"] == "ann-bo" for e in evidence)  # never the other user's copy
     assert "Miso" in " ".join(e["text"] for e in evidence)
@@ -135,6 +135,11 @@ def test_the_theme_path_is_off_at_zero_and_ablation_settings_change_what_it_pick
                              theme_spread=0)
     [(_, how)] = _theme_events(top).items()
     assert how["evoked"] == 0 and how["episodes_offered"] == 0  # no spreading, no Stage II
+    paper = theme_mem.retrieve(question, user_id="ann", context_budget=400, theme_select="eq4", theme_stage2=True,
+                               theme_pick=3, theme_fact_pick=8)
+    [(_, how)] = _theme_events(paper).items()
+    assert len(how["themes"]) <= 3 and how["facts"] <= 8
+    assert 0 < how["episodes_admitted"] <= how["episodes_offered"] and how["uncertainty_measure"].startswith("offline")
     # the scope table decides: a scope that does not list the theme kind never takes the theme path
     no_themes = {"Short": ["summary", "fact", "turn"], "Long": ["summary", "fact"], "Mixed": ["summary", "fact", "turn"]}
     assert _theme_events(theme_mem.retrieve(question, user_id="ann", context_budget=400, scope_kinds=no_themes)) == {}

@@ -19,8 +19,13 @@ For one query (all on the search snapshot, memoized per query text):
 The admitted facts' raw turns become candidates (``found_by="theme"``, or ``"spread"`` when the theme was
 evoked by a fact), and lend the turns a prior like the entity graph's (:func:`theme_prior_rows`).
 
+Which stages run by default is the bench's call (BENCHMARKS.md, "Themes: what the theme path gives"): offline on
+LoCoMo, Eq. 4 and the Stage II proxy each gave nothing over the best-matching themes and facts, and placing the
+admitted turns first cost recall at small budgets, so ``Context`` defaults to the best-matching themes with
+spreading, as a prior and candidates; Eq. 4 and Stage II stay one setting away.
+
 Example:
-    >>> reach = theme_reach(index, query, events, ThemeSearch(themes=8))       # doctest: +SKIP
+    >>> reach, trace = theme_reach(index, query, events, theme_search(ctx))     # doctest: +SKIP
     >>> [(r.fact_row, r.found_by, r.via) for r in reach][:1]                    # doctest: +SKIP
     [(41, 'theme', 'theme:3 -> fact:s4:0-5:2')]
 """
@@ -45,19 +50,20 @@ THEME_FINDERS = (THEME_FOUND_BY, SPREAD_FOUND_BY)
 
 @dataclass(frozen=True)
 class ThemeSearch:
-    """One query's theme path settings (from ``Context``'s theme retrieval section; ``themes=0`` is off)."""
+    """One query's theme path settings, built from ``Context``'s theme retrieval section only
+    (:func:`memstrata.runtime.search.theme_search`; ``None`` there when ``theme_search_k`` is 0)."""
 
-    themes: int = 8
-    facts: int = 10
-    select: str = "eq4"
-    alpha: float = 0.5
-    coverage: float = 0.8
-    theme_budget: int = 3
-    fact_budget: int = 8
-    spread: int = 3
-    stage2: bool = True
-    patience: int = 2
-    knn: int = 5
+    themes: int
+    facts: int
+    select: str
+    alpha: float
+    coverage: float
+    theme_budget: int
+    fact_budget: int
+    spread: int
+    stage2: bool
+    patience: int
+    knn: int
 
     def __post_init__(self) -> None:
         if self.select not in SELECTIONS:
@@ -85,6 +91,7 @@ class ThemeTrace:
     episodes_offered: int = 0
     episodes_admitted: int = 0
     uncertainty_left: float | None = None
+    uncertainty_measure: str | None = None  # what Stage II measured (offline: the proxy, named as such)
 
 
 def theme_reach(index: MemoryIndex, query: Query, events: dict[str, np.ndarray] | None,
@@ -170,6 +177,7 @@ def _stage2(index: MemoryIndex, query: Query, chosen: Sequence[int], support: di
              for e in order]
     admitted, left = admit_by_coverage(set(tokenize([query.text])[0]), terms, patience=s.patience)
     trace.episodes_offered, trace.episodes_admitted, trace.uncertainty_left = len(order), len(admitted), left
+    trace.uncertainty_measure = "offline proxy: share of the query's words no admitted episode says"
     return [f for i in admitted for f in groups[order[i]]]
 
 
