@@ -51,7 +51,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "themes + Eq. 4 + Stage II + spreading": {**_THEMES, "theme_select": "eq4", "theme_stage2": True,
                                               "theme_spread": 3},
     "themes + spreading (the default)": {**_THEMES, "theme_select": "top", "theme_stage2": False, "theme_spread": 3},
-    "themes + spreading, first 20% of the budget": {**_THEMES, "theme_select": "top", "theme_stage2": False,
+    "themes + spreading + first 20% of the budget": {**_THEMES, "theme_select": "top", "theme_stage2": False,
                                                     "theme_spread": 3, "theme_share": 0.2},
 }
 
