@@ -241,8 +241,9 @@ class Context:
     theme_max_steps: Annotated[int, _s("themes", "splits and merges of one conversation per ingest, at most")] = 1000
     theme_words: Annotated[int, _s("themes", "words of a theme's text, at most")] = 80
     theme_knn: Annotated[int, _s(
-        "themes", "similarity edges kept per fact and per theme in the edge store (xMemory's kNN graph), and the "
-                  "neighbours per fact the first grouping propagates over")] = 5
+        "themes", "similarity edges kept per fact and per theme in the edge store (xMemory's kNN graph), the "
+                  "neighbours per fact the first grouping propagates over, and the neighbours per candidate of Eq. 4 "
+                  "at query time")] = 5
     theme_llm_calls: Annotated[int, _s(
         "themes", "with a model: theme summaries put to the model per ingest (the extractive text does the "
                   "rest)")] = 40

@@ -338,3 +338,15 @@ def test_a_server_reader_waits_as_long_as_its_client(hash_embeddings) -> None:  
     assert "llm_timeout_s" not in ReaderMethod(embeddings=hash_embeddings, reader="oracle").settings
     mine = ReaderMethod(embeddings=hash_embeddings, reader="http://127.0.0.1:9/v1", settings={"llm_timeout_s": 5})
     assert mine.settings["llm_timeout_s"] == 5
+
+
+def test_bench_set_reads_context_fields_and_refuses_unknown_ones() -> None:
+    import typer
+
+    from memstrata.bench.cli import _settings
+
+    assert _settings(["theme_search_k=0", "theme_select=top", "theme_stage2=true"]) == {
+        "theme_search_k": 0, "theme_select": "top", "theme_stage2": True}
+    for bad in (["no_such_field=1"], ["theme_search_k"]):
+        with pytest.raises(typer.BadParameter):
+            _settings(bad)

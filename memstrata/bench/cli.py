@@ -115,6 +115,7 @@ def locomo(
                         methods=_methods(methods), progress=progress, questions_per_conversation=limit,
                         command=command_line(), reader=reader, reader_model=reader_model, settings=settings)
     result["torch_threads"] = torch_threads
+    result["settings"] = settings  # the Context fields memstrata ran with (--set)
     result["blas_threads"] = BLAS_THREADS
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

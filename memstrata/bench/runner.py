@@ -73,7 +73,7 @@ def resolve_methods(
         embeddings: the shared embedder (packaged MiniLM when ``None``).
         reader: ask memstrata in LLM mode with this reader (``oracle``, ``oracle-deep`` or a server URL).
         reader_model: the model name sent to a URL reader.
-        settings: :class:`~memstrata.context.Context` fields for memstrata (offline only; an ablation row).
+        settings: :class:`~memstrata.context.Context` fields memstrata runs with (an ablation row).
     """
     wanted = list(methods) if methods is not None else list(METHOD_NAMES)
     if not wanted:
@@ -97,7 +97,8 @@ def _build_method(name: str, *, embeddings: Embeddings | None, counter: TokenCou
     if name == "memstrata" and reader:
         from memstrata.bench.reader import ReaderMethod
 
-        return ReaderMethod(embeddings=embeddings, reader=reader, model_name=reader_model)  # type: ignore[arg-type]
+        return ReaderMethod(embeddings=embeddings, reader=reader, model_name=reader_model,  # type: ignore[arg-type]
+                            settings=settings)
     if name == "memstrata":
         from memstrata.bench.system import MemstrataMethod
 
@@ -133,7 +134,8 @@ def run_locomo(
         reader: run memstrata in LLM mode with this reader and report its LLM cost (see
             :mod:`memstrata.bench.reader`); ``None`` runs it offline.
         reader_model: the model name sent to a URL reader.
-        settings: :class:`~memstrata.context.Context` fields memstrata runs with (an ablation row); recorded.
+        settings: :class:`~memstrata.context.Context` fields memstrata runs with (an ablation row; the CLI records
+            them in the results).
 
     Returns:
         The results dict; see ``benchmarks/README.md`` for its keys.

@@ -16,6 +16,7 @@ from datetime import datetime
 
 import numpy as np
 
+from memstrata.memory.levels.level1.theme import THEME
 from memstrata.memory.search.fusion import Weights
 from memstrata.memory.search.scoring import score_query, turn_hits
 from memstrata.memory.tree.search import tag_hits
@@ -40,7 +41,7 @@ def backtrack(
     linked = set(event_turns)
     out = []
     for query, qvec in zip(queries, vectors, strict=True):
-        kinds = [k for k in scope_kinds.get(query.scope, ()) if k in index.events]
+        kinds = [k for k in scope_kinds.get(query.scope, ()) if k in index.events and k != THEME.kind]
         _, parts = score_query(index, query, qvec, event_kinds=kinds, top_events=max(top_events, 1),
                                weights=weights, now=now, depth={})
         chosen = np.fromiter(linked | {int(i) for i in np.argsort(-parts["score"])[:raw_top]}, dtype=int)

@@ -26,7 +26,7 @@ import numpy as np
 from memstrata.memory.search.fusion import RRF_K, Weights
 from memstrata.memory.entity_graph.expansion import GraphSearch
 from memstrata.memory.search.scoring import (
-    event_hit, graph_events, graph_hits, query_graph, score_query, theme_hits, turn_hits,
+    event_hit, graph_events, graph_hits, query_graph, query_key, score_query, theme_hits, turn_hits,
 )
 from memstrata.memory.search.themes import ThemeSearch, ThemeTrace, theme_reach
 from memstrata.memory.index import MemoryIndex
@@ -96,9 +96,9 @@ def light_lookup(
             found += turn_hits(index, index.events[kind].turn_rows[row], parts, level="level1", found_by=kind,
                                query=query, window=node_window(index.events[kind].units[row]))
         reached = query_graph(index, query, graph)
+        through_themes, how = theme_reach(index, query, None, by_themes, key=query_key(query, superseded))
+        found = [*theme_hits(index, query, through_themes, parts), *found]  # first: a tie keeps the theme's label
         found += graph_hits(index, query, reached, parts)
-        through_themes, how = theme_reach(index, query, None, by_themes)  # memoized by score_query
-        found += theme_hits(index, query, through_themes, parts)
         if how.themes is not None:
             out.themes[query.id] = how
         for hit in graph_events(index, query, reached, ranked):  # entity seeds -> fragments -> tree events

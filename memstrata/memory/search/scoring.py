@@ -106,7 +106,7 @@ def score_query(index: MemoryIndex, query: Query, qvec: np.ndarray, *, event_kin
     With ``themes``, the facts the theme path admits (:mod:`~memstrata.memory.search.themes`) lend their turns
     the same kind of prior.
     """
-    key = f"{query.text}\x1f{query.dense_text or ''}\x1f{superseded}"
+    key = query_key(query, superseded)
     if key not in index.memo:
         tokens = tokenize([query.text])[0]
         events = {k: score_events(t, qvec, tokens) * _validity(index, k, superseded, query.text)
@@ -121,10 +121,15 @@ def score_query(index: MemoryIndex, query: Query, qvec: np.ndarray, *, event_kin
     if reached:
         facts = index.events[FACT_KIND]
         prior = np.maximum(prior, link_prior(index, [(facts.turn_rows[row], s) for row, s, _ in reached]))
-    through_themes, _ = theme_reach(index, query, events, themes)
+    through_themes, _ = theme_reach(index, query, events, themes, key=key)
     if through_themes:
         prior = np.maximum(prior, link_prior(index, theme_prior_rows(index, through_themes)))
     return ranked, score_turns(index, query, own, prior, weights=weights, now=now)
+
+
+def query_key(query: Query, superseded: float) -> str:
+    """What one query's memoized scores depend on: its text, its dense text and the validity factor."""
+    return f"{query.text}\x1f{query.dense_text or ''}\x1f{superseded}"
 
 
 def query_graph(index: MemoryIndex, query: Query, graph: GraphSearch | None,

@@ -2,11 +2,12 @@
 
 For one query (all on the search snapshot, memoized per query text):
 
-1. **Theme candidates**: the ``themes`` best-matching themes (dense and BM25 over the theme text). With
-   spreading on, the themes of the ``facts`` best-matching facts join them (Bi-Mem Eq. 9: a retrieved fact
-   evokes its parent scene).
+1. **Theme candidates**: the ``themes`` best-matching themes (dense over their centroid, BM25 over their
+   text). With spreading on, the themes of the ``facts`` best-matching facts are evoked (Bi-Mem Eq. 9: a
+   retrieved fact evokes its parent scene): they join the picked themes below by association, whatever
+   their own match.
 2. **Stage I** (xMemory Eq. 4, :func:`~memstrata.memory.themes.select.representatives`): representative themes
-   on the kNN graph of the candidates' centroids, then, over the facts those themes induce, representative
+   on the kNN graph of the (not evoked) candidates' centroids, then, over the facts those themes induce, representative
    facts. With ``select="top"`` both steps keep the best-matching ones instead (the ablation without Eq. 4).
    A selected theme induces all its facts, or with spreading its ``spread`` best-matching facts (Bi-Mem
    Eq. 10: a scene brings its top-m facts).
@@ -67,7 +68,12 @@ class ThemeSearch:
 
     def __post_init__(self) -> None:
         if self.select not in SELECTIONS:
-            raise ValueError(f"theme selection must be one of {SELECTIONS}, not {self.select!r}")
+            msg = f"theme_select must be one of {SELECTIONS}, not {self.select!r}"
+            raise ValueError(msg)
+        if not (0 < self.coverage <= 1 and 0 <= self.alpha <= 1 and self.patience >= 1):
+            msg = (f"theme_coverage must be in (0, 1], theme_alpha in [0, 1] and theme_patience at least 1; got "
+                   f"{self.coverage}, {self.alpha}, {self.patience}")
+            raise ValueError(msg)
 
 
 @dataclass(frozen=True)
@@ -95,12 +101,13 @@ class ThemeTrace:
 
 
 def theme_reach(index: MemoryIndex, query: Query, events: dict[str, np.ndarray] | None,
-                search: ThemeSearch | None) -> tuple[list[ThemeReach], ThemeTrace]:
-    """The facts the theme path admits for ``query``, memoized per query text on the snapshot."""
+                search: ThemeSearch | None, *, key: str) -> tuple[list[ThemeReach], ThemeTrace]:
+    """The facts the theme path admits for ``query``, memoized on the snapshot under the caller's ``key`` (the
+    one its event scores are memoized under: query text, dense text, validity factor)."""
     themes, facts = index.events.get(THEME.kind), index.events.get(FACT.kind)
     if search is None or search.themes <= 0 or themes is None or facts is None or not len(themes):
         return [], ThemeTrace()
-    key = f"themes\x1f{query.text}\x1f{search}"
+    key = f"themes\x1f{key}\x1f{search}"
     if key not in index.memo:
         if events is None or THEME.kind not in events or FACT.kind not in events:
             return [], ThemeTrace()
@@ -125,8 +132,9 @@ def _reach(index: MemoryIndex, query: Query, theme_scores: np.ndarray, fact_scor
     trace.candidates, trace.evoked = len(cand), len(evoked)
     if not cand:
         return [], trace
-    chosen_t = _select(theme_scores[cand], themes.vecs[cand], s, s.theme_budget)
-    picked = [cand[i] for i in chosen_t]
+    own = [t for t in cand if t not in evoked]
+    picked = [own[i] for i in _select(theme_scores[own], themes.vecs[own], s, s.theme_budget)] if own else []
+    picked += [t for t in cand if t in evoked]  # Eq. 9: an evoked scene joins by association, not by its own match
     trace.themes = [themes.units[t].id for t in picked]
     induced: list[int] = []
     came_from: dict[int, int] = {}
@@ -175,7 +183,11 @@ def _stage2(index: MemoryIndex, query: Query, chosen: Sequence[int], support: di
     terms = [set(tokenize([" ".join([*(facts.units[f].text for f in groups[e]),
                                      *(index.turns[r].text for f in groups[e] for r in facts.turn_rows[f])])])[0])
              for e in order]
-    admitted, left = admit_by_coverage(set(tokenize([query.text])[0]), terms, patience=s.patience)
+    words = set(tokenize([query.text])[0])
+    if not words:  # nothing to lower: Stage II cannot judge, so it admits what Stage I chose
+        trace.uncertainty_measure = "none: the query has no content words"
+        return list(chosen)
+    admitted, left = admit_by_coverage(words, terms, patience=s.patience)
     trace.episodes_offered, trace.episodes_admitted, trace.uncertainty_left = len(order), len(admitted), left
     trace.uncertainty_measure = "offline proxy: share of the query's words no admitted episode says"
     return [f for i in admitted for f in groups[order[i]]]

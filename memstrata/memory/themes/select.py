@@ -79,7 +79,7 @@ def representatives(relevance: np.ndarray, sims: np.ndarray, *, k: int, alpha: f
     rel = scaled(relevance)
     chosen: list[int] = []
     covered: set[int] = set()
-    while len(chosen) < min(budget, n) and len(covered) < coverage * n:
+    while len(chosen) < min(budget, n) and (not chosen or len(covered) < coverage * n):  # one pick at least
         gains = [(alpha * sum(ws for u, ws in weight[i].items() if u not in covered) / z + (1 - alpha) * rel[i], -i)
                  for i in range(n) if i not in chosen]
         _, best = max(gains)
@@ -102,13 +102,12 @@ def objective(relevance: np.ndarray, sims: np.ndarray, chosen: Sequence[int], *,
     return alpha * sum(best.values()) / z + (1 - alpha) * float(sum(scaled(relevance)[list(chosen)]))
 
 
-def admit_by_coverage(query_terms: Set[str], unit_terms: Sequence[Set[str]], *, patience: int,
-                      limit: int | None = None) -> tuple[list[int], float]:
+def admit_by_coverage(query_terms: Set[str], unit_terms: Sequence[Set[str]], *, patience: int) -> tuple[list[int], float]:
     """Stage II's offline proxy: the units (in support order) admitted while they lower the uncertainty.
 
     The uncertainty is the share of ``query_terms`` no admitted unit holds. A unit that holds one that is still
     missing is admitted; after ``patience`` units in a row that hold none, the stage stops (early stopping), as
-    it does once nothing is missing or ``limit`` units are in. Returns the admitted positions and the
+    it does once nothing is missing. Returns the admitted positions and the
     uncertainty left. With no query terms there is nothing to lower: nothing is admitted.
     """
     missing = set(query_terms)
@@ -116,7 +115,7 @@ def admit_by_coverage(query_terms: Set[str], unit_terms: Sequence[Set[str]], *, 
     admitted: list[int] = []
     idle = 0
     for i, terms in enumerate(unit_terms):
-        if not missing or idle >= patience or (limit is not None and len(admitted) >= limit):
+        if not missing or idle >= patience:
             break
         new = missing & terms
         if new:
