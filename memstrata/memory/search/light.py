@@ -96,9 +96,9 @@ def light_lookup(
             found += turn_hits(index, index.events[kind].turn_rows[row], parts, level="level1", found_by=kind,
                                query=query, window=node_window(index.events[kind].units[row]))
         reached = query_graph(index, query, graph)
+        found += graph_hits(index, query, reached, parts)  # before the theme path's: a tie keeps the entity path
         through_themes, how = theme_reach(index, query, None, by_themes, key=query_key(query, superseded))
-        found = [*theme_hits(index, query, through_themes, parts), *found]  # first: a tie keeps the theme's label
-        found += graph_hits(index, query, reached, parts)
+        found += theme_hits(index, query, through_themes, parts)
         if how.themes is not None:
             out.themes[query.id] = how
         for hit in graph_events(index, query, reached, ranked):  # entity seeds -> fragments -> tree events
