@@ -374,7 +374,9 @@ def test_a_server_stopped_mid_ingest_is_a_clear_error_and_a_rerun_loses_nothing(
     os.close(write_end)  # the child holds the only write end: it says "paused", or exits and the read ends
     try:
         with os.fdopen(read_end) as paused:
-            said = paused.readline() if select.select([paused], [], [], TIMEOUT_S)[0] else ""
+            waiting = select.poll()  # poll, not select: the suite can hold more than FD_SETSIZE (1024) descriptors
+            waiting.register(paused, select.POLLIN)
+            said = paused.readline() if waiting.poll(TIMEOUT_S * 1000) else ""
         if said != "paused\n":
             proc.kill()
             pytest.fail(f"the ingest did not pause after its first turns ({said!r}):\n{proc.communicate()[1][-3000:]}")
