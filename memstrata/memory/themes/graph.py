@@ -19,7 +19,7 @@ MEMBER, SIMILAR = "member_of", "similar"
 KINDS = ("fact", "theme")
 
 
-def _top_k(sims: np.ndarray, k: int) -> list[list[int]]:
+def top_k(sims: np.ndarray, k: int) -> list[list[int]]:
     """Each row's ``k`` most similar other rows, best first (ties by row)."""
     sims = sims.copy()
     np.fill_diagonal(sims, -np.inf)
@@ -42,11 +42,11 @@ def knn_edges(conversation_id: str, fact_ids: Sequence[str], fact_vectors: np.nd
     if len(x):
         sims = x @ x.T
         edges += [Edge(conversation_id, fact_ids[i], SIMILAR, fact_ids[j], "fact", "fact", round(float(sims[i, j]), 4))
-                  for i, near in enumerate(_top_k(sims, k)) for j in near]
+                  for i, near in enumerate(top_k(sims, k)) for j in near]
     if len(mu):
         sims = mu @ mu.T
         edges += [Edge(conversation_id, names[i], SIMILAR, names[j], "theme", "theme", round(float(sims[i, j]), 4))
-                  for i, near in enumerate(_top_k(sims, k)) for j in near]
+                  for i, near in enumerate(top_k(sims, k)) for j in near]
     return edges
 
 

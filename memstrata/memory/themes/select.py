@@ -38,14 +38,14 @@ from collections.abc import Sequence, Set
 
 import numpy as np
 
+from memstrata.memory.themes.graph import top_k
+
 
 def knn_neighbours(sims: np.ndarray, k: int) -> list[list[int]]:
-    """Each row's ``k`` most similar other rows with a positive similarity, best first (ties by row)."""
-    out = []
-    for i, row in enumerate(np.asarray(sims, dtype=float)):
-        order = sorted((j for j in range(len(row)) if j != i and row[j] > 0), key=lambda j: (-row[j], j))
-        out.append(order[:k])
-    return out
+    """Each row's ``k`` most similar other rows with a positive similarity, best first (ties by row): the kNN
+    graph's neighbours (:func:`~memstrata.memory.themes.graph.top_k`) whose edge has a weight."""
+    w = np.asarray(sims, dtype=float)
+    return [[j for j in near if w[i, j] > 0] for i, near in enumerate(top_k(w, k))]
 
 
 def scaled(values: np.ndarray) -> np.ndarray:
