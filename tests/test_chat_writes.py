@@ -335,3 +335,20 @@ def test_inspect_shows_each_conversations_own_summaries_in_text_and_html(tmp_pat
     assert "tomatoes" in whole[c1:c2] and "violin" not in whole[c1:c2] and "violin" in whole[c2:]
     page = memory_page(mem.store, user_id="u")
     assert page.index("tomatoes") < page.index("c2") < page.index("violin")
+
+
+# ---- counters never outlive their unit -------------------------------------------------------------------
+def test_a_deleted_unit_takes_its_counters_and_a_late_reinforcement_of_one_is_dropped(tmp_path: Path) -> None:
+    mem = Memstrata(path=tmp_path / "store", embeddings=HashEmbeddings())
+    monday = datetime(2024, 3, 4, 10, 0)
+    mem.ingest(_chat(12, monday), user_id="u", now=monday + timedelta(days=30), close=True)
+    counted = {(c.conversation_id, c.kind, c.unit_id) for c in mem.store.counters.all("u", kind="summary")}
+    assert len(counted) >= 2  # the tree reinforced the closed episodes' summaries
+    (conv, kind, first), *rest = sorted(counted)
+    mem.store.delete(kind, user_id="u", conversation_id=conv, unit_ids=[first])
+    after = {(c.conversation_id, c.kind, c.unit_id) for c in mem.store.counters.all("u", kind="summary")}
+    assert after == set(rest)
+    # a writer that reinforces a summary another process has just deleted: its check drops that counter only
+    mem.store.counters.reinforce("u", [(conv, kind, first)], at=monday.timestamp())
+    assert mem.store.drop_orphan_counters("u", [(conv, kind, first), *rest]) == 1
+    assert {(c.conversation_id, c.kind, c.unit_id) for c in mem.store.counters.all("u", kind="summary")} == set(rest)

@@ -46,7 +46,8 @@ async def one_decision(proxy: FaultProxy, *faults: str, timeout: float = SLOW_S,
     value, outcome = await asyncio.wait_for(decide(
         make_chat_model(proxy.base_url), Verdict, "Decide whether the line answers the question.",
         "<line>Priya: I adopted a cat named Miso.</line>\n<question>What is the cat called?</question>",
-        node="gate", fallback=lambda: FALLBACK, meter=meter, timeout=timeout, retries=retries), NEVER_HANG_S)
+        node="gate", fallback=lambda: FALLBACK, meter=meter, timeout=timeout, retries=retries,
+        max_tokens=64), NEVER_HANG_S)
     assert meter.calls[-1].outcome == outcome
     return value, outcome, meter.calls[0]  # the first reply's record holds its transport attempts
 

@@ -247,3 +247,26 @@ async def test_middleware_and_store_with_the_real_server(llama_server: str, tmp_
     assert isinstance(out["messages"][-1].content, str)
     written = mem.store.get("turn", user_id="u", conversation_id="live")
     assert [r.payload["speaker"] for r in sorted(written, key=lambda r: r.payload["position"])][:1] == ["user"]
+
+
+class LongText(BaseModel):
+    """A long piece of text."""
+
+    text: str = Field(description="a story of at least five hundred words")
+
+
+async def test_a_model_instance_is_held_to_the_completion_cap(llama_server: str) -> None:
+    """A model passed as an instance (no max_tokens of its own) still stops at the cap, structured or streamed:
+    without it a small model can fill a schema's grammar until the context ends."""
+    model, meter = make_chat_model(llama_server), Meter()
+    assert model.max_tokens is None
+    _, outcome = await decide(model, LongText, "Write what is asked.", "Write a long story about a cat.",
+                              node="cap", fallback=lambda: LongText(text=""), meter=meter, timeout=120.0,
+                              max_tokens=8)
+    assert outcome in FINAL_OUTCOMES
+    assert all(0 < c.completion_tokens <= 8 for c in meter.calls if c.usage_source == "usage_metadata")
+    await stream_answer(model, [HumanMessage("Write a long story about a cat.")], meter=meter, timeout=120.0,
+                        max_tokens=8)
+    streamed = meter.calls[-1]  # llama.cpp sends no usage in a stream: the local tokenizer counts the text
+    limit = 8 if streamed.usage_source == "usage_metadata" else 24  # MiniLM's pieces are not SmolLM2's
+    assert 0 < streamed.completion_tokens <= limit

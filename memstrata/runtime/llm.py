@@ -322,14 +322,32 @@ def _repair(messages: list[BaseMessage], reply: AIMessage, exc: Exception, schem
 # ---- calling -------------------------------------------------------------------------
 
 
-def _bind(model: BaseChatModel, schema: type[BaseModel]) -> Any:
+def _cap_kwargs(model: BaseChatModel, max_tokens: int | None) -> dict[str, Any]:
+    """Call options that cap the reply at ``max_tokens`` (a smaller cap set on the model itself is kept).
+
+    ``ChatOpenAI`` sends the cap as ``max_completion_tokens``; llama.cpp, vLLM and Ollama read
+    ``max_tokens``, so a model pointed anywhere but api.openai.com gets that too (in ``extra_body``).
+    Without a cap a small model can fill a schema's grammar with whitespace until the context ends.
+    """
+    own = getattr(model, "max_tokens", None)
+    cap = min(max_tokens, own) if max_tokens is not None and isinstance(own, int) else max_tokens or own
+    if cap is None or not hasattr(model, "max_tokens"):  # a model without the field takes no such option
+        return {}
+    base = str(getattr(model, "openai_api_base", None) or "")
+    if not base or "api.openai.com" in base:
+        return {"max_tokens": cap}
+    return {"max_tokens": cap, "extra_body": {**(getattr(model, "extra_body", None) or {}), "max_tokens": cap}}
+
+
+def _bind(model: BaseChatModel, schema: type[BaseModel], max_tokens: int | None = None) -> Any:
     name = convert_to_openai_tool(schema)["function"]["name"]
+    cap = _cap_kwargs(model, max_tokens)
     try:
         # Naming the one tool (rather than tool_choice="any") is what makes
         # llama.cpp's server constrain the reply to the schema's grammar.
-        return model.bind_tools([schema], tool_choice=name)
+        return model.bind_tools([schema], tool_choice=name, **cap)
     except NotImplementedError:  # models without tool calling answer in JSON text
-        return model
+        return model.bind(**cap) if cap else model
 
 
 def _retrying(retries: int, timeout: float, failed: list[str]) -> AsyncRetrying:
@@ -351,9 +369,10 @@ def _retrying(retries: int, timeout: float, failed: list[str]) -> AsyncRetrying:
 
 
 async def _invoke(model: BaseChatModel, schema: type[BaseModel], messages: list[BaseMessage],
-                  *, node: str, timeout: float, retries: int, failed: list[str]) -> AIMessage:
+                  *, node: str, timeout: float, retries: int, failed: list[str],
+                  max_tokens: int | None = None) -> AIMessage:
     """One reply, each attempt bounded by ``timeout``; only transport errors are retried (each noted in ``failed``)."""
-    bound = _bind(model, schema)
+    bound = _bind(model, schema, max_tokens)
     config = {"tags": INTERNAL_TAGS, "run_name": f"memstrata.{node}", "metadata": {"memstrata_node": node}}
     async for attempt in _retrying(retries, timeout, failed):
         with attempt:
@@ -379,6 +398,7 @@ async def decide(
     timeout: float = 60.0,
     retries: int = 2,
     validate: Callable[[T], T] | None = None,
+    max_tokens: int | None = None,
 ) -> tuple[T, str]:
     """One structured decision: the model's, repaired once, or the fallback. Never raises for model trouble.
 
@@ -396,6 +416,7 @@ async def decide(
         validate: may raise ``ValueError`` (or ``LookupError``) for answers that are
             well-formed but impossible, e.g. an id that was never offered; it may
             return a corrected value.
+        max_tokens: the longest reply, in tokens (``None``: the model's own setting).
 
     Returns:
         The value and how it was obtained (the ``outcome`` of its last :class:`CallRecord`).
@@ -418,7 +439,8 @@ async def decide(
             return fallback(), "skipped_budget"
         started, failed = time.monotonic(), list[str]()
         try:
-            reply = await _invoke(model, schema, messages, node=node, timeout=timeout, retries=retries, failed=failed)
+            reply = await _invoke(model, schema, messages, node=node, timeout=timeout, retries=retries, failed=failed,
+                                  max_tokens=max_tokens)
         except Exception as exc:  # noqa: BLE001 - any transport failure ends in the fallback
             meter.add(CallRecord(node, "error", *usage_of(messages, None), error=_describe(exc, timeout),
                                  seconds=time.monotonic() - started, attempts=len(failed) + 1, retried=failed))
@@ -471,6 +493,7 @@ async def stream_answer(
     meter: Meter,
     timeout: float = 60.0,
     retries: int = 2,
+    max_tokens: int | None = None,
 ) -> str:
     """Stream a text answer so LangGraph's ``stream_mode="messages"`` forwards its tokens.
 
@@ -487,6 +510,7 @@ async def stream_answer(
         timeout: the longest wait, in seconds, for the first or any next chunk.
         retries: extra attempts on a transport error before the first chunk; once
             tokens have streamed to the user a failure is final.
+        max_tokens: the longest answer, in tokens (``None``: the model's own setting).
 
     Returns:
         The full answer text.
@@ -504,7 +528,7 @@ async def stream_answer(
     started = time.monotonic()
     for attempt in range(retries + 1):
         try:
-            usage = await _stream_into(parts, model, prompt, node=node, timeout=timeout)
+            usage = await _stream_into(parts, model, prompt, node=node, timeout=timeout, max_tokens=max_tokens)
             if not "".join(parts).strip():
                 msg = "the model streamed no text (the server sent no choices)"
                 raise EmptyReplyError(msg)
@@ -524,11 +548,13 @@ async def stream_answer(
 
 
 async def _stream_into(parts: list[str], model: BaseChatModel, prompt: list[BaseMessage], *, node: str,
-                       timeout: float) -> UsageMetadata | None:
+                       timeout: float, max_tokens: int | None = None) -> UsageMetadata | None:
     """Append the streamed text to ``parts``; return the summed usage, if the server sent any."""
     config = {"run_name": f"memstrata.{node}", "metadata": {"memstrata_node": node}}
     usage: UsageMetadata | None = None
-    async for chunk in _idle_bounded(model.astream(prompt, config=config), timeout):
+    cap = _cap_kwargs(model, max_tokens)
+    streaming = model.bind(**cap) if cap else model
+    async for chunk in _idle_bounded(streaming.astream(prompt, config=config), timeout):
         parts.append(chunk.text)
         usage = add_usage(usage, chunk.usage_metadata) if chunk.usage_metadata else usage
     return usage

@@ -182,7 +182,8 @@ class Step:
         system = self.ctx.prompt(prompt)
         value, how = await decide(self.model, schema, system.format(**fmt) if fmt else system, user, node=node,
                                   fallback=fallback, meter=self.meter, validate=validate,
-                                  timeout=self.ctx.llm_timeout_s, retries=self.ctx.llm_retries)
+                                  timeout=self.ctx.llm_timeout_s, retries=self.ctx.llm_retries,
+                                  max_tokens=self.ctx.llm_max_tokens)
         if how == "skipped_budget" and self.shared.halted is None:
             self.shared.halted = node
         return value, how

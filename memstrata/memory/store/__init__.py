@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
@@ -52,6 +53,25 @@ class MemoryStore(VectorStore):
         self.counters = CounterStore(open_table("counters", path=folder, client=self.client))
         self.items = open_table("items", path=folder, client=self.client)  # what a LangGraph store user put
         self.sequences = Sequences(open_table("sequences", path=folder, client=self.client))
+
+    def delete(self, kind: str, *, user_id: str, conversation_id: str, unit_ids: Sequence[str]) -> None:
+        """Remove units and their counters (a unit's reinforcement, recall and tier go with it)."""
+        super().delete(kind, user_id=user_id, conversation_id=conversation_id, unit_ids=unit_ids)
+        self.counters.delete(user_id, [(conversation_id, kind, unit_id) for unit_id in unit_ids])
+
+    def drop_orphan_counters(self, user_id: str, items: Sequence[tuple[str, str, str]]) -> int:
+        """Delete the counters among ``items`` (conversation, kind, unit id) whose unit is not stored.
+
+        A writer that reinforces a unit another process deleted meanwhile leaves such a counter;
+        it calls this after its writes, so whichever writer comes last leaves none.
+        """
+        by_kind: dict[str, list[tuple[str, str]]] = {}
+        for conv, kind, unit_id in items:
+            by_kind.setdefault(kind, []).append((conv, unit_id))
+        stored = {(kind, r.metadata["conversation_id"], r.unit_id) for kind, keys in by_kind.items()
+                  for r in self.get_keys(kind, user_id=user_id, keys=keys)}
+        orphans = [item for item in items if (item[1], item[0], item[2]) not in stored]
+        return self.counters.delete(user_id, orphans) if orphans else 0
 
     def delete_turns(self, user_id: str, conversation_id: str, turn_ids: list[str]) -> dict[str, int]:
         """Remove raw turns and everything built from them; counts per part.

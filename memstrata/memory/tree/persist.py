@@ -137,8 +137,7 @@ def save_tree(store: MemoryStore, update: TreeUpdate, units: Sequence[TreeNode])
     store.edges.add(user, [Edge(conv, child, REL, u.id, src_kind=u.child_kind, dst_kind=TREE_NODE.kind,
                                 turn_ids=tuple(update.summaries[child].turn_ids) if child in update.summaries else ())
                            for u in units for child in u.children])
-    store.delete(TREE_NODE.kind, user_id=user, conversation_id=conv, unit_ids=update.removed)
-    store.counters.delete(user, [(conv, TREE_NODE.kind, node_id) for node_id in update.removed])  # their n_m, r_m go
+    store.delete(TREE_NODE.kind, user_id=user, conversation_id=conv, unit_ids=update.removed)  # their n_m, r_m too
     store.upsert(TREE_NODE.kind, list(units), documents=[u.embed_text() for u in units],
                  vectors=[forest.vectors[u.id].tolist() for u in units], extra=[u.metadata() for u in units])
     _reinforce(store, update, units)
@@ -161,6 +160,8 @@ def _reinforce(store: MemoryStore, update: TreeUpdate, units: Sequence[TreeNode]
         by_time.setdefault(at, []).append((update.conversation_id, kind, event.unit_id))
     for at in sorted(by_time):  # oldest first: r_m ends at the latest consolidation
         store.counters.reinforce(update.user_id, by_time[at], at=at)
+    # another process may have replaced a summary meanwhile: its counter must not outlive it
+    store.drop_orphan_counters(update.user_id, sorted({item for items in by_time.values() for item in items}))
 
 
 def _first(episode_id: str) -> int:

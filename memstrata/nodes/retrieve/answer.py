@@ -93,7 +93,8 @@ async def _answer_text(state: RetrievalState, context: str, step: Step) -> tuple
     progress("answer", "writing the answer")
     try:
         text = await llm.stream_answer(step.model, messages, node="answer", meter=step.meter,
-                                       timeout=ctx.llm_timeout_s, retries=ctx.llm_retries)
+                                       timeout=ctx.llm_timeout_s, retries=ctx.llm_retries,
+                                       max_tokens=ctx.llm_max_tokens)
     except llm.LLMError as exc:
         return latest, f"answer failed: {exc}"
     return text, "streamed"
