@@ -267,8 +267,12 @@ class Context:
                            "1-3); 0 turns spreading off (a picked theme offers all its facts, no fact evokes a "
                            "theme)")] = 3
     theme_stage2: Annotated[bool, _s(
-        "theme retrieval", "Stage II: admit the picked facts' episodes only while they say query words not yet "
-                           "said (an offline proxy for the reader's uncertainty)")] = False
+        "theme retrieval", "Stage II: admit the picked facts' episodes, in order of support, only while they lower "
+                           "the uncertainty: with a model, the reader's own (one self-check per episode offered); "
+                           "offline, a proxy (the share of the query's words no admitted episode says)")] = False
+    theme_stage2_checks: Annotated[int, _s(
+        "theme retrieval", "with a model, Stage II's self-checks per lookup, at most (each is one model call on the "
+                           "query's budget; the episodes never offered are not admitted)")] = 4
     theme_share: Annotated[float, _s(
         "theme retrieval", "share of the context budget the theme path's admitted turns take first (counted at "
                            "mmr_tokens_per_pick a turn; the rest is filled in score order; 0: they only lend a "

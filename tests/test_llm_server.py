@@ -270,3 +270,22 @@ async def test_a_model_instance_is_held_to_the_completion_cap(llama_server: str)
     streamed = meter.calls[-1]  # llama.cpp sends no usage in a stream: the local tokenizer counts the text
     limit = 8 if streamed.usage_source == "usage_metadata" else 24  # MiniLM's pieces are not SmolLM2's
     assert 0 < streamed.completion_tokens <= limit
+
+
+async def test_stage2_self_checks_with_the_real_server(chat_model: Any, minilm: Any, tmp_path: Any) -> None:
+    """xMemory's Stage II with a real reader: each self-check is metered, and whatever SmolLM2 says (or fails to
+    say), the trace's counts agree with the calls made and the evidence stays this user's."""
+    from memstrata import Memstrata
+    from test_theme_retrieval import _conversation
+
+    mem = Memstrata(path=tmp_path / "chroma", embeddings=minilm)
+    await mem.aingest(_conversation(), user_id="ann", close=True)  # themes built offline; the reader is the model
+    result = await mem.aretrieve("What do we know about Ann's cat Miso?", user_id="ann", context_budget=400,
+                                 model=chat_model, theme_stage2=True, max_iterations=0)
+    rounds = [e["stage2"] for e in result.trace["events"] if e["node"] == "lookup_level1" and "stage2" in e]
+    assert rounds and all(0 < r["checked"] <= 4 and r["admitted"] <= r["checked"] for r in rounds)
+    checks = result.trace["llm"]["per_node"]["stage2"]
+    assert checks["calls"] == sum(r["checked"] for r in rounds)
+    assert checks["fallbacks"] == sum(r["fallbacks"] for r in rounds)
+    assert all(e.conversation_id == "ann-bo" for e in result.evidence)
+    mem.close()

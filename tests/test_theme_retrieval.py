@@ -143,3 +143,51 @@ def test_the_theme_path_is_off_at_zero_and_ablation_settings_change_what_it_pick
     # the scope table decides: a scope that does not list the theme kind never takes the theme path
     no_themes = {"Short": ["summary", "fact", "turn"], "Long": ["summary", "fact"], "Mixed": ["summary", "fact", "turn"]}
     assert _theme_events(theme_mem.retrieve(question, user_id="ann", context_budget=400, scope_kinds=no_themes)) == {}
+
+
+def test_the_uncertainty_gate_admits_only_what_lowers_the_doubt_and_stops_after_patience() -> None:
+    from memstrata.memory.themes.select import UncertaintyGate
+
+    gate = UncertaintyGate(1.0, patience=2)
+    assert [gate.offer(u) for u in (0.7, 0.7, 0.4, 0.5, 0.4)] == [True, False, True, False, False]
+    assert gate.done and gate.uncertainty == 0.4
+    solved = UncertaintyGate(1.0, patience=5)
+    assert solved.offer(0.0) and solved.done  # nothing left to lower
+
+
+def _scripted_reader(confidences: list[float]):
+    """A model whose Stage II self-checks say ``confidences`` in turn; every other decision gets no tool call."""
+    from memstrata.prompts import PROMPTS
+    from memstrata.testing import ScriptedChatModel
+
+    def reply(messages):
+        if messages[0].content == PROMPTS["STAGE2_PROMPT"]:
+            return {"confidence": confidences.pop(0) if confidences else 0.0}
+        return "no structured reply"  # the other steps fall back (their own tests cover them)
+
+    return ScriptedChatModel(default=reply)
+
+
+@pytest.mark.integration
+def test_with_a_model_stage2_keeps_the_theme_turns_of_the_episodes_the_reader_admitted(theme_mem) -> None:
+    question = "What do we know about Ann's cat Miso?"
+    plain = theme_mem.retrieve(question, user_id="ann", context_budget=400, model=_scripted_reader([]),
+                               theme_stage2=False)
+    lookup = next(e for e in plain.trace["events"] if e["node"] == "lookup_level1")
+    assert "stage2" not in lookup  # Stage II off: the model is never asked
+    offered = lookup["found_by"].get("theme", 0) + lookup["found_by"].get("spread", 0)
+    assert offered > 0
+    result = theme_mem.retrieve(question, user_id="ann", context_budget=400, model=_scripted_reader([0.5] * 9),
+                                theme_stage2=True, theme_patience=2)
+    lookup = next(e for e in result.trace["events"] if e["node"] == "lookup_level1")
+    how = lookup["stage2"]
+    # the first episode lowers the doubt from 1 to 0.5; the next ones lower nothing: two more checks, then stop
+    assert how["admitted"] == 1 and how["checked"] == min(3, how["offered"]) and how["fallbacks"] == 0
+    assert how["uncertainty_left"] == 0.5 and how["measure"].startswith("reader self-check")
+    assert [(_, p) for _, p in lookup["themes"].items()][0][1]["episodes_offered"] == 0  # no offline proxy as well
+    checks = result.trace["llm"]["per_node"]["stage2"]  # every check of every lookup round is metered
+    rounds = [e["stage2"] for e in result.trace["events"] if e["node"] == "lookup_level1" and "stage2" in e]
+    assert checks["calls"] == sum(r["checked"] for r in rounds) and checks["fallbacks"] == 0
+    if how["offered"] > 1:
+        assert how["removed"] > 0
+    assert lookup["turns"] == sum(lookup["found_by"].values())

@@ -86,3 +86,11 @@ to absolute dates using the session dates. When the memory is incomplete, infer 
 what it does say, and say briefly what it rests on; do not refuse.
 </task>
 <rules>{DATA_RULE}</rules>"""
+
+STAGE2_PROMPT = f"""<role>You judge whether lines from past conversations answer a question.</role>
+<task>
+You get a question and some lines. Say how sure you are, from these lines alone, that you could answer the
+question correctly: confidence 0 means the lines say nothing useful, 1 means they state the answer plainly.
+Do not answer the question.
+</task>
+<rules>{DATA_RULE}</rules>"""

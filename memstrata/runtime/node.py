@@ -110,7 +110,7 @@ async def open_node(runtime: Any, node: str, state: Mapping[str, Any] | None = N
         run.vectors = await search.query_vectors(ctx, store, queries)
     if graph and run.index is not None:
         run.graph = await search.graph_search(ctx, store, run.index)
-        run.themes = search.theme_search(ctx)
+        run.themes = search.theme_search(ctx, reader=step.model is not None)
     if search_index:
         run.now = search.reference_now(ctx, run.index)
         run.weights, run.scope_kinds = search.weights(ctx), search.scope_kinds(ctx)

@@ -153,13 +153,15 @@ def weights(ctx: Context) -> Weights:
                    lam=ctx.temporal_lambda)
 
 
-def theme_search(ctx: Context) -> ThemeSearch | None:
-    """The theme path's settings of a run (``None`` when ``theme_search_k`` is 0)."""
+def theme_search(ctx: Context, *, reader: bool = False) -> ThemeSearch | None:
+    """The theme path's settings of a run (``None`` when ``theme_search_k`` is 0). With a ``reader`` (a model),
+    Stage II is the reader's own (:mod:`memstrata.nodes.retrieve.stage2`), so the path leaves out its offline proxy."""
     if ctx.theme_search_k <= 0:
         return None
     return ThemeSearch(themes=ctx.theme_search_k, facts=ctx.theme_fact_seeds, select=ctx.theme_select,
                        alpha=ctx.theme_alpha, coverage=ctx.theme_coverage, theme_budget=ctx.theme_pick,
-                       fact_budget=ctx.theme_fact_pick, spread=ctx.theme_spread, stage2=ctx.theme_stage2,
+                       fact_budget=ctx.theme_fact_pick, spread=ctx.theme_spread,
+                       stage2=ctx.theme_stage2 and not reader,
                        patience=ctx.theme_patience, knn=ctx.theme_knn)
 
 

@@ -1,4 +1,4 @@
-"""Retrieval through the themes: xMemory's Stage I and II and Bi-Mem's associative spreading, offline.
+"""Retrieval through the themes: xMemory's Stage I and II and Bi-Mem's associative spreading (pure code).
 
 For one query (all on the search snapshot, memoized per query text):
 
@@ -15,7 +15,9 @@ For one query (all on the search snapshot, memoized per query text):
    grouped by the episode they come from, are admitted episode by episode in order of support (the summed
    match of their facts) while they say query words nothing admitted before said; after ``patience``
    episodes that say nothing new it stops. Without a model there is no reader whose uncertainty could be
-   measured, so the proxy is the query's words left unsaid; a trace names it so.
+   measured, so the proxy is the query's words left unsaid; a trace names it so. With a model the path leaves
+   Stage II out and the lookup node asks the reader instead (:mod:`memstrata.nodes.retrieve.stage2`, over the
+   episodes :func:`episode_rounds` groups).
 
 The admitted facts' raw turns become candidates (``found_by="theme"``, or ``"spread"`` when the theme was
 evoked by a fact), and lend the turns a prior like the entity graph's (:func:`theme_prior_rows`).
@@ -41,7 +43,7 @@ import numpy as np
 from memstrata.memory.index import MemoryIndex, tokenize
 from memstrata.memory.levels.level1.fact import FACT
 from memstrata.memory.levels.level1.theme import THEME
-from memstrata.memory.search.query import Query
+from memstrata.memory.search.query import Hit, Query
 from memstrata.memory.themes.select import admit_by_coverage, representatives
 
 SELECTIONS = ("eq4", "top")
@@ -191,6 +193,20 @@ def _stage2(index: MemoryIndex, query: Query, chosen: Sequence[int], support: di
     trace.episodes_offered, trace.episodes_admitted, trace.uncertainty_left = len(order), len(admitted), left
     trace.uncertainty_measure = "offline proxy: share of the query's words no admitted episode says"
     return [f for i in admitted for f in groups[order[i]]]
+
+
+def episode_rounds(index: MemoryIndex, hits: Sequence[Hit]) -> list[tuple[str, list[Hit]]]:
+    """Stage II's offers with a model: the theme path's turn hits grouped by the episode of the fact that brought
+    each (named in its ``via``), the episodes in order of support (their hits' summed score), ties by id."""
+    facts = index.events.get(FACT.kind)
+    groups: dict[str, list[Hit]] = {}
+    for hit in hits:
+        if hit.found_by not in THEME_FINDERS or facts is None:
+            continue
+        row = facts.by_key.get((hit.conversation_id, hit.via.rsplit(" -> ", 1)[-1]))
+        if row is not None:
+            groups.setdefault(facts.units[row].episode_id, []).append(hit)
+    return sorted(groups.items(), key=lambda kv: (-sum(h.score for h in kv[1]), kv[0]))
 
 
 def theme_members(index: MemoryIndex) -> list[list[int]]:

@@ -102,26 +102,52 @@ def objective(relevance: np.ndarray, sims: np.ndarray, chosen: Sequence[int], *,
     return alpha * sum(best.values()) / z + (1 - alpha) * float(sum(scaled(relevance)[list(chosen)]))
 
 
+class UncertaintyGate:
+    """xMemory's Stage II admission rule: a unit is admitted when the uncertainty it leaves is lower than the best so
+    far; after ``patience`` units in a row that lower nothing, the stage stops (early stopping), as it does at 0.
+
+    The measure is the caller's: the reader's own doubt (1 - its stated confidence) with a model, the share of the
+    query's words no admitted unit says offline (:func:`admit_by_coverage`).
+
+    Example:
+        >>> gate = UncertaintyGate(1.0, patience=2)
+        >>> [gate.offer(u) for u in (0.6, 0.6, 0.3)], gate.uncertainty, gate.done
+        ([True, False, True], 0.3, False)
+    """
+
+    def __init__(self, start: float, *, patience: int) -> None:
+        self.uncertainty, self.patience, self.idle = start, patience, 0
+
+    @property
+    def done(self) -> bool:
+        """Nothing is left to lower, or ``patience`` offers in a row lowered nothing."""
+        return self.uncertainty <= 0 or self.idle >= self.patience
+
+    def offer(self, uncertainty: float) -> bool:
+        """Whether the unit that would leave ``uncertainty`` is admitted."""
+        if uncertainty < self.uncertainty:
+            self.uncertainty, self.idle = uncertainty, 0
+            return True
+        self.idle += 1
+        return False
+
+
 def admit_by_coverage(query_terms: Set[str], unit_terms: Sequence[Set[str]], *, patience: int) -> tuple[list[int], float]:
     """Stage II's offline proxy: the units (in support order) admitted while they lower the uncertainty.
 
-    The uncertainty is the share of ``query_terms`` no admitted unit holds. A unit that holds one that is still
-    missing is admitted; after ``patience`` units in a row that hold none, the stage stops (early stopping), as
-    it does once nothing is missing. Returns the admitted positions and the
-    uncertainty left. With no query terms there is nothing to lower: nothing is admitted.
+    The uncertainty is the share of ``query_terms`` no admitted unit holds; :class:`UncertaintyGate` admits and
+    stops. Returns the admitted positions and the uncertainty left. With no query terms there is nothing to
+    lower: nothing is admitted.
     """
-    missing = set(query_terms)
-    total = len(missing)
+    total = len(query_terms)
+    if not total:
+        return [], 0.0
+    gate, said = UncertaintyGate(1.0, patience=patience), set[str]()
     admitted: list[int] = []
-    idle = 0
     for i, terms in enumerate(unit_terms):
-        if not missing or idle >= patience:
+        if gate.done:
             break
-        new = missing & terms
-        if new:
+        if gate.offer(len(query_terms - said - terms) / total):
             admitted.append(i)
-            missing -= new
-            idle = 0
-        else:
-            idle += 1
-    return admitted, (len(missing) / total if total else 0.0)
+            said |= terms
+    return admitted, gate.uncertainty

@@ -1,4 +1,5 @@
-"""Retrieval: HyMem's light module, the top-k lookup over Level-1 events (and direct raw turns by scope)."""
+"""Retrieval: HyMem's light module, the top-k lookup over Level-1 events (and direct raw turns by scope); with a model,
+xMemory's Stage II over the theme path's turns (:mod:`memstrata.nodes.retrieve.stage2`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from langgraph.runtime import Runtime
 from memstrata.context import Context
 from memstrata.memory.search.light import light_lookup
 from memstrata.nodes.common import progress
+from memstrata.nodes.retrieve.stage2 import reader_stage2
 from memstrata.runtime.node import open_node
 from memstrata.state import RetrievalState
 
@@ -24,11 +26,13 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
                          scope_kinds=run.scope_kinds, raw_per_query=run.pool_size,
                          graph=run.graph, themes=run.themes, superseded=ctx.superseded_weight,
                          level1_rank=ctx.level1_rank, window_k=ctx.window_turns)
+    turns, stage2 = await reader_stage2(run.step, run.index, state["query"], found.turns)
     return {
-        "level1": found.level1, "coarse": found.coarse, "candidates": found.turns,
+        "level1": found.level1, "coarse": found.coarse, "candidates": turns, "llm_calls": run.step.records,
         "events": [{"node": "lookup_level1", "iteration": state.get("iteration", 0),
                     "queries": [q.text for q in queries], "level1": len(found.level1), "coarse": len(found.coarse),
                     "turns": len(found.turns), "found_by": found.kinds,
                     "graph_events": len(found.graph_events), "graph_events_added": sum(found.graph_events.values()),
-                    "themes": {q: vars(t) for q, t in found.themes.items()}}],
+                    "themes": {q: vars(t) for q, t in found.themes.items()},
+                    **({"stage2": stage2} if stage2 else {})}],
     }
