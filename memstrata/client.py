@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime
 from collections.abc import AsyncIterator, Callable
 from dataclasses import fields, replace
 from pathlib import Path
@@ -22,6 +23,10 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 
 from memstrata.context import Context
+from memstrata.memory.levels import DIMENSIONS, Persona
+from memstrata.memory.persona.versions import valid_at
+from memstrata.memory.store.reads import read_personas
+from memstrata.memory.timeparse import parse_timestamp
 from memstrata.runtime.resolve import release_store, resolve_store
 from memstrata.memory.store import MemoryStore
 from memstrata.result import RetrievalResult
@@ -148,6 +153,57 @@ class Memstrata:
 
         state = await graph.ainvoke({"query": query}, context=ctx)
         return RetrievalResult.from_state(state)
+
+    # ---- persona ----------------------------------------------------------------
+    def persona(self, user_id: str, speaker: str, *, conversation_id: str | None = None,
+                at: datetime | str | None = None) -> dict[str, Persona]:
+        """A speaker's persona: per dimension, the version valid at ``at`` (default: the current one).
+
+        ``at`` takes a datetime or a date string ("1 March 2024"). A dimension with no version then is left out.
+
+        Raises:
+            LookupError: no persona for the speaker, or one in several conversations and no ``conversation_id``.
+        """
+        when = parse_timestamp(at) if at is not None else None
+        if at is not None and when is None:
+            msg = f"could not read {at!r} as a date"
+            raise ValueError(msg)
+        versions = read_personas(self.store, user_id, speaker, conversation_id)
+        out = {d: valid_at([v for v in versions if v.dimension == d], when) for d in DIMENSIONS}
+        return {d: v for d, v in out.items() if v is not None}
+
+    def persona_history(self, user_id: str, speaker: str, *, conversation_id: str | None = None
+                        ) -> dict[str, list[Persona]]:
+        """Every version of each dimension of a speaker's persona, oldest first."""
+        versions = read_personas(self.store, user_id, speaker, conversation_id)
+        return {d: [v for v in versions if v.dimension == d] for d in DIMENSIONS
+                if any(v.dimension == d for v in versions)}
+
+    def forget_persona_item(self, user_id: str, speaker: str, dimension: str, fact_id: str, *,
+                            conversation_id: str | None = None) -> int:
+        """Remove one item (named by its fact id) from a dimension, in every version; no rebuild brings it back.
+
+        Nothing raw is deleted: the fact and its turns stay. Returns how many versions held the item.
+
+        Raises:
+            LookupError: no persona for the speaker, or no version of the dimension holds that item.
+        """
+        versions = [v for v in read_personas(self.store, user_id, speaker, conversation_id)
+                    if v.dimension == dimension]
+        held = [v for v in versions if any(fact_id in (i.fact_id, *i.fact_ids) for i in v.items)]
+        if not held:
+            msg = (f"no {dimension!r} item of {speaker!r} cites {fact_id!r}; its items cite "
+                   f"{sorted({i.fact_id for v in versions for i in v.items})}")
+            raise LookupError(msg)
+        edited = [Persona.model_validate({
+            **v.model_dump(), "text": "", "excluded": sorted({*v.excluded, fact_id}) if v.current else v.excluded,
+            "items": [i.model_dump() for i in v.items if fact_id not in (i.fact_id, *i.fact_ids)]}) for v in held]
+        current = next((v for v in versions if v.current and v not in held), None)
+        if current is not None:  # the item is gone from the current version already: still keep it out
+            edited.append(current.model_copy(update={"excluded": sorted({*current.excluded, fact_id})}))
+        self.store.upsert("persona", edited, documents=[p.embed_text() for p in edited],
+                          extra=[p.metadata() for p in edited])
+        return len(held)
 
     # ---- housekeeping ----------------------------------------------------------
     def delete_user(self, user_id: str) -> dict[str, int]:

@@ -279,6 +279,39 @@ class Context:
                            "prior and join the candidates)")] = 0.0
     theme_patience: Annotated[int, _s(
         "theme retrieval", "Stage II stops after this many episodes in a row that say nothing new")] = 2
+    # ---- persona (Bi-Mem's five dimensions and reflective calibration) -----------------------------------
+    persona_cues: Annotated[tuple[str, str, str, str, str], _s(
+        "persona", "offline: what each dimension is about (basic_info, interests, personality, values, "
+                   "relationships, in that order); a speaker's fact joins the dimension whose cue it is nearest")] = (
+        "name, age, job, occupation, work, studies, school, where they live, home town, country, moving house",
+        "hobbies, what they like, love or enjoy doing, dislikes, favourite activities, sports, music, books, art",
+        "personality traits, feelings, emotions, mood, temperament, being shy, outgoing, kind, anxious, brave",
+        "what they believe in, value and care about, goals, dreams, motivation, faith, principles, causes",
+        "family, friends, partner, husband, wife, children, parents, siblings, colleagues, mentor, pets")
+    persona_floor: Annotated[float, _s(
+        "persona", "offline: the similarity a fact needs to its nearest dimension cue to join that dimension")] = 0.15
+    persona_same: Annotated[float, _s(
+        "persona", "facts at least this similar count as one item said again (its recurrence)")] = 0.85
+    persona_items: Annotated[int, _s("persona", "items per dimension, at most")] = 5
+    persona_min_facts: Annotated[int, _s(
+        "persona", "a speaker gets a persona once this many of their current facts are in closed episodes")] = 3
+    persona_llm_calls: Annotated[int, _s(
+        "persona", "with a model: speakers distilled by the model per ingest (Eq. 7; the offline items do the "
+                   "rest)")] = 4
+    persona_llm_facts: Annotated[int, _s(
+        "persona", "with a model: a speaker's facts shown to the distillation, at most (most recurrent first)")] = 60
+    persona_calibrations: Annotated[int, _s(
+        "persona", "with a model: scenes (themes) checked against their speaker's persona per ingest (Eq. 8: a "
+                   "compensatory condition appended, never a rewrite); offline there is no calibration")] = 8
+    persona_search: Annotated[bool, _s(
+        "persona", "retrieval: a question that asks to infer something about a named speaker (would, likely, "
+                   "might...) gets the best-matching persona dimension as one cited line, and its items' turns "
+                   "as candidates")] = True
+    persona_share: Annotated[float, _s(
+        "persona", "retrieval: the largest share of the context budget the persona line may take (else it is left "
+                   "out, and the trace says so)")] = 0.25
+    persona_similarity: Annotated[float, _s(
+        "persona", "retrieval: the similarity the question needs to a dimension's text for its line")] = 0.2
     # ---- H-Mem's temporal-semantic tree -------------------------------------------------------------
     tree_alphas: Annotated[tuple[float, float, float], _s(
         "tree", "H-Mem alpha: the similarity a child needs to join a week, month or year cluster of its own "

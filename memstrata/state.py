@@ -102,6 +102,7 @@ class RetrievalState(TypedDict, total=False):
     sub_answers: Annotated[list[dict[str, Any]], add]  # H-Mem's A_k: one answer per sub-query searched
     missing: Annotated[list[dict[str, Any]], add]  # missing-info queries: {iteration, round, query}
     halted: str | None  # the node where llm_token_budget stopped the query
+    persona: dict[str, Any]  # the persona dimension the question takes (the best any lookup found), for the context
     answer: str | None
     evidence: list[dict[str, Any]]
     context: str

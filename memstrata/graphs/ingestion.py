@@ -1,5 +1,5 @@
 """The ingestion graph: raw turns -> turn contexts -> Level-2 episodes -> Level-1 summaries and atomic facts ->
-entity graph -> themes -> temporal tree -> derived kinds.
+entity graph -> themes -> persona (and, with a model, the scenes' calibration) -> temporal tree -> derived kinds.
 
 A message without a position is appended after its session's stored turns. Each session's open tail is cut
 into episodes; closed ones are never cut again, and only closed episodes reach the entity graph and the tree,
@@ -8,7 +8,7 @@ so one message costs the same however long its conversation is (see :mod:`memstr
 Wiring only; each stage lives in :mod:`memstrata.nodes.ingest` and writes its own kinds to the store.
 ``distill_batch`` stores a batch's summaries, then its episodes, then their facts: a stored unit's parent is
 always stored, and an episode counts as done once its summary and all its facts are, so an ingest stopped
-anywhere redoes exactly the unfinished episodes (entities, themes, the tree and derived kinds are recomputed
+anywhere redoes exactly the unfinished episodes (entities, themes, personas, the tree and derived kinds are recomputed
 per conversation after them).
 """
 
@@ -22,6 +22,7 @@ from memstrata.nodes.ingest.derived import derive_units
 from memstrata.nodes.ingest.distill import distill_batch, route_episodes
 from memstrata.nodes.ingest.entities import link_entities
 from memstrata.nodes.ingest.episodes import segment_episodes
+from memstrata.nodes.ingest.persona import distill_persona
 from memstrata.nodes.ingest.themes import group_themes
 from memstrata.nodes.ingest.tree import consolidate_tree
 from memstrata.nodes.ingest.turns import store_turns
@@ -34,6 +35,7 @@ builder.add_node("segment_episodes", segment_episodes)
 builder.add_node("distill_batch", distill_batch)
 builder.add_node("link_entities", link_entities)
 builder.add_node("group_themes", group_themes)
+builder.add_node("distill_persona", distill_persona)
 builder.add_node("consolidate_tree", consolidate_tree)
 builder.add_node("derive_units", derive_units)
 
@@ -43,7 +45,8 @@ builder.add_edge("write_turn_contexts", "segment_episodes")
 builder.add_conditional_edges("segment_episodes", route_episodes, ["distill_batch", "link_entities"])
 builder.add_edge("distill_batch", "link_entities")
 builder.add_edge("link_entities", "group_themes")
-builder.add_edge("group_themes", "consolidate_tree")
+builder.add_edge("group_themes", "distill_persona")
+builder.add_edge("distill_persona", "consolidate_tree")
 builder.add_edge("consolidate_tree", "derive_units")
 builder.add_edge("derive_units", END)
 

@@ -84,6 +84,9 @@ turn number; cite the turns you rely on as session id, colon, turn number in squ
 Answers are not always single: list every candidate answer the memory supports. Resolve relative times ("last year")
 to absolute dates using the session dates. When the memory is incomplete, infer boldly the most likely answer from
 what it does say, and say briefly what it rests on; do not refuse.
+When the memory opens with a [persona · NAME · DIMENSION] block, that is what the memory says about NAME overall:
+treat it as a constraint, keep your answer consistent with it, and base any inference about NAME on it and on
+the turns it cites.
 </task>
 <rules>{DATA_RULE}</rules>"""
 

@@ -2,7 +2,7 @@
 
 Importing this package registers the built-in kinds in hierarchy order: raw
 turns, their contextual view, Level-2 episodes, Level-1 summaries, atomic facts, entities,
-H-Mem's temporal-semantic tree nodes, themes.
+H-Mem's temporal-semantic tree nodes, themes, persona dimensions.
 """
 
 from memstrata.memory.levels.base import (
@@ -16,8 +16,9 @@ from memstrata.memory.levels.level1.fact import FACT, Fact
 from memstrata.memory.levels.entity import ENTITY, Entity
 from memstrata.memory.levels.level1.tree_node import TREE_NODE, TreeNode
 from memstrata.memory.levels.level1.theme import THEME, Theme
+from memstrata.memory.levels.level1.persona import DIMENSIONS, PERSONA, Persona, PersonaItem
 
 __all__ = [
     "ENTITY", "EPISODE", "FACT", "Entity", "Fact", "SCOPES", "SUMMARY", "TURN", "TURN_CONTEXT", "Episode", "EventSummary", "Level", "Turn",
-    "THEME", "TREE_NODE", "Theme", "TreeNode", "TurnContext", "get_level", "levels", "raw_kind", "register", "scope_table", "unregister",
+    "DIMENSIONS", "PERSONA", "Persona", "PersonaItem", "THEME", "TREE_NODE", "Theme", "TreeNode", "TurnContext", "get_level", "levels", "raw_kind", "register", "scope_table", "unregister",
 ]

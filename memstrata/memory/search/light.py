@@ -31,7 +31,9 @@ from memstrata.memory.search.scoring import (
 from memstrata.memory.search.themes import ThemeSearch, ThemeTrace, theme_reach
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels.level1.summary import SUMMARY
+from memstrata.memory.levels.level1.persona import PERSONA
 from memstrata.memory.levels.level1.theme import THEME
+from memstrata.memory.search.persona import PERSONA_FOUND_BY, PersonaMatch, persona_match
 from memstrata.memory.search.query import Hit, Query
 from memstrata.memory.tree.search import WINDOW_FOUND_BY, node_window, tag_hits, window_rows
 
@@ -46,13 +48,14 @@ class LightResult:
     kinds: dict[str, int] = field(default_factory=dict)  # hits per kind that found them, for the trace
     graph_events: dict[str, bool] = field(default_factory=dict)  # summaries the entity seeds reached: newly coarse?
     themes: dict[str, ThemeTrace] = field(default_factory=dict)  # per query: what the theme path did
+    persona: dict[str, PersonaMatch] = field(default_factory=dict)  # per query: the persona dimension it takes
 
 
 def light_lookup(
     index: MemoryIndex, queries: Sequence[Query], vectors: np.ndarray, *, level1_k: int | Mapping[str, int],
     coarse_n: int, weights: Weights, now: datetime | None, scope_kinds: Mapping[str, Sequence[str]],
     raw_per_query: int, superseded: float, level1_rank: str, window_k: int, graph: GraphSearch | None = None,
-    themes: ThemeSearch | None = None,
+    themes: ThemeSearch | None = None, persona: float | None = None,
 ) -> LightResult:
     """Top-k events of each kind per query, the coarse top-``coarse_n``, and their turns (plus direct raw turns).
 
@@ -65,7 +68,9 @@ def light_lookup(
     brings its ``window_k`` best turns inside them, whatever its scope (``found_by="tree_window"``). With
     ``themes``, a query whose scope searches the theme kind takes the theme path: the facts it admits bring their
     turns (``found_by="theme"`` or ``"spread"``, see :mod:`~memstrata.memory.search.themes`); themes are never
-    ranked as Level-1 events themselves.
+    ranked as Level-1 events themselves. With ``persona`` (a similarity), a query that asks to infer something
+    about a named speaker takes that speaker's nearest persona dimension: its items' turns join the candidates
+    (``found_by="persona"``, see :mod:`~memstrata.memory.search.persona`).
     """
     level1: dict[str, Hit] = {}
     coarse: dict[str, Hit] = {}
@@ -101,6 +106,11 @@ def light_lookup(
         found += theme_hits(index, query, through_themes, parts)
         if how.themes is not None:
             out.themes[query.id] = how
+        match = persona_match(index, query, qvec, similarity=persona) if persona is not None else None
+        if match is not None:  # the dimension's items bring their turns; the answer opens with the dimension
+            out.persona[query.id] = match
+            found += turn_hits(index, index.events[PERSONA.kind].turn_rows[match.row], parts, level="level1",
+                               found_by=PERSONA_FOUND_BY, query=query, via=match.unit_id)
         for hit in graph_events(index, query, reached, ranked):  # entity seeds -> fragments -> tree events
             out.graph_events[hit.key] = coarse.setdefault(hit.key, hit) is hit
         if reads_raw and len(parts["score"]):

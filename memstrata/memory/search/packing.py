@@ -142,11 +142,15 @@ def parse_context(context: str) -> list[tuple[str, str]]:
     """
     out: list[tuple[str, str]] = []
     prefix: str | None = None
+    skip = False
     for raw in context.splitlines():
         match = _HEADER.match(raw)
         if match:
             label = match.group("label").strip()
             prefix = None if label.startswith("session ") else label
+            skip = label == "persona"  # a persona block is not a turn (memstrata.memory.search.persona)
+            continue
+        if skip:
             continue
         part, _, rest = raw.partition(" ")
         if rest:

@@ -83,7 +83,8 @@ class MemoryStore(VectorStore):
         Units that link up to a parent are deleted first and raw turns last, so no reader
         meets a unit whose parent is gone. The edges that come from the turns or touch a
         removed unit go too, and so do the counters of every unit of the conversation no
-        longer stored (a re-segmentation leaves the counters of the units it replaced).
+        longer stored (a re-segmentation leaves the counters of the units it replaced). A unit that stays but
+        lists removed facts (an entity) keeps the rest of its list; one whose children all go, goes.
         Re-ingesting the turns that remain rebuilds what they support.
         """
         from memstrata.memory.levels import levels
@@ -98,8 +99,12 @@ class MemoryStore(VectorStore):
         sessions = {getattr(u, "session_id", None) for lv in levels(role="raw") for u in units[lv.kind] if u.id in gone}
         doomed |= {u.id for lv in levels(role="view") for u in units[lv.kind] if getattr(u, "session_id", None) in sessions}
         while more := {u.id for stored in units.values() for u in stored
-                       if u.id not in doomed and doomed & {*u.linked_turn_ids(), *u.parent_ids()}}:
+                       if u.id not in doomed and (doomed & {*u.linked_turn_ids(), *u.parent_ids()}
+                                                  or (u.child_ids() and set(u.child_ids()) <= doomed))}:
             doomed |= more
+        # a unit that stays but lists doomed children (an entity and the facts that name it) loses them from its list
+        kept_lists = [(kind, u) for kind, stored in units.items() for u in stored
+                      if u.id not in doomed and doomed & set(u.child_ids()) and hasattr(u, "fact_ids")]
         linked_up = {kind for kind, stored in units.items() if any(u.parent_ids() for u in stored)}
         raw, *built = [lv.kind for lv in levels()]
         later_first = list(reversed(built))  # a kind registered later is built from earlier ones
@@ -108,6 +113,15 @@ class MemoryStore(VectorStore):
             ids = [u.id for u in units[kind] if u.id in doomed]
             self.delete(kind, user_id=user_id, conversation_id=conversation_id, unit_ids=ids)
             removed[kind] = len(ids)
+        for kind in dict.fromkeys(k for k, _ in kept_lists):
+            ids = [u.id for k, u in kept_lists if k == kind]
+            vectors = {r.unit_id: r.metadata["_vector"] for r in self.get(
+                kind, user_id=user_id, conversation_id=conversation_id, unit_ids=ids, with_vectors=True)}
+            pruned = [u.model_copy(update={"fact_ids": [f for f in u.fact_ids if f not in doomed]})
+                      for k, u in kept_lists if k == kind and u.id in vectors]
+            self.upsert(kind, pruned, documents=[u.embed_text() for u in pruned],
+                        vectors=[vectors[u.id] for u in pruned], extra=[u.metadata() for u in pruned])
+            removed[f"{kind}_pruned"] = len(pruned)
         edges = [e for e in self.edges.get(user_id, conversation_id=conversation_id)
                  if doomed & {*e.turn_ids, e.src, e.dst}]
         removed["edges"] = self.edges.delete(user_id, edges)

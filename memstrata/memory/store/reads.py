@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from memstrata.memory.conversation import Conversation
-from memstrata.memory.levels import Episode, Fact, Turn
+from memstrata.memory.levels import Episode, Fact, Persona, Turn
 from memstrata.memory.store import MemoryStore
 
 
@@ -118,3 +118,24 @@ def closed_facts(store: MemoryStore, user_id: str, conv_id: str) -> tuple[list[F
                if r.payload.get("episode_id") not in tails]
     facts = sorted((Fact.model_validate(r.payload) for r in records), key=lambda f: (f.episode_id, f.n))
     return facts, {r.unit_id: r.metadata["_vector"] for r in records}
+
+
+def read_personas(store: MemoryStore, user_id: str, speaker: str, conversation_id: str | None = None) -> list[Persona]:
+    """Every version of every dimension of ``speaker``'s persona (name matched case-blind), in one conversation.
+
+    Raises:
+        LookupError: the speaker has no persona, or has one in several conversations and none was named.
+    """
+    found = [Persona.model_validate(r.payload) for r in store.get("persona", user_id=user_id,
+                                                                    conversation_id=conversation_id)]
+    mine = [p for p in found if p.speaker.casefold() == speaker.casefold()]
+    convs = sorted({p.conversation_id for p in mine})
+    if not mine:
+        known = sorted({p.speaker for p in found})
+        msg = f"no persona for speaker {speaker!r}" + (f"; speakers with one: {known}" if known else
+                                                       " (none is built yet: a persona needs closed episodes)")
+        raise LookupError(msg)
+    if len(convs) > 1:
+        msg = f"{speaker!r} has a persona in several conversations {convs}; pass conversation_id"
+        raise LookupError(msg)
+    return sorted(mine, key=lambda p: (p.dimension, p.version))

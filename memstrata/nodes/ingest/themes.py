@@ -2,8 +2,9 @@
 
 Runs after entity linking, over the facts of closed episodes. A conversation's first grouping is Bi-Mem's
 label propagation; later writes attach the new facts and split or merge only the themes they changed,
-guided by xMemory's f(P) (:mod:`memstrata.memory.themes`). A changed theme's text is its most central
-facts offline; with a model, a summary of them (at most ``Context.theme_llm_calls`` per ingest, else the
+guided by xMemory's f(P) (:mod:`memstrata.memory.themes`). A theme whose member was superseded since its text
+was built is stale and rebuilt too (its old text kept in ``history``). A changed theme's text is its most central
+current facts offline; with a model, a summary of them (at most ``Context.theme_llm_calls`` per ingest, else the
 extractive text). The kNN graph over facts and themes is kept in the edge store.
 """
 
@@ -46,7 +47,8 @@ async def group_themes(state: IngestState, runtime: Runtime[Context]) -> dict[st
     missing = await asyncio.to_thread(_ungrouped, store, ctx.user_id,
                                       [c for c in state.get("conversations", []) if c not in touched])
     calls = {"left": ctx.theme_llm_calls if step.model is not None else 0}
-    totals = {"themes_written": 0, "themes_removed": 0, "facts_reassigned": 0, "facts_placed_before": 0}
+    totals = {"themes_written": 0, "themes_stale": 0, "themes_removed": 0, "facts_reassigned": 0,
+              "facts_placed_before": 0}
     sizes: list[int] = []
     for conv_id in [*touched, *missing]:
         facts, vectors = await asyncio.to_thread(closed_facts, store, ctx.user_id, conv_id)
@@ -60,9 +62,13 @@ async def group_themes(state: IngestState, runtime: Runtime[Context]) -> dict[st
             regroup, [f.id for f in facts], x, previous, tau=ctx.theme_tau, attach_at=ctx.theme_attach,
             cap=ctx.theme_cap, floor=ctx.theme_floor, knn=ctx.theme_knn, max_steps=ctx.theme_max_steps,
             eps=ctx.theme_scale_floor)
-        units = [await _theme(step, ctx, conv_id, tid, grouped, facts, x, calls) for tid in sorted(grouped.changed)]
+        before = {r.unit_id: Theme.model_validate(r.payload) for r in stored}
+        stale = stale_themes(grouped, before, facts)
+        units = [await _theme(step, ctx, conv_id, tid, grouped, facts, x, calls, before.get(tid))
+                 for tid in sorted(grouped.changed | stale)]
         await asyncio.to_thread(_write, store, ctx, conv_id, grouped, units, facts, x)
         totals["themes_written"] += len(units)
+        totals["themes_stale"] += len(stale)
         totals["themes_removed"] += len(grouped.removed)
         totals["facts_reassigned"] += grouped.reassigned
         totals["facts_placed_before"] += grouped.placed_before
@@ -87,19 +93,27 @@ def _ungrouped(store: MemoryStore, user_id: str, conversations: list[str]) -> li
     return out
 
 
+def stale_themes(grouped: Regrouped, before: dict[str, Theme], facts: list[Fact]) -> set[str]:
+    """Kept themes whose members did not change but one of them was superseded since the text was built."""
+    gone = {f.id for f in facts if not f.current}
+    return {t for t, members in grouped.themes.items() if t in before and t not in grouped.changed
+            and set(before[t].superseded_ids) != set(members) & gone}
+
+
 async def _theme(step: Step, ctx: Context, conv_id: str, theme_id: str, grouped: Regrouped, facts: list[Fact],
-                 x: np.ndarray, calls: dict[str, int]) -> Theme:
-    """One changed theme: its members (most central first), its text and its span."""
+                 x: np.ndarray, calls: dict[str, int], old: Theme | None = None) -> Theme:
+    """One changed or stale theme: its members (current facts first, most central first), its text from its current
+    facts, its span, and what it said before (``history``) when the text changed."""
     row = {f.id: i for i, f in enumerate(facts)}
     members = [facts[row[f]] for f in grouped.themes[theme_id]]
-    vecs = x[[row[f.id] for f in members]]
-    text, shown = theme_text([f.text for f in members], vecs, words=ctx.theme_words)
-    order = shown + [i for i in range(len(members)) if i not in shown]
-    members = [members[i] for i in order]
+    live = [f for f in members if f.current] or members  # a theme of superseded facts only still says them
+    text, shown = theme_text([f.text for f in live], x[[row[f.id] for f in live]], words=ctx.theme_words)
+    first = {live[i].id for i in shown}
+    members = [live[i] for i in shown] + [f for f in members if f.id not in first]
     method = "extractive"
     if calls["left"] > 0 and len(members) > 1:
         calls["left"] -= 1
-        listing = "\n".join(f"<fact>{f.text}</fact>" for f in members)
+        listing = "\n".join(f"<fact>{f.text}</fact>" for f in live)
         value, outcome = await step.decide(ThemeSummary, "THEME_PROMPT", f"<facts>\n{listing}\n</facts>",
                                            node="group_themes", fallback=lambda: ThemeSummary(summary=""),
                                            words=ctx.theme_words)
@@ -107,9 +121,23 @@ async def _theme(step: Step, ctx: Context, conv_id: str, theme_id: str, grouped:
         if outcome in GOOD_OUTCOMES and summary:
             text, method = summary, "llm"
     times = sorted(t for f in members if (t := f.span()[0]) is not None)
+    end = times[-1] if times else None
+    history = list(old.history) if old else []
+    if old is not None and old.text != text:
+        by_id = {f.id: f for f in facts}
+        newly = [by_id[f.superseded_by] for f in members if not f.current and f.id not in old.superseded_ids
+                 and f.superseded_by in by_id]
+        until = max((f.valid_from for f in newly if f.valid_from is not None), default=end)
+        history.append({"text": old.text, "valid_from": _iso(old.end or old.timestamp), "valid_to": _iso(until)})
     return Theme(user_id=ctx.user_id, conversation_id=conv_id, n=int(theme_id.rsplit(":", 1)[1]), text=text,
                  fact_ids=[f.id for f in members], turn_ids=list(dict.fromkeys(t for f in members for t in f.turn_ids)),
-                 timestamp=times[0] if times else None, end=times[-1] if times else None, method=method)
+                 timestamp=times[0] if times else None, end=end, method=method,
+                 superseded_ids=[f.id for f in members if not f.current], history=history,
+                 calibrations=list(old.calibrations) if old else [])
+
+
+def _iso(when: Any) -> str | None:
+    return when.isoformat() if when is not None else None
 
 
 def _write(store: MemoryStore, ctx: Context, conv_id: str, grouped: Regrouped, units: list[Theme],

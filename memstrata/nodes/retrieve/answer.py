@@ -24,6 +24,7 @@ from memstrata.context import Context
 from memstrata.runtime.llm import CallRecord, Meter
 from memstrata.memory.search.packing import pack_context
 from memstrata.memory.search.selection import found_first, mark_captions, mmr, window_first
+from memstrata.memory.search.persona import persona_block
 from memstrata.memory.search.themes import THEME_FINDERS
 from memstrata.memory.tokens import TokenCounter
 from memstrata.nodes.common import progress
@@ -44,7 +45,13 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     ranked = found_first(ranked, THEME_FINDERS, backbone)  # the theme path's admitted turns first
     ranked = window_first(ranked, ctx.window_turns)
     ranked = mark_captions(ranked, [state["query"], *(q.text for q in state.get("sub_queries", []))])
-    context, chosen, tokens = pack_context(ranked, budget=ctx.context_budget, counter=TokenCounter())
+    block, why = _persona(state, index, ctx)
+    counter = TokenCounter()
+    reserved = counter.count(block) + 1 if block else 0  # the block and its newline
+    context, chosen, tokens = pack_context(ranked, budget=ctx.context_budget - reserved, counter=counter)
+    if block:
+        context = f"{block}\n{context}" if context else block
+        tokens = counter.count(context)
     await run.release()  # the candidates are chosen: a bounded run's working set can go
     text, note = None, "offline: no model configured"
     if step.model is not None and ctx.generate_answer:
@@ -53,6 +60,7 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     calls = [*state.get("llm_calls", []), *step.records]
     trace = build_trace(state, calls, note, tokens, len(ranked), chosen)
     trace["runtime_opens"] = dict(step.shared.opens)
+    trace["persona"] = {**state["persona"], "included": bool(block), "why": why} if state.get("persona") else None
     trace["budget"] = {"llm_token_budget": ctx.llm_token_budget, "spent": step.shared.spent,
                        "halted_at": state.get("halted") or step.halted}
     tails = open_tail_turns(index)
@@ -60,6 +68,19 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     trace["open_episode_turns"] = [e["turn_id"] for e in evidence if e["open_episode"]]
     return {"answer": text, "context": context, "context_tokens": tokens, "trace": trace,
             "evidence": evidence, "llm_calls": step.records}
+
+
+def _persona(state: RetrievalState, index: Any, ctx: Context) -> tuple[str, str]:
+    """The persona block the context opens with, and why it is there (or not)."""
+    match = state.get("persona")
+    if not match:
+        return "", ""
+    block = persona_block(index, match["persona"], match["conversation_id"])
+    if not block:
+        return "", "left out: the search snapshot no longer holds that version"
+    if TokenCounter().count(block) + 1 > ctx.persona_share * ctx.context_budget:
+        return "", f"left out: the dimension would take more than persona_share ({ctx.persona_share:g}) of the budget"
+    return block, match["why"]
 
 
 def open_tail_turns(index: Any) -> set[tuple[str, str]]:

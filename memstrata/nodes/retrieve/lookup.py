@@ -25,14 +25,18 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
                          coarse_n=ctx.coarse_n, weights=run.weights, now=run.now,
                          scope_kinds=run.scope_kinds, raw_per_query=run.pool_size,
                          graph=run.graph, themes=run.themes, superseded=ctx.superseded_weight,
-                         level1_rank=ctx.level1_rank, window_k=ctx.window_turns)
+                         level1_rank=ctx.level1_rank, window_k=ctx.window_turns,
+                         persona=ctx.persona_similarity if ctx.persona_search else None)
     turns, stage2 = await reader_stage2(run.step, run.index, state["query"], found.turns)
-    return {
+    persona = max((m.trace() for m in found.persona.values()), key=lambda m: m["similarity"], default=None)
+    held = state.get("persona")
+    return {**({"persona": persona} if persona and (not held or persona["similarity"] > held["similarity"]) else {}),
         "level1": found.level1, "coarse": found.coarse, "candidates": turns, "llm_calls": run.step.records,
         "events": [{"node": "lookup_level1", "iteration": state.get("iteration", 0),
                     "queries": [q.text for q in queries], "level1": len(found.level1), "coarse": len(found.coarse),
                     "turns": len(found.turns), "found_by": found.kinds,
                     "graph_events": len(found.graph_events), "graph_events_added": sum(found.graph_events.values()),
                     "themes": {q: vars(t) for q, t in found.themes.items()},
+                    "persona": {q: m.trace() for q, m in found.persona.items()},
                     **({"stage2": stage2} if stage2 else {})}],
     }

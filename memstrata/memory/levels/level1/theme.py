@@ -5,7 +5,9 @@ order of centrality, within ``Context.theme_words``; with a model, a summary of 
 the raw turns its facts come from (``turn_ids``: deleting any of them drops the theme, and the next
 ingest of the conversation groups its facts again). Its vector is the centroid of its members'
 vectors. Grouping and maintenance live in :mod:`memstrata.memory.themes`; ids are ``theme:<n>`` per
-conversation and stay with a theme as it grows.
+conversation and stay with a theme as it grows. When a member fact is superseded the theme is stale: the next
+write rebuilds its text from its current facts and keeps the old text in ``history`` with its dates. With a
+model, Bi-Mem's reflective calibration appends compensatory conditions (``calibrations``) and never rewrites.
 
 Example:
     >>> t = Theme(user_id="u", n=3, text="Ann adopted a cat named Miso.", fact_ids=["fact:s1:0-3:0"])
@@ -33,6 +35,13 @@ class Theme(Unit):
     turn_ids: list[str] = Field(default_factory=list, description="raw turns its member facts come from")
     end: datetime | None = Field(default=None, description="the latest member's time (timestamp: the earliest)")
     method: str = Field(default="extractive", description="'extractive' or 'llm'")
+    superseded_ids: list[str] = Field(default_factory=list, description=(
+        "members that were superseded when the text was built: when another is, the theme is stale and rebuilt"))
+    history: list[dict[str, Any]] = Field(default_factory=list, description=(
+        "earlier texts, oldest first: {text, valid_from, valid_to} (a rebuilt theme keeps what it said)"))
+    calibrations: list[dict[str, Any]] = Field(default_factory=list, description=(
+        "Bi-Mem Eq. 8, with a model: {condition, persona, speaker} per check against the speaker's persona, "
+        "appended, never rewritten (an empty condition: the scene was consistent)"))
 
     @model_validator(mode="after")
     def _derive_id(self) -> Theme:
@@ -46,6 +55,10 @@ class Theme(Unit):
 
     def child_ids(self) -> list[str]:
         return list(self.fact_ids)
+
+    def embed_text(self) -> str:
+        """The text with its compensatory conditions appended (Bi-Mem's s' = s + delta s)."""
+        return " ".join([self.text, *(c["condition"] for c in self.calibrations if c.get("condition"))])
 
     def span(self) -> tuple[datetime | None, datetime | None]:
         return self.timestamp, self.end or self.timestamp

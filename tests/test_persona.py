@@ -1,0 +1,306 @@
+"""Bi-Mem's persona and reflective calibration: the offline distillation (pure), versions and point-in-time reads,
+stale themes, the persona path in retrieval, calibration with a scripted model, isolation and forgetting."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import assert_store_ok
+from memstrata.memory.levels import DIMENSIONS, Fact, Persona, PersonaItem, Theme
+from memstrata.memory.persona.calibrate import appended, due, scene_speaker
+from memstrata.memory.persona.distill import PersonaDraft, Trait, basis, check_draft, offline_dimensions
+from memstrata.memory.persona.versions import successor, valid_at
+from memstrata.memory.search.packing import parse_context
+from memstrata.memory.search.persona import asks_inference
+from memstrata.memory.themes.maintain import Regrouped
+from memstrata.nodes.ingest.themes import stale_themes
+
+
+def _fact(i: int, text: str, session: int, *, subject: str = "Ann", superseded_by: str = "") -> Fact:
+    return Fact(user_id="u", episode_id=f"ep:s{session}:0-9", session_id=str(session), n=i, text=text,
+                subject=subject, turn_ids=[f"s{session}:{i}"], superseded_by=superseded_by,
+                timestamp=datetime(2024, 1, session))
+
+
+# ---- pure: distillation -----------------------------------------------------------------------------------
+def test_offline_items_are_the_facts_own_words_ranked_by_recurrence_and_deterministic() -> None:
+    cues = np.eye(5, 4)
+    facts = [_fact(0, "Ann paints.", 1), _fact(1, "Ann paints again.", 2), _fact(2, "Ann likes jazz.", 3),
+             _fact(3, "Ann lives in Porto.", 1), _fact(4, "Ann swims.", 4, superseded_by="x")]
+    x = np.array([[0, 1, 0.1, 0], [0, 1, 0.1, 0], [0, 1, -0.6, 0], [1, 0, 0, 0], [0, 1, 0, 0]], dtype=float)
+    first = offline_dimensions(facts, x, cues, floor=0.3, same=0.95, per_dimension=5)
+    again = offline_dimensions(list(facts), x.copy(), cues, floor=0.3, same=0.95, per_dimension=5)
+    assert first == again
+    interests = first["interests"]
+    # said in two sessions: one item, first wording, both facts and turns, ranked above the one said once
+    assert [i.text for i in interests] == ["Ann paints.", "Ann likes jazz."]
+    assert interests[0].fact_ids == ["fact:s2:0-9:1"] and interests[0].turn_ids == ["s1:0", "s2:1"]
+    assert [i.text for i in first["basic_info"]] == ["Ann lives in Porto."]
+    every = {i.fact_id for items in first.values() for i in items} | {f for items in first.values()
+                                                                      for i in items for f in i.fact_ids}
+    assert every <= {f.id for f in facts} and "fact:s4:0-9:4" not in every  # superseded: never an item
+    assert offline_dimensions(facts, x, cues, floor=0.999)["interests"] == []  # nothing near enough: nothing
+
+
+def test_a_model_draft_citing_a_fact_it_was_not_shown_is_rejected() -> None:
+    good = PersonaDraft(interests=[Trait(text="Ann paints.", fact_ids=["f1"])])
+    assert check_draft(good, ["f1", "f2"]) is good
+    with pytest.raises(ValueError, match="cites"):
+        check_draft(PersonaDraft(values=[Trait(text="Ann is kind.", fact_ids=["f9"])]), ["f1"])
+    with pytest.raises(ValueError):
+        check_draft(PersonaDraft(values=[Trait(text="Ann is kind.", fact_ids=[])]), ["f1"])
+
+
+def test_the_basis_changes_when_a_fact_is_superseded_or_an_item_removed() -> None:
+    facts = [_fact(0, "Ann lives in Porto.", 1)]
+    b = basis(facts)
+    assert basis(list(facts)) == b
+    assert basis([_fact(0, "Ann lives in Porto.", 1, superseded_by="fact:x")]) != b
+    assert basis(facts, ["fact:s1:0-9:0"]) != b
+
+
+# ---- pure: versions ---------------------------------------------------------------------------------------
+def test_versions_end_where_the_next_starts_and_a_point_in_time_read_picks_the_one_valid_then() -> None:
+    template = Persona(user_id="u", speaker="Ann", dimension="basic_info", version=1)
+    porto = [PersonaItem(text="Ann lives in Porto.", fact_id="f1")]
+    v1, ended = successor(None, porto, basis="a", built_at=datetime(2024, 1, 1), template=template)
+    assert ended is None and v1.version == 1 and v1.current
+    assert successor(v1, porto, basis="a", built_at=datetime(2024, 2, 1)) == (None, None)  # nothing changed
+    kept, none = successor(v1, porto, basis="b", built_at=datetime(2024, 2, 1))
+    assert none is None and kept.id == v1.id and kept.basis == "b"  # same items: same version, new basis
+    lisbon = [PersonaItem(text="Ann moved to Lisbon.", fact_id="f2")]
+    v2, old = successor(v1, lisbon, basis="c", built_at=datetime(2024, 3, 1))
+    assert (v2.version, v2.valid_from, old.valid_to, old.text) == (2, datetime(2024, 3, 1), datetime(2024, 3, 1),
+                                                                   "Ann lives in Porto.")
+    history = [old, v2]
+    assert valid_at(history, datetime(2024, 2, 15)).text == "Ann lives in Porto."
+    assert valid_at(history, datetime(2024, 3, 1)).text == "Ann moved to Lisbon."
+    assert valid_at(history, None) == v2 and valid_at(history, datetime(2023, 1, 1)) is None
+
+
+# ---- pure: stale themes and calibration -------------------------------------------------------------------
+def test_a_kept_theme_whose_member_was_superseded_is_stale() -> None:
+    facts = [_fact(0, "Ann lives in Porto.", 1, superseded_by="fact:new"), _fact(1, "Ann paints.", 1)]
+    before = {"theme:0": Theme(user_id="u", n=0, text="t", fact_ids=[f.id for f in facts]),
+              "theme:1": Theme(user_id="u", n=1, text="t", fact_ids=[facts[1].id])}
+    grouped = Regrouped(themes={"theme:0": [f.id for f in facts], "theme:1": [facts[1].id]})
+    assert stale_themes(grouped, before, facts) == {"theme:0"}
+    rebuilt = before["theme:0"].model_copy(update={"superseded_ids": [facts[0].id]})
+    assert stale_themes(grouped, {**before, "theme:0": rebuilt}, facts) == set()  # rebuilt: fresh again
+
+
+def test_calibration_appends_and_never_rewrites() -> None:
+    scene = Theme(user_id="u", n=0, text="Ann went to a spicy food festival.", fact_ids=["f1", "f2"])
+    facts = {"f1": _fact(0, "Ann went to a festival.", 1), "f2": _fact(1, "Bo likes chili.", 1, subject="Bo")}
+    facts = {"f1": facts["f1"].model_copy(update={"id": "f1"}), "f2": facts["f2"].model_copy(update={"id": "f2"})}
+    assert scene_speaker(scene, facts, ["Ann", "Bo"]) == "Ann"  # a tie: half of the facts are hers
+    once = appended(scene, "Ann", "b1", "It was a one-off: Ann prefers mild food.")
+    twice = appended(once, "Ann", "b2", "")
+    assert once.text == twice.text == scene.text
+    assert twice.calibrations[0] == once.calibrations[0]  # earlier checks are kept as they were
+    assert twice.embed_text() == "Ann went to a spicy food festival. It was a one-off: Ann prefers mild food."
+    assert not due(twice, "Ann", "b1") and not due(twice, "Ann", "b2") and due(twice, "Ann", "b3")
+
+
+def test_inference_questions() -> None:
+    assert asks_inference("What might John's financial status be?")
+    assert asks_inference("Would Melanie be considered a member of the LGBTQ community?")
+    assert not asks_inference("When did Caroline go to the LGBTQ support group?")
+    assert not asks_inference("What did Mel paint?")
+
+
+# ---- on a real store (packaged MiniLM, embedded Chroma) -----------------------------------------------------
+def _session(n: int, when: str, lines: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    return [{"speaker": sp, "text": t, "timestamp": when, "session": str(n), "id": f"s{n}:{i}"}
+            for i, (sp, t) in enumerate(lines)]
+
+
+PORTO = [("Ann", "I live in Porto with my husband Tom."), ("Bo", "Nice city! What do you do there?"),
+         ("Ann", "I work as a nurse at the city hospital."), ("Bo", "That sounds demanding."),
+         ("Ann", "I love painting landscapes on weekends."), ("Bo", "Lovely hobby."),
+         ("Ann", "I believe everyone deserves kindness."), ("Bo", "True.")]
+LISBON = [("Ann", "I moved to Lisbon last month."), ("Bo", "Wow, why Lisbon?"),
+          ("Ann", "Tom got a job there, so we packed up."), ("Bo", "Exciting!"),
+          ("Ann", "I still paint landscapes every weekend."), ("Bo", "Good.")]
+
+
+def _ingest(mem: Any, user: str, n: int, when: str, lines: list[tuple[str, str]], **kw: Any) -> dict[str, Any]:
+    return mem.ingest({"conversation_id": "c", "messages": _session(n, when, lines)}, user_id=user, close=True, **kw)
+
+
+@pytest.fixture
+def moved(minilm: Any, tmp_path: Path) -> Any:
+    from memstrata import Memstrata
+
+    mem = Memstrata(path=tmp_path / "store", embeddings=minilm)
+    _ingest(mem, "ann", 1, "2024-01-10T10:00:00", PORTO)
+    before = mem.persona("ann", "Ann")
+    _ingest(mem, "ann", 2, "2024-03-05T10:00:00", LISBON)
+    yield mem, before
+    mem.close()
+
+
+def test_a_move_updates_basic_info_keeps_the_old_version_and_the_theme_keeps_its_old_text(moved: Any) -> None:
+    mem, before = moved
+    assert "Porto" in before["basic_info"].text and before["basic_info"].method == "extractive"
+    now = mem.persona("ann", "Ann")["basic_info"]
+    assert "Lisbon" in now.text and "Porto" not in now.text and now.version == 2
+    history = mem.persona_history("ann", "Ann")["basic_info"]
+    assert [v.version for v in history] == [1, 2] and "Porto" in history[0].text
+    assert history[0].valid_to == now.valid_from == datetime(2024, 2, 4, 10, 0)  # the move's date ("last month")
+    assert "Porto" in mem.persona("ann", "Ann", at="1 February 2024")["basic_info"].text
+    assert "Lisbon" in mem.persona("ann", "Ann", at="1 March 2024")["basic_info"].text
+    assert mem.persona("ann", "Ann", at="1 January 2020") == {}
+    # the theme that held the Porto fact was rebuilt from its current facts; what it said is history, with dates
+    facts = {r.unit_id: r.payload for r in mem.store.get("fact", user_id="ann")}
+    porto = next(f for f, p in facts.items() if "Porto" in p["text"])
+    assert facts[porto]["superseded_by"]
+    [theme] = [Theme.model_validate(r.payload) for r in mem.store.get("theme", user_id="ann")
+               if porto in r.payload["fact_ids"]]
+    assert theme.superseded_ids == [porto] and "Porto" not in theme.text
+    assert "Porto" in theme.history[-1]["text"] and theme.history[-1]["valid_to"] == "2024-02-04T10:00:00"
+    assert_store_ok(mem.store, "ann")
+
+
+def test_the_persona_cites_only_stored_facts_and_turns(moved: Any) -> None:
+    mem, _ = moved
+    facts = {r.unit_id for r in mem.store.get("fact", user_id="ann")}
+    turns = {r.unit_id for r in mem.store.get("turn", user_id="ann")}
+    for versions in mem.persona_history("ann", "Ann").values():
+        for v in versions:
+            for item in v.items:
+                assert {item.fact_id, *item.fact_ids} <= facts and set(item.turn_ids) <= turns
+                assert item.text in {r.payload["text"] for r in mem.store.get("fact", user_id="ann")}
+
+
+def test_the_offline_persona_is_the_same_for_the_same_conversation(minilm: Any, tmp_path: Path) -> None:
+    from memstrata import Memstrata
+
+    def build(folder: str) -> list[dict[str, Any]]:
+        mem = Memstrata(path=tmp_path / folder, embeddings=minilm)
+        _ingest(mem, "ann", 1, "2024-01-10T10:00:00", PORTO)
+        _ingest(mem, "ann", 2, "2024-03-05T10:00:00", LISBON)
+        out = sorted((r.payload for r in mem.store.get("persona", user_id="ann")), key=lambda p: p["id"])
+        mem.close()
+        return out
+
+    assert build("one") == build("two")
+
+
+def test_removing_an_item_keeps_it_out_of_every_version_and_of_later_rebuilds(moved: Any) -> None:
+    mem, _ = moved
+    now = mem.persona("ann", "Ann")["basic_info"]
+    nurse = next(i.fact_id for i in now.items if "nurse" in i.text)
+    assert mem.forget_persona_item("ann", "Ann", "basic_info", nurse) == 2  # both versions held it
+    assert all("nurse" not in v.text for v in mem.persona_history("ann", "Ann")["basic_info"])
+    assert mem.store.get("fact", user_id="ann", unit_ids=[nurse])  # nothing raw is deleted
+    _ingest(mem, "ann", 3, "2024-04-01T10:00:00", [("Ann", "My job at the hospital keeps me busy."),
+                                                    ("Bo", "Take care.")])
+    assert all(nurse not in (i.fact_id, *i.fact_ids) for i in mem.persona("ann", "Ann")["basic_info"].items)
+    with pytest.raises(LookupError, match="cites"):
+        mem.forget_persona_item("ann", "Ann", "basic_info", "fact:none")
+    with pytest.raises(LookupError, match="no persona for speaker 'Zed'"):
+        mem.persona("ann", "Zed")
+    assert_store_ok(mem.store, "ann")
+
+
+def test_personas_are_per_user_and_go_with_the_user_and_with_their_turns(minilm: Any, tmp_path: Path) -> None:
+    from memstrata import Memstrata
+
+    mem = Memstrata(path=tmp_path / "store", embeddings=minilm)
+    _ingest(mem, "ann", 1, "2024-01-10T10:00:00", PORTO)
+    _ingest(mem, "zed", 1, "2024-01-10T10:00:00", [(s, t.replace("Porto", "Oslo")) for s, t in PORTO])
+    assert "Porto" in mem.persona("ann", "Ann")["basic_info"].text
+    assert "Oslo" in mem.persona("zed", "Ann")["basic_info"].text  # same speaker name, the other user's own
+    result = mem.retrieve("Would Ann likely enjoy a landscape painting class?", user_id="zed", context_budget=500)
+    assert "Porto" not in result.context and all(e.conversation_id == "c" for e in result.evidence)
+    mem.delete_user("zed")
+    assert mem.store.get("persona", user_id="zed") == [] and mem.persona("ann", "Ann")
+    painting = next(r.unit_id for r in mem.store.get("turn", user_id="ann") if "painting" in r.document)
+    mem.store.delete_turns("ann", "c", [painting])  # forgetting a turn takes the versions that cite it
+    assert all(painting not in v.linked_turn_ids() for vs in mem.persona_history("ann", "Ann").values() for v in vs)
+    assert_store_ok(mem.store, "ann")
+    mem.close()
+
+
+def test_an_inference_question_gets_one_cited_persona_line_inside_the_budget(moved: Any) -> None:
+    mem, _ = moved
+    result = mem.retrieve("Would Ann likely enjoy a landscape painting class?", user_id="ann", context_budget=300)
+    how = result.trace["persona"]
+    assert how["included"] and how["speaker"] == "Ann" and how["why"].startswith("the question asks to infer")
+    head, body = result.context.split("\n")[:2]
+    assert re.fullmatch(r"\[persona · Ann · \w+ · since \d+ \w+ 2024\]", head)
+    assert re.search(r"\(cites s\d:\d+(, s\d:\d+)*\)$", body)
+    assert result.trace["context_tokens"] <= 300
+    assert all(not cite.startswith("persona") for cite, _ in parse_context(result.context))  # not a turn
+    recall = mem.retrieve("When did Ann move to Lisbon?", user_id="ann", context_budget=300)
+    assert recall.trace["persona"] is None and not recall.context.startswith("[persona")
+    off = mem.retrieve("Would Ann likely enjoy a landscape painting class?", user_id="ann", context_budget=300,
+                       persona_search=False)
+    assert off.trace["persona"] is None
+    tiny = mem.retrieve("Would Ann likely enjoy a landscape painting class?", user_id="ann", context_budget=60)
+    assert tiny.trace["persona"]["included"] is False and "persona_share" in tiny.trace["persona"]["why"]
+
+
+# ---- with a scripted model: Eq. 7 and Eq. 8 -------------------------------------------------------------------
+def _scripted(condition: str) -> Any:
+    from memstrata.prompts import PROMPTS
+    from memstrata.testing import ScriptedChatModel
+
+    def reply(messages: list[Any]) -> Any:
+        system, user = str(messages[0].content), str(messages[1].content)  # a repair round keeps the first ask
+        if system.startswith(PROMPTS["PERSONA_PROMPT"][:40]):
+            ids = re.findall(r'<fact id="([^"]+)">([^<]*)</fact>', user)
+            return {"interests": [{"text": f"Enjoys: {t}", "fact_ids": [i]} for i, t in ids[:2]],
+                    "values": [{"text": "Made up", "fact_ids": ["fact:never-shown"]}] if "Oslo" in user else []}
+        if system.startswith(PROMPTS["CALIBRATE_PROMPT"][:40]):
+            return {"needs_calibration": bool(condition), "condition": condition}
+        return "no structured reply"  # other stages fall back to their offline results
+
+    return ScriptedChatModel(default=reply)
+
+
+def test_with_a_model_the_persona_cites_what_it_was_shown_and_scenes_get_conditions_appended(
+        minilm: Any, tmp_path: Path) -> None:
+    from memstrata import Memstrata
+
+    mem = Memstrata(path=tmp_path / "store", embeddings=minilm, model=_scripted("This fits Ann's love of art."))
+    stats = _ingest(mem, "ann", 1, "2024-01-10T10:00:00", PORTO)
+    assert stats["persona_llm"] == 1 and stats["calibration"] == "with the model"
+    interests = mem.persona("ann", "Ann")["interests"]
+    facts = {r.unit_id for r in mem.store.get("fact", user_id="ann")}
+    assert interests.method == "llm" and all(i.text.startswith("Enjoys: ") and i.fact_id in facts
+                                             for i in interests.items)
+    themes = {r.unit_id: Theme.model_validate(r.payload) for r in mem.store.get("theme", user_id="ann")}
+    checked = [t for t in themes.values() if t.calibrations]
+    assert checked and stats["scenes_calibrated"] == len(checked)
+    first = {t.id: (t.text, list(t.calibrations)) for t in checked}
+    assert all(t.calibrations[-1]["condition"] == "This fits Ann's love of art." for t in checked)
+    # a later write changes the persona: the scenes are checked again; earlier conditions and texts stay as they were
+    _ingest(mem, "ann", 2, "2024-03-05T10:00:00", LISBON)
+    for r in mem.store.get("theme", user_id="ann"):
+        t = Theme.model_validate(r.payload)
+        if t.id in first and t.text == first[t.id][0]:
+            assert t.calibrations[:len(first[t.id][1])] == first[t.id][1]
+    assert_store_ok(mem.store, "ann")
+    # a draft citing a fact it was not shown is rejected: the offline items stand, and the fallback is counted
+    other = Memstrata(path=tmp_path / "other", embeddings=minilm, model=_scripted(""))
+    stats = other.ingest({"conversation_id": "c", "messages": _session(
+        1, "2024-01-10T10:00:00", [(s, t.replace("Porto", "Oslo")) for s, t in PORTO])}, user_id="zed", close=True)
+    assert stats["persona_llm"] == 0 and stats["llm"]["persona"]["fallbacks"] == 1
+    assert {v.method for v in other.persona("zed", "Ann").values()} == {"extractive"}
+    assert stats["scenes_calibrated"] == 0 and stats["scenes_checked"] >= 1  # consistent: an empty condition
+    mem.close()
+    other.close()
+
+
+def test_offline_there_is_no_calibration(moved: Any) -> None:
+    mem, _ = moved
+    assert all(not r.payload["calibrations"] for r in mem.store.get("theme", user_id="ann"))
+    assert set(DIMENSIONS) >= set(mem.persona("ann", "Ann"))
