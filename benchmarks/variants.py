@@ -53,6 +53,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "themes + spreading (the default)": {**_THEMES, "theme_select": "top", "theme_stage2": False, "theme_spread": 3},
     "themes + spreading + first 20% of the budget": {**_THEMES, "theme_select": "top", "theme_stage2": False,
                                                     "theme_spread": 3, "theme_share": 0.2},
+    # Bi-Mem's persona: the line and its items' turns for questions that ask to infer about a named speaker
+    "no persona path": {"persona_search": False},
 }
 
 
@@ -71,8 +73,9 @@ def run(path: str, conversations: list[str], budgets: list[int], cache: Path, na
         for conv in convs:
             folder = cache / conv.sample_id
             mem = Memstrata(path=folder, embeddings=emb)
-            if not mem.store.count("turn", user_id="bench"):
-                mem.ingest(conv.raw, user_id="bench", close=True)  # a finished record, as the bench ingests it
+            # a finished record, as the bench ingests it; a cached folder writes nothing again, but gets the stages
+            # it was built without (themes, personas) from the stored facts
+            mem.ingest(conv.raw, user_id="bench", close=True)
             for q in conv.questions:
                 if q.category not in (1, 2, 3, 4):
                     continue

@@ -171,6 +171,8 @@ def inspect(
     entities: Annotated[bool, typer.Option("--entities", help="List the entities of the entity graph.")] = False,
     themes: Annotated[bool, typer.Option(
         "--themes", help="List the themes: the facts grouped by what they are about, with their raw turns.")] = False,
+    persona: Annotated[str | None, typer.Option(
+        "--persona", help="One speaker's persona: five dimensions with their citations, history and calibration.")] = None,
     tree: Annotated[bool, typer.Option("--tree", help="Draw the temporal tree: year > month > week > day.")] = False,
     window: Annotated[str | None, typer.Option(
         "--window", help="What one tree window holds: 2023-05-08, 2023-W19, 2023-05, 2023 or untimed.")] = None,
@@ -190,6 +192,12 @@ def inspect(
 
             console.print(window_view(store, user, conversation, window) if window else tree_view(
                 store, user, conversation))
+            return
+        if persona:
+            from memstrata.views.persona import persona_view
+
+            for part in persona_view(store, user, conversation, persona):
+                console.print(part)
             return
         if themes:
             from memstrata.views.themes import theme_view

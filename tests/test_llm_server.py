@@ -289,3 +289,33 @@ async def test_stage2_self_checks_with_the_real_server(chat_model: Any, minilm: 
     assert checks["fallbacks"] == sum(r["fallbacks"] for r in rounds)
     assert all(e.conversation_id == "ann-bo" for e in result.evidence)
     mem.close()
+
+
+async def test_persona_calibration_and_the_persona_line_with_the_real_server(chat_model: Any, minilm: Any,
+                                                                              tmp_path: Any) -> None:
+    """Bi-Mem's persona (Eq. 7) and calibration (Eq. 8) with SmolLM2, end to end: each call is counted with its
+    outcome, a persona item cites only stored facts whatever the model wrote, and an inference question gets the
+    persona line (the first session is written offline, so the speaker surely has facts)."""
+    from memstrata import Memstrata
+    from test_persona import LISBON, PORTO, _session
+
+    offline = Memstrata(path=tmp_path / "chroma", embeddings=minilm)
+    await offline.aingest({"conversation_id": "c", "messages": _session(1, "2024-01-10T10:00:00", PORTO)},
+                          user_id="ann", close=True)
+    offline.close()
+    mem = Memstrata(path=tmp_path / "chroma", embeddings=minilm, model=chat_model, persona_calibrations=2,
+                    theme_llm_calls=1, tree_llm_calls=1)
+    stats = await mem.aingest({"conversation_id": "c", "messages": _session(2, "2024-03-05T10:00:00", LISBON)},
+                              user_id="ann", close=True)
+    per_node = stats["llm"]["persona"]["per_node"]
+    assert 1 <= per_node["persona"]["calls"] <= 2 and per_node["calibrate"]["calls"] >= 1  # a repair is a call
+    assert stats["persona_llm"] <= 1 - per_node["persona"]["fallbacks"]  # a fallback leaves the offline items
+    assert stats["scenes_calibrated"] <= stats["scenes_checked"] <= per_node["calibrate"]["calls"]
+    logger.warning("persona stage with SmolLM2: %s, %s", per_node, {k: v for k, v in stats.items() if "scene" in k})
+    facts = {r.unit_id for r in mem.store.get("fact", user_id="ann")}
+    for versions in mem.persona_history("ann", "Ann").values():
+        assert all({i.fact_id, *i.fact_ids} <= facts for v in versions for i in v.items)
+    result = await mem.aretrieve("Would Ann likely enjoy a landscape painting class?", user_id="ann",
+                                 context_budget=400, max_iterations=0)
+    assert result.trace["persona"]["included"] and result.context.startswith("[persona · Ann · ")
+    mem.close()

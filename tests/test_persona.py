@@ -20,6 +20,7 @@ from memstrata.memory.search.packing import parse_context
 from memstrata.memory.search.persona import asks_inference
 from memstrata.memory.themes.maintain import Regrouped
 from memstrata.nodes.ingest.themes import stale_themes
+from test_pages import chromium  # noqa: F401 - the real browser fixture
 
 
 def _fact(i: int, text: str, session: int, *, subject: str = "Ann", superseded_by: str = "") -> Fact:
@@ -304,3 +305,33 @@ def test_offline_there_is_no_calibration(moved: Any) -> None:
     mem, _ = moved
     assert all(not r.payload["calibrations"] for r in mem.store.get("theme", user_id="ann"))
     assert set(DIMENSIONS) >= set(mem.persona("ann", "Ann"))
+
+
+def test_inspect_and_the_memory_page_show_the_dimensions_citations_and_history(moved: Any, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from memstrata.cli import app
+    mem, _ = moved
+    folder = mem.context("ann").data_dir
+    out = CliRunner().invoke(app, ["inspect", "-u", "ann", "--persona", "ann", "--data-dir", folder or ""],
+                             env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "basic_info · v2" in out.output and "history: 1 earlier version(s)" in out.output
+    assert "I moved to Lisbon last month." in out.output  # the raw turn an item cites
+    assert "calibration: none (it needs a model" in out.output
+    missing = CliRunner().invoke(app, ["inspect", "-u", "ann", "--persona", "Zed", "--data-dir", folder or ""])
+    assert "no persona for speaker 'Zed'; speakers with one: ['Ann']" in missing.output
+
+
+def test_the_memory_page_lists_persona_versions_with_their_items_in_a_browser(moved: Any, chromium: str,
+                                                                              tmp_path: Path) -> None:
+    from memstrata.views.pages import memory_page
+    from test_pages import _render
+
+    mem, _ = moved
+    page = tmp_path / "memory.html"
+    page.write_text(memory_page(mem.store, user_id="ann"), encoding="utf-8")
+    dom = _render(chromium, page, tmp_path)
+    assert "persona:ann:basic_info:2 · 2024-02-04 – now" in dom
+    assert "persona:ann:basic_info:1 · 2024-01-10 – 2024-02-04 · history" in dom
+    assert "I moved to Lisbon last month." in dom  # an item's raw turn

@@ -146,6 +146,7 @@ def memory_page(store: Any, *, user_id: str, conversation_id: str | None = None)
     others = {lv.kind: [{"id": r.unit_id, "text": r.document, "turn_ids": r.payload.get("turn_ids", [])}
                         for r in store.get(lv.kind, **scope)] for lv in levels.levels() if lv.kind not in shown}
     _with_facts(store, scope, others.get("theme", []), turns)
+    _with_items(store, scope, others.get("persona", []), turns)
     return _MEMORY.render(user=user_id, counts=counts, conversations=conversations, others=others, style=_STYLE,
                           script=_SCRIPT, descriptions={lv.kind: lv.description for lv in levels.levels()},
                           graph=_graph(store, user_id, conversation_id))
@@ -164,6 +165,23 @@ def _with_facts(store: Any, scope: dict[str, Any], themes: list[dict[str, Any]],
             {"id": f, "text": facts[f].document, "turns": [{"id": t, "text": turns.get((conv, t), "?")}
                                                          for t in facts[f].payload.get("turn_ids", [])]}
             for f in record.payload.get("fact_ids", []) if f in facts and facts[f].metadata["conversation_id"] == conv]
+
+
+def _with_items(store: Any, scope: dict[str, Any], dimensions: list[dict[str, Any]],
+                turns: dict[tuple[str, str], str]) -> None:
+    """Each persona version's items with the raw turns they cite; the version's dates (and whether it is history)
+    in its title, current versions first."""
+    records = {r.unit_id: r for r in store.get("persona", **scope)} if dimensions else {}
+    for unit in dimensions:
+        record = records[unit["id"]]
+        p, conv = record.payload, record.metadata["conversation_id"]
+        span = f"{(p.get('valid_from') or 'untimed')[:10]} – {(p.get('valid_to') or 'now')[:10]}"
+        unit["id"] = f"{unit['id']} · {span}" + (" · history" if p.get("valid_to") else "")
+        unit["child_kind"] = "items"
+        unit["children"] = [{"id": i["fact_id"], "text": i["text"],
+                             "turns": [{"id": t, "text": turns.get((conv, t), "?")} for t in i["turn_ids"]]}
+                            for i in p.get("items", [])]
+    dimensions.sort(key=lambda u: ("history" in u["id"], u["id"]))
 
 
 def _graph(store: Any, user_id: str, conversation_id: str | None, *, size: int = 900,
