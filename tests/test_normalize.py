@@ -106,6 +106,29 @@ def test_bad_input_names_problem_and_place(data: object, fragment: str) -> None:
         normalize_input(data, user_id="u", source="file.json")
 
 
+def test_the_shapes_people_send_are_accepted() -> None:
+    """OpenAI's role/content list, a list of conversations, multi-part content and one message on its own."""
+    [chat] = normalize_input([{"role": "user", "content": "I adopted a cat."}, {"role": "assistant", "content": "Nice!"}],
+                             user_id="u")
+    assert [(t.speaker, t.text) for s in chat.sessions for t in s.turns] == [("user", "I adopted a cat."),
+                                                                          ("assistant", "Nice!")]
+    convs = normalize_input([{"conversation_id": "a", "messages": [{"speaker": "A", "text": "hi"}]},
+                             {"conversation_id": "b", "messages": [{"role": "user", "content": "yo"}]}], user_id="u")
+    assert [c.conversation_id for c in convs] == ["a", "b"]
+    [parts] = normalize_input({"role": "user", "content": [{"type": "text", "text": "Look at my cat"},
+                                                           {"type": "image_url", "image_url": {"url": "x"}}]},
+                              user_id="u")
+    assert [t.text for s in parts.sessions for t in s.turns] == ["Look at my cat"]
+    assert parts.warnings == ["<input>: conversation default, message #0: kept the text parts; not stored: image_url"]
+    [solo] = normalize_input({"speaker": "Ann", "text": "solo"}, user_id="u", conversation_id="c")
+    assert (solo.conversation_id, [t.text for s in solo.sessions for t in s.turns]) == ("c", ["solo"])
+    with pytest.raises(IngestError, match="message #0: empty or missing 'text'"):
+        normalize_input([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}], user_id="u")
+    with pytest.raises(IngestError, match=r"conversation #1.*'messages' must be a non-empty list"):
+        normalize_input([{"conversation_id": "a", "messages": [{"speaker": "A", "text": "hi"}]},
+                         {"conversation_id": "b", "messages": []}], user_id="u")
+
+
 def test_malformed_json_names_file_and_line(tmp_path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('[{"speaker": "A",\n "text": }]')

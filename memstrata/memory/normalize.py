@@ -108,6 +108,11 @@ def _conversations(data: Any, kind: str, user_id: str, conversation_id: str | No
     if kind == "langchain":
         return [_messages([_from_langchain(m) for m in data], user_id, conversation_id, source, session_gap,
                           tail)]
+    if kind == "conversations":  # [{"conversation_id": ..., "messages": [...]}, ...]
+        return [c for i, item in enumerate(data) for c in _conversations(
+            item, "messages", user_id, conversation_id, f"{source}: conversation #{i}", session_gap, tail)]
+    if isinstance(data, dict) and not isinstance(data.get("messages"), list):
+        data = [data]  # one message on its own
     messages = data["messages"] if isinstance(data, dict) else data
     conv_id = conversation_id or (data.get("conversation_id") if isinstance(data, dict) else None)
     if conv_id is not None and (not isinstance(conv_id, str) or not conv_id.strip()):
@@ -117,7 +122,8 @@ def _conversations(data: Any, kind: str, user_id: str, conversation_id: str | No
 
 
 def detect_format(data: Any, source: str = "<input>") -> str:
-    """``"locomo"``, ``"messages"`` or ``"langchain"``; anything else is an error."""
+    """``"locomo"``, ``"messages"`` (one message, a list, or ``{"messages": [...]}``), ``"conversations"`` (a list of
+    ``{"conversation_id", "messages"}``) or ``"langchain"``; anything else is an error."""
     first = data[0] if isinstance(data, list) and data else data
     if isinstance(data, list) and not data:
         msg = f"{source}: the input is an empty list; nothing to ingest"
@@ -126,14 +132,17 @@ def detect_format(data: Any, source: str = "<input>") -> str:
         return "locomo"
     if isinstance(data, dict) and isinstance(data.get("messages"), list):
         return "messages"
-    if isinstance(first, dict) and ("text" in first or "speaker" in first):
-        return "messages"
+    if isinstance(data, list) and isinstance(first, dict) and isinstance(first.get("messages"), list):
+        return "conversations"
+    if isinstance(first, dict) and ("text" in first or "speaker" in first or {"role", "content"} <= set(first)):
+        return "messages"  # ours, or OpenAI's role/content shape
     if _is_langchain_message(first) or (isinstance(first, dict) and {"type", "content"} <= set(first)):
         return "langchain"
     shape = type(first).__name__ if not isinstance(first, dict) else f"an object with keys {sorted(first)[:6]}"
     msg = (
         f"{source}: unknown input format ({shape}). Expected a LoCoMo file (objects with "
-        "'conversation'), a list of {speaker, text, timestamp} messages, or LangChain messages"
+        "'conversation'), messages ({speaker, text, timestamp} or {role, content}, alone, in a list or under "
+        "'messages'), a list of {conversation_id, messages}, or LangChain messages"
     )
     raise IngestError(msg)
 
@@ -187,7 +196,7 @@ def _locomo(item: Any, user_id: str, source: str, index: int) -> Conversation:
 
 def _turn(
     raw: Any, user_id: str, conv_id: str, session_id: str, pos: int, where: str,
-    session_time: datetime | None = None, session_raw: str | None = None,
+    session_time: datetime | None = None, session_raw: str | None = None, warnings: list[str] | None = None,
 ) -> Turn:
     if not isinstance(raw, dict):
         msg = f"{where}: expected an object, got {type(raw).__name__}"
@@ -197,8 +206,16 @@ def _turn(
         msg = f"{where}: missing 'speaker'"
         raise IngestError(msg)
     text = raw.get("text", raw.get("content"))
+    if isinstance(text, list):  # multi-part content (OpenAI, LangChain): the text parts, in order
+        kept = [p if isinstance(p, str) else str(p.get("text", "")) for p in text
+                if isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text")]
+        others = [str(p.get("type", "?")) if isinstance(p, dict) else type(p).__name__ for p in text
+                  if not (isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text"))]
+        if others and warnings is not None:
+            warnings.append(f"{where}: kept the text parts; not stored: {', '.join(others)}")
+        text = "\n".join(kept)
     if not isinstance(text, str) or not text.strip():
-        msg = f"{where}: empty or missing 'text'"
+        msg = f"{where}: empty or missing 'text' (content with no text part counts as empty)"
         raise IngestError(msg)
     for name, value in (("speaker", str(speaker)), ("text", text)):
         try:
@@ -260,7 +277,7 @@ def _messages(messages: Any, user_id: str, conv_id: str | None, source: str, gap
     sessions = []
     for key, items in groups.items():
         turns = [
-            _turn(raw, user_id, conv_id, key, pos, f"{where}, message #{i}")
+            _turn(raw, user_id, conv_id, key, pos, f"{where}, message #{i}", warnings=warnings)
             for pos, (i, raw) in enumerate(items)
         ]
         first = turns[0]
