@@ -30,7 +30,7 @@ from memstrata.memory.normalize import IngestError  # noqa: E402
 from memstrata.memory.timeparse import parse_timestamp  # noqa: E402
 from memstrata.memory.store import StoreError  # noqa: E402
 
-app = typer.Typer(help="memstrata: long-term hierarchical memory for LLM agents.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)
 console = Console()
 err = Console(stderr=True)
 
@@ -41,7 +41,45 @@ User = Annotated[str, typer.Option("--user", "-u", help="The user whose memory t
 
 
 def _mem(data_dir: Path | None, chroma_url: str | None, **settings: Any) -> Memstrata:
-    return Memstrata(path=data_dir or default_data_dir(), url=chroma_url, **settings)
+    folder = data_dir or default_data_dir()
+    if not chroma_url and folder.exists() and not folder.is_dir():
+        _fail(StoreError(f"--data-dir {folder} is a file, not a store folder"))
+    return Memstrata(path=folder, url=chroma_url, **settings)
+
+
+def _read_mem(data_dir: Path | None, chroma_url: str | None, user: str, conversation: str | None = None,
+              **settings: Any) -> Memstrata:
+    """The store a reading command reads: never created by reading, and holding the user (and conversation)."""
+    folder = data_dir or default_data_dir()
+    if not chroma_url and not folder.is_dir():
+        _fail(StoreError(f"no memstrata store at {folder}" + (" (it is a file)" if folder.exists() else "")
+                         + ": ingest into it first, or pass the right --data-dir"))
+    mem = _mem(data_dir, chroma_url, **settings)
+    if not mem.store.count(levels.raw_kind(), user_id=user, conversation_id=conversation):
+        where = f"conversation {conversation!r} of user {user!r}" if conversation else f"user {user!r}"
+        held = " (the user has other conversations)" if conversation and mem.store.count(
+            levels.raw_kind(), user_id=user) else ""
+        _fail(StoreError(f"no memory for {where} in {chroma_url or folder}{held}"))
+    return mem
+
+
+def _writable(path: Path | None, option: str) -> None:
+    if path is not None and not path.parent.is_dir():
+        _fail(StoreError(f"{option} {path}: the folder {path.parent} does not exist"))
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        console.print(f"memstrata {version('memstrata')}")
+        raise typer.Exit
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
+    """memstrata: long-term hierarchical memory for LLM agents."""
 
 
 def _fail(exc: Exception) -> None:
@@ -64,7 +102,7 @@ def ingest(
     """Ingest conversations into a user's memory: messages with ids or times are stored once, others appended."""
     mem = _mem(data_dir, chroma_url, model=model)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as bar:
+                  console=console, transient=True) as bar:  # nothing left behind, on success or error
         task = bar.add_task("reading", total=None)
 
         def on_progress(event: dict[str, Any]) -> None:
@@ -102,17 +140,19 @@ def _stats_table(stats: dict[str, Any]) -> Table:
 def ask(
     question: Annotated[str, typer.Argument(help="The question.")],
     user: User,
-    conversation: Annotated[str | None, typer.Option("--conversation", "-c")] = None,
-    budget: Annotated[int, typer.Option("--budget", "-b", help="Context budget in tokens.")] = 1500,
+    conversation: Annotated[str | None, typer.Option("--conversation", "-c", help="Only this conversation.")] = None,
+    budget: Annotated[int, typer.Option("--budget", "-b", min=1, max=1_000_000,
+                                        help="Context budget in tokens.")] = 1500,
     model: Annotated[str | None, typer.Option("--model", help="Chat model for LLM mode (else offline).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the full result as JSON.")] = False,
-    top: Annotated[int, typer.Option("--top", help="Evidence rows shown ranked before the context.")] = 5,
+    top: Annotated[int, typer.Option("--top", min=1, help="Evidence rows shown ranked before the context.")] = 5,
     html: Annotated[Path | None, typer.Option("--html", help="Also write the query's trace as an HTML page.")] = None,
     data_dir: DataDir = None,
     chroma_url: ChromaUrl = None,
 ) -> None:
     """Answer from memory (with a model), or show the best evidence ranked and the cited context (offline)."""
-    mem = _mem(data_dir, chroma_url, model=model)
+    _writable(html, "--html")
+    mem = _read_mem(data_dir, chroma_url, user, conversation, model=model)
     try:
         result = mem.ask(question, user_id=user, conversation_id=conversation, context_budget=budget)
     except (StoreError, ValueError) as exc:
@@ -165,7 +205,7 @@ def _evidence_table(evidence: list[Any]) -> Table:
 @app.command()
 def inspect(
     user: User,
-    conversation: Annotated[str | None, typer.Option("--conversation", "-c")] = None,
+    conversation: Annotated[str | None, typer.Option("--conversation", "-c", help="Only this conversation.")] = None,
     unit: Annotated[str | None, typer.Option("--unit", help="Show one episode/summary/turn id with its raw turns.")] = None,
     html: Annotated[Path | None, typer.Option("--html", help="Write the memory as one self-contained HTML page.")] = None,
     entities: Annotated[bool, typer.Option("--entities", help="List the entities of the entity graph.")] = False,
@@ -182,7 +222,8 @@ def inspect(
     chroma_url: ChromaUrl = None,
 ) -> None:
     """Show a user's memory: counts of every kind, and conversations > sessions > episodes > summaries."""
-    store = _mem(data_dir, chroma_url).store
+    _writable(html, "--html")
+    store = _read_mem(data_dir, chroma_url, user, conversation).store
     try:
         if unit:
             _show_unit(store, user, conversation, unit)

@@ -59,3 +59,36 @@ def test_inspect_lists_entities_and_shows_one_with_its_facts_and_raw_turns(store
     assert "Miso comes with Priya" in one.stdout and "s1:t4" in one.stdout and "relations" in one.stdout
     missing = _run("inspect", "--user", "demo", "--data-dir", str(store), "--entity", "Nobody Atall")
     assert missing.returncode == 2 and "no entity named" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_reading_commands_never_create_a_store_and_say_what_is_missing(store: Path, tmp_path: Path) -> None:
+    """A mistyped --data-dir, an unknown user or conversation, a bad --html folder, an absurd budget: one clear
+    line and exit code 2, never a traceback, and nothing created."""
+    typo = tmp_path / "no-such-store"
+    done = _run("ask", "Where does Priya work?", "--user", "demo", "--data-dir", str(typo))
+    assert done.returncode == 2 and f"no memstrata store at {typo}" in done.stderr and not typo.exists()
+    done = _run("inspect", "--user", "demo", "--data-dir", str(typo))
+    assert done.returncode == 2 and not typo.exists()
+    afile = tmp_path / "a-file"
+    afile.write_text("x")
+    done = _run("ask", "Where?", "--user", "demo", "--data-dir", str(afile))
+    assert done.returncode == 2 and "(it is a file)" in done.stderr
+    done = _run("ask", "Where does Priya work?", "--user", "nobody", "--data-dir", str(store))
+    assert done.returncode == 2 and "no memory for user 'nobody'" in done.stderr
+    done = _run("ask", "Where does Priya work?", "--user", "demo", "-c", "nope", "--data-dir", str(store))
+    assert done.returncode == 2 and "no memory for conversation 'nope' of user 'demo'" in done.stderr
+    done = _run("ask", "Where?", "--user", "demo", "--html", str(tmp_path / "missing" / "t.html"), "--data-dir",
+                str(store))
+    assert done.returncode == 2 and "does not exist" in done.stderr
+    for bad in (["--budget", "100000000000"], ["--budget", "0"], ["--top", "-1"]):
+        done = _run("ask", "Where?", "--user", "demo", *bad, "--data-dir", str(store))
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+    for done in (_run("ask", "x", "-u", "nobody", "--data-dir", str(store)),):
+        assert "Traceback" not in done.stderr
+
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    done = _run("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"memstrata {version('memstrata')}"

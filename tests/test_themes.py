@@ -441,7 +441,7 @@ def test_inspect_themes_shows_each_theme_with_its_facts(mem: Memstrata) -> None:
         assert all(f in out for f in t.fact_ids[:5])  # its most central facts, by id...
     assert "Miso" in out and "marathon" in out and "tomato" not in out  # ...and text, and only Ann's
     nobody = CliRunner().invoke(app, ["inspect", "--themes", "--user", "nobody", "--data-dir", str(path)])
-    assert nobody.exit_code == 0 and "no themes for user 'nobody'" in nobody.output
+    assert nobody.exit_code == 2 and "no memory for user 'nobody'" in nobody.output  # a user with no memory at all
 
 
 def test_forget_removes_a_users_themes_and_theme_edges_and_keeps_the_other_users(mem: Memstrata) -> None:
