@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from datetime import datetime
 from collections.abc import AsyncIterator, Callable
@@ -60,6 +61,7 @@ class Memstrata:
         self._base = dict(data_dir=str(path) if path else None, chroma_url=url, embeddings=embeddings,
                           model=model, **settings)
         self._runner: asyncio.Runner | None = None
+        self._worker: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None  # for calls inside a loop
 
     def context(self, user_id: str, **overrides: Any) -> Context:
         """The run context for one user, with per-call overrides."""
@@ -215,10 +217,21 @@ class Memstrata:
         if self._runner is not None:
             self._runner.close()
             self._runner = None
+        if self._worker is not None:
+            loop, thread = self._worker
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=30)
+            loop.close()
+            self._worker = None
         release_store(Context(user_id="_", **self._base))
 
     def _run(self, coro: Any) -> Any:
-        """Run a coroutine on this instance's own loop, so HTTP clients of a model survive between calls."""
+        """Run a coroutine on this instance's own loop, so HTTP clients of a model survive between calls.
+
+        Called where an event loop already runs (a notebook, an async app), it runs on a loop of this instance's
+        own in a worker thread and waits for it there; the async twins (``aingest``, ``aretrieve``, ``aask``) do
+        not block the running loop.
+        """
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -227,6 +240,9 @@ class Memstrata:
             # Not Runner.run(): it installs a SIGINT handler per call, and Python formats the handler's repr
             # (task, coroutine and its arguments) each time, a few ms per call. Ctrl-C still interrupts.
             return self._runner.get_loop().run_until_complete(coro)
-        coro.close()
-        msg = "called the blocking API inside a running event loop; use the async twin (aingest/aretrieve/aask)"
-        raise RuntimeError(msg)
+        if self._worker is None:
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="memstrata-loop", daemon=True)
+            thread.start()
+            self._worker = (loop, thread)
+        return asyncio.run_coroutine_threadsafe(coro, self._worker[0]).result()

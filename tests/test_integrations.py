@@ -226,3 +226,18 @@ def test_agent_example_runs_on_the_scripted_model(tmp_path: Path) -> None:
     assert "agent -> memory_search({'query': \"Who is Priya's manager at her new job?\"})" in out
     assert "Priya: Intense but fun. My manager, Rui" in out and "[s3:t2]" in out
     assert "agent: From my memory:" in out and "[s3:t2]" in out.split("agent: ", 1)[1]
+
+
+def test_the_blocking_api_works_inside_a_running_event_loop(tmp_path: Path) -> None:
+    """As in a notebook cell: the blocking calls run on a loop of the instance's own, in a worker thread."""
+    import asyncio
+
+    mem = Memstrata(path=tmp_path / "store", embeddings=HashEmbeddings())
+
+    async def cell() -> str:
+        mem.ingest([{"speaker": "Ann", "text": "I adopted a cat named Miso."}], user_id="u")
+        return mem.retrieve("What is the cat called?", user_id="u").context
+
+    assert "Miso" in asyncio.run(cell())
+    assert "Miso" in mem.retrieve("What is the cat called?", user_id="u").context  # and outside one, after
+    mem.close()
