@@ -189,8 +189,8 @@ def test_a_follow_up_reads_only_its_new_vector_and_words(data_dir, hash_embeddin
     ws.ensure(["marathon brighton Tom"], vec)
     assert ws.reads == reads + 1  # only the named entities' facts are looked up again
     ws.ensure(["marathon Brighton medal"], vec)  # one new word: one read of turns, one per event kind with text
-    event_kinds = levels(role="event", searched=True)  # summary, fact, tree_node, theme
-    assert len(event_kinds) == 4
+    event_kinds = levels(role="event", searched=True)  # summary, fact, tree_node, theme, persona
+    assert len(event_kinds) == 5
     assert ws.reads == reads + 1 + 1 + len(event_kinds)
 
 

@@ -27,6 +27,7 @@ from memstrata.integrations.langchain import (
     MemorySearchTool,
     MemstrataRetriever,
     evidence_document,
+    memory_save_tool,
     memory_search_tool,
 )
 from memstrata.memory.tokens import TokenCounter
@@ -240,4 +241,21 @@ def test_the_blocking_api_works_inside_a_running_event_loop(tmp_path: Path) -> N
 
     assert "Miso" in asyncio.run(cell())
     assert "Miso" in mem.retrieve("What is the cat called?", user_id="u").context  # and outside one, after
+    mem.close()
+
+
+def test_an_agent_saves_a_memory_on_purpose_for_a_new_user_and_finds_it_later(tmp_path: Path) -> None:
+    mem = Memstrata(path=tmp_path / "store", embeddings=HashEmbeddings())
+    saver = create_agent(ScriptedChatModel(script=[{"memory": "Ann is allergic to peanuts."}, "Noted."]),
+                         tools=[memory_save_tool(mem, user_id="ann")])
+    out = saver.invoke({"messages": [HumanMessage("Please remember that I am allergic to peanuts.")]})["messages"]
+    tool_message = next(m for m in out if isinstance(m, ToolMessage))
+    assert tool_message.content == "Saved to memory: Ann is allergic to peanuts." and out[-1].content == "Noted."
+    [turn] = mem.store.get("turn", user_id="ann")
+    assert (turn.metadata["conversation_id"], turn.metadata["speaker"]) == ("memories", "memory")
+    found = memory_search_tool(mem, user_id="ann").invoke({"query": "What is Ann allergic to?"})
+    assert "Ann is allergic to peanuts." in found
+    assert memory_search_tool(mem, user_id="bob").invoke({"query": "What is Ann allergic to?"}) == NO_MEMORY
+    schema = memory_save_tool(mem, user_id="ann").tool_call_schema.model_json_schema()
+    assert sorted(schema["properties"]) == ["memory"]  # the user id is bound, never the model's to choose
     mem.close()

@@ -224,6 +224,61 @@ def memory_search_tool(
     return MemorySearchTool(name=name, description=description, retriever=retriever)
 
 
+SAVE_DESCRIPTION = (
+    "Save one thing worth remembering about the user for later conversations: a plain, self-contained statement "
+    "(e.g. 'Ann is allergic to peanuts.'). Use it when the user shares a fact, a preference or a plan to keep."
+)
+
+
+class MemorySaveInput(BaseModel):
+    """The one argument the model sees."""
+
+    memory: str = Field(min_length=1, description="One self-contained statement to remember.")
+
+
+class MemorySaveTool(BaseTool):
+    """Writes one statement into one user's memory on purpose, as a message of ``speaker`` in ``conversation_id``.
+
+    Build it with :func:`memory_save_tool`. The statement is appended like any chat message (its own turn, searched
+    like every other turn, forgotten with the user).
+    """
+
+    name: str = "memory_save"
+    description: str = SAVE_DESCRIPTION
+    args_schema: type[BaseModel] = MemorySaveInput
+    memstrata: Memstrata
+    user_id: str
+    conversation_id: str = "memories"
+    speaker: str = "memory"
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    def _message(self, memory: str) -> dict[str, Any]:
+        return {"conversation_id": self.conversation_id, "messages": [{"speaker": self.speaker, "text": memory}]}
+
+    def _run(self, memory: str, run_manager: CallbackManagerForToolRun | None = None) -> str:
+        self.memstrata.ingest(self._message(memory), user_id=self.user_id)
+        return f"Saved to memory: {memory}"
+
+    async def _arun(self, memory: str, run_manager: AsyncCallbackManagerForToolRun | None = None) -> str:
+        await self.memstrata.aingest(self._message(memory), user_id=self.user_id)
+        return f"Saved to memory: {memory}"
+
+
+def memory_save_tool(memstrata: Memstrata, *, user_id: str, conversation_id: str = "memories",
+                     speaker: str = "memory", name: str = "memory_save",
+                     description: str = SAVE_DESCRIPTION) -> MemorySaveTool:
+    """A tool that saves a statement into ``user_id``'s memory; the model passes only ``memory``.
+
+    Example:
+        >>> tool = memory_save_tool(Memstrata(path="/tmp/memstrata-demo"), user_id="demo")  # doctest: +SKIP
+        >>> tool.invoke({"memory": "Ann is allergic to peanuts."})                          # doctest: +SKIP
+        'Saved to memory: Ann is allergic to peanuts.'
+    """
+    return MemorySaveTool(memstrata=memstrata, user_id=user_id, conversation_id=conversation_id, speaker=speaker,
+                          name=name, description=description)
+
+
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine to completion from sync code, even when this thread already runs a loop.
 
@@ -244,5 +299,5 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
-__all__ = ["MemorySearchInput", "MemorySearchTool", "MemstrataRetriever", "evidence_document",
-           "memory_search_tool", "run_sync"]
+__all__ = ["MemorySaveInput", "MemorySaveTool", "MemorySearchInput", "MemorySearchTool", "MemstrataRetriever",
+           "evidence_document", "memory_save_tool", "memory_search_tool", "run_sync"]
