@@ -1,4 +1,4 @@
-"""What every node shares: progress events for ``stream_mode="custom"``.
+"""What every node shares: progress events for ``stream_mode="custom"``, and which conversations a write touched.
 
 A node's store, model step and search come from its one call into the runtime,
 :func:`memstrata.runtime.node.open_node`.
@@ -7,6 +7,7 @@ A node's store, model step and search come from its one call into the runtime,
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 logger = logging.getLogger("memstrata")
@@ -21,3 +22,9 @@ def progress(stage: str, message: str, **extra: Any) -> None:
         get_stream_writer()(event)
     except (RuntimeError, LookupError):
         logger.debug("progress outside a run: %s", event)
+
+
+def touched_conversations(state: Mapping[str, Any]) -> list[str]:
+    """The conversations an ingestion run must redo the per-conversation stages of: those with newly closed episodes,
+    then those a stopped earlier write left unfinished (``repaired``), each once, in that order."""
+    return list(dict.fromkeys([*(c for c, _ in state.get("closed", [])), *state.get("repaired", [])]))

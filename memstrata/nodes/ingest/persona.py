@@ -29,7 +29,7 @@ from memstrata.memory.persona.distill import (
 from memstrata.memory.persona.versions import successor, valid_at
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.reads import closed_facts
-from memstrata.nodes.common import progress
+from memstrata.nodes.common import progress, touched_conversations
 from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
 from memstrata.runtime.step import Step
@@ -53,7 +53,7 @@ async def distill_persona(state: IngestState, runtime: Runtime[Context]) -> dict
     started = time.perf_counter()
     run = await open_node(runtime, "distill_persona", ingest=True)
     ctx, store, step = run.ctx, run.store, run.step
-    touched = list(dict.fromkeys([*(c for c, _ in state.get("closed", [])), *state.get("repaired", [])]))
+    touched = touched_conversations(state)
     missing = await asyncio.to_thread(_without_persona, store, ctx.user_id,
                                       [c for c in state.get("conversations", []) if c not in touched])
     calls = {"distill": ctx.persona_llm_calls if step.model is not None else 0,

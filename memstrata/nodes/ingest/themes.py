@@ -25,7 +25,7 @@ from memstrata.memory.store.reads import closed_facts, open_episodes
 from memstrata.memory.themes.graph import edge_changes, knn_edges
 from memstrata.memory.themes.maintain import Regrouped, regroup, theme_text
 from memstrata.memory.themes.partition import centroids
-from memstrata.nodes.common import progress
+from memstrata.nodes.common import progress, touched_conversations
 from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
 from memstrata.runtime.step import Step
@@ -43,7 +43,7 @@ async def group_themes(state: IngestState, runtime: Runtime[Context]) -> dict[st
     started = time.perf_counter()
     run = await open_node(runtime, "group_themes", ingest=True)
     ctx, store, step = run.ctx, run.store, run.step
-    touched = list(dict.fromkeys([*(c for c, _ in state.get("closed", [])), *state.get("repaired", [])]))
+    touched = touched_conversations(state)
     missing = await asyncio.to_thread(_ungrouped, store, ctx.user_id,
                                       [c for c in state.get("conversations", []) if c not in touched])
     calls = {"left": ctx.theme_llm_calls if step.model is not None else 0}

@@ -29,7 +29,7 @@ from memstrata.memory.tree import tree_levels
 from memstrata.memory.tree.persist import TreeUpdate, header, load_tree, offline_text, refresh, save_tree
 from memstrata.memory.tree.build import age_of
 from memstrata.memory.tree.windows import UPPER, window_span
-from memstrata.nodes.common import progress
+from memstrata.nodes.common import progress, touched_conversations
 from memstrata.runtime.step import Step
 from memstrata.memory.store.reads import open_episodes
 from memstrata.runtime.node import open_node
@@ -48,7 +48,7 @@ async def consolidate_tree(state: IngestState, runtime: Runtime[Context]) -> dic
     run = await open_node(runtime, "consolidate_tree", ingest=True)
     ctx, store, step = run.ctx, run.store, run.step
     # open episodes join the tree once they close; a repaired conversation is checked again
-    touched = [*(c for c, _ in state.get("closed", [])), *state.get("repaired", [])]
+    touched = touched_conversations(state)
     convs = await asyncio.to_thread(_to_update, store, ctx.user_id, touched, state.get("conversations", []))
     calls = {"left": ctx.tree_llm_calls if step.model is not None else 0}
     written: dict[str, int] = {level: 0 for level in UPPER}
