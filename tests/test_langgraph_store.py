@@ -135,3 +135,37 @@ def test_with_create_agent(store: MemstrataStore) -> None:
     agent = create_agent(ScriptedChatModel(script=["ok"]), tools=[], store=store)
     assert agent.invoke({"messages": [("user", "hi")]})["messages"][-1].content == "ok"
     assert agent.store is store
+
+
+def test_values_of_any_shape_are_stored_and_searched(store: MemstrataStore) -> None:
+    """LangMem's {"content": ...}, OpenAI's role/content, and any JSON object: stored as put, found by search."""
+    store.put(("ann", "notes"), "n1", {"content": "Ann is allergic to peanuts."})
+    store.put(("ann", "notes"), "n2", {"role": "user", "content": "I play the cello on Sundays."})
+    store.put(("ann", "notes"), "n3", {"kind": "profile", "city": "Lisbon", "pets": ["Miso"]})
+    assert store.get(("ann", "notes"), "n3").value == {"kind": "profile", "city": "Lisbon", "pets": ["Miso"]}
+    turns = {r.unit_id: r.payload for r in store.memory.store.get("turn", user_id="ann", conversation_id="notes")}
+    assert (turns["n1"]["speaker"], turns["n1"]["text"]) == ("memory", "Ann is allergic to peanuts.")
+    assert (turns["n2"]["speaker"], turns["n3"]["speaker"]) == ("user", "memory")
+    assert json.loads(turns["n3"]["text"]) == {"kind": "profile", "city": "Lisbon", "pets": ["Miso"]}
+    assert "n1" in [i.key for i in store.search(("ann",), query="What is Ann allergic to?")]
+    with pytest.raises(ValueError, match="must not be empty"):
+        store.put(("ann", "notes"), "n4", {})
+    assert_store_ok(store.memory.store, "ann")
+
+
+def test_a_namespace_that_does_not_name_a_user_is_refused_and_a_prefix_layout_works(tmp_path: Any) -> None:
+    mem = Memstrata(path=tmp_path / "chroma", embeddings=HashEmbeddings())
+    plain = MemstrataStore(mem)
+    with pytest.raises(InvalidNamespaceError, match="'memories', a collection name, where the user id goes"):
+        plain.put(("memories", "ann"), "k", {"content": "Ann likes tea."})
+    assert mem.store.get("turn", user_id="memories") == []  # nothing written under the wrong tenant
+    langmem = MemstrataStore(mem, prefix=("memories",))
+    langmem.put(("memories", "ann"), "k", {"content": "Ann likes tea."})
+    item = langmem.get(("memories", "ann"), "k")
+    assert item.namespace == ("memories", "ann", "default") and item.value == {"content": "Ann likes tea."}
+    assert [i.namespace for i in langmem.search(("memories", "ann"), query="What does Ann like?")] == [
+        ("memories", "ann", "default")]
+    assert langmem.list_namespaces(prefix=("memories", "ann")) == [("memories", "ann", "default")]
+    with pytest.raises(InvalidNamespaceError, match="start with \\('memories',\\)"):
+        langmem.put(("ann",), "k", {"content": "x"})
+    assert mem.store.count("turn", user_id="ann") == 1

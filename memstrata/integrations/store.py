@@ -1,9 +1,12 @@
 """``MemstrataStore``: memstrata as a LangGraph ``BaseStore`` (``create_agent(store=...)``, ``compile(store=...)``).
 
 Namespaces are ``(user_id,)`` or ``(user_id, conversation_id)``: the first part is
-the tenant, the second the conversation (``"default"`` when left out). A value
-is a message, ``{"speaker": ..., "text": ..., "timestamp": ...}``, or a list of
-them under ``"messages"``; putting it stores the value as given and appends its
+the tenant, the second the conversation (``"default"`` when left out). With ``prefix=("memories",)`` they are
+``("memories", user_id)`` and ``("memories", user_id, conversation_id)`` (LangMem's layout). A namespace whose user
+part is a collection word (``"memories"``, ``"profiles"``...) is refused: it would make that word the tenant. A value
+is a message (``{"speaker", "text", "timestamp"}`` or ``{"role", "content"}``), a list of them under ``"messages"``,
+or any other JSON object (LangMem's ``{"content": ...}``, a profile...), stored as one message of speaker
+``"memory"``; putting it stores the value as given and appends its
 messages to the conversation, in the order they were put (the item key is their id). ``get`` returns
 the value as it was put. ``search(namespace, query=...)`` runs memstrata's
 retrieval over that user (and conversation) and returns the items whose
@@ -47,11 +50,14 @@ class MemstrataStore(BaseStore):
     Args:
         memstrata: the memory.
         context_budget: tokens of evidence a search reads (more evidence, more items found).
+        prefix: fixed leading namespace parts before the user id, e.g. ``("memories",)`` for LangMem's
+            ``("memories", user_id)`` layout.
     """
 
-    def __init__(self, memstrata: Memstrata, *, context_budget: int = 1500) -> None:
+    def __init__(self, memstrata: Memstrata, *, context_budget: int = 1500, prefix: tuple[str, ...] = ()) -> None:
         self.memory = memstrata
         self.context_budget = context_budget
+        self.prefix = tuple(prefix)
 
     @property
     def _items(self) -> Any:
@@ -78,12 +84,12 @@ class MemstrataStore(BaseStore):
 
     # ---- operations --------------------------------------------------------------------
     def _get(self, op: GetOp) -> Item | None:
-        user, conv = _split(op.namespace)
+        user, conv = self._split(op.namespace)
         rows = self._items.get(user_id=user, conversation_id=conv, keys=[_key(user, conv, op.key)])
-        return _item(rows[0]) if rows else None
+        return _item(rows[0], layout=self.prefix) if rows else None
 
     def _put(self, op: PutOp) -> None:
-        user, conv = _split(op.namespace)
+        user, conv = self._split(op.namespace)
         value = dict(op.value or {})
         messages = _messages(value, op.key)
         key = _key(user, conv, op.key)
@@ -98,7 +104,7 @@ class MemstrataStore(BaseStore):
             "created_at": created, "updated_at": now})])
 
     def _delete(self, op: PutOp) -> None:
-        user, conv = _split(op.namespace)
+        user, conv = self._split(op.namespace)
         key = _key(user, conv, op.key)
         rows = self._items.get(user_id=user, conversation_id=conv, keys=[key])
         if not rows:
@@ -112,12 +118,12 @@ class MemstrataStore(BaseStore):
             self.memory.ingest(remaining, user_id=user, conversation_id=conv)
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
-        user, conv = _split(op.namespace_prefix, prefix=True)
+        user, conv = self._split(op.namespace_prefix, prefix=True)
         rows = self._items.get(user_id=user, conversation_id=conv)
         rows = [r for r in rows if _matches(json.loads(str(r.fields["value"])), op.filter)]
         if not op.query:
             rows.sort(key=lambda r: -float(r.fields["updated_at"]))  # type: ignore[arg-type]
-            return [_item(r, search=True) for r in rows[op.offset:op.offset + op.limit]]
+            return [_item(r, search=True, layout=self.prefix) for r in rows[op.offset:op.offset + op.limit]]
         by_turn = {(r.conversation_id, t): r for r in rows for t in json.loads(str(r.fields["turn_ids"]))}
         result = self.memory.retrieve(op.query, user_id=user, conversation_id=conv,
                                       context_budget=self.context_budget)
@@ -127,16 +133,18 @@ class MemstrataStore(BaseStore):
             if row is not None and row.key not in found:
                 hit = {"score": e.score, "citation": f"{e.conversation_id}/{e.turn_id}", "found_by": e.found_by,
                        "level": e.level}
-                found[row.key] = _item(row, search=True, score=e.score, extra=hit)
+                found[row.key] = _item(row, search=True, score=e.score, extra=hit, layout=self.prefix)
         return list(found.values())[op.offset:op.offset + op.limit]
 
     def _list(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         prefix = next((c.path for c in op.match_conditions or () if c.match_type == "prefix"), None)
-        if not prefix or prefix[0] == "*":
-            msg = "MemstrataStore.list_namespaces needs a prefix that names the user: (user_id,) or (user_id, ...)"
+        n = len(self.prefix)
+        if not prefix or len(prefix) <= n or tuple(prefix[:n]) != self.prefix or prefix[n] == "*":
+            msg = (f"MemstrataStore.list_namespaces needs a prefix that names the user: "
+                   f"{(*self.prefix, 'user_id')!r} or {(*self.prefix, 'user_id', '...')!r}")
             raise InvalidNamespaceError(msg)
-        user = tenant.check_user(prefix[0])
-        found = sorted({(user, r.conversation_id) for r in self._items.get(user_id=user)})
+        user = tenant.check_user(prefix[n])
+        found = sorted({(*self.prefix, user, r.conversation_id) for r in self._items.get(user_id=user)})
         for cond in op.match_conditions or ():
             found = [ns for ns in found if _condition(ns, cond.match_type, cond.path)]
         if op.max_depth is not None:
@@ -144,6 +152,14 @@ class MemstrataStore(BaseStore):
         return found[op.offset:op.offset + op.limit]
 
     # ---- helpers --------------------------------------------------------------------------
+    def _split(self, namespace: tuple[str, ...], *, prefix: bool = False) -> tuple[str, str | None]:
+        """(user, conversation) of a namespace laid out as ``prefix + (user_id,)`` or ``prefix + (user_id, conv)``."""
+        if tuple(namespace[:len(self.prefix)]) != self.prefix:
+            msg = (f"MemstrataStore namespaces here start with {self.prefix!r}, then the user id (and a conversation "
+                   f"id); got {namespace!r}")
+            raise InvalidNamespaceError(msg)
+        return _split(tuple(namespace[len(self.prefix):]), prefix=prefix, layout=self.prefix)
+
     def _conversation_messages(self, user: str, conv: str) -> list[dict[str, Any]]:
         """Every message still put in a conversation, for re-ingestion (their ids keep their stored places)."""
         out = []
@@ -152,9 +168,18 @@ class MemstrataStore(BaseStore):
         return out
 
 
-def _split(namespace: tuple[str, ...], *, prefix: bool = False) -> tuple[str, str | None]:
+COLLECTION_WORDS = frozenset({"memories", "memory", "users", "user", "profile", "profiles", "facts", "episodes"})
+
+
+def _split(namespace: tuple[str, ...], *, prefix: bool = False, layout: tuple[str, ...] = ()) -> tuple[str, str | None]:
     if not namespace or len(namespace) > 2 or any(not isinstance(p, str) or not p for p in namespace):
-        msg = f"MemstrataStore namespaces are (user_id,) or (user_id, conversation_id), got {namespace!r}"
+        msg = (f"MemstrataStore namespaces are {(*layout, 'user_id')!r} or {(*layout, 'user_id', 'conversation_id')!r}, "
+               f"got {(*layout, *namespace)!r}")
+        raise InvalidNamespaceError(msg)
+    if namespace[0].casefold() in COLLECTION_WORDS:  # ("memories", "ann") would make "memories" the tenant
+        msg = (f"namespace {(*layout, *namespace)!r} starts with {namespace[0]!r}, a collection name, where the user "
+               f"id goes: MemstrataStore namespaces are (user_id,) or (user_id, conversation_id); for a layout such as "
+               f"LangMem's ('memories', user_id) build MemstrataStore(memory, prefix=('memories',))")
         raise InvalidNamespaceError(msg)
     user = tenant.check_user(namespace[0])
     conv = namespace[1] if len(namespace) == 2 else (None if prefix else DEFAULT_CONVERSATION)
@@ -165,14 +190,40 @@ def _key(user: str, conv: str | None, key: str) -> str:
     return tenant.storage_key(user, conv or DEFAULT_CONVERSATION, key, namespace="item")
 
 
+MEMORY_SPEAKER = "memory"
+
+
 def _messages(value: dict[str, Any], key: str) -> list[dict[str, Any]]:
-    """The value's messages with stable ids (the item key, plus an index for lists)."""
-    raw = value.get("messages") if "messages" in value else [value]
-    if not isinstance(raw, list) or not raw or not all(isinstance(m, dict) for m in raw):
-        msg = "a MemstrataStore value is a message {speaker, text, timestamp?} or {'messages': [message, ...]}"
-        raise ValueError(msg)
-    return [{k: v for k, v in m.items() if k in ("speaker", "text", "timestamp", "session")}
+    """The value's messages with stable ids (the item key, plus an index for lists).
+
+    A message ({speaker, text} or {role, content}) or ``{"messages": [...]}`` is stored as those messages; any other
+    value (LangMem's ``{"content": ...}``, a profile object...) as one message of speaker ``"memory"`` whose text is
+    its ``content`` or ``text`` when that is a string, else the value as compact JSON.
+    """
+    if "messages" in value:
+        raw = value["messages"]
+        if not isinstance(raw, list) or not raw or not all(isinstance(m, dict) for m in raw):
+            msg = "a MemstrataStore value's 'messages' must be a non-empty list of message objects"
+            raise ValueError(msg)
+    else:
+        raw = [value if _is_message(value) else {"speaker": MEMORY_SPEAKER, "text": _text_of(value)}]
+    return [{k: v for k, v in m.items() if k in ("speaker", "text", "role", "content", "timestamp", "session")}
             | {"id": key if len(raw) == 1 else f"{key}#{i}"} for i, m in enumerate(raw)]
+
+
+def _is_message(value: dict[str, Any]) -> bool:
+    said = value.get("text", value.get("content"))
+    return bool(value.get("speaker") or value.get("role")) and (isinstance(said, str) or isinstance(said, list))
+
+
+def _text_of(value: dict[str, Any]) -> str:
+    said = value.get("content", value.get("text"))
+    if isinstance(said, str) and said.strip():
+        return said
+    if not value:
+        msg = "a MemstrataStore value must not be empty"
+        raise ValueError(msg)
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 def _matches(value: dict[str, Any], wanted: dict[str, Any] | None) -> bool:
@@ -185,13 +236,13 @@ def _condition(ns: tuple[str, ...], kind: str, path: tuple[str, ...]) -> bool:
 
 
 def _item(row: TableRow, *, search: bool = False, score: float | None = None,
-          extra: dict[str, Any] | None = None) -> Item:
+          extra: dict[str, Any] | None = None, layout: tuple[str, ...] = ()) -> Item:
     value = json.loads(str(row.fields["value"]))
     if extra:
         value = {**value, "memstrata": extra}
     stamps = {k: datetime.fromtimestamp(float(row.fields[k]), tz=timezone.utc)  # type: ignore[arg-type]
               for k in ("created_at", "updated_at")}
-    namespace = (row.user_id, row.conversation_id)
+    namespace = (*layout, row.user_id, row.conversation_id)
     if search:
         return SearchItem(namespace, str(row.fields["key"]), value, stamps["created_at"], stamps["updated_at"],
                           score=score)
