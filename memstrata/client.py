@@ -23,6 +23,7 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 
+from memstrata import memories
 from memstrata.context import Context
 from memstrata.memory.levels import DIMENSIONS, Persona
 from memstrata.memory.persona.versions import valid_at
@@ -155,6 +156,33 @@ class Memstrata:
 
         state = await graph.ainvoke({"query": query}, context=ctx)
         return RetrievalResult.from_state(state)
+
+    # ---- single memories (memstrata.memories) ------------------------------------
+    def conversations(self, user_id: str) -> list[dict[str, Any]]:
+        """The user's conversations: id, turns, sessions, first and last time."""
+        return memories.conversations(self, user_id)
+
+    def memories(self, user_id: str, **filters: Any) -> list[dict[str, Any]]:
+        """One page of the user's memories: ``kind`` ("turn", "fact", "summary"...), ``conversation_id``,
+        ``speaker``, ``since``, ``until``, ``limit``, ``offset``."""
+        return memories.memories(self, user_id, **filters)
+
+    def memory(self, user_id: str, memory_id: str, *, kind: str = "turn",
+               conversation_id: str | None = None) -> dict[str, Any]:
+        """One memory by id (``LookupError`` when there is none)."""
+        return memories.memory(self, user_id, memory_id, kind=kind, conversation_id=conversation_id)
+
+    def update(self, user_id: str, conversation_id: str, turn_id: str, text: str) -> dict[str, Any]:
+        """Replace what a turn says; what was built from it is rebuilt."""
+        return memories.update(self, user_id, conversation_id, turn_id, text)
+
+    def delete(self, user_id: str, conversation_id: str, turn_id: str | None = None) -> dict[str, int]:
+        """Delete one turn (its session rebuilt without it), or the whole conversation."""
+        return memories.delete(self, user_id, conversation_id, turn_id)
+
+    def history(self, user_id: str, *, conversation_id: str | None = None) -> list[dict[str, Any]]:
+        """What was updated or deleted, oldest first."""
+        return memories.history(self, user_id, conversation_id=conversation_id)
 
     # ---- persona ----------------------------------------------------------------
     def persona(self, user_id: str, speaker: str, *, conversation_id: str | None = None,

@@ -1,0 +1,200 @@
+"""Single memories, as a mem0 user manages them: list, get, update, delete, and what changed.
+
+A memory here is a stored unit of one user: a raw turn (what was said), a fact or a summary (what memstrata made of
+it). Turns are what a user edits: updating or deleting one removes every unit built from it (its episode, summary,
+facts, themes, persona versions, tree nodes) and rebuilds what the session's remaining turns support, so nothing
+stale stays searchable (``memstrata check`` holds after each). Every change is journaled per user
+(:func:`history`).
+
+Every function takes a :class:`~memstrata.Memstrata` and a ``user_id``; every read goes through the store's one
+tenant scope.
+
+Example:
+    >>> mem.memories("ann", speaker="Ann", limit=2)                                      # doctest: +SKIP
+    [{'id': 's1:t0', 'kind': 'turn', 'conversation_id': 'c1', 'speaker': 'Ann', 'text': '...', ...}, ...]
+    >>> mem.update("ann", "c1", "s1:t0", "I moved to Porto.")                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from memstrata.memory.levels import Turn, get_level, raw_kind
+from memstrata.memory.store.reads import open_episodes
+from memstrata.memory.store.tables import TableRow
+from memstrata.memory.timeparse import parse_timestamp
+
+if TYPE_CHECKING:
+    from memstrata.client import Memstrata
+
+KINDS = ("turn", "fact", "summary", "episode", "theme", "persona", "entity", "tree_node")
+
+
+def conversations(mem: Memstrata, user_id: str) -> list[dict[str, Any]]:
+    """The user's conversations: id, how many turns and sessions, first and last time."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in mem.store.get(raw_kind(), user_id=user_id):
+        conv = r.metadata["conversation_id"]
+        row = out.setdefault(conv, {"conversation_id": conv, "turns": 0, "sessions": set(), "first": None,
+                                    "last": None})
+        row["turns"] += 1
+        row["sessions"].add(r.metadata.get("session_id"))
+        ts = r.metadata.get("ts")
+        if ts is not None:
+            row["first"] = ts if row["first"] is None else min(row["first"], ts)
+            row["last"] = ts if row["last"] is None else max(row["last"], ts)
+    return [{**row, "sessions": len(row["sessions"]),
+             "first": _iso(row["first"]), "last": _iso(row["last"])} for _, row in sorted(out.items())]
+
+
+def memories(mem: Memstrata, user_id: str, *, kind: str = "turn", conversation_id: str | None = None,
+             speaker: str | None = None, since: datetime | str | None = None, until: datetime | str | None = None,
+             limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
+    """One page of the user's memories of one kind, in time order, filtered by conversation, speaker and time."""
+    _check_kind(kind)
+    if limit < 1 or offset < 0:
+        msg = f"limit must be at least 1 and offset at least 0, got limit={limit}, offset={offset}"
+        raise ValueError(msg)
+    lo, hi = _time(since, "since"), _time(until, "until")
+    where: dict[str, Any] = {"speaker": speaker} if speaker is not None and kind == raw_kind() else {}
+    rows = [r for r in mem.store.get(kind, user_id=user_id, conversation_id=conversation_id, where=where or None)
+            if (lo is None or (r.metadata.get("ts") or float("-inf")) >= lo.timestamp())
+            and (hi is None or (r.metadata.get("ts") or float("inf")) <= hi.timestamp())]
+    rows.sort(key=lambda r: (r.metadata["conversation_id"], r.metadata.get("ts") or 0.0,
+                             str(r.metadata.get("session_id")), r.payload.get("position", 0), r.unit_id))
+    return [_shown(r) for r in rows[offset:offset + limit]]
+
+
+def memory(mem: Memstrata, user_id: str, memory_id: str, *, kind: str = "turn",
+           conversation_id: str | None = None) -> dict[str, Any]:
+    """One memory by id (in every conversation of the user unless one is named).
+
+    Raises:
+        LookupError: no such memory, or the id names one in several conversations and none was given.
+    """
+    _check_kind(kind)
+    found = mem.store.get(kind, user_id=user_id, conversation_id=conversation_id, unit_ids=[memory_id])
+    if not found:
+        msg = f"no {kind} {memory_id!r} for user {user_id!r}" + (f" in {conversation_id!r}" if conversation_id else "")
+        raise LookupError(msg)
+    if len(found) > 1:
+        convs = sorted(r.metadata["conversation_id"] for r in found)
+        msg = f"{kind} {memory_id!r} is in several conversations {convs}; pass conversation_id"
+        raise LookupError(msg)
+    return _shown(found[0])
+
+
+def update(mem: Memstrata, user_id: str, conversation_id: str, turn_id: str, text: str) -> dict[str, Any]:
+    """Replace what a turn says; everything built from it is removed and rebuilt from the session's turns."""
+    if not text.strip():
+        msg = "the new text is empty: delete the turn instead"
+        raise ValueError(msg)
+    old = Turn.model_validate(memory(mem, user_id, turn_id, conversation_id=conversation_id)["unit"])
+    close = _closed(mem, user_id, conversation_id, old.session_id)
+    removed = _remove(mem, user_id, conversation_id, [turn_id])
+    _rebuild(mem, user_id, conversation_id, {old.session_id}, close=close,
+             extra=[old.model_copy(update={"text": text})])
+    _journal(mem, user_id, conversation_id, "update", turn_id, before=old.text, after=text)
+    return {"updated": turn_id, "removed": removed}
+
+
+def delete(mem: Memstrata, user_id: str, conversation_id: str, turn_id: str | None = None) -> dict[str, int]:
+    """Delete one turn (and what was built from it, the rest of its session rebuilt), or with no ``turn_id`` the
+    whole conversation. Returns the units removed per kind.
+
+    Raises:
+        LookupError: the conversation or the turn is not stored for this user.
+    """
+    if turn_id is None:
+        ids = [r.unit_id for r in mem.store.get(raw_kind(), user_id=user_id, conversation_id=conversation_id)]
+        if not ids:
+            msg = f"no conversation {conversation_id!r} for user {user_id!r}"
+            raise LookupError(msg)
+        removed = _remove(mem, user_id, conversation_id, ids)
+        mem.store.sequences.delete(user_id=user_id, conversation_id=conversation_id)
+        _journal(mem, user_id, conversation_id, "delete_conversation", None, before=f"{len(ids)} turns", after=None)
+        return removed
+    old = Turn.model_validate(memory(mem, user_id, turn_id, conversation_id=conversation_id)["unit"])
+    close = _closed(mem, user_id, conversation_id, old.session_id)
+    removed = _remove(mem, user_id, conversation_id, [turn_id])
+    _rebuild(mem, user_id, conversation_id, {old.session_id}, close=close)
+    _journal(mem, user_id, conversation_id, "delete", turn_id, before=old.text, after=None)
+    return removed
+
+
+def history(mem: Memstrata, user_id: str, *, conversation_id: str | None = None) -> list[dict[str, Any]]:
+    """What was updated or deleted, oldest first: {at, event, conversation_id, turn_id, before, after}."""
+    events = [json.loads(str(r.fields["event"])) for r in mem.store.journal.get(user_id=user_id,
+                                                                                conversation_id=conversation_id)]
+    return sorted(events, key=lambda e: (e["at"], e.get("turn_id") or ""))
+
+
+# ---- helpers --------------------------------------------------------------------------------------
+
+def _check_kind(kind: str) -> None:
+    get_level(kind)  # a clear error naming the registered kinds
+
+
+def _time(value: datetime | str | None, name: str) -> datetime | None:
+    if value is None:
+        return None
+    parsed = parse_timestamp(value)
+    if parsed is None:
+        msg = f"{name}: could not read {value!r} as a time"
+        raise ValueError(msg)
+    return parsed
+
+
+def _iso(ts: float | None) -> str | None:
+    return datetime.fromtimestamp(ts).isoformat() if ts is not None else None  # noqa: DTZ006 - stored naive
+
+
+def _shown(record: Any) -> dict[str, Any]:
+    payload = record.payload
+    keep = ("speaker", "session_id", "position", "subject", "superseded_by", "episode_id", "speaker", "dimension")
+    return {"id": record.unit_id, "kind": record.kind, "conversation_id": record.metadata["conversation_id"],
+            "text": record.document, "time": payload.get("timestamp_raw") or payload.get("timestamp"),
+            **{k: payload[k] for k in keep if k in payload}, "unit": payload}
+
+
+def _closed(mem: Memstrata, user_id: str, conversation_id: str, session_id: str) -> bool:
+    """Whether the session has no open episode (its tail was closed): a rebuild closes it again."""
+    return not any(str(r.metadata.get("session_id")) == session_id for r in open_episodes(mem.store, user_id,
+                                                                                           conversation_id))
+
+
+def _remove(mem: Memstrata, user_id: str, conversation_id: str, turn_ids: list[str]) -> dict[str, int]:
+    removed = mem.store.delete_turns(user_id, conversation_id, turn_ids)
+    gone = set(turn_ids)
+    items = [row.key for row in mem.store.items.get(user_id=user_id, conversation_id=conversation_id)
+             if (ids := set(json.loads(str(row.fields.get("turn_ids", "[]"))))) and ids <= gone]  # all its messages
+    removed["items"] = mem.store.items.delete(user_id=user_id, keys=items) if items else 0
+    return removed
+
+
+def _rebuild(mem: Memstrata, user_id: str, conversation_id: str, sessions: set[str], *, close: bool,
+             extra: Sequence[Turn] = ()) -> None:
+    """Ingest the sessions' remaining turns (and ``extra``) again: each keeps its place; the units built from the
+    removed turns are rebuilt from what remains (closed again if they were closed)."""
+    stored = [Turn.model_validate(r.payload) for r in mem.store.get(
+        raw_kind(), user_id=user_id, conversation_id=conversation_id) if str(r.metadata.get("session_id")) in sessions]
+    turns = sorted([*stored, *extra], key=lambda t: (t.session_id, t.position))
+    if not turns:
+        return
+    messages = [{"speaker": t.speaker, "text": t.text, "session": t.session_id, "position": t.position, "id": t.id,
+                 **({"timestamp": t.timestamp_raw or t.timestamp.isoformat()} if t.timestamp else {}),
+                 **({"image_caption": t.image_caption} if t.image_caption else {})} for t in turns]
+    mem.ingest({"conversation_id": conversation_id, "messages": messages}, user_id=user_id, close=close)
+
+
+def _journal(mem: Memstrata, user_id: str, conversation_id: str, event: str, turn_id: str | None, *,
+             before: str | None, after: str | None) -> None:
+    at = time.time()
+    entry = {"at": at, "event": event, "conversation_id": conversation_id, "turn_id": turn_id, "before": before,
+             "after": after}
+    key = f"{at:.6f}\x1f{conversation_id}\x1f{turn_id or ''}"
+    mem.store.journal.upsert([TableRow(key, user_id, conversation_id, {"event": json.dumps(entry)})])

@@ -1,0 +1,93 @@
+"""Single memories, managed as a mem0 user would: list, get, update, delete one turn or a conversation, history.
+
+Two users hold the same conversation (same ids and text); every operation on one leaves the other's memory exactly
+as it was, and ``memstrata check`` reports nothing after each.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import EXAMPLE, HashEmbeddings, assert_store_ok
+from memstrata import Memstrata
+from test_concurrency import digest
+
+
+@pytest.fixture
+def mem(tmp_path: Path) -> Any:
+    memory = Memstrata(path=tmp_path / "store", embeddings=HashEmbeddings())
+    for user in ("ann", "bob"):
+        memory.ingest(EXAMPLE, user_id=user, close=True)
+    yield memory
+    memory.close()
+
+
+def test_list_and_get_with_filters_and_paging(mem: Memstrata) -> None:
+    [conv] = mem.conversations("ann")
+    assert (conv["conversation_id"], conv["turns"], conv["sessions"]) == ("priya-tom", 36, 3)
+    everything = mem.memories("ann", limit=1000)
+    assert len(everything) == 36 and all(m["kind"] == "turn" and m["conversation_id"] == "priya-tom"
+                                         for m in everything)
+    first, second = mem.memories("ann", limit=2), mem.memories("ann", limit=2, offset=2)
+    assert [m["id"] for m in first + second] == [m["id"] for m in everything[:4]]
+    priya = mem.memories("ann", speaker="Priya", limit=1000)
+    assert priya and all(m["speaker"] == "Priya" for m in priya)
+    april = mem.memories("ann", since="2024-04-01", until="2024-04-30", limit=1000)
+    assert april and all(m["time"].startswith("2024-04") for m in april)
+    facts = mem.memories("ann", kind="fact", limit=5)
+    assert facts and all(m["kind"] == "fact" for m in facts)
+    one = mem.memory("ann", everything[0]["id"])
+    assert one["text"] == everything[0]["text"]
+    with pytest.raises(LookupError, match="no turn 'nope' for user 'ann'"):
+        mem.memory("ann", "nope")
+    with pytest.raises(KeyError, match="unknown unit kind 'memo'"):
+        mem.memories("ann", kind="memo")
+    with pytest.raises(ValueError, match="could not read 'someday'"):
+        mem.memories("ann", since="someday")
+    assert mem.conversations("nobody") == [] and mem.memories("nobody") == []
+
+
+def test_update_rebuilds_what_the_turn_supported_and_touches_no_other_user(mem: Memstrata) -> None:
+    bob = digest(mem.store, "bob")
+    turn = next(m for m in mem.memories("ann", limit=100) if "Lisbon" in m["text"])
+    done = mem.update("ann", "priya-tom", turn["id"], "I am staying in Porto after all.")
+    assert done["updated"] == turn["id"] and done["removed"]["turn"] == 1
+    assert mem.memory("ann", turn["id"])["text"].endswith("I am staying in Porto after all.")
+    facts = " ".join(m["text"] for m in mem.memories("ann", kind="fact", limit=1000))
+    summaries = " ".join(m["text"] for m in mem.memories("ann", kind="summary", limit=1000))
+    assert "Porto" in facts + summaries  # rebuilt from the new text
+    found = mem.retrieve("Is Priya staying in Porto?", user_id="ann", context_budget=300).context
+    assert "I am staying in Porto after all." in found
+    assert "Porto after all" not in mem.retrieve("Is Priya staying in Porto?", user_id="bob").context
+    assert digest(mem.store, "bob") == bob
+    assert_store_ok(mem.store, "ann")
+    assert_store_ok(mem.store, "bob")
+    with pytest.raises(ValueError, match="empty"):
+        mem.update("ann", "priya-tom", turn["id"], "  ")
+
+
+def test_delete_one_turn_then_a_conversation_and_the_history_says_so(mem: Memstrata) -> None:
+    bob = digest(mem.store, "bob")
+    turn = next(m for m in mem.memories("ann", limit=100) if "Tidewater" in m["text"])
+    removed = mem.delete("ann", "priya-tom", turn["id"])
+    assert removed["turn"] == 1 and removed["summary"] >= 1
+    with pytest.raises(LookupError):
+        mem.memory("ann", turn["id"])
+    assert "Tidewater" not in " ".join(m["text"] for m in mem.memories("ann", kind="fact", limit=1000))
+    assert len(mem.memories("ann", limit=1000)) == 35
+    assert_store_ok(mem.store, "ann")  # the session's other turns were rebuilt into episodes and summaries
+    with pytest.raises(LookupError):
+        mem.delete("ann", "priya-tom", "nope")
+    mem.delete("ann", "priya-tom")
+    assert mem.conversations("ann") == [] and mem.memories("ann", kind="fact") == []
+    with pytest.raises(LookupError, match="no conversation 'priya-tom' for user 'ann'"):
+        mem.delete("ann", "priya-tom")
+    events = [(e["event"], e["turn_id"]) for e in mem.history("ann")]
+    assert events == [("delete", turn["id"]), ("delete_conversation", None)]
+    assert mem.history("bob") == [] and digest(mem.store, "bob") == bob
+    assert_store_ok(mem.store, "ann")
+    mem.delete_user("ann")
+    assert mem.history("ann") == []
