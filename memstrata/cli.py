@@ -1,4 +1,4 @@
-"""The ``memstrata`` command line: ingest, ask, inspect, check, reindex, forget, bench.
+"""The ``memstrata`` command line: ingest, ask, inspect, list, update, delete, history, check, reindex, forget, bench.
 
 The data directory is ``--data-dir``, else ``$MEMSTRATA_DATA_DIR``, else
 ``~/.memstrata`` (an embedded Chroma store). ``--chroma-url`` (or
@@ -316,6 +316,87 @@ def _show_unit(store: Any, user: str, conversation: str | None, unit: str) -> No
         console.print(f"\n[bold]raw turns[/] ({len(raws)}):")
         for r in sorted(raws, key=lambda r: (r.metadata.get("session_id", ""), r.metadata.get("position", 0))):
             console.print(f"{r.unit_id}  {r.document}", markup=False)
+
+
+@app.command("list")
+def list_memories(
+    user: User,
+    conversation: Annotated[str | None, typer.Option("--conversation", "-c", help="Only this conversation.")] = None,
+    kind: Annotated[str, typer.Option("--kind", help="turn, fact, summary, episode, theme, persona...")] = "turn",
+    speaker: Annotated[str | None, typer.Option("--speaker", help="Only turns of this speaker.")] = None,
+    since: Annotated[str | None, typer.Option("--since", help="From this time on (e.g. 2024-04-01).")] = None,
+    until: Annotated[str | None, typer.Option("--until", help="Up to this time.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=100_000, help="Rows per page.")] = 50,
+    offset: Annotated[int, typer.Option("--offset", min=0, help="Rows skipped (the page's start).")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    data_dir: DataDir = None,
+    chroma_url: ChromaUrl = None,
+) -> None:
+    """List a user's memories in time order: one kind, with filters and paging (and its conversations)."""
+    mem = _read_mem(data_dir, chroma_url, user, conversation)
+    try:
+        rows = mem.memories(user, kind=kind, conversation_id=conversation, speaker=speaker, since=since,
+                            until=until, limit=limit, offset=offset)
+    except (KeyError, ValueError) as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps([{k: v for k, v in r.items() if k != "unit"} for r in rows], default=str))
+        return
+    table = Table(title=f"{user} · {kind} · {offset + 1}-{offset + len(rows)}")
+    for column in ("id", "conversation", "time", "text"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r["id"], r["conversation_id"], str(r["time"] or ""), r["text"][:140])
+    console.print(table)
+
+
+@app.command()
+def update(
+    user: User,
+    conversation: Annotated[str, typer.Option("--conversation", "-c", help="The turn's conversation.")],
+    turn: Annotated[str, typer.Option("--turn", help="The turn id (as `list` shows it).")],
+    text: Annotated[str, typer.Option("--text", help="What the turn says now.")],
+    data_dir: DataDir = None,
+    chroma_url: ChromaUrl = None,
+) -> None:
+    """Replace what one turn says; everything built from it is rebuilt."""
+    mem = _read_mem(data_dir, chroma_url, user, conversation)
+    try:
+        done = mem.update(user, conversation, turn, text)
+    except (LookupError, ValueError) as exc:
+        _fail(exc)
+    typer.echo(json.dumps(done))
+
+
+@app.command()
+def delete(
+    user: User,
+    conversation: Annotated[str, typer.Option("--conversation", "-c", help="The conversation.")],
+    turn: Annotated[str | None, typer.Option("--turn", help="Only this turn (else the whole conversation).")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    data_dir: DataDir = None,
+    chroma_url: ChromaUrl = None,
+) -> None:
+    """Delete one turn (its session rebuilt without it) or a whole conversation."""
+    mem = _read_mem(data_dir, chroma_url, user, conversation)
+    what = f"turn {turn!r} of" if turn else "all of conversation"
+    if not yes and not typer.confirm(f"Delete {what} {conversation!r} of user {user!r}?"):
+        raise typer.Exit(code=1)
+    try:
+        removed = mem.delete(user, conversation, turn)
+    except LookupError as exc:
+        _fail(exc)
+    typer.echo(json.dumps(removed))
+
+
+@app.command()
+def history(user: User,
+            conversation: Annotated[str | None, typer.Option("--conversation", "-c", help="Only this conversation.")]
+            = None,
+            data_dir: DataDir = None, chroma_url: ChromaUrl = None) -> None:
+    """What was updated or deleted in a user's memory, oldest first."""
+    for event in _mem(data_dir, chroma_url).history(user, conversation_id=conversation):
+        typer.echo(json.dumps(event))  # one JSON object a line, never wrapped
 
 
 @app.command()

@@ -91,3 +91,34 @@ def test_delete_one_turn_then_a_conversation_and_the_history_says_so(mem: Memstr
     assert_store_ok(mem.store, "ann")
     mem.delete_user("ann")
     assert mem.history("ann") == []
+
+
+def test_the_command_line_lists_updates_deletes_and_shows_the_history(minilm: Any, tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from memstrata.cli import app
+
+    mem = Memstrata(path=tmp_path / "cli", embeddings=minilm)  # the command line opens it with the packaged MiniLM
+    mem.ingest(EXAMPLE, user_id="ann", close=True)
+    folder = str(mem.context("ann").data_dir)
+    run = CliRunner()
+    listed = run.invoke(app, ["list", "-u", "ann", "--speaker", "Tom", "--limit", "3", "--json", "--data-dir", folder])
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.output)
+    assert len(rows) == 3 and all(r["speaker"] == "Tom" for r in rows)
+    done = run.invoke(app, ["update", "-u", "ann", "-c", "priya-tom", "--turn", rows[0]["id"], "--text",
+                            "I never ran a marathon.", "--data-dir", folder])
+    assert done.exit_code == 0, done.output
+    gone = run.invoke(app, ["delete", "-u", "ann", "-c", "priya-tom", "--turn", rows[1]["id"], "--yes",
+                            "--data-dir", folder])
+    assert gone.exit_code == 0 and json.loads(gone.output)["turn"] == 1
+    shown = run.invoke(app, ["history", "-u", "ann", "--data-dir", folder])
+    assert [json.loads(line)["event"] for line in shown.output.splitlines()] == ["update", "delete"]
+    missing = run.invoke(app, ["delete", "-u", "ann", "-c", "priya-tom", "--turn", "nope", "--yes",
+                               "--data-dir", folder])
+    assert missing.exit_code == 2 and "no turn 'nope'" in missing.output
+    bad = run.invoke(app, ["list", "-u", "ann", "--kind", "memo", "--data-dir", folder])
+    assert bad.exit_code == 2 and "unknown unit kind 'memo'" in bad.output
+    assert_store_ok(mem.store, "ann")
