@@ -8,6 +8,7 @@ Example:
 from memstrata.client import Memstrata
 from memstrata.context import Context
 from memstrata.result import Evidence, RetrievalResult
+from memstrata.runtime.llm import AnswerError, LLMError
 
-__all__ = ["Context", "Evidence", "Memstrata", "RetrievalResult"]
+__all__ = ["AnswerError", "Context", "Evidence", "LLMError", "Memstrata", "RetrievalResult"]
 __version__ = "0.1.0"

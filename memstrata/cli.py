@@ -29,6 +29,7 @@ from memstrata.views.extractive_answer import extractive_answer  # noqa: E402
 from memstrata.memory.normalize import IngestError  # noqa: E402
 from memstrata.memory.timeparse import parse_timestamp  # noqa: E402
 from memstrata.memory.store import StoreError  # noqa: E402
+from memstrata.runtime.llm import AnswerError  # noqa: E402
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()
@@ -153,8 +154,12 @@ def ask(
     """Answer from memory (with a model), or show the best evidence ranked and the cited context (offline)."""
     _writable(html, "--html")
     mem = _read_mem(data_dir, chroma_url, user, conversation, model=model)
+    failed = False
     try:
         result = mem.ask(question, user_id=user, conversation_id=conversation, context_budget=budget)
+    except AnswerError as exc:  # the model failed: say so, still show the evidence, exit 2
+        err.print(f"[bold red]error:[/] {exc}")
+        result, failed = exc.result, True
     except (StoreError, ValueError) as exc:
         _fail(exc)
     if html is not None:
@@ -181,10 +186,12 @@ def ask(
         console.print(f"[dim]gate {gate['iteration']}: {gate['path']} ({gate['reason']})[/]")
     if not result.evidence:
         console.print("[yellow]no evidence found[/]")
-        return
-    console.print(_evidence_table(result.evidence[:top]))
-    console.print("\n[bold]packed context[/] [dim](chronological, as a prompt would get it)[/]")
-    console.print(result.context, markup=False)
+    else:
+        console.print(_evidence_table(result.evidence[:top]))
+        console.print("\n[bold]packed context[/] [dim](chronological, as a prompt would get it)[/]")
+        console.print(result.context, markup=False)
+    if failed:
+        raise typer.Exit(code=2)
 
 
 def _evidence_table(evidence: list[Any]) -> Table:

@@ -32,6 +32,7 @@ from memstrata.memory.timeparse import parse_timestamp
 from memstrata.runtime.resolve import release_store, resolve_store
 from memstrata.memory.store import MemoryStore
 from memstrata.result import RetrievalResult
+from memstrata.runtime.llm import AnswerError
 
 
 class Memstrata:
@@ -126,8 +127,17 @@ class Memstrata:
         return self._run(self.aretrieve(query, user_id=user_id, **overrides))
 
     async def aask(self, query: str, *, user_id: str, **overrides: Any) -> RetrievalResult:
-        """Evidence plus an answer when a model is configured (``answer`` is ``None`` offline)."""
-        return await self._run_retrieval(query, self.context(user_id, **overrides))
+        """Evidence plus an answer when a model is configured (``answer`` is ``None`` offline).
+
+        Raises:
+            AnswerError: a model is configured but the answer failed (unreachable, timing out, replying with
+                nothing) and no earlier round had an answer; its ``result`` holds the evidence and the trace.
+        """
+        result = await self._run_retrieval(query, self.context(user_id, **overrides))
+        note = str(result.trace.get("answer", ""))
+        if result.answer is None and note.startswith("answer failed: "):
+            raise AnswerError(f"{note} (the evidence and the trace are on this error's .result)", result)
+        return result
 
     def ask(self, query: str, *, user_id: str, **overrides: Any) -> RetrievalResult:
         """Blocking twin of :meth:`aask`."""

@@ -92,3 +92,14 @@ def test_version() -> None:
 
     done = _run("--version")
     assert done.returncode == 0 and done.stdout.strip() == f"memstrata {version('memstrata')}"
+
+
+def test_ask_with_an_unreachable_model_says_so_shows_the_evidence_and_exits_2(store: Path) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "160", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+           "OPENAI_API_KEY": "sk-none"}  # port 9: nothing listens, every connection is refused at once
+    done = subprocess.run([sys.executable, "-m", "memstrata", "ask", "Where does Priya work?", "--user", "demo",
+                           "--data-dir", str(store), "--model", "any-model"], capture_output=True, text=True,
+                          cwd=REPO, timeout=600, env=env)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "error: answer failed: " in done.stderr and "Traceback" not in done.stderr
+    assert "Tidewater" in done.stdout  # the evidence is still shown

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from conftest import EXAMPLE, HashEmbeddings
 from memstrata import Memstrata
-from memstrata.runtime.llm import CallRecord, LLMError, Meter, decide, stream_answer
+from memstrata.runtime.llm import AnswerError, CallRecord, LLMError, Meter, decide, stream_answer
 from plugins.fault_proxy import RETRY_AFTER_S, FaultProxy
 from plugins.llm_server import make_chat_model
 
@@ -148,10 +148,12 @@ def test_a_query_against_a_broken_server_ends_with_the_trace_saying_why(fault_pr
     mem.ingest(EXAMPLE, user_id="demo")
     fault_proxy.plan(*[fault] * 500)  # every call of the query fails this way
     try:
-        result = mem.ask("Where does Priya work?", user_id="demo", model=make_chat_model(fault_proxy.base_url),
-                         llm_retries=1, llm_timeout_s=SLOW_S)
+        with pytest.raises(AnswerError, match="^answer failed: ") as failed:  # one clear error, not a None
+            mem.ask("Where does Priya work?", user_id="demo", model=make_chat_model(fault_proxy.base_url),
+                    llm_retries=1, llm_timeout_s=SLOW_S)
     finally:
         mem.close()
+    result = failed.value.result
     records: list[dict[str, Any]] = result.trace["llm"]["records"]
     assert records and all(r["outcome"] in ("error", "skipped_budget") for r in records)
     assert result.answer is None and result.trace["answer"].startswith("answer failed: ")

@@ -73,6 +73,14 @@ class LLMError(RuntimeError):
     """An LLM call failed in a way the caller must hear about (the answer stream)."""
 
 
+class AnswerError(LLMError):
+    """``ask`` got no answer because the model failed; ``result`` still holds the evidence, context and trace."""
+
+    def __init__(self, message: str, result: Any) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 class EmptyReplyError(LLMError):
     """The server answered, but with no choice to read (an empty ``choices`` list, or a stream with no text)."""
 
