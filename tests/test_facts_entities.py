@@ -193,3 +193,30 @@ def test_reached_facts_equals_the_plain_loop_ties_included(named, scores, weight
     plain = [(row, score, how) for row, (score, how) in sorted(best.items(), key=lambda kv: -kv[1][0])[:top]]
     assert [(r, s, h.path) for r, s, h in reached_facts(view, reach, fact_scores, top=top)] == \
         [(r, s, h.path) for r, s, h in plain]
+
+
+def test_a_capitalised_common_word_at_a_clause_start_is_not_a_name() -> None:
+    from memstrata.memory.facts.clauses import common_word, leading_name
+
+    assert [w for w in ("Come", "Perfect", "Welcome", "Practise", "Speaking", "Three", "Maybe") if common_word(w)] == [
+        "Come", "Perfect", "Welcome", "Practise", "Speaking", "Three", "Maybe"]
+    assert not any(common_word(w) for w in ("Berlin", "Miso", "Okafor", "Anika"))
+    assert leading_name("Maybe Berlin") == "Berlin" and leading_name("Perfect") == ""
+    [m] = [m for m in find_mentions("I got an offer from Tidewater Labs", speaker="Priya", other="Tom",
+                                    speakers=["Priya", "Tom"]) if m.name == "Tidewater Labs"]
+    assert m.type == "organization"
+
+
+@pytest.mark.integration
+def test_the_bundled_example_lists_no_common_word_as_an_entity(tmp_path) -> None:
+    from conftest import EXAMPLE, HashEmbeddings
+    from memstrata import Memstrata
+    from memstrata.memory.facts.clauses import common_word
+
+    mem = Memstrata(path=tmp_path / "store", embeddings=HashEmbeddings())
+    mem.ingest(EXAMPLE, user_id="demo", close=True)
+    names = {r.payload["name"]: r.payload["type"] for r in mem.store.get("entity", user_id="demo")}
+    noise = {"Three", "Come", "Perfect", "Practise", "Speaking", "Welcome", "Maybe Berlin", "Shipping"}  # were listed
+    assert not noise & set(names) and all(common_word(w) for n in noise for w in n.split()[:1])
+    assert names["Tidewater Labs"] == "organization" and {"Berlin", "Miso", "Lisbon"} <= set(names)
+    mem.close()

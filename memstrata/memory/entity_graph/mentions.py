@@ -4,8 +4,9 @@ What this is, truthfully: pattern rules, not a named-entity recogniser.
 
 - a speaker named in the clause (and the speaker behind "I", the other behind "you");
 - capitalised spans that do not start a sentence (``"Sweden"``, ``"Ms. Okafor"``, ``"Cais do Sodré"``),
-  without months, weekdays and sentence-initial words; typed ``place`` after a place preposition
-  ("in", "to", "from", "at", "near", "visited"), else ``name``;
+  without months, weekdays and sentence-initial words; typed ``organization`` after a word of employment ("works
+  at", "an offer from", "joined", "hired by"), ``place`` after a place preposition ("in", "to", "from", "at", "near", "visited"),
+  else ``name``;
 - noun phrases after possessives: ``"my sister"`` is the entity *Caroline's sister* (a relative), and
   ``"my dog Max"`` is *Max* (a pet); each also yields the relation ``(Caroline, dog, Max)``.
 
@@ -38,6 +39,8 @@ _NAME = r"[A-ZÀ-Þ][\w'-]*"
 _TITLE = r"(?:Mr|Ms|Mrs|Dr|Prof)\.?\s+"
 _SPAN = re.compile(rf"(?<![.!?]\s)(?<!^)\b((?:{_TITLE})?{_NAME}(?:\s+(?:(?:of|do|da|de|del|la|van|von)\s+)?{_NAME})*)")
 _PLACE_BEFORE = re.compile(r"\b(?:in|to|from|at|near|visit(?:ed|ing)?|around)\s+(?:the\s+)?$", re.IGNORECASE)
+_ORG_BEFORE = re.compile(r"\b(?:work(?:s|ed|ing)?|job|offer|intern(?:s|ed|ing)?|hired|employed|joined)\s+"
+                         r"(?:at|for|by|with|from)?\s*(?:the\s+)?$", re.IGNORECASE)
 
 
 @dataclass
@@ -74,6 +77,7 @@ def find_mentions(clause: str, *, speaker: str, other: str | None, speakers: Seq
             continue
         if any(name == s or name == s.split()[0] for s in speakers):
             continue
-        kind = "place" if _PLACE_BEFORE.search(clause[:m.start()]) else "name"
+        before = clause[:m.start()]
+        kind = "organization" if _ORG_BEFORE.search(before) else "place" if _PLACE_BEFORE.search(before) else "name"
         found[name] = Mention(name, kind)
     return list(found.values())

@@ -57,7 +57,7 @@ def compatible(a: str, b: str) -> bool:
     """Whether two entity types may denote the same thing ("name" is unknown and fits anything)."""
     if a == "speaker" and b == "speaker":
         return False
-    if "name" in (a, b) or a == b:
+    if "name" in (a, b) or a == b or {a, b} == {"organization", "place"}:  # "at Tidewater Labs" is both
         return True
     return a in PEOPLE and b in PEOPLE
 

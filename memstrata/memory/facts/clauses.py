@@ -190,10 +190,9 @@ def _fact(turn: Turn, clause: str, *, other: str | None, anchor: datetime | None
     statement = resolve_persons(clause, speaker=turn.speaker, other=other)
     mentions = find_mentions(clause, speaker=turn.speaker, other=other, speakers=speakers)
     lead = _LEAD_NAME.match(clause)
-    if lead and not first_person and lead.group(1).split()[0].lower() not in STOPWORDS | _QUESTION:
-        name = lead.group(1).removesuffix("'s")
-        if all(m.name != name for m in mentions):
-            mentions.insert(0, Mention(name, "name"))  # a name that starts the clause (rules skip sentence starts)
+    name = leading_name(lead.group(1)) if lead and not first_person else ""
+    if name and all(m.name != name for m in mentions):
+        mentions.insert(0, Mention(name, "name"))  # a name that starts the clause (rules skip sentence starts)
     subject = _subject(clause, statement, turn.speaker, other, mentions, first_person=first_person)
     if subject not in statement:
         statement = f"{turn.speaker}: {statement}"  # a clause about nobody named: keep who said it
@@ -208,6 +207,27 @@ def _fact(turn: Turn, clause: str, *, other: str | None, anchor: datetime | None
         links=[list(link) for m in mentions for link in m.links],
         turn_ids=[turn.id], timestamp=anchor, timestamp_raw=turn.timestamp_raw, event_date=event_date,
     )
+
+
+_NUMBER_WORDS = frozenset(("one two three four five six seven eight nine ten eleven twelve twenty thirty forty fifty "
+                           "hundred thousand million first second third last next").split())
+
+
+def common_word(word: str) -> bool:
+    """A word English has in its dictionary (lemminflect knows a lemma for it) or a number word: capitalised at the
+    start of a sentence, it is not a name ("Come", "Perfect", "Three"); "Berlin", "Miso" and "Okafor" are not
+    dictionary words."""
+    low = word.lower().removesuffix("'s")
+    return low in STOPWORDS or low in _QUESTION or low in _NUMBER_WORDS or bool(getAllLemmas(low))
+
+
+def leading_name(span: str) -> str:
+    """The name in a clause-initial capitalised span, its leading common words dropped ("Maybe Berlin" -> "Berlin");
+    ``""`` when nothing is left."""
+    words = span.removesuffix("'s").split()
+    while words and common_word(words[0]):
+        words.pop(0)
+    return " ".join(words)
 
 
 def _subject(clause: str, statement: str, speaker: str, other: str | None, mentions: list[Mention], *,
