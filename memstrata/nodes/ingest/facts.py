@@ -10,6 +10,8 @@ yields are deleted, so re-extracting never duplicates.
 
 from __future__ import annotations
 
+import asyncio
+
 from datetime import datetime
 
 from pydantic import BaseModel, Field
@@ -50,7 +52,9 @@ class EpisodeFacts(BaseModel):
 
 async def episode_facts(step: Step, ep: Episode, turns: list[Turn]) -> tuple[list[Fact], bool]:
     """The episode's facts: the clauses offline; with a model its facts, or the clauses (and ``False``)."""
-    offline = offline_facts(turns, episode_id=ep.id, speakers=_speakers(turns), session_time=ep.timestamp)
+    # on a worker thread: the first call reads lemminflect's dictionary from disk (no blocking I/O on the event loop)
+    offline = await asyncio.to_thread(offline_facts, turns, episode_id=ep.id, speakers=_speakers(turns),
+                                      session_time=ep.timestamp)
     if step.model is None:
         return offline, True
     return await _llm_facts(step, ep, turns, offline)
