@@ -340,6 +340,10 @@ class Context:
         self.window_widths = tuple(self.window_widths)
         self.tree_alphas = tuple(self.tree_alphas)  # type: ignore[assignment]
         self.tree_token_caps = tuple(self.tree_token_caps)  # type: ignore[assignment]
+        self.persona_cues = tuple(self.persona_cues)  # type: ignore[assignment]
+        if len(self.persona_cues) != 5:
+            msg = "Context.persona_cues: one cue per dimension (basic_info, interests, personality, values, relationships)"
+            raise ValueError(msg)
         for name in ("level1_k", "coarse_n", "context_budget", "max_fanout", "llm_batch_size", "max_sub_queries",
                      "embed_batch", "max_episode_turns", "min_episode_turns"):
             if getattr(self, name) < 1:
