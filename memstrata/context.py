@@ -248,6 +248,9 @@ class Context:
         "themes", "with a model: theme summaries put to the model per ingest (the extractive text does the "
                   "rest)")] = 40
     # ---- theme retrieval (xMemory's Stage I and II, Bi-Mem's spreading) ----------------------------------
+    theme_llm_per_episode: Annotated[int, _s(
+        "themes", "with a model: theme summaries per newly closed episode of the write, at most (a message's cost "
+                  "stays flat however many themes there are)")] = 2
     theme_search_k: Annotated[int, _s(
         "theme retrieval", "best-matching themes a query starts from (0 turns the theme path off)")] = 8
     theme_fact_seeds: Annotated[int, _s(
@@ -298,11 +301,16 @@ class Context:
     persona_llm_calls: Annotated[int, _s(
         "persona", "with a model: speakers distilled by the model per ingest (Eq. 7; the offline items do the "
                    "rest)")] = 4
+    persona_llm_growth: Annotated[float, _s(
+        "persona", "with a model: the persona is rebuilt once the speaker's current facts reach this many times the "
+                   "count it was built from (or when a fact it cites stops being current), not at every write")] = 1.5
     persona_llm_facts: Annotated[int, _s(
         "persona", "with a model: a speaker's facts shown to the distillation, at most (most recurrent first)")] = 60
     persona_calibrations: Annotated[int, _s(
         "persona", "with a model: scenes (themes) checked against their speaker's persona per ingest (Eq. 8: a "
                    "compensatory condition appended, never a rewrite); offline there is no calibration")] = 8
+    persona_calibrations_per_episode: Annotated[int, _s(
+        "persona", "with a model: scene checks per newly closed episode of the write, at most (the rest stay due)")] = 2
     persona_search: Annotated[bool, _s(
         "persona", "retrieval: a question that asks to infer something about a named speaker (would, likely, "
                    "might...) gets the best-matching persona dimension as one cited line, and its items' turns "

@@ -304,7 +304,7 @@ async def test_persona_calibration_and_the_persona_line_with_the_real_server(cha
                           user_id="ann", close=True)
     offline.close()
     mem = Memstrata(path=tmp_path / "chroma", embeddings=minilm, model=chat_model, persona_calibrations=2,
-                    theme_llm_calls=1, tree_llm_calls=1)
+                    theme_llm_calls=1, tree_llm_calls=1, persona_llm_growth=1.0)  # rebuild at any new fact
     stats = await mem.aingest({"conversation_id": "c", "messages": _session(2, "2024-03-05T10:00:00", LISBON)},
                               user_id="ann", close=True)
     per_node = stats["llm"]["persona"]["per_node"]

@@ -106,7 +106,9 @@ def test_calibration_appends_and_never_rewrites() -> None:
     assert once.text == twice.text == scene.text
     assert twice.calibrations[0] == once.calibrations[0]  # earlier checks are kept as they were
     assert twice.embed_text() == "Ann went to a spicy food festival. It was a one-off: Ann prefers mild food."
-    assert not due(twice, "Ann", "b1") and not due(twice, "Ann", "b2") and due(twice, "Ann", "b3")
+    assert not due(twice, "Ann")  # checked in this form: a new persona alone does not make it due again
+    assert due(twice.model_copy(update={"text": "Ann went to a spicy food festival twice."}), "Ann")  # a new form
+    assert due(twice, "Bo")
 
 
 def test_inference_questions() -> None:
@@ -283,12 +285,13 @@ def test_with_a_model_the_persona_cites_what_it_was_shown_and_scenes_get_conditi
     assert checked and stats["scenes_calibrated"] == len(checked)
     first = {t.id: (t.text, list(t.calibrations)) for t in checked}
     assert all(t.calibrations[-1]["condition"] == "This fits Ann's love of art." for t in checked)
-    # a later write changes the persona: the scenes are checked again; earlier conditions and texts stay as they were
+    # a later write: the scenes it changed are checked (once per form); earlier conditions stay as they were
     _ingest(mem, "ann", 2, "2024-03-05T10:00:00", LISBON)
     for r in mem.store.get("theme", user_id="ann"):
         t = Theme.model_validate(r.payload)
-        if t.id in first and t.text == first[t.id][0]:
+        if t.id in first:
             assert t.calibrations[:len(first[t.id][1])] == first[t.id][1]
+            assert len(t.calibrations) == len(first[t.id][1]) + (t.text != first[t.id][0])
     assert_store_ok(mem.store, "ann")
     # a draft citing a fact it was not shown is rejected: the offline items stand, and the fallback is counted
     other = Memstrata(path=tmp_path / "other", embeddings=minilm, model=_scripted(""))

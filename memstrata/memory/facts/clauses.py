@@ -214,11 +214,12 @@ _NUMBER_WORDS = frozenset(("one two three four five six seven eight nine ten ele
 
 
 def common_word(word: str) -> bool:
-    """A word English has in its dictionary (lemminflect knows a lemma for it) or a number word: capitalised at the
-    start of a sentence, it is not a name ("Come", "Perfect", "Three"); "Berlin", "Miso" and "Okafor" are not
-    dictionary words."""
+    """A word English uses as a verb, adjective or adverb (lemminflect knows such a lemma for it), or a number word:
+    capitalised at the start of a sentence, it is not a name ("Come", "Perfect", "Maybe", "Three"). A word the
+    dictionary knows only as a noun may well be a name ("Tom"), and "Berlin" or "Okafor" it does not know at all."""
     low = word.lower().removesuffix("'s")
-    return low in STOPWORDS or low in _QUESTION or low in _NUMBER_WORDS or bool(getAllLemmas(low))
+    return (low in STOPWORDS or low in _QUESTION or low in _NUMBER_WORDS
+            or bool(set(getAllLemmas(low)) - {"NOUN", "PROPN"}))
 
 
 def leading_name(span: str) -> str:

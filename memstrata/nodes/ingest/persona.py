@@ -5,8 +5,12 @@ A speaker's persona is stale when the facts it was built from changed (a new clo
 a user removed): then it is rebuilt, offline from the facts' cues, centrality and recurrence, or with a model from
 the speaker's scenes and facts (at most ``Context.persona_llm_calls`` speakers per ingest; a failed call, or a draft
 with no statement, leaves the offline items). Each dimension whose items changed gets a new version; the old one stays as history
-(:mod:`memstrata.memory.persona.versions`). With a model, scenes not yet checked against their speaker's present
-persona are calibrated (at most ``Context.persona_calibrations`` per ingest); offline there is no calibration.
+(:mod:`memstrata.memory.persona.versions`). With a model, scenes whose present form was not checked yet are
+calibrated against their speaker's persona (at most ``Context.persona_calibrations_per_episode`` per newly closed
+episode and ``Context.persona_calibrations`` per ingest; the others stay due for later writes); offline there is no
+calibration. With a model the persona is rebuilt when a fact a current item cites stops being current, or once the
+speaker's current facts have grown by ``Context.persona_llm_growth`` since the last model build (so a chat's
+model calls per message do not grow with its length); offline it is rebuilt whenever its facts change.
 """
 
 from __future__ import annotations
@@ -57,7 +61,8 @@ async def distill_persona(state: IngestState, runtime: Runtime[Context]) -> dict
     missing = await asyncio.to_thread(_without_persona, store, ctx.user_id,
                                       [c for c in state.get("conversations", []) if c not in touched])
     calls = {"distill": ctx.persona_llm_calls if step.model is not None else 0,
-             "calibrate": ctx.persona_calibrations if step.model is not None else 0}
+             "calibrate": min(ctx.persona_calibrations, ctx.persona_calibrations_per_episode
+                              * max(1, len(state.get("closed", [])))) if step.model is not None else 0}
     totals = {"persona_speakers": 0, "persona_rebuilt": 0, "persona_versions": 0, "persona_llm": 0,
               "scenes_checked": 0, "scenes_calibrated": 0}
     cues: np.ndarray | None = None
@@ -122,6 +127,11 @@ async def _speaker(step: Step, ctx: Context, conv_id: str, speaker: str, src: So
     totals["persona_speakers"] += 1
     if held and all(p.basis == digest for p in held):
         return []  # fresh: nothing it was built from changed
+    by_id = {f.id: f for f in src.facts}
+    live = sum(f.current for f in mine)
+    if step.model is not None and held and not _lost_citation(held, by_id) \
+            and live < ctx.persona_llm_growth * max(p.built_from for p in held):
+        return []  # with a model, wait until the facts have grown enough: a write's cost stays flat
     totals["persona_rebuilt"] += 1
     theme_of = {f: t.id for t in src.themes for f in t.fact_ids}
     items = offline_dimensions(mine, src.x[rows], cues, floor=ctx.persona_floor, same=ctx.persona_same,
@@ -133,7 +143,6 @@ async def _speaker(step: Step, ctx: Context, conv_id: str, speaker: str, src: So
         if drafted is not None:
             items, method = drafted, "llm"
             totals["persona_llm"] += 1
-    by_id = {f.id: f for f in src.facts}
     out: list[Persona] = []
     for d in DIMENSIONS:
         kept = [i for i in items.get(d, []) if i.fact_id not in excluded[d]]
@@ -141,9 +150,15 @@ async def _speaker(step: Step, ctx: Context, conv_id: str, speaker: str, src: So
                            excluded=excluded[d])
         new, ended = successor(current[d], kept, basis=digest, built_at=changed_at(current[d], kept, by_id, mine),
                                method=method, template=template)
-        out += [p for p in (ended, new) if p is not None]
+        out += [p for p in (ended, new and new.model_copy(update={"built_from": live})) if p is not None]
         totals["persona_versions"] += new is not None and (current[d] is None or new.version > current[d].version)
     return out
+
+
+def _lost_citation(held: list[Persona], facts: dict[str, Fact]) -> bool:
+    """Whether a current item cites a fact that is gone or no longer current (a knowledge update)."""
+    cited = {f for p in held for i in p.items for f in (i.fact_id, *i.fact_ids)}
+    return any(f not in facts or not facts[f].current for f in cited)
 
 
 def changed_at(current: Persona | None, items: list[PersonaItem], facts: dict[str, Fact], mine: list[Fact]) -> Any:
@@ -187,7 +202,7 @@ async def _calibrate(step: Step, ctx: Context, src: Sources, calls: dict[str, in
             break
         speaker = scene_speaker(theme, by_id, src.speakers)
         persona = [p for d in DIMENSIONS if speaker and (p := valid_at(src.versions.get((speaker, d), []), None))]
-        if not persona or not due(theme, speaker or "", persona[0].basis):
+        if not persona or not due(theme, speaker or ""):
             continue
         calls["calibrate"] -= 1
         profile = "\n".join(f"<{p.dimension}>{p.text}</{p.dimension}>" for p in persona)

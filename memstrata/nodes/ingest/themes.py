@@ -4,8 +4,8 @@ Runs after entity linking, over the facts of closed episodes. A conversation's f
 label propagation; later writes attach the new facts and split or merge only the themes they changed,
 guided by xMemory's f(P) (:mod:`memstrata.memory.themes`). A theme whose member was superseded since its text
 was built is stale and rebuilt too (its old text kept in ``history``). A changed theme's text is its most central
-current facts offline; with a model, a summary of them (at most ``Context.theme_llm_calls`` per ingest, else the
-extractive text). The kNN graph over facts and themes is kept in the edge store.
+current facts offline; with a model, a summary of them (at most ``Context.theme_llm_per_episode`` per newly closed
+episode and ``Context.theme_llm_calls`` per ingest, else the extractive text). The kNN graph over facts and themes is kept in the edge store.
 """
 
 from __future__ import annotations
@@ -46,7 +46,10 @@ async def group_themes(state: IngestState, runtime: Runtime[Context]) -> dict[st
     touched = touched_conversations(state)
     missing = await asyncio.to_thread(_ungrouped, store, ctx.user_id,
                                       [c for c in state.get("conversations", []) if c not in touched])
-    calls = {"left": ctx.theme_llm_calls if step.model is not None else 0}
+    # model summaries in proportion to the write (its newly closed episodes), so a message's cost does not grow
+    # with how many themes its conversation already has; the extractive text does the rest
+    closed = max(1, len(state.get("closed", [])))
+    calls = {"left": min(ctx.theme_llm_calls, ctx.theme_llm_per_episode * closed) if step.model is not None else 0}
     totals = {"themes_written": 0, "themes_stale": 0, "themes_removed": 0, "facts_reassigned": 0,
               "facts_placed_before": 0}
     sizes: list[int] = []

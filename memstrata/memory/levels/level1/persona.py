@@ -62,6 +62,7 @@ class Persona(Unit):
     valid_from: datetime | None = None
     valid_to: datetime | None = Field(default=None, description="when the next version replaced it (history)")
     basis: str = Field(default="", description="a digest of the facts it was built from: a change marks it stale")
+    built_from: int = Field(default=0, ge=0, description="the speaker's current facts when it was built")
     excluded: list[str] = Field(default_factory=list, description="fact ids a user removed from this dimension")
     method: str = Field(default="extractive", description="'extractive' (offline) or 'llm'")
 
