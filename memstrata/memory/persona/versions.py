@@ -1,7 +1,8 @@
 """A persona dimension's versions: when a rebuild makes a new one, and which one was valid at a time.
 
-A rebuild whose items say the same as the current version's (same facts, same wording) keeps the version and only
-records the new basis and support (a statement said again gathers the new facts and turns). Otherwise the current version ends (``valid_to``) where the new one starts: at the memory
+A rebuild whose items say the same as the current version's (the same statements) keeps the version and only
+records the new basis and support (a statement said again gathers the new facts and turns; an episode cut again gives
+its facts new ids). Otherwise the current version ends (``valid_to``) where the new one starts: at the memory
 time of the facts the new one was built from (the latest ``valid_from`` among them), never the wall clock, so a
 replay gives the same history. Nothing is deleted: earlier versions are the dimension's history.
 
@@ -27,8 +28,10 @@ from memstrata.memory.levels import Persona, PersonaItem
 
 
 def same_items(a: Sequence[PersonaItem], b: Sequence[PersonaItem]) -> bool:
-    """Whether two item lists say the same (the same facts, in the same words, in the same order)."""
-    return [(i.fact_id, i.text) for i in a] == [(i.fact_id, i.text) for i in b]
+    """Whether two item lists say the same (the same statements in the same order). The facts behind them may have
+    new ids (an episode cut again distils the same statements under new ids): that is the same version, with new
+    support."""
+    return [i.text for i in a] == [i.text for i in b]
 
 
 def successor(current: Persona | None, items: list[PersonaItem], *, basis: str, built_at: datetime | None,

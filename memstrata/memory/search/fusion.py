@@ -57,11 +57,14 @@ def ranks_to_unit(scores: np.ndarray) -> np.ndarray:
     """RRF contribution of each item's rank, scaled so rank 1 is 1.0.
 
     Equal scores share the best of their ranks, so the result never depends on the order
-    the units happen to be stored in (a snapshot updated in place equals a rebuilt one).
+    the units happen to be stored in (a snapshot updated in place equals a rebuilt one). Scores are compared at
+    1e-6: two units with the same text get cosines that differ in their last float32 bits when the matrix product
+    runs over another memory layout, and they must still tie.
     """
     if scores.size == 0:
         return scores
-    ranks = np.searchsorted(np.sort(-scores), -scores, side="left").astype(float)
+    key = -np.round(np.asarray(scores, dtype=np.float64), 6)
+    ranks = np.searchsorted(np.sort(key), key, side="left").astype(float)
     return (RRF_K + 1) / (RRF_K + 1 + ranks)
 
 
