@@ -19,20 +19,17 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from memstrata.memory.levels import Turn, get_level, raw_kind
-from memstrata.memory.store.reads import open_episodes
+from memstrata.memory.store.reads import open_episodes, read_sessions
 from memstrata.memory.store.tables import TableRow
 from memstrata.memory.timeparse import parse_timestamp
 
 if TYPE_CHECKING:
     from memstrata.client import Memstrata
-
-KINDS = ("turn", "fact", "summary", "episode", "theme", "persona", "entity", "tree_node")
-
 
 def conversations(mem: Memstrata, user_id: str) -> list[dict[str, Any]]:
     """The user's conversations: id, how many turns and sessions, first and last time."""
@@ -155,7 +152,7 @@ def _iso(ts: float | None) -> str | None:
 
 def _shown(record: Any) -> dict[str, Any]:
     payload = record.payload
-    keep = ("speaker", "session_id", "position", "subject", "superseded_by", "episode_id", "speaker", "dimension")
+    keep = ("speaker", "session_id", "position", "subject", "superseded_by", "episode_id", "dimension")
     return {"id": record.unit_id, "kind": record.kind, "conversation_id": record.metadata["conversation_id"],
             "text": record.document, "time": payload.get("timestamp_raw") or payload.get("timestamp"),
             **{k: payload[k] for k in keep if k in payload}, "unit": payload}
@@ -180,9 +177,9 @@ def _rebuild(mem: Memstrata, user_id: str, conversation_id: str, sessions: set[s
              extra: Sequence[Turn] = ()) -> None:
     """Ingest the sessions' remaining turns (and ``extra``) again: each keeps its place; the units built from the
     removed turns are rebuilt from what remains (closed again if they were closed)."""
-    stored = [Turn.model_validate(r.payload) for r in mem.store.get(
-        raw_kind(), user_id=user_id, conversation_id=conversation_id) if str(r.metadata.get("session_id")) in sessions]
-    turns = sorted([*stored, *extra], key=lambda t: (t.session_id, t.position))
+    read = read_sessions(mem.store, user_id, [[conversation_id, s] for s in sorted(sessions)])
+    turns = sorted([*(t for stored, _ in read.values() for t in stored), *extra],
+                   key=lambda t: (t.session_id, t.position))
     if not turns:
         return
     messages = [{"speaker": t.speaker, "text": t.text, "session": t.session_id, "position": t.position, "id": t.id,

@@ -53,8 +53,8 @@ class PersonaMatch:
     why: str
 
     def trace(self) -> dict[str, Any]:
-        return {"persona": self.unit_id, "conversation_id": self.conversation_id, "speaker": self.speaker, "dimension": self.dimension,
-                "similarity": round(self.similarity, 3), "why": self.why}
+        return {"persona": self.unit_id, "conversation_id": self.conversation_id, "speaker": self.speaker,
+                "dimension": self.dimension, "similarity": round(self.similarity, 3), "why": self.why}
 
 
 def named_speakers(index: MemoryIndex, text: str) -> list[str]:

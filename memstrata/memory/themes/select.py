@@ -132,6 +132,11 @@ class UncertaintyGate:
         return False
 
 
+def unsaid(query_terms: Set[str], said: Set[str]) -> float:
+    """Stage II's offline uncertainty: the share of the query's terms not among ``said`` (1.0 with no query terms)."""
+    return len(query_terms - said) / len(query_terms) if query_terms else 1.0
+
+
 def admit_by_coverage(query_terms: Set[str], unit_terms: Sequence[Set[str]], *, patience: int) -> tuple[list[int], float]:
     """Stage II's offline proxy: the units (in support order) admitted while they lower the uncertainty.
 
@@ -147,7 +152,7 @@ def admit_by_coverage(query_terms: Set[str], unit_terms: Sequence[Set[str]], *, 
     for i, terms in enumerate(unit_terms):
         if gate.done:
             break
-        if gate.offer(len(query_terms - said - terms) / total):
+        if gate.offer(unsaid(query_terms, said | terms)):
             admitted.append(i)
             said |= terms
     return admitted, gate.uncertainty

@@ -27,7 +27,7 @@ from memstrata.memory.facts.supersession import apply_supersession, attribute_of
 from memstrata.memory.entity_graph.resolution import Linked, link_entities as resolve
 from memstrata.memory.levels import Entity, Fact
 from memstrata.memory.store import MemoryStore
-from memstrata.nodes.common import progress, touched_conversations
+from memstrata.nodes.common import conversations_to_redo, progress
 from memstrata.runtime.step import Step
 from memstrata.memory.store.reads import closed_facts, open_episodes
 from memstrata.runtime.node import open_node
@@ -47,9 +47,7 @@ async def link_entities(state: IngestState, runtime: Runtime[Context]) -> dict[s
     run = await open_node(runtime, "link_entities", ingest=True)
     store, step = run.store, run.step
     closed = state.get("closed", [])
-    touched = touched_conversations(state)
-    missing = await asyncio.to_thread(_unlinked, store, ctx.user_id,
-                                      [c for c in state.get("conversations", []) if c not in touched])
+    touched, missing = await conversations_to_redo(state, store, ctx.user_id, _unlinked)
     new_episodes = {tuple(p) for p in closed}
     totals = {"entities_written": 0, "relations_written": 0, "facts_superseded": 0}
     for conv_id in dict.fromkeys([*touched, *missing]):

@@ -4,8 +4,8 @@ Runs after the themes, for every conversation with newly closed episodes (and an
 A speaker's persona is stale when the facts it was built from changed (a new closed fact, a fact superseded, an item
 a user removed): then it is rebuilt, offline from the facts' cues, centrality and recurrence, or with a model from
 the speaker's scenes and facts (at most ``Context.persona_llm_calls`` speakers per ingest; a failed call, or a draft
-with no statement, leaves the offline items). Each dimension whose items changed gets a new version; the old one stays as history
-(:mod:`memstrata.memory.persona.versions`). With a model, scenes whose present form was not checked yet are
+with no statement, leaves the offline items). Each dimension whose items changed gets a new version; the old one
+stays as history (:mod:`memstrata.memory.persona.versions`). With a model, scenes whose present form was not checked yet are
 calibrated against their speaker's persona (at most ``Context.persona_calibrations_per_episode`` per newly closed
 episode and ``Context.persona_calibrations`` per ingest; the others stay due for later writes); offline there is no
 calibration. With a model the persona is rebuilt when a fact a current item cites stops being current, or once the
@@ -33,7 +33,7 @@ from memstrata.memory.persona.distill import (
 from memstrata.memory.persona.versions import successor, valid_at
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.reads import closed_facts
-from memstrata.nodes.common import progress, touched_conversations
+from memstrata.nodes.common import conversations_to_redo, progress, per_write
 from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
 from memstrata.runtime.step import Step
@@ -57,12 +57,10 @@ async def distill_persona(state: IngestState, runtime: Runtime[Context]) -> dict
     started = time.perf_counter()
     run = await open_node(runtime, "distill_persona", ingest=True)
     ctx, store, step = run.ctx, run.store, run.step
-    touched = touched_conversations(state)
-    missing = await asyncio.to_thread(_without_persona, store, ctx.user_id,
-                                      [c for c in state.get("conversations", []) if c not in touched])
+    touched, missing = await conversations_to_redo(state, store, ctx.user_id, _without_persona)
     calls = {"distill": ctx.persona_llm_calls if step.model is not None else 0,
-             "calibrate": min(ctx.persona_calibrations, ctx.persona_calibrations_per_episode
-                              * max(1, len(state.get("closed", [])))) if step.model is not None else 0}
+             "calibrate": per_write(state, ctx.persona_calibrations_per_episode, ctx.persona_calibrations)
+             if step.model is not None else 0}
     totals = {"persona_speakers": 0, "persona_rebuilt": 0, "persona_versions": 0, "persona_llm": 0,
               "scenes_checked": 0, "scenes_calibrated": 0}
     cues: np.ndarray | None = None

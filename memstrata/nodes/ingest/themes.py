@@ -5,7 +5,8 @@ label propagation; later writes attach the new facts and split or merge only the
 guided by xMemory's f(P) (:mod:`memstrata.memory.themes`). A theme whose member was superseded since its text
 was built is stale and rebuilt too (its old text kept in ``history``). A changed theme's text is its most central
 current facts offline; with a model, a summary of them (at most ``Context.theme_llm_per_episode`` per newly closed
-episode and ``Context.theme_llm_calls`` per ingest, else the extractive text). The kNN graph over facts and themes is kept in the edge store.
+episode and ``Context.theme_llm_calls`` per ingest, else the extractive text). The kNN graph over facts and
+themes is kept in the edge store.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from memstrata.memory.store.reads import closed_facts, open_episodes
 from memstrata.memory.themes.graph import edge_changes, knn_edges
 from memstrata.memory.themes.maintain import Regrouped, regroup, theme_text
 from memstrata.memory.themes.partition import centroids
-from memstrata.nodes.common import progress, touched_conversations
+from memstrata.nodes.common import conversations_to_redo, progress, per_write
 from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
 from memstrata.runtime.step import Step
@@ -43,13 +44,9 @@ async def group_themes(state: IngestState, runtime: Runtime[Context]) -> dict[st
     started = time.perf_counter()
     run = await open_node(runtime, "group_themes", ingest=True)
     ctx, store, step = run.ctx, run.store, run.step
-    touched = touched_conversations(state)
-    missing = await asyncio.to_thread(_ungrouped, store, ctx.user_id,
-                                      [c for c in state.get("conversations", []) if c not in touched])
-    # model summaries in proportion to the write (its newly closed episodes), so a message's cost does not grow
-    # with how many themes its conversation already has; the extractive text does the rest
-    closed = max(1, len(state.get("closed", [])))
-    calls = {"left": min(ctx.theme_llm_calls, ctx.theme_llm_per_episode * closed) if step.model is not None else 0}
+    touched, missing = await conversations_to_redo(state, store, ctx.user_id, _ungrouped)
+    # model summaries in proportion to the write; the extractive text does the rest
+    calls = {"left": per_write(state, ctx.theme_llm_per_episode, ctx.theme_llm_calls) if step.model is not None else 0}
     totals = {"themes_written": 0, "themes_stale": 0, "themes_removed": 0, "facts_reassigned": 0,
               "facts_placed_before": 0}
     sizes: list[int] = []

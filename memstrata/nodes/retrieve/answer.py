@@ -45,9 +45,8 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     ranked = found_first(ranked, THEME_FINDERS, backbone)  # the theme path's admitted turns first
     ranked = window_first(ranked, ctx.window_turns)
     ranked = mark_captions(ranked, [state["query"], *(q.text for q in state.get("sub_queries", []))])
-    block, why = _persona(state, index, ctx)
     counter = TokenCounter()
-    reserved = counter.count(block) + 1 if block else 0  # the block and its newline
+    block, why, reserved = _persona(state, index, ctx, counter)  # reserved: the block's tokens and its newline
     context, chosen, tokens = pack_context(ranked, budget=ctx.context_budget - reserved, counter=counter)
     if block:
         context = f"{block}\n{context}" if context else block
@@ -70,17 +69,20 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
             "evidence": evidence, "llm_calls": step.records}
 
 
-def _persona(state: RetrievalState, index: Any, ctx: Context) -> tuple[str, str]:
-    """The persona block the context opens with, and why it is there (or not)."""
+def _persona(state: RetrievalState, index: Any, ctx: Context, counter: TokenCounter) -> tuple[str, str, int]:
+    """The persona block the context opens with, why it is there (or not), and the tokens it takes with its
+    newline."""
     match = state.get("persona")
     if not match:
-        return "", ""
+        return "", "", 0
     block = persona_block(index, match["persona"], match["conversation_id"])
     if not block:
-        return "", "left out: the search snapshot no longer holds that version"
-    if TokenCounter().count(block) + 1 > ctx.persona_share * ctx.context_budget:
-        return "", f"left out: the dimension would take more than persona_share ({ctx.persona_share:g}) of the budget"
-    return block, match["why"]
+        return "", "left out: the search snapshot no longer holds that version", 0
+    cost = counter.count(block) + 1
+    if cost > ctx.persona_share * ctx.context_budget:
+        why = f"left out: the dimension would take more than persona_share ({ctx.persona_share:g}) of the budget"
+        return "", why, 0
+    return block, match["why"], cost
 
 
 def open_tail_turns(index: Any) -> set[tuple[str, str]]:

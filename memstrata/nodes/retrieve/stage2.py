@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 from memstrata.memory.index import MemoryIndex, tokenize
 from memstrata.memory.search.query import Hit
 from memstrata.memory.search.themes import THEME_FINDERS, episode_rounds
-from memstrata.memory.themes.select import UncertaintyGate
+from memstrata.memory.themes.select import UncertaintyGate, unsaid
 from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.step import Step
 
@@ -34,9 +34,7 @@ class SelfCheck(BaseModel):
 
 def _unsaid(question: str, lines: list[str]) -> float:
     """The offline proxy: the share of the question's words the lines do not say (1.0 for a wordless question)."""
-    words = set(tokenize([question])[0])
-    said = set(tokenize([" ".join(lines)])[0])
-    return len(words - said) / len(words) if words else 1.0
+    return unsaid(set(tokenize([question])[0]), set(tokenize([" ".join(lines)])[0]))
 
 
 async def reader_stage2(step: Step, index: MemoryIndex, question: str, turns: list[Hit]) -> tuple[list[Hit],

@@ -40,8 +40,9 @@ class Theme(Unit):
     history: list[dict[str, Any]] = Field(default_factory=list, description=(
         "earlier texts, oldest first: {text, valid_from, valid_to} (a rebuilt theme keeps what it said)"))
     calibrations: list[dict[str, Any]] = Field(default_factory=list, description=(
-        "Bi-Mem Eq. 8, with a model: {condition, persona, speaker} per check against the speaker's persona, "
-        "appended, never rewritten (an empty condition: the scene was consistent)"))
+        "Bi-Mem Eq. 8, with a model: {speaker, persona, scene, condition} per check of the scene's form (``scene``) "
+        "against the speaker's persona (``persona``: its basis), appended, never rewritten (an empty condition: the "
+        "scene was consistent)"))
 
     @model_validator(mode="after")
     def _derive_id(self) -> Theme:
