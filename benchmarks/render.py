@@ -1,0 +1,238 @@
+"""Write the current tables at the top of BENCHMARKS.md from the results JSON in benchmarks/results/.
+
+Every number between the two markers in BENCHMARKS.md comes from a results file, with the commit, date,
+machine and command recorded in that file's ``provenance`` block, so the text cannot disagree with the JSON.
+Rerun a bench, then::
+
+    python benchmarks/render.py           # rewrite the part between the markers
+    python benchmarks/render.py --check   # exit 1 if BENCHMARKS.md is not what the JSON renders to
+
+``tests/test_benchmarks_doc.py`` runs the check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DOC = ROOT / "BENCHMARKS.md"
+BEGIN = "<!-- BEGIN CURRENT TABLES: written by benchmarks/render.py from benchmarks/results/*.json; do not edit -->"
+END = "<!-- END CURRENT TABLES -->"
+CATEGORIES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
+
+Results = dict[str, dict[str, Any]]
+
+
+def pct(value: float) -> str:
+    """A fraction as a percentage with one decimal, halves rounded up: ``0.7005`` -> ``"70.1"``.
+
+    Rounded from the decimal the JSON holds, so a value stored to four places is not rounded down by binary
+    floating point (``f"{100 * 0.7005:.1f}"`` gives ``"70.0"``).
+    """
+    return str((Decimal(repr(value)) * 100).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
+
+
+def count(value: float) -> str:
+    """A whole number with thousands separators: ``13370`` -> ``"13,370"``."""
+    return f"{value:,.0f}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def provenance(results: Results, names: tuple[str, ...]) -> str:
+    """Which commit, date, machine and command each file comes from, and the notes the files carry."""
+    rows, notes = [], []
+    for name in names:
+        block = results[name]["provenance"]
+        machine = block["machine"]
+        commit = block["commit"] if block["commit"] == "not recorded" else f"`{block['commit']}`"
+        rows.append([f"`{name}.json`", commit, block["date"][:10],
+                     f"{machine['cores']} cores, {machine['memory_gib']} GiB, {machine['platform']}",
+                     f"`{block['command']}`"])
+        if block.get("note"):
+            notes.append(f"- `{name}.json`: {block['note']}.")
+    parts = [table(["results file", "commit", "date", "machine", "command"], rows)]
+    return "\n\n".join(parts + (["\n".join(notes)] if notes else []))
+
+
+def _by_recall(result: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    key = str(result["latency_budget"])
+    return sorted(result["methods"].items(), key=lambda item: -item[1]["recall_all"][key])
+
+
+def locomo(results: Results) -> str:
+    """recall_all / recall_frac per method and budget, then per category at the latency budget."""
+    result = results["locomo"]
+    budgets = [str(b) for b in result["budgets"]]
+    key = str(result["latency_budget"])
+    rows = [[name, *(f"{pct(m['recall_all'][b])} / {pct(m['recall_frac'][b])}" for b in budgets),
+             f"{m['latency_ms']['p50']:.0f} / {m['latency_ms']['p95']:.0f}"] for name, m in _by_recall(result)]
+    main = table(["method", *(f"B={b}" for b in budgets), f"p50 / p95 ms at B={key}"], rows)
+    counts = result["questions_per_category"]
+    cats = [c for c in CATEGORIES if c in counts]
+    by_cat = [[name, *(pct((m["per_category"].get(c) or m["category_5"])["recall_all"][key]) for c in cats)]
+              for name, m in _by_recall(result)]
+    categories = table(["method", *(f"{c} {CATEGORIES[c]} ({counts[c]})" for c in cats)], by_cat)
+    return "\n\n".join([
+        "## LoCoMo: evidence recall under a token budget",
+        f"recall_all / recall_frac in %, categories 1-4 ({count(result['questions'])} questions of "
+        f"{len(result['conversations'])} conversations); latency is one query's context at B={key}, the query's "
+        "embedding included.",
+        main,
+        f"recall_all at B={key} by category, in % (category 5, adversarial, is not in the headline):",
+        categories,
+        f"The run took {count(result['runtime_seconds'])} s, memstrata's ingestion {count(result['ingest_seconds'])} s, "
+        f"peak memory {count(result['peak_memory_mb'])} MB. {_baselines_alone(results)}",
+        provenance(results, ("locomo", "locomo_baselines")),
+    ])
+
+
+def _baselines_alone(results: Results) -> str:
+    """Whether the baselines-only run gives the baselines the same recall as the headline run."""
+    alone, headline = results["locomo_baselines"], results["locomo"]
+    fields = ("recall_all", "recall_frac", "per_category", "category_5")
+    same = all(headline["methods"].get(name, {}).get(f) == m[f] for name, m in alone["methods"].items() for f in fields)
+    verdict = ("the same recall_all and recall_frac, at every budget and in every category, as in the run above"
+               if same else "a different recall from the run above (see that file)")
+    return f"The baselines alone (`locomo_baselines.json`: {', '.join(alone['methods'])}) gave {verdict}."
+
+
+def scale(results: Results) -> str:
+    """Latency, planted recall and memory per store size and search path, and the chat pattern."""
+    result = results["scale"]
+    rows = []
+    for size in result["sizes"]:
+        for path, m in size["paths"].items():
+            default = " (default)" if path == size["default_path"] else ""
+            recall = next(v for k, v in m.items() if k.startswith("planted_recall_all@"))
+            first = path == next(iter(size["paths"]))
+            rows.append([count(size["turns"]), path + default, f"{count(m['query_p50_ms'])} / {count(m['query_p95_ms'])}",
+                         f"{recall:.1f}", count(m["query_process_peak_mb"]), count(size["disk_mb"]),
+                         f"{size['copy_turns_per_second']:.1f}" if first else ""])
+    budget = next(k for k in result["sizes"][0]["paths"]["bounded"] if k.startswith("planted_recall_all@"))
+    chat = result["chat"]
+    return "\n\n".join([
+        "## Scale: one user with many turns",
+        "LoCoMo's ten conversations ingested through the graph, then perturbed copies of their stored units until "
+        "the user holds the given number of turns; planted questions asked by a separate query process.",
+        table(["turns of one user", "search path", "query p50 / p95 ms", f"planted {budget.replace('planted_', '')}",
+               "query-process peak MB", "disk MB", "copy writes, turns/s"], rows),
+        f"The chat pattern ({count(chat['turns'])} turns, {chat['rounds']} rounds of a one-message write then a "
+        f"query): query p50 / p95 {chat['read_only_p50_ms']} / {chat['read_only_p95_ms']} ms read-only, "
+        f"{chat['after_write_p50_ms']} / {chat['after_write_p95_ms']} ms after a write (p50 ratio "
+        f"{chat['ratio_p50']}); a write's p50 {count(chat['write_p50_ms'])} ms.",
+        provenance(results, ("scale",)),
+    ])
+
+
+def chat(results: Results) -> str:
+    """A conversation written a message at a time against the same messages in one call."""
+    rows = []
+    for name in ("chat_counting", "chat_conv26"):
+        result = results[name]
+        budgets = list(result["recall"]["stream"]["recall_all"])
+        offline, llm = result["offline"], result.get("llm", {})
+        for mode, label in (("stream", "a message at a time"), ("batch", "one call")):
+            seconds = (f"{offline['seconds_per_message']['total']:.1f} (p50 {offline['seconds_per_message']['p50']:.2f}"
+                       f" / p95 {offline['seconds_per_message']['p95']:.2f} a message)" if mode == "stream"
+                       else f"{offline['batch_seconds']:.1f}")
+            calls = f"{llm[mode]['calls']} / {count(llm[mode]['prompt_tokens'])}" if llm else "-"
+            recall = result["recall"][mode]
+            rows.append([f"`{name}`", str(result["messages"]), result["model"], label, seconds, calls,
+                         str(recall["questions"]), " / ".join(pct(recall["recall_all"][b]) for b in budgets)])
+    return "\n\n".join([
+        "## Chat: a message at a time against one call",
+        f"One LoCoMo conversation ({results['chat_conv26']['conversation']}) written one `ingest` call per message, "
+        "and the same messages in one call. The counting model answers every structured call with a valid "
+        "reply, so it counts what memstrata asks of a model, not answer quality; recall is scored on the "
+        "questions whose evidence was written.",
+        table(["file", "messages", "model", "written", "seconds", "model calls / prompt tokens", "questions",
+               f"recall_all % at B={' / '.join(budgets)}"], rows),
+        provenance(results, ("chat_counting", "chat_conv26")),
+    ])
+
+
+def llm_mode(results: Results) -> str:
+    """What LLM mode costs per query: the oracle reader (perfect decisions) and a small real model."""
+    rows = []
+    for name, label in (("locomo_reader_oracle", "oracle"), ("locomo_reader_oracle-deep", "oracle, forced deep")):
+        stats = results[name]["methods"]["memstrata"]
+        llm = stats["llm"]
+        row = llm["per_category"]["1-4"]
+        rows.append([label, f"`{name}`", count(row["questions"]), pct(row["light_share"]), f"{row['calls']:.1f}",
+                     count(row["prompt_tokens"]), count(row["completion_tokens"]), pct(row["fallback_rate"]),
+                     pct(stats["recall_all"][str(llm["budget"])])])
+    small = results["llm_mode"]
+    queries = small["queries"]
+    rows.append([f"{small['model']} (a real model)", "`llm_mode`", str(queries["n"]), pct(1.0 - queries["deep_share"]),
+                 f"{queries['calls_per_query']:.1f}", count(queries["prompt_tokens_per_query"]),
+                 count(queries["completion_tokens_per_query"]), pct(queries["fallback_rate"]), "not measured"])
+    budget = results["locomo_reader_oracle"]["methods"]["memstrata"]["llm"]["budget"]
+    return "\n\n".join([
+        "## LLM mode: what a query costs",
+        "Per query. The oracle reader is a scripted model that knows each question's gold evidence: it measures "
+        "the pipeline's cost with perfect decisions (never answer quality), on LoCoMo's categories 1-4 with "
+        f"offline ingestion, at B={budget}; forced deep, its self-check always fails. The real model ran on "
+        f"{small['conversation']}'s first {small['sessions']} sessions, ingested with the model "
+        f"({small['ingest']['llm_calls']} calls, {count(small['ingest']['prompt_tokens'])} prompt tokens).",
+        table(["reader", "file", "questions", "light path %", "LLM calls", "prompt tokens", "completion tokens",
+               "fallbacks % of calls", f"recall_all % at B={budget}"], rows),
+        provenance(results, ("locomo_reader_oracle", "locomo_reader_oracle-deep", "llm_mode")),
+    ])
+
+
+SECTIONS: tuple[Callable[[Results], str], ...] = (locomo, scale, chat, llm_mode)
+FILES = ("locomo", "locomo_baselines", "scale", "chat_counting", "chat_conv26", "locomo_reader_oracle",
+         "locomo_reader_oracle-deep", "llm_mode")
+
+
+def load(folder: Path = RESULTS) -> Results:
+    """The results files the tables read, by name."""
+    return {name: json.loads((folder / f"{name}.json").read_text(encoding="utf-8")) for name in FILES}
+
+
+def render(results: Results) -> str:
+    """The part of BENCHMARKS.md between the markers, markers included."""
+    return "\n\n".join([BEGIN, *(section(results) for section in SECTIONS), END])
+
+
+def replace(doc: str, block: str) -> str:
+    """``doc`` with the part between the markers replaced by ``block``."""
+    start, end = doc.find(BEGIN), doc.find(END)
+    if start < 0 or end < start:
+        msg = f"BENCHMARKS.md: the markers {BEGIN!r} and {END!r} are missing or out of order; put them back"
+        raise ValueError(msg)
+    return doc[:start] + block + doc[end + len(END):]
+
+
+def main() -> int:
+    """Rewrite BENCHMARKS.md's current tables, or with ``--check`` report whether they are stale."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if BENCHMARKS.md differs from the JSON")
+    parser.add_argument("--doc", type=Path, default=DOC)
+    args = parser.parse_args()
+    doc = args.doc.read_text(encoding="utf-8")
+    new = replace(doc, render(load()))
+    if args.check:
+        if new != doc:
+            sys.stderr.write(f"{args.doc} is stale: run python benchmarks/render.py\n")
+            return 1
+        return 0
+    args.doc.write_text(new, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
