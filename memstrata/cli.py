@@ -39,6 +39,7 @@ DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Embedded store
                                                                  "or ~/.memstrata).")]
 ChromaUrl = Annotated[str | None, typer.Option("--chroma-url", help="Use a Chroma server instead of the embedded store.")]
 User = Annotated[str, typer.Option("--user", "-u", help="The user whose memory this is (tenant id).")]
+FLAG = ""  # a flag's metavar: the help shows no value to give (typer would show "<bool>", yet takes none)
 
 
 def _mem(data_dir: Path | None, chroma_url: str | None, **settings: Any) -> Memstrata:
@@ -78,7 +79,7 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+def _main(version: Annotated[bool, typer.Option("--version", metavar=FLAG, callback=_version, is_eager=True,
                                                 help="Print the version and exit.")] = False) -> None:
     """memstrata: long-term hierarchical memory for LLM agents."""
 
@@ -86,6 +87,21 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
 def _fail(exc: Exception) -> None:
     err.print(f"[bold red]error:[/] {exc}")
     raise typer.Exit(code=2)
+
+
+def _meta_pairs(pairs: list[str]) -> dict[str, Any] | None:
+    """``NAME=VALUE`` options as metadata (to attach, or to filter on); a value that reads as a JSON number or boolean is one."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name.strip():
+            _fail(ValueError(f"--meta {pair!r}: expected NAME=VALUE"))
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out[name.strip()] = value if isinstance(value, (int, float, bool)) else raw
+    return out or None
 
 
 @app.command()
@@ -97,8 +113,11 @@ def ingest(
     data_dir: DataDir = None,
     chroma_url: ChromaUrl = None,
     model: Annotated[str | None, typer.Option("--model", help="Chat model for LLM mode (else offline).")] = None,
-    close: Annotated[bool, typer.Option("--close", help="Close every session's open episode now (a finished "
+    close: Annotated[bool, typer.Option("--close", metavar=FLAG, help="Close every session's open episode now (a finished "
                                                         "record); else it closes when the chat goes quiet.")] = False,
+    meta: Annotated[list[str] | None, typer.Option("--meta", help=(
+        "NAME=VALUE attached to every message written (repeat for several); `list --meta` filters on it.")
+    )] = None,
 ) -> None:
     """Ingest conversations into a user's memory: messages with ids or times are stored once, others appended."""
     mem = _mem(data_dir, chroma_url, model=model)
@@ -116,7 +135,7 @@ def ingest(
         try:
             # For LoCoMo files --conversation selects a sample_id; for message lists it names the conversation.
             stats = mem.ingest(path, user_id=user, conversation_id=conversation, only_conversation=conversation,
-                               close=close, on_progress=on_progress)
+                               close=close, metadata=_meta_pairs(meta or []), on_progress=on_progress)
         except (IngestError, StoreError) as exc:
             _fail(exc)
         bar.update(task, completed=bar.tasks[0].total or 0)
@@ -145,7 +164,7 @@ def ask(
     budget: Annotated[int, typer.Option("--budget", "-b", min=1, max=1_000_000,
                                         help="Context budget in tokens.")] = 1500,
     model: Annotated[str | None, typer.Option("--model", help="Chat model for LLM mode (else offline).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the full result as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar=FLAG, help="Print the full result as JSON.")] = False,
     top: Annotated[int, typer.Option("--top", min=1, help="Evidence rows shown ranked before the context.")] = 5,
     html: Annotated[Path | None, typer.Option("--html", help="Also write the query's trace as an HTML page.")] = None,
     data_dir: DataDir = None,
@@ -215,12 +234,11 @@ def inspect(
     conversation: Annotated[str | None, typer.Option("--conversation", "-c", help="Only this conversation.")] = None,
     unit: Annotated[str | None, typer.Option("--unit", help="Show one episode/summary/turn id with its raw turns.")] = None,
     html: Annotated[Path | None, typer.Option("--html", help="Write the memory as one self-contained HTML page.")] = None,
-    entities: Annotated[bool, typer.Option("--entities", help="List the entities of the entity graph.")] = False,
-    themes: Annotated[bool, typer.Option(
-        "--themes", help="List the themes: the facts grouped by what they are about, with their raw turns.")] = False,
+    entities: Annotated[bool, typer.Option("--entities", metavar=FLAG, help="List the entities of the entity graph.")] = False,
+    themes: Annotated[bool, typer.Option("--themes", metavar=FLAG, help="List the themes: the facts grouped by what they are about, with their raw turns.")] = False,
     persona: Annotated[str | None, typer.Option(
         "--persona", help="One speaker's persona: five dimensions with their citations, history and calibration.")] = None,
-    tree: Annotated[bool, typer.Option("--tree", help="Draw the temporal tree: year > month > week > day.")] = False,
+    tree: Annotated[bool, typer.Option("--tree", metavar=FLAG, help="Draw the temporal tree: year > month > week > day.")] = False,
     window: Annotated[str | None, typer.Option(
         "--window", help="What one tree window holds: 2023-05-08, 2023-W19, 2023-05, 2023 or untimed.")] = None,
     entity: Annotated[str | None, typer.Option(
@@ -333,9 +351,12 @@ def list_memories(
     speaker: Annotated[str | None, typer.Option("--speaker", help="Only turns of this speaker.")] = None,
     since: Annotated[str | None, typer.Option("--since", help="From this time on (e.g. 2024-04-01).")] = None,
     until: Annotated[str | None, typer.Option("--until", help="Up to this time.")] = None,
+    meta: Annotated[list[str] | None, typer.Option("--meta", help=(
+        "NAME=VALUE: only memories whose write attached this metadata (repeat for several; a number or "
+        "true/false matches as such)."))] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=100_000, help="Rows per page.")] = 50,
     offset: Annotated[int, typer.Option("--offset", min=0, help="Rows skipped (the page's start).")] = 0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar=FLAG, help="Print the rows as JSON.")] = False,
     data_dir: DataDir = None,
     chroma_url: ChromaUrl = None,
 ) -> None:
@@ -343,7 +364,7 @@ def list_memories(
     mem = _read_mem(data_dir, chroma_url, user, conversation)
     try:
         rows = mem.memories(user, kind=kind, conversation_id=conversation, speaker=speaker, since=since,
-                            until=until, limit=limit, offset=offset)
+                            until=until, metadata=_meta_pairs(meta or []), limit=limit, offset=offset)
     except (KeyError, ValueError) as exc:
         _fail(exc)
     if as_json:
@@ -380,7 +401,7 @@ def delete(
     user: User,
     conversation: Annotated[str, typer.Option("--conversation", "-c", help="The conversation.")],
     turn: Annotated[str | None, typer.Option("--turn", help="Only this turn (else the whole conversation).")] = None,
-    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", metavar=FLAG, help="Do not ask for confirmation.")] = False,
     data_dir: DataDir = None,
     chroma_url: ChromaUrl = None,
 ) -> None:
@@ -408,7 +429,7 @@ def history(user: User,
 
 @app.command()
 def forget(user: User, data_dir: DataDir = None, chroma_url: ChromaUrl = None,
-           yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False) -> None:
+           yes: Annotated[bool, typer.Option("--yes", metavar=FLAG, help="Do not ask for confirmation.")] = False) -> None:
     """Delete every trace of a user."""
     if not yes and not typer.confirm(f"Delete all memory of user {user!r}?"):
         raise typer.Exit(code=1)
@@ -434,10 +455,8 @@ def check(user: User,
 
 @app.command()
 def reindex(data_dir: DataDir = None, chroma_url: ChromaUrl = None,
-            scopes_only: Annotated[bool, typer.Option(
-                "--scopes-only", help="only stamp the tenant scope on a store made before it (no re-embedding)")] = False,
-            words_only: Annotated[bool, typer.Option(
-                "--words", help="only build the word index of an embedded store made before it (no re-embedding)")]
+            scopes_only: Annotated[bool, typer.Option("--scopes-only", metavar=FLAG, help="only stamp the tenant scope on a store made before it (no re-embedding)")] = False,
+            words_only: Annotated[bool, typer.Option("--words", metavar=FLAG, help="only build the word index of an embedded store made before it (no re-embedding)")]
             = False,
             ) -> None:
     """Re-embed every collection with the current embedder (after changing models), and rebuild the word index."""

@@ -84,6 +84,7 @@ class Memstrata:
         conversation_id: str | None = None,
         only_conversation: str | None = None,
         close: bool = False,
+        metadata: dict[str, Any] | None = None,
         on_progress: Callable[[dict[str, Any]], None] | None = None,
         **overrides: Any,
     ) -> dict[str, Any]:
@@ -93,13 +94,16 @@ class Memstrata:
         after the turns already stored (or, when it has a time, recognised as the stored turn of the same
         speaker, text and time). A session's newest episode stays open while messages may still join it
         (see ``Context.episode_quiet_minutes``); ``close=True`` closes it now (a finished record).
+        ``metadata`` (names to strings, numbers or booleans) is attached to every message written, under a
+        message's own ``metadata``; :meth:`memories` filters on it.
         ``overrides`` are :class:`~memstrata.context.Context` fields for this call (``now``...).
         """
         from memstrata.graphs.ingestion import graph
 
         ctx = self.context(user_id, **overrides)
         payload = {"source": str(source) if isinstance(source, Path) else source,
-                   "conversation_id": conversation_id, "only_conversation": only_conversation, "close": close}
+                   "conversation_id": conversation_id, "only_conversation": only_conversation, "close": close,
+                   "metadata": metadata}
         final: dict[str, Any] = {}
         started = time.perf_counter()
         async for mode, chunk in graph.astream(payload, context=ctx, stream_mode=["custom", "values"],
@@ -174,7 +178,8 @@ class Memstrata:
 
     def memories(self, user_id: str, **filters: Any) -> list[dict[str, Any]]:
         """One page of the user's memories: ``kind`` ("turn", "fact", "summary"...), ``conversation_id``,
-        ``speaker``, ``since``, ``until``, ``limit``, ``offset``."""
+        ``speaker``, ``since``, ``until``, ``metadata`` (what the app attached at write time), ``limit``,
+        ``offset``."""
         return memories.memories(self, user_id, **filters)
 
     def memory(self, user_id: str, memory_id: str, *, kind: str = "turn",

@@ -41,15 +41,22 @@ def _s(section: str, description: str) -> Any:
     return Field(description=f"[{section}] {description}", json_schema_extra={"section": section})
 
 
+def _user_required(schema: dict[str, Any]) -> None:
+    """The JSON schema marks ``user_id`` required (Studio asks for it), though the class gives it an empty default."""
+    schema["required"] = sorted({*schema.get("required", []), "user_id"})
+
+
 @dataclass(kw_only=True)
 class Context:
     """Every setting of an ingestion or retrieval run; see each field's description."""
 
     # Studio and the LangGraph API build a JSON schema of this class; the embedder is Python-only.
-    __pydantic_config__ = ConfigDict(arbitrary_types_allowed=True)
+    __pydantic_config__ = ConfigDict(arbitrary_types_allowed=True, json_schema_extra=_user_required)
 
     # ---- where the memory lives -------------------------------------------------
-    user_id: Annotated[str, _s("tenant", "the user whose memory this run reads or writes; required")]
+    # Required, but given an empty default so that a run without it (Studio, the API) gets the clear error below
+    # rather than the dataclass's TypeError.
+    user_id: Annotated[str, _s("tenant", "the user whose memory this run reads or writes; required")] = ""
     conversation_id: Annotated[str | None, _s(
         "tenant", "retrieval: search only this conversation; ingestion: the id of inputs that carry none")] = None
     data_dir: Annotated[str | None, _s("store", "embedded store folder (default $MEMSTRATA_DATA_DIR or "
@@ -343,7 +350,8 @@ class Context:
                 raise ValueError(msg)
             self.now = parsed
         if not isinstance(self.user_id, str) or not self.user_id.strip():
-            msg = "Context.user_id is required: pass the user whose memory this run reads or writes"
+            msg = ("Context.user_id is required: pass the user whose memory this run reads or writes "
+                   "(in Studio or the API, as the run's context: {\"user_id\": \"...\"})")
             raise ValueError(msg)
         self.window_widths = tuple(self.window_widths)
         self.tree_alphas = tuple(self.tree_alphas)  # type: ignore[assignment]

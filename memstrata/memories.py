@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from memstrata.memory.levels import Turn, get_level, raw_kind
+from memstrata.memory.levels.level2.turn import meta_key
 from memstrata.memory.store.reads import open_episodes, read_sessions
 from memstrata.memory.store.tables import TableRow
 from memstrata.memory.timeparse import parse_timestamp
@@ -50,17 +51,24 @@ def conversations(mem: Memstrata, user_id: str) -> list[dict[str, Any]]:
 
 def memories(mem: Memstrata, user_id: str, *, kind: str = "turn", conversation_id: str | None = None,
              speaker: str | None = None, since: datetime | str | None = None, until: datetime | str | None = None,
-             limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
-    """One page of the user's memories of one kind, in time order, filtered by conversation, speaker and time."""
+             metadata: dict[str, Any] | None = None, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
+    """One page of the user's memories of one kind, in time order, filtered by conversation, speaker, time and
+    the ``metadata`` the app attached at write time (every name equal; a unit built from turns matches when one
+    of its turns does)."""
     _check_kind(kind)
     if limit < 1 or offset < 0:
         msg = f"limit must be at least 1 and offset at least 0, got limit={limit}, offset={offset}"
         raise ValueError(msg)
     lo, hi = _time(since, "since"), _time(until, "until")
     where: dict[str, Any] = {"speaker": speaker} if speaker is not None and kind == raw_kind() else {}
-    rows = [r for r in mem.store.get(kind, user_id=user_id, conversation_id=conversation_id, where=where or None)
+    if metadata and kind == raw_kind():
+        where.update(_meta_where(metadata))
+    rows = [r for r in mem.store.get(kind, user_id=user_id, conversation_id=conversation_id,
+                                     where=_all(where))
             if (lo is None or (r.metadata.get("ts") or float("-inf")) >= lo.timestamp())
             and (hi is None or (r.metadata.get("ts") or float("inf")) <= hi.timestamp())]
+    if metadata and kind != raw_kind():
+        rows = _built_from(mem, user_id, conversation_id, rows, metadata)
     rows.sort(key=lambda r: (r.metadata["conversation_id"], r.metadata.get("ts") or 0.0,
                              str(r.metadata.get("session_id")), r.payload.get("position", 0), r.unit_id))
     return [_shown(r) for r in rows[offset:offset + limit]]
@@ -132,6 +140,31 @@ def history(mem: Memstrata, user_id: str, *, conversation_id: str | None = None)
 
 # ---- helpers --------------------------------------------------------------------------------------
 
+def _meta_where(metadata: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(metadata, dict) or not all(isinstance(v, (str, int, float, bool)) for v in metadata.values()):
+        msg = f"metadata filter must map names to strings, numbers or booleans, got {metadata!r}"
+        raise ValueError(msg)
+    return {meta_key(k): v for k, v in metadata.items()}
+
+
+def _all(where: dict[str, Any]) -> dict[str, Any] | None:
+    """Chroma's form of several equalities: one clause as is, several under ``$and``."""
+    if len(where) < 2:
+        return where or None
+    return {"$and": [{k: v} for k, v in where.items()]}
+
+
+def _built_from(mem: Memstrata, user_id: str, conversation_id: str | None, rows: list[Any],
+                metadata: dict[str, Any]) -> list[Any]:
+    """The units among ``rows`` built from at least one turn whose metadata matches."""
+    turns = mem.store.get(raw_kind(), user_id=user_id, conversation_id=conversation_id,
+                          where=_all(_meta_where(metadata)))
+    match = {(r.metadata["conversation_id"], r.unit_id) for r in turns}
+    unit = get_level(rows[0].kind).unit if rows else None
+    return [r for r in rows if unit is not None and any(
+        (r.metadata["conversation_id"], t) in match for t in unit.model_validate(r.payload).linked_turn_ids())]
+
+
 def _check_kind(kind: str) -> None:
     get_level(kind)  # a clear error naming the registered kinds
 
@@ -155,7 +188,8 @@ def _shown(record: Any) -> dict[str, Any]:
     keep = ("speaker", "session_id", "position", "subject", "superseded_by", "episode_id", "dimension")
     return {"id": record.unit_id, "kind": record.kind, "conversation_id": record.metadata["conversation_id"],
             "text": record.document, "time": payload.get("timestamp_raw") or payload.get("timestamp"),
-            **{k: payload[k] for k in keep if k in payload}, "unit": payload}
+            **{k: payload[k] for k in keep if k in payload},
+            **({"metadata": payload["meta"]} if payload.get("meta") else {}), "unit": payload}
 
 
 def _closed(mem: Memstrata, user_id: str, conversation_id: str, session_id: str) -> bool:
@@ -184,7 +218,8 @@ def _rebuild(mem: Memstrata, user_id: str, conversation_id: str, sessions: set[s
         return
     messages = [{"speaker": t.speaker, "text": t.text, "session": t.session_id, "position": t.position, "id": t.id,
                  **({"timestamp": t.timestamp_raw or t.timestamp.isoformat()} if t.timestamp else {}),
-                 **({"image_caption": t.image_caption} if t.image_caption else {})} for t in turns]
+                 **({"image_caption": t.image_caption} if t.image_caption else {}),
+                 **({"metadata": t.meta} if t.meta else {})} for t in turns]
     mem.ingest({"conversation_id": conversation_id, "messages": messages}, user_id=user_id, close=close)
 
 

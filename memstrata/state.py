@@ -44,6 +44,7 @@ class IngestInput(TypedDict, total=False):
     conversation_id: str | None
     only_conversation: str | None
     close: bool  # close the open tail of every session the write touches (a finished record)
+    metadata: dict[str, Any] | None  # fields attached to every message (a message's own 'metadata' wins)
 
 
 class IngestOutput(TypedDict, total=False):
@@ -55,6 +56,7 @@ class IngestState(TypedDict, total=False):
     conversation_id: str | None
     only_conversation: str | None
     close: bool
+    metadata: dict[str, Any] | None  # fields attached to every message of the write
     conversations: list[str]  # ids of the conversations in the input
     sessions: list[list[str]]  # [conversation_id, session_id] pairs with new or changed turns
     repaired: list[str]  # conversations with a session an earlier write left unfinished (graph and tree redone)

@@ -103,3 +103,23 @@ def test_ask_with_an_unreachable_model_says_so_shows_the_evidence_and_exits_2(st
     assert done.returncode == 2, done.stderr[-2000:]
     assert "error: answer failed: " in done.stderr and "Traceback" not in done.stderr
     assert "Tidewater" in done.stdout  # the evidence is still shown
+
+
+def test_flags_show_no_value_and_every_option_has_help() -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from memstrata.cli import app
+
+    group = typer.main.get_command(app)  # typer's own click: options are told by their type name
+    assert len(group.commands) >= 10
+    for name, command in group.commands.items():
+        options = [p for p in command.params if p.param_type_name == "option"]
+        for param in options:
+            assert (param.help or "").strip(), f"memstrata {name} {param.opts[0]} has no help text"
+        shown = CliRunner().invoke(app, [name, "--help"], env={"NO_COLOR": "1"}, terminal_width=200)
+        assert shown.exit_code == 0, shown.output
+        flags = [o for p in options if p.is_flag for o in p.opts]
+        for line in shown.output.splitlines():
+            if any(f" {flag} " in line for flag in flags if flag != "--help"):
+                assert "<bool>" not in line, line  # a flag takes no value, so none is shown

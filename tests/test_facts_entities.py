@@ -220,3 +220,20 @@ def test_the_bundled_example_lists_no_common_word_as_an_entity(tmp_path) -> None
     assert not noise & set(names) and all(common_word(w) for n in noise for w in n.split()[:1])
     assert names["Tidewater Labs"] == "organization" and {"Berlin", "Miso", "Lisbon"} <= set(names)
     mem.close()
+
+
+@pytest.mark.integration
+def test_overlapping_episodes_write_each_fact_once(tmp_path) -> None:
+    from conftest import EXAMPLE, HashEmbeddings
+    from memstrata import Memstrata
+
+    mem = Memstrata(path=tmp_path / "store", embeddings=HashEmbeddings())
+    mem.ingest(EXAMPLE, user_id="demo", close=True)
+    episodes = [r.payload for r in mem.store.get("episode", user_id="demo")]
+    assert any(e["repeated"] for e in episodes)  # the example's episodes do overlap
+    texts = [r.document for r in mem.store.get("fact", user_id="demo")]
+    assert texts and len(texts) == len(set(texts)), sorted(t for t in texts if texts.count(t) > 1)
+    by_episode = {e["id"]: set(e["turn_ids"][e["repeated"]:]) for e in episodes}
+    for r in mem.store.get("fact", user_id="demo"):  # a fact comes from its episode's own turns
+        assert set(r.payload["turn_ids"]) <= by_episode[r.payload["episode_id"]]
+    mem.close()

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import EXAMPLE, HashEmbeddings, assert_store_ok
 from memstrata import Memstrata
+from memstrata.memory.normalize import IngestError
 from test_concurrency import digest
 
 
@@ -122,3 +123,33 @@ def test_the_command_line_lists_updates_deletes_and_shows_the_history(minilm: An
     bad = run.invoke(app, ["list", "-u", "ann", "--kind", "memo", "--data-dir", folder])
     assert bad.exit_code == 2 and "unknown unit kind 'memo'" in bad.output
     assert_store_ok(mem.store, "ann")
+
+
+def test_metadata_attached_at_write_time_filters_listings_for_that_user_only(tmp_path: Path) -> None:
+    mem = Memstrata(path=tmp_path / "meta", embeddings=HashEmbeddings())
+    for user, topic in (("ann", "pets"), ("bob", "travel")):  # the same messages, other metadata
+        mem.ingest([{"speaker": "Ann", "text": "I adopted a grey cat named Miso last week.",
+                     "metadata": {"topic": topic, "app": "chat"}}], user_id=user, conversation_id="c1")
+        mem.ingest([{"speaker": "Ann", "text": "My sister Lena flies to Lisbon on Friday."}], user_id=user,
+                   conversation_id="c1", metadata={"topic": "family", "priority": 2}, close=True)
+    pets = mem.memories("ann", metadata={"topic": "pets"})
+    assert [m["text"] for m in pets] == ["Ann: I adopted a grey cat named Miso last week."]  # the turn as read
+    assert pets[0]["metadata"] == {"topic": "pets", "app": "chat"}
+    assert mem.memories("bob", metadata={"topic": "pets"}) == []  # bob's copy says travel
+    assert [m["metadata"] for m in mem.memories("bob", metadata={"topic": "travel", "app": "chat"})] == [
+        {"topic": "travel", "app": "chat"}]
+    family = mem.memories("ann", metadata={"topic": "family", "priority": 2})
+    assert len(family) == 1 and "Lisbon" in family[0]["text"]
+    facts = mem.memories("ann", kind="fact", metadata={"topic": "family"}, limit=100)
+    assert facts and all("Lisbon" in f["text"] or "Lena" in f["text"] for f in facts)  # built from that turn only
+    assert all("Miso" not in f["text"] for f in facts)
+    # an update keeps the turn's metadata; the rebuilt session's units still match it
+    mem.update("ann", "c1", pets[0]["id"], "I adopted a black cat named Miso last week.")
+    assert mem.memories("ann", metadata={"topic": "pets"})[0]["text"].startswith("Ann: I adopted a black cat")
+    with pytest.raises(IngestError, match="metadata 'tags' must be a string, number or boolean"):
+        mem.ingest([{"speaker": "Ann", "text": "Hi", "metadata": {"tags": ["a", "b"]}}], user_id="ann")
+    with pytest.raises(ValueError, match="metadata filter must map names"):
+        mem.memories("ann", metadata={"topic": ["pets"]})
+    for user in ("ann", "bob"):
+        assert_store_ok(mem.store, user)
+    mem.close()

@@ -154,3 +154,11 @@ def test_ingest_then_retrieve_through_the_server(client: Any) -> None:
     assert out["trace"]["path"] in ("light", "deep")
     other = client.runs.wait(None, "retrieval", input={"query": QUERY}, context={"user_id": "someone-else"})
     assert other["evidence"] == []  # the context's user_id is the tenant boundary over the API too
+
+
+@pytest.mark.parametrize("context", [None, {}, {"user_id": " "}], ids=["no-context", "empty", "blank-user"])
+def test_a_run_without_a_user_says_so(client: Any, context: dict[str, Any] | None) -> None:
+    with pytest.raises(Exception) as raised:  # the SDK raises what the server's run ended with
+        client.runs.wait(None, "retrieval", input={"query": QUERY}, context=context, raise_error=True)
+    text = str(raised.value)
+    assert "user_id" in text and "TypeError" not in text, text

@@ -58,6 +58,7 @@ def normalize_input(
     only_conversation: str | None = None,
     session_gap: timedelta = timedelta(hours=6),
     tail: Callable[[str], Tail | None] | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> list[Conversation]:
     """Turn any accepted input into validated :class:`Conversation` objects.
 
@@ -72,8 +73,10 @@ def normalize_input(
         tail: the stored end of a conversation by its id (its last session and that session's latest time),
             so a message list continues the conversation: its first message joins the last session unless
             the silence since is longer than ``session_gap``. ``None``: every conversation starts empty.
+        metadata: fields attached to every message (a message's own ``metadata`` wins on a shared name).
     """
     kind = detect_format(data, source)
+    shared = _meta(metadata, f"{source}: the write's")
     try:
         convs = _conversations(data, kind, user_id, conversation_id, source, session_gap, tail or _no_tail)
     except ValidationError as exc:  # a value no unit accepts: say which field, never a traceback
@@ -86,6 +89,9 @@ def normalize_input(
         if not convs:
             msg = f"{source}: no conversation with id {only_conversation!r}"
             raise IngestError(msg)
+    if shared:
+        for session in (s for c in convs for s in c.sessions):
+            session.turns = [t.model_copy(update={"meta": {**shared, **t.meta}}) for t in session.turns]
     return convs
 
 
@@ -225,6 +231,7 @@ def _turn(
             raise IngestError(msg) from exc
     raw_time = raw.get("timestamp", raw.get("time"))
     when = parse_timestamp(raw_time) if raw_time is not None else session_time
+    meta = _meta(raw.get("metadata"), where)
     given = raw.get("position")  # a message written alone (a chat app's append) says where it goes
     if given is not None and (not isinstance(given, int) or isinstance(given, bool) or given < 0):
         msg = f"{where}: 'position' must be a non-negative integer, got {given!r}"
@@ -232,9 +239,27 @@ def _turn(
     return Turn(
         user_id=user_id, conversation_id=conv_id, session_id=session_id, position=pos if given is None else given,
         speaker=str(speaker).strip(), text=text, image_caption=raw.get("blip_caption") or raw.get("image_caption"),
-        source_id=_source_id(raw), timestamp=when,
+        source_id=_source_id(raw), timestamp=when, meta=meta,
         timestamp_raw=str(raw_time) if raw_time is not None else session_raw,
     )
+
+
+def _meta(value: Any, where: str) -> dict[str, str | int | float | bool]:
+    """A message's ``metadata``: an object of names to strings, numbers or booleans (what a filter can match)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        msg = f"{where}: 'metadata' must be an object of names to strings, numbers or booleans, got {type(value).__name__}"
+        raise IngestError(msg)
+    for key, item in value.items():
+        if not isinstance(key, str) or not key.strip() or key.startswith("$"):
+            msg = f"{where}: metadata name {key!r} must be a non-empty string not starting with '$'"
+            raise IngestError(msg)
+        if not isinstance(item, (str, int, float, bool)):
+            msg = (f"{where}: metadata {key!r} must be a string, number or boolean, got {type(item).__name__} "
+                   "(store nested values as a JSON string)")
+            raise IngestError(msg)
+    return dict(value)
 
 
 def _source_id(raw: dict[str, Any]) -> str | None:

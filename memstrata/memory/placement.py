@@ -79,7 +79,8 @@ def place_turns(store: MemoryStore, conv: Conversation) -> Conversation:
                 placed.append(turn)
             elif (stored := known.get(id(turn))) is not None:
                 placed.append(stored.model_copy(update={"text": turn.text, "speaker": turn.speaker,
-                                                        "image_caption": turn.image_caption}))
+                                                        "image_caption": turn.image_caption,
+                                                        "meta": turn.meta or stored.meta}))
             else:
                 fresh.setdefault(session.session_id, []).append(turn)
     marks = store.sequences.sessions(user, conv_id)

@@ -94,7 +94,11 @@ async def open_node(runtime: Any, node: str, state: Mapping[str, Any] | None = N
         new_query: the query's first node: open its meter.
         ingest: an ingestion stage (no token budget, no count).
     """
-    ctx: Context = runtime.context
+    ctx = runtime.context
+    if not isinstance(ctx, Context):  # a run started with no context at all (Studio, the API)
+        msg = ("the run has no context: pass one with the user whose memory it reads or writes, "
+               "e.g. context={\"user_id\": \"...\"}")
+        raise ValueError(msg)
     store = await aresolve_store(ctx, getattr(runtime, "store", None))
     if ingest:
         return NodeRun(ctx, store, Step.for_ingestion(ctx))

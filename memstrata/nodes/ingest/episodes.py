@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 from memstrata.context import Context
 from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.memory.levels import Episode, Turn, levels
-from memstrata.memory.levels.level2.episode import build_episodes, episode_vector
+from memstrata.memory.levels.level2.episode import build_episodes, episode_vector, mark_repeats
 from memstrata.memory.segmentation import cut_tail
 from memstrata.memory.store import MemoryStore
 from memstrata.nodes.common import progress
@@ -78,6 +78,7 @@ async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dic
         episodes = [e.model_copy(update={"open": not shut}) for e, (_, _, shut) in zip(
             build_episodes(turns, [(s, e) for s, e, _ in cuts], session_time=turns[0].timestamp,
                            session_time_raw=turns[0].timestamp_raw), cuts, strict=True)]
+        episodes = mark_repeats(episodes, turns, turns[start - 1].position if start else None)
         by_id = {t.id: v for t, v in zip(turns, vecs, strict=True)}
         dropped, done = await asyncio.to_thread(_drop_stale, store, ctx.user_id, conv_id, old, episodes)
         removed += dropped

@@ -51,9 +51,15 @@ class EpisodeFacts(BaseModel):
 
 
 async def episode_facts(step: Step, ep: Episode, turns: list[Turn]) -> tuple[list[Fact], bool]:
-    """The episode's facts: the clauses offline; with a model its facts, or the clauses (and ``False``)."""
+    """The episode's facts: the clauses offline; with a model its facts, or the clauses (and ``False``).
+
+    The turns an episode repeats from its predecessor (:attr:`Episode.repeated`) are read for context only: their
+    facts are the predecessor's, so overlapping episodes never write one fact twice.
+    """
+    repeated = set(ep.turn_ids[:ep.repeated])
+    own = [t for t in turns if t.id not in repeated]
     # on a worker thread: the first call reads lemminflect's dictionary from disk (no blocking I/O on the event loop)
-    offline = await asyncio.to_thread(offline_facts, turns, episode_id=ep.id, speakers=_speakers(turns),
+    offline = await asyncio.to_thread(offline_facts, own, episode_id=ep.id, speakers=_speakers(turns),
                                       session_time=ep.timestamp)
     if step.model is None:
         return offline, True
@@ -91,7 +97,9 @@ async def _llm_facts(step: Step, ep: Episode, turns: list[Turn], fallback: list[
 
     value, outcome = await step.decide(EpisodeFacts, "FACT_PROMPT", user, node="facts",
                                        fallback=lambda: EpisodeFacts(), validate=valid)
-    usable = [f for f in value.facts if f.statement.strip() and f.subject.strip()]
+    repeated = set(ep.turn_ids[:ep.repeated])  # a fact only of these is the predecessor's
+    usable = [f for f in value.facts if f.statement.strip() and f.subject.strip()
+              and not (f.messages and all(turns[i].id in repeated for i in f.messages))]
     if outcome not in GOOD_OUTCOMES or (not usable and fallback):
         return fallback, False  # garbage, or nothing where the clauses found statements
     types = {e.name.strip(): e.type if e.type in ENTITY_TYPES else "thing" for e in value.entities if e.name.strip()}

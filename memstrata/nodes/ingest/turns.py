@@ -76,5 +76,6 @@ def _normalize(state: IngestState, ctx: Context, store: MemoryStore) -> list[Con
                             conversation_id=state.get("conversation_id") or ctx.conversation_id, source=name,
                             only_conversation=state.get("only_conversation"),
                             session_gap=timedelta(hours=ctx.session_gap_hours),
-                            tail=lambda conv_id: stored_tail(store, ctx.user_id, conv_id))
+                            tail=lambda conv_id: stored_tail(store, ctx.user_id, conv_id),
+                            metadata=state.get("metadata"))
     return [place_turns(store, c) for c in convs]

@@ -30,6 +30,9 @@ class Episode(Unit):
     end_position: int
     text: str = Field(description="The verbatim turns, one rendered turn per line")
     summary_id: str = ""
+    repeated: int = Field(default=0, ge=0, description=(
+        "How many leading turns it repeats from its predecessor (HyMem's overlap): read for context, but their "
+        "facts are the predecessor's, so a fact is written once"))
     fact_ids: list[str] = Field(default_factory=list, description=(
         "The facts distilled from it, stored after it: an episode whose facts are not all stored is unfinished"))
     open: bool = Field(default=False, description=(
@@ -71,6 +74,27 @@ def build_episodes(session_turns: Sequence[Turn], spans: Sequence[tuple[int, int
             text="\n".join(t.render() for t in turns), timestamp=session_time or first.timestamp,
             timestamp_raw=session_time_raw or first.timestamp_raw,
         ))
+    return out
+
+
+def mark_repeats(episodes: Sequence[Episode], turns: Sequence[Turn], before: int | None) -> list[Episode]:
+    """Each episode with :attr:`Episode.repeated` set: how many of its turns lie at or before the end of the
+    episode before it.
+
+    ``episodes`` are one session's, in order, cut from ``turns``; ``before`` is the last position of the closed
+    episode that precedes the first of them (``None``: none does).
+
+    Example:
+        >>> turns = [Turn(user_id="u", session_id="1", position=i, speaker="Ann", text=str(i)) for i in range(4)]
+        >>> [e.repeated for e in mark_repeats(build_episodes(turns, [(0, 1), (1, 3)]), turns, None)]
+        [0, 1]
+    """
+    position = {t.id: t.position for t in turns}
+    out = []
+    for ep in episodes:
+        repeated = 0 if before is None else sum(position.get(t, before + 1) <= before for t in ep.turn_ids)
+        out.append(ep.model_copy(update={"repeated": min(repeated, len(ep.turn_ids) - 1)}))
+        before = ep.end_position if before is None else max(before, ep.end_position)
     return out
 
 

@@ -26,6 +26,8 @@ class Turn(Unit):
     text: str
     image_caption: str | None = None
     source_id: str | None = Field(default=None, description="The input's own id, e.g. LoCoMo 'D3:7'")
+    meta: dict[str, str | int | float | bool] = Field(default_factory=dict, description=(
+        "What the app attached at write time (a message's 'metadata'): filterable in listings"))
 
     @model_validator(mode="after")
     def _derive_id(self) -> Turn:
@@ -48,7 +50,12 @@ class Turn(Unit):
 
     def metadata(self) -> dict[str, Any]:
         return {**super().metadata(), "position": self.position, "speaker": self.speaker,
-                "source_id": self.source_id}
+                "source_id": self.source_id, **{meta_key(k): v for k, v in self.meta.items()}}
+
+
+def meta_key(name: str) -> str:
+    """The stored metadata key of an app's field ``name`` (kept apart from memstrata's own keys)."""
+    return f"meta.{name}"
 
 
 def changed_turns(turns: Sequence[Turn], stored: dict[str, str]) -> list[Turn]:
