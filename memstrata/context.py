@@ -62,7 +62,9 @@ class Context:
     data_dir: Annotated[str | None, _s("store", "embedded store folder (default $MEMSTRATA_DATA_DIR or "
                                                 "~/.memstrata); ignored when chroma_url is set")] = None
     chroma_url: Annotated[str | None, _s("store", "a Chroma server URL instead of the embedded store")] = None
-    embeddings: SkipJsonSchema[Embeddings | None] = None
+    embeddings: SkipJsonSchema[Annotated[Embeddings | None, _s(
+        "store", "Python only: the embedder (default the packaged all-MiniLM-L6-v2); a store remembers which one "
+                 "wrote it")]] = None
     snapshot_refresh_s: Annotated[float, _s(
         "store", "seconds a search snapshot is trusted before a count check looks for other processes' writes")] = 5.0
     snapshot_max_turns: Annotated[int, _s(

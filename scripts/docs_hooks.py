@@ -81,7 +81,10 @@ def context_fields() -> list[dict[str, str]]:
     """Every ``Context`` field, in declaration order, with its section, type, default and description."""
     from memstrata.context import Context
 
+    from pydantic import TypeAdapter
+
     hints = typing.get_type_hints(Context, include_extras=True)
+    required = set(TypeAdapter(Context).json_schema().get("required", []))  # user_id: an empty default, yet required
     rows = []
     for f in dataclasses.fields(Context):
         section, description = _field_info(hints[f.name])
@@ -91,10 +94,8 @@ def context_fields() -> list[dict[str, str]]:
             "section": section or ("python only" if skipped else "unsectioned"),
             "type": _type_name(hints[f.name]).replace("pydantic.json_schema.SkipJsonSchema[", "").rstrip("]")
             if skipped else _type_name(hints[f.name]),
-            "default": _default(f),
-            "description": description or ("the embedder, a LangChain `Embeddings` (unset: the packaged MiniLM); a "
-                                            "Python object, so Studio does not show it, and `Context` stores no "
-                                            "description for it" if skipped else ""),
+            "default": "required" if f.name in required else _default(f),
+            "description": (description or "") + (" (a Python object: Studio does not show it)" if skipped else ""),
         })
     return rows
 
