@@ -29,9 +29,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 
 from memstrata import Context, Memstrata
 from memstrata.context import MODEL_ENV
-from memstrata.runtime.resolve import resolve_model
 from memstrata.integrations.langchain import memory_search_tool
 from memstrata.memory.search.packing import parse_context
+from memstrata.runtime.resolve import resolve_model
 from memstrata.testing import ScriptedChatModel
 
 EXAMPLE = Path(__file__).resolve().parent / "conversation.json"

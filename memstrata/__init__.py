@@ -2,7 +2,7 @@
 
 Example:
     >>> from memstrata import Memstrata
-    >>> mem = Memstrata(path="/tmp/memstrata-demo")   # doctest: +SKIP
+    >>> mem = Memstrata(path="/tmp/memstrata-demo")  # doctest: +SKIP
 """
 
 from memstrata.client import Memstrata

@@ -2,10 +2,9 @@
 
 Example:
     >>> from memstrata import Memstrata
-    >>> mem = Memstrata(path="/tmp/memstrata-demo")                      # doctest: +SKIP
-    >>> mem.ingest([{"speaker": "Ann", "text": "I adopted a cat named Miso."}],
-    ...            user_id="ann")                                        # doctest: +SKIP
-    >>> mem.retrieve("What is the cat called?", user_id="ann").context   # doctest: +SKIP
+    >>> mem = Memstrata(path="/tmp/memstrata-demo")  # doctest: +SKIP
+    >>> mem.ingest([{"speaker": "Ann", "text": "I adopted a cat named Miso."}], user_id="ann")  # doctest: +SKIP
+    >>> mem.retrieve("What is the cat called?", user_id="ann").context  # doctest: +SKIP
     '...Ann: I adopted a cat named Miso...'
 """
 
@@ -14,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from datetime import datetime
 from collections.abc import AsyncIterator, Callable
 from dataclasses import fields, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +26,12 @@ from memstrata import memories
 from memstrata.context import Context
 from memstrata.memory.levels import DIMENSIONS, Persona
 from memstrata.memory.persona.versions import valid_at
+from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.reads import read_personas
 from memstrata.memory.timeparse import parse_timestamp
-from memstrata.runtime.resolve import release_store, resolve_store
-from memstrata.memory.store import MemoryStore
 from memstrata.result import RetrievalResult
 from memstrata.runtime.llm import AnswerError
+from memstrata.runtime.resolve import release_store, resolve_store
 
 
 class Memstrata:
@@ -60,15 +59,19 @@ class Memstrata:
         if unknown:
             msg = f"unknown setting(s) {sorted(unknown)}; valid ones are the Context fields: {sorted(known)}"
             raise TypeError(msg)
-        self._base = dict(data_dir=str(path) if path else None, chroma_url=url, embeddings=embeddings,
-                          model=model, **settings)
+        self._base = dict(
+            data_dir=str(path) if path else None, chroma_url=url, embeddings=embeddings, model=model, **settings
+        )
         self._runner: asyncio.Runner | None = None
         self._worker: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None  # for calls inside a loop
 
     def context(self, user_id: str, **overrides: Any) -> Context:
         """The run context for one user, with per-call overrides."""
-        return replace(Context(user_id=user_id, **self._base), **overrides) if overrides else Context(
-            user_id=user_id, **self._base)
+        return (
+            replace(Context(user_id=user_id, **self._base), **overrides)
+            if overrides
+            else Context(user_id=user_id, **self._base)
+        )
 
     @property
     def store(self) -> MemoryStore:
@@ -101,13 +104,18 @@ class Memstrata:
         from memstrata.graphs.ingestion import graph
 
         ctx = self.context(user_id, **overrides)
-        payload = {"source": str(source) if isinstance(source, Path) else source,
-                   "conversation_id": conversation_id, "only_conversation": only_conversation, "close": close,
-                   "metadata": metadata}
+        payload = {
+            "source": str(source) if isinstance(source, Path) else source,
+            "conversation_id": conversation_id,
+            "only_conversation": only_conversation,
+            "close": close,
+            "metadata": metadata,
+        }
         final: dict[str, Any] = {}
         started = time.perf_counter()
-        async for mode, chunk in graph.astream(payload, context=ctx, stream_mode=["custom", "values"],
-                                               config={"max_concurrency": ctx.max_fanout}):
+        async for mode, chunk in graph.astream(
+            payload, context=ctx, stream_mode=["custom", "values"], config={"max_concurrency": ctx.max_fanout}
+        ):
             if mode == "custom" and on_progress:
                 on_progress(chunk)
             elif mode == "values":
@@ -153,8 +161,9 @@ class Memstrata:
 
         ctx = self.context(user_id, **overrides)
         final: dict[str, Any] = {}
-        async for mode, chunk in graph.astream({"query": query}, context=ctx,
-                                               stream_mode=["custom", "messages", "values"]):
+        async for mode, chunk in graph.astream(
+            {"query": query}, context=ctx, stream_mode=["custom", "messages", "values"]
+        ):
             if mode == "custom":
                 yield "progress", chunk
             elif mode == "messages":
@@ -179,11 +188,13 @@ class Memstrata:
     def memories(self, user_id: str, **filters: Any) -> list[dict[str, Any]]:
         """One page of the user's memories: ``kind`` ("turn", "fact", "summary"...), ``conversation_id``,
         ``speaker``, ``since``, ``until``, ``metadata`` (what the app attached at write time), ``limit``,
-        ``offset``."""
+        ``offset``.
+        """
         return memories.memories(self, user_id, **filters)
 
-    def memory(self, user_id: str, memory_id: str, *, kind: str = "turn",
-               conversation_id: str | None = None) -> dict[str, Any]:
+    def memory(
+        self, user_id: str, memory_id: str, *, kind: str = "turn", conversation_id: str | None = None
+    ) -> dict[str, Any]:
         """One memory by id (``LookupError`` when there is none)."""
         return memories.memory(self, user_id, memory_id, kind=kind, conversation_id=conversation_id)
 
@@ -200,8 +211,9 @@ class Memstrata:
         return memories.history(self, user_id, conversation_id=conversation_id)
 
     # ---- persona ----------------------------------------------------------------
-    def persona(self, user_id: str, speaker: str, *, conversation_id: str | None = None,
-                at: datetime | str | None = None) -> dict[str, Persona]:
+    def persona(
+        self, user_id: str, speaker: str, *, conversation_id: str | None = None, at: datetime | str | None = None
+    ) -> dict[str, Persona]:
         """A speaker's persona: per dimension, the version valid at ``at`` (default: the current one).
 
         ``at`` takes a datetime or a date string ("1 March 2024"). A dimension with no version then is left out.
@@ -217,15 +229,18 @@ class Memstrata:
         out = {d: valid_at([v for v in versions if v.dimension == d], when) for d in DIMENSIONS}
         return {d: v for d, v in out.items() if v is not None}
 
-    def persona_history(self, user_id: str, speaker: str, *, conversation_id: str | None = None
-                        ) -> dict[str, list[Persona]]:
+    def persona_history(
+        self, user_id: str, speaker: str, *, conversation_id: str | None = None
+    ) -> dict[str, list[Persona]]:
         """Every version of each dimension of a speaker's persona, oldest first."""
         versions = read_personas(self.store, user_id, speaker, conversation_id)
-        return {d: [v for v in versions if v.dimension == d] for d in DIMENSIONS
-                if any(v.dimension == d for v in versions)}
+        return {
+            d: [v for v in versions if v.dimension == d] for d in DIMENSIONS if any(v.dimension == d for v in versions)
+        }
 
-    def forget_persona_item(self, user_id: str, speaker: str, dimension: str, fact_id: str, *,
-                            conversation_id: str | None = None) -> int:
+    def forget_persona_item(
+        self, user_id: str, speaker: str, dimension: str, fact_id: str, *, conversation_id: str | None = None
+    ) -> int:
         """Remove one item (named by its fact id) from a dimension, in every version; no rebuild brings it back.
 
         Nothing raw is deleted: the fact and its turns stay. Returns how many versions held the item.
@@ -233,21 +248,31 @@ class Memstrata:
         Raises:
             LookupError: no persona for the speaker, or no version of the dimension holds that item.
         """
-        versions = [v for v in read_personas(self.store, user_id, speaker, conversation_id)
-                    if v.dimension == dimension]
+        versions = [v for v in read_personas(self.store, user_id, speaker, conversation_id) if v.dimension == dimension]
         held = [v for v in versions if any(fact_id in (i.fact_id, *i.fact_ids) for i in v.items)]
         if not held:
-            msg = (f"no {dimension!r} item of {speaker!r} cites {fact_id!r}; its items cite "
-                   f"{sorted({i.fact_id for v in versions for i in v.items})}")
+            msg = (
+                f"no {dimension!r} item of {speaker!r} cites {fact_id!r}; its items cite "
+                f"{sorted({i.fact_id for v in versions for i in v.items})}"
+            )
             raise LookupError(msg)
-        edited = [Persona.model_validate({
-            **v.model_dump(), "text": "", "excluded": sorted({*v.excluded, fact_id}) if v.current else v.excluded,
-            "items": [i.model_dump() for i in v.items if fact_id not in (i.fact_id, *i.fact_ids)]}) for v in held]
+        edited = [
+            Persona.model_validate(
+                {
+                    **v.model_dump(),
+                    "text": "",
+                    "excluded": sorted({*v.excluded, fact_id}) if v.current else v.excluded,
+                    "items": [i.model_dump() for i in v.items if fact_id not in (i.fact_id, *i.fact_ids)],
+                }
+            )
+            for v in held
+        ]
         current = next((v for v in versions if v.current and v not in held), None)
         if current is not None:  # the item is gone from the current version already: still keep it out
             edited.append(current.model_copy(update={"excluded": sorted({*current.excluded, fact_id})}))
-        self.store.upsert("persona", edited, documents=[p.embed_text() for p in edited],
-                          extra=[p.metadata() for p in edited])
+        self.store.upsert(
+            "persona", edited, documents=[p.embed_text() for p in edited], extra=[p.metadata() for p in edited]
+        )
         return len(held)
 
     # ---- housekeeping ----------------------------------------------------------

@@ -10,9 +10,9 @@ Every function takes a :class:`~memstrata.Memstrata` and a ``user_id``; every re
 tenant scope.
 
 Example:
-    >>> mem.memories("ann", speaker="Ann", limit=2)                                      # doctest: +SKIP
+    >>> mem.memories("ann", speaker="Ann", limit=2)  # doctest: +SKIP
     [{'id': 's1:t0', 'kind': 'turn', 'conversation_id': 'c1', 'speaker': 'Ann', 'text': '...', ...}, ...]
-    >>> mem.update("ann", "c1", "s1:t0", "I moved to Porto.")                          # doctest: +SKIP
+    >>> mem.update("ann", "c1", "s1:t0", "I moved to Porto.")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -32,29 +32,44 @@ from memstrata.memory.timeparse import parse_timestamp
 if TYPE_CHECKING:
     from memstrata.client import Memstrata
 
+
 def conversations(mem: Memstrata, user_id: str) -> list[dict[str, Any]]:
     """The user's conversations: id, how many turns and sessions, first and last time."""
     out: dict[str, dict[str, Any]] = {}
     for r in mem.store.get(raw_kind(), user_id=user_id):
         conv = r.metadata["conversation_id"]
-        row = out.setdefault(conv, {"conversation_id": conv, "turns": 0, "sessions": set(), "first": None,
-                                    "last": None})
+        row = out.setdefault(
+            conv, {"conversation_id": conv, "turns": 0, "sessions": set(), "first": None, "last": None}
+        )
         row["turns"] += 1
         row["sessions"].add(r.metadata.get("session_id"))
         ts = r.metadata.get("ts")
         if ts is not None:
             row["first"] = ts if row["first"] is None else min(row["first"], ts)
             row["last"] = ts if row["last"] is None else max(row["last"], ts)
-    return [{**row, "sessions": len(row["sessions"]),
-             "first": _iso(row["first"]), "last": _iso(row["last"])} for _, row in sorted(out.items())]
+    return [
+        {**row, "sessions": len(row["sessions"]), "first": _iso(row["first"]), "last": _iso(row["last"])}
+        for _, row in sorted(out.items())
+    ]
 
 
-def memories(mem: Memstrata, user_id: str, *, kind: str = "turn", conversation_id: str | None = None,
-             speaker: str | None = None, since: datetime | str | None = None, until: datetime | str | None = None,
-             metadata: dict[str, Any] | None = None, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
+def memories(
+    mem: Memstrata,
+    user_id: str,
+    *,
+    kind: str = "turn",
+    conversation_id: str | None = None,
+    speaker: str | None = None,
+    since: datetime | str | None = None,
+    until: datetime | str | None = None,
+    metadata: dict[str, Any] | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> list[dict[str, Any]]:
     """One page of the user's memories of one kind, in time order, filtered by conversation, speaker, time and
     the ``metadata`` the app attached at write time (every name equal; a unit built from turns matches when one
-    of its turns does)."""
+    of its turns does).
+    """
     _check_kind(kind)
     if limit < 1 or offset < 0:
         msg = f"limit must be at least 1 and offset at least 0, got limit={limit}, offset={offset}"
@@ -63,19 +78,29 @@ def memories(mem: Memstrata, user_id: str, *, kind: str = "turn", conversation_i
     where: dict[str, Any] = {"speaker": speaker} if speaker is not None and kind == raw_kind() else {}
     if metadata and kind == raw_kind():
         where.update(_meta_where(metadata))
-    rows = [r for r in mem.store.get(kind, user_id=user_id, conversation_id=conversation_id,
-                                     where=_all(where))
-            if (lo is None or (r.metadata.get("ts") or float("-inf")) >= lo.timestamp())
-            and (hi is None or (r.metadata.get("ts") or float("inf")) <= hi.timestamp())]
+    rows = [
+        r
+        for r in mem.store.get(kind, user_id=user_id, conversation_id=conversation_id, where=_all(where))
+        if (lo is None or (r.metadata.get("ts") or float("-inf")) >= lo.timestamp())
+        and (hi is None or (r.metadata.get("ts") or float("inf")) <= hi.timestamp())
+    ]
     if metadata and kind != raw_kind():
         rows = _built_from(mem, user_id, conversation_id, rows, metadata)
-    rows.sort(key=lambda r: (r.metadata["conversation_id"], r.metadata.get("ts") or 0.0,
-                             str(r.metadata.get("session_id")), r.payload.get("position", 0), r.unit_id))
-    return [_shown(r) for r in rows[offset:offset + limit]]
+    rows.sort(
+        key=lambda r: (
+            r.metadata["conversation_id"],
+            r.metadata.get("ts") or 0.0,
+            str(r.metadata.get("session_id")),
+            r.payload.get("position", 0),
+            r.unit_id,
+        )
+    )
+    return [_shown(r) for r in rows[offset : offset + limit]]
 
 
-def memory(mem: Memstrata, user_id: str, memory_id: str, *, kind: str = "turn",
-           conversation_id: str | None = None) -> dict[str, Any]:
+def memory(
+    mem: Memstrata, user_id: str, memory_id: str, *, kind: str = "turn", conversation_id: str | None = None
+) -> dict[str, Any]:
     """One memory by id (in every conversation of the user unless one is named).
 
     Raises:
@@ -101,8 +126,9 @@ def update(mem: Memstrata, user_id: str, conversation_id: str, turn_id: str, tex
     old = Turn.model_validate(memory(mem, user_id, turn_id, conversation_id=conversation_id)["unit"])
     close = _closed(mem, user_id, conversation_id, old.session_id)
     removed = _remove(mem, user_id, conversation_id, [turn_id])
-    _rebuild(mem, user_id, conversation_id, {old.session_id}, close=close,
-             extra=[old.model_copy(update={"text": text})])
+    _rebuild(
+        mem, user_id, conversation_id, {old.session_id}, close=close, extra=[old.model_copy(update={"text": text})]
+    )
     _journal(mem, user_id, conversation_id, "update", turn_id, before=old.text, after=text)
     return {"updated": turn_id, "removed": removed}
 
@@ -133,12 +159,15 @@ def delete(mem: Memstrata, user_id: str, conversation_id: str, turn_id: str | No
 
 def history(mem: Memstrata, user_id: str, *, conversation_id: str | None = None) -> list[dict[str, Any]]:
     """What was updated or deleted, oldest first: {at, event, conversation_id, turn_id, before, after}."""
-    events = [json.loads(str(r.fields["event"])) for r in mem.store.journal.get(user_id=user_id,
-                                                                                conversation_id=conversation_id)]
+    events = [
+        json.loads(str(r.fields["event"]))
+        for r in mem.store.journal.get(user_id=user_id, conversation_id=conversation_id)
+    ]
     return sorted(events, key=lambda e: (e["at"], e.get("turn_id") or ""))
 
 
 # ---- helpers --------------------------------------------------------------------------------------
+
 
 def _meta_where(metadata: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(metadata, dict) or not all(isinstance(v, (str, int, float, bool)) for v in metadata.values()):
@@ -154,15 +183,21 @@ def _all(where: dict[str, Any]) -> dict[str, Any] | None:
     return {"$and": [{k: v} for k, v in where.items()]}
 
 
-def _built_from(mem: Memstrata, user_id: str, conversation_id: str | None, rows: list[Any],
-                metadata: dict[str, Any]) -> list[Any]:
+def _built_from(
+    mem: Memstrata, user_id: str, conversation_id: str | None, rows: list[Any], metadata: dict[str, Any]
+) -> list[Any]:
     """The units among ``rows`` built from at least one turn whose metadata matches."""
-    turns = mem.store.get(raw_kind(), user_id=user_id, conversation_id=conversation_id,
-                          where=_all(_meta_where(metadata)))
+    turns = mem.store.get(
+        raw_kind(), user_id=user_id, conversation_id=conversation_id, where=_all(_meta_where(metadata))
+    )
     match = {(r.metadata["conversation_id"], r.unit_id) for r in turns}
     unit = get_level(rows[0].kind).unit if rows else None
-    return [r for r in rows if unit is not None and any(
-        (r.metadata["conversation_id"], t) in match for t in unit.model_validate(r.payload).linked_turn_ids())]
+    return [
+        r
+        for r in rows
+        if unit is not None
+        and any((r.metadata["conversation_id"], t) in match for t in unit.model_validate(r.payload).linked_turn_ids())
+    ]
 
 
 def _check_kind(kind: str) -> None:
@@ -180,53 +215,89 @@ def _time(value: datetime | str | None, name: str) -> datetime | None:
 
 
 def _iso(ts: float | None) -> str | None:
-    return datetime.fromtimestamp(ts).isoformat() if ts is not None else None  # noqa: DTZ006 - stored naive
+    return datetime.fromtimestamp(ts).isoformat() if ts is not None else None  # stored naive
 
 
 def _shown(record: Any) -> dict[str, Any]:
     payload = record.payload
     keep = ("speaker", "session_id", "position", "subject", "superseded_by", "episode_id", "dimension")
-    return {"id": record.unit_id, "kind": record.kind, "conversation_id": record.metadata["conversation_id"],
-            "text": record.document, "time": payload.get("timestamp_raw") or payload.get("timestamp"),
-            **{k: payload[k] for k in keep if k in payload},
-            **({"metadata": payload["meta"]} if payload.get("meta") else {}), "unit": payload}
+    return {
+        "id": record.unit_id,
+        "kind": record.kind,
+        "conversation_id": record.metadata["conversation_id"],
+        "text": record.document,
+        "time": payload.get("timestamp_raw") or payload.get("timestamp"),
+        **{k: payload[k] for k in keep if k in payload},
+        **({"metadata": payload["meta"]} if payload.get("meta") else {}),
+        "unit": payload,
+    }
 
 
 def _closed(mem: Memstrata, user_id: str, conversation_id: str, session_id: str) -> bool:
     """Whether the session has no open episode (its tail was closed): a rebuild closes it again."""
-    return not any(str(r.metadata.get("session_id")) == session_id for r in open_episodes(mem.store, user_id,
-                                                                                           conversation_id))
+    return not any(
+        str(r.metadata.get("session_id")) == session_id for r in open_episodes(mem.store, user_id, conversation_id)
+    )
 
 
 def _remove(mem: Memstrata, user_id: str, conversation_id: str, turn_ids: list[str]) -> dict[str, int]:
     removed = mem.store.delete_turns(user_id, conversation_id, turn_ids)
     gone = set(turn_ids)
-    items = [row.key for row in mem.store.items.get(user_id=user_id, conversation_id=conversation_id)
-             if (ids := set(json.loads(str(row.fields.get("turn_ids", "[]"))))) and ids <= gone]  # all its messages
+    items = [
+        row.key
+        for row in mem.store.items.get(user_id=user_id, conversation_id=conversation_id)
+        if (ids := set(json.loads(str(row.fields.get("turn_ids", "[]"))))) and ids <= gone
+    ]  # all its messages
     removed["items"] = mem.store.items.delete(user_id=user_id, keys=items) if items else 0
     return removed
 
 
-def _rebuild(mem: Memstrata, user_id: str, conversation_id: str, sessions: set[str], *, close: bool,
-             extra: Sequence[Turn] = ()) -> None:
+def _rebuild(
+    mem: Memstrata, user_id: str, conversation_id: str, sessions: set[str], *, close: bool, extra: Sequence[Turn] = ()
+) -> None:
     """Ingest the sessions' remaining turns (and ``extra``) again: each keeps its place; the units built from the
-    removed turns are rebuilt from what remains (closed again if they were closed)."""
+    removed turns are rebuilt from what remains (closed again if they were closed).
+    """
     read = read_sessions(mem.store, user_id, [[conversation_id, s] for s in sorted(sessions)])
-    turns = sorted([*(t for stored, _ in read.values() for t in stored), *extra],
-                   key=lambda t: (t.session_id, t.position))
+    turns = sorted(
+        [*(t for stored, _ in read.values() for t in stored), *extra], key=lambda t: (t.session_id, t.position)
+    )
     if not turns:
         return
-    messages = [{"speaker": t.speaker, "text": t.text, "session": t.session_id, "position": t.position, "id": t.id,
-                 **({"timestamp": t.timestamp_raw or t.timestamp.isoformat()} if t.timestamp else {}),
-                 **({"image_caption": t.image_caption} if t.image_caption else {}),
-                 **({"metadata": t.meta} if t.meta else {})} for t in turns]
+    messages = [
+        {
+            "speaker": t.speaker,
+            "text": t.text,
+            "session": t.session_id,
+            "position": t.position,
+            "id": t.id,
+            **({"timestamp": t.timestamp_raw or t.timestamp.isoformat()} if t.timestamp else {}),
+            **({"image_caption": t.image_caption} if t.image_caption else {}),
+            **({"metadata": t.meta} if t.meta else {}),
+        }
+        for t in turns
+    ]
     mem.ingest({"conversation_id": conversation_id, "messages": messages}, user_id=user_id, close=close)
 
 
-def _journal(mem: Memstrata, user_id: str, conversation_id: str, event: str, turn_id: str | None, *,
-             before: str | None, after: str | None) -> None:
+def _journal(
+    mem: Memstrata,
+    user_id: str,
+    conversation_id: str,
+    event: str,
+    turn_id: str | None,
+    *,
+    before: str | None,
+    after: str | None,
+) -> None:
     at = time.time()
-    entry = {"at": at, "event": event, "conversation_id": conversation_id, "turn_id": turn_id, "before": before,
-             "after": after}
+    entry = {
+        "at": at,
+        "event": event,
+        "conversation_id": conversation_id,
+        "turn_id": turn_id,
+        "before": before,
+        "after": after,
+    }
     key = f"{at:.6f}\x1f{conversation_id}\x1f{turn_id or ''}"
     mem.store.journal.upsert([TableRow(key, user_id, conversation_id, {"event": json.dumps(entry)})])

@@ -69,20 +69,42 @@ class ScriptedChatModel(BaseChatModel):
             return AIMessage(content="", tool_calls=[{"name": name, "args": reply, "id": f"call_{len(self.calls)}"}])
         return AIMessage(content=str(reply))
 
-    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                  run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
         return ChatResult(generations=[ChatGeneration(message=self._next(messages))])
 
-    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                         run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
         return self._generate(messages, stop)
 
-    def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
         message = self._next(messages)
         if message.tool_calls:
-            yield ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[
-                {"name": c["name"], "args": _json(c["args"]), "id": c["id"], "index": 0} for c in message.tool_calls]))
+            yield ChatGenerationChunk(
+                message=AIMessageChunk(
+                    content="",
+                    tool_call_chunks=[
+                        {"name": c["name"], "args": _json(c["args"]), "id": c["id"], "index": 0}
+                        for c in message.tool_calls
+                    ],
+                )
+            )
             return
         words = str(message.content).split(" ")
         for i, word in enumerate(words):
@@ -91,9 +113,13 @@ class ScriptedChatModel(BaseChatModel):
                 run_manager.on_llm_new_token(chunk.text, chunk=chunk)
             yield chunk
 
-    async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                       run_manager: AsyncCallbackManagerForLLMRun | None = None,
-                       **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
         for chunk in self._stream(messages, stop):
             if run_manager:
                 await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
@@ -129,8 +155,9 @@ class CountingChatModel(ScriptedChatModel):
 
     def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Runnable:
         clone = super().bind_tools(tools, tool_choice=tool_choice, **kwargs)
-        object.__setattr__(clone, "tool_schema", convert_to_openai_tool(tools[0])["function"]["parameters"]
-                           if tools else None)
+        object.__setattr__(
+            clone, "tool_schema", convert_to_openai_tool(tools[0])["function"]["parameters"] if tools else None
+        )
         return clone
 
     def _next(self, messages: list[BaseMessage]) -> AIMessage:
@@ -141,8 +168,9 @@ class CountingChatModel(ScriptedChatModel):
         if self.tool_schema is None:
             return AIMessage(content=snippet)
         args = _instance(self.tool_schema, self.tool_schema.get("$defs", {}), snippet)
-        return AIMessage(content="", tool_calls=[{"name": self.tool_name or "tool", "args": args,
-                                                  "id": f"call_{len(self.calls)}"}])
+        return AIMessage(
+            content="", tool_calls=[{"name": self.tool_name or "tool", "args": args, "id": f"call_{len(self.calls)}"}]
+        )
 
 
 def _instance(schema: dict[str, Any], defs: dict[str, Any], snippet: str) -> Any:

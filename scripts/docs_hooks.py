@@ -58,7 +58,7 @@ def _field_info(hint: Any) -> tuple[str | None, str | None]:
         if description is not None:
             section = extra.get("section")
             if section and description.startswith(f"[{section}] "):
-                description = description[len(section) + 3:]
+                description = description[len(section) + 3 :]
             return section, description
     return None, None
 
@@ -79,9 +79,9 @@ def _cell(text: str) -> str:
 
 def context_fields() -> list[dict[str, str]]:
     """Every ``Context`` field, in declaration order, with its section, type, default and description."""
-    from memstrata.context import Context
-
     from pydantic import TypeAdapter
+
+    from memstrata.context import Context
 
     hints = typing.get_type_hints(Context, include_extras=True)
     required = set(TypeAdapter(Context).json_schema().get("required", []))  # user_id: an empty default, yet required
@@ -89,14 +89,17 @@ def context_fields() -> list[dict[str, str]]:
     for f in dataclasses.fields(Context):
         section, description = _field_info(hints[f.name])
         skipped = "SkipJsonSchema" in repr(hints[f.name])
-        rows.append({
-            "name": f.name,
-            "section": section or ("python only" if skipped else "unsectioned"),
-            "type": _type_name(hints[f.name]).replace("pydantic.json_schema.SkipJsonSchema[", "").rstrip("]")
-            if skipped else _type_name(hints[f.name]),
-            "default": "required" if f.name in required else _default(f),
-            "description": (description or "") + (" (a Python object: Studio does not show it)" if skipped else ""),
-        })
+        rows.append(
+            {
+                "name": f.name,
+                "section": section or ("python only" if skipped else "unsectioned"),
+                "type": _type_name(hints[f.name]).replace("pydantic.json_schema.SkipJsonSchema[", "").rstrip("]")
+                if skipped
+                else _type_name(hints[f.name]),
+                "default": "required" if f.name in required else _default(f),
+                "description": (description or "") + (" (a Python object: Studio does not show it)" if skipped else ""),
+            }
+        )
     return rows
 
 
@@ -111,8 +114,7 @@ def context_tables() -> str:
         out.append("| field | type | default | description |\n|---|---|---|---|")
         for row in members:
             # a pipe inside a code span does not split a cell; elsewhere it must be escaped
-            out.append(f"| `{row['name']}` | `{row['type']}` | {row['default']} "
-                       f"| {_cell(row['description'])} |")
+            out.append(f"| `{row['name']}` | `{row['type']}` | {row['default']} | {_cell(row['description'])} |")
         out.append("")
     return "\n".join(out)
 
@@ -126,8 +128,10 @@ def levels_table() -> str:
     for level in levels.levels():
         scopes = ", ".join(level.scopes) or "none (its own path)"
         module = level.unit.__module__.replace(".", "/") + ".py"
-        rows.append(f"| `{level.kind}` | {level.role} | {'yes' if level.searched else 'no'} | {scopes} "
-                    f"| `{module}` | {_cell(level.description)} |")
+        rows.append(
+            f"| `{level.kind}` | {level.role} | {'yes' if level.searched else 'no'} | {scopes} "
+            f"| `{module}` | {_cell(level.description)} |"
+        )
     return "\n".join(rows)
 
 

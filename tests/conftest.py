@@ -129,15 +129,17 @@ def _uses_real_things(item: pytest.Item) -> bool:
     if REAL_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("llm_server"):
         return True
     params = getattr(getattr(item, "callspec", None), "params", {})
-    return any(params.get(fixture) == value for (file, fixture), value in REAL_PARAMS.items()
-               if file == item.path.name)
+    return any(params.get(fixture) == value for (file, fixture), value in REAL_PARAMS.items() if file == item.path.name)
 
 
 def _check_lists(items: list[pytest.Item]) -> None:
     """A test named in INTEGRATION or SLOW that its collected module does not hold was renamed: say so."""
     modules = {item.path.name: item.module for item in items if isinstance(item, pytest.Function)}
-    gone = [key for key in (*INTEGRATION, *SLOW) if "::" in key and (module := modules.get(key.split("::")[0]))
-            and not hasattr(module, key.split("::")[1])]
+    gone = [
+        key
+        for key in (*INTEGRATION, *SLOW)
+        if "::" in key and (module := modules.get(key.split("::")[0])) and not hasattr(module, key.split("::")[1])
+    ]
     if gone:
         raise pytest.UsageError(f"tests/conftest.py lists tests that do not exist: {', '.join(sorted(gone))}")
 
@@ -208,4 +210,3 @@ def _unit_tests_stay_offline(request: pytest.FixtureRequest, monkeypatch: pytest
     yield
     if loaded and not request.node.stash.get(_FAILED, False):  # the code under test swallowed the failure
         _not_in_a_unit_test("loads the MiniLM weights")
-

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import HashEmbeddings
 from typer.testing import CliRunner
 
-from conftest import HashEmbeddings
 from memstrata.bench.chat import chat_messages, run_chat
 from memstrata.bench.locomo import load_locomo
 from memstrata.cli import app
@@ -37,8 +37,9 @@ def test_chat_messages_are_the_first_turns_one_minute_apart_in_one_session(locom
 
 
 def test_the_bench_writes_both_ways_and_meters_each_call_site(locomo_path: Path) -> None:
-    result = run_chat(locomo_path, embeddings=HashEmbeddings(), conversation="conv-26", messages=14,
-                      model="counting", budgets=(500,))
+    result = run_chat(
+        locomo_path, embeddings=HashEmbeddings(), conversation="conv-26", messages=14, model="counting", budgets=(500,)
+    )
     offline = result["offline"]
     assert offline["same_turns"] and offline["turns_stored"] == {"stream": 14, "batch": 14}
     assert [p["turns_added"] for p in result["per_message"]] == [1] * 14
@@ -50,8 +51,10 @@ def test_the_bench_writes_both_ways_and_meters_each_call_site(locomo_path: Path)
 
 def test_the_command_writes_json_and_a_plot(locomo_path: Path, tmp_path: Path) -> None:
     out, plot = tmp_path / "chat.json", tmp_path / "chat.png"
-    done = CliRunner().invoke(app, ["bench", "chat", str(locomo_path), "--messages", "6", "--no-recall",
-                                    "--out", str(out), "--plot", str(plot)])
+    done = CliRunner().invoke(
+        app,
+        ["bench", "chat", str(locomo_path), "--messages", "6", "--no-recall", "--out", str(out), "--plot", str(plot)],
+    )
     assert done.exit_code == 0, done.output
     result = json.loads(out.read_text())
     assert result["messages"] == 6 and result["offline"]["same_turns"] and plot.stat().st_size > 1000

@@ -39,7 +39,8 @@ def first_table(text: str) -> list[list[str]]:
 def test_the_committed_tables_are_what_the_results_files_render_to(render: ModuleType) -> None:
     doc = DOC.read_text(encoding="utf-8")
     assert render.replace(doc, render.render(render.load())) == doc, (
-        "BENCHMARKS.md is stale: run `python benchmarks/render.py` and commit it")
+        "BENCHMARKS.md is stale: run `python benchmarks/render.py` and commit it"
+    )
 
 
 def test_the_first_table_is_locomo_json() -> None:

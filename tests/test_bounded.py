@@ -10,20 +10,24 @@ import sys
 import numpy as np
 from conftest import EXAMPLE, REPO
 
-from memstrata.context import Context
-from memstrata.runtime.search import bounds as bounds_of
-from memstrata.runtime.search import weights as weights_of
 from memstrata import Memstrata
-from memstrata.memory.search.scoring import score_query
+from memstrata.context import Context
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.index.bounded import WorkingSet, content_words
-from memstrata.memory.levels import levels
 from memstrata.memory.index.sessions import session_cache
+from memstrata.memory.levels import levels
 from memstrata.memory.search.query import Query
+from memstrata.memory.search.scoring import score_query
 from memstrata.memory.tree.search import _REINFORCEMENT, load_reinforcement
+from memstrata.runtime.search import bounds as bounds_of
+from memstrata.runtime.search import weights as weights_of
 
-QUERIES = ["When did Tom run the Brighton half marathon?", "Where is Priya moving?", "What is the cat called?",
-           "Who is Rui?"]
+QUERIES = [
+    "When did Tom run the Brighton half marathon?",
+    "Where is Priya moving?",
+    "What is the cat called?",
+    "Who is Rui?",
+]
 
 
 def _messages() -> list[dict]:
@@ -33,8 +37,15 @@ def _messages() -> list[dict]:
 def _scores(index: MemoryIndex, vecs: np.ndarray) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for text, vec in zip(QUERIES, vecs, strict=True):
-        ranked, parts = score_query(index, Query(id="q0", text=text), vec, event_kinds=list(index.events),
-                                    top_events=10, weights=weights_of(Context(user_id="t")), now=None)
+        ranked, parts = score_query(
+            index,
+            Query(id="q0", text=text),
+            vec,
+            event_kinds=list(index.events),
+            top_events=10,
+            weights=weights_of(Context(user_id="t")),
+            now=None,
+        )
         out[text] = {f"{t.conversation_id}/{t.id}": float(parts["score"][i]) for i, t in enumerate(index.turns)}
         out[text] |= {f"{kind}:{index.events[kind].units[row].id}": s for kind, row, s in ranked}
     return out
@@ -42,7 +53,10 @@ def _scores(index: MemoryIndex, vecs: np.ndarray) -> dict[str, dict[str, float]]
 
 def test_content_words_are_the_longest_non_stop_words() -> None:
     assert content_words("What did Priya say about the Brighton half marathon?", 3) == [
-        "Brighton", "marathon", "Priya"]  # ties in length: alphabetical
+        "Brighton",
+        "marathon",
+        "Priya",
+    ]  # ties in length: alphabetical
     assert content_words("What is it?", 3) == []
 
 
@@ -52,7 +66,11 @@ def test_candidates_covering_a_small_store_score_exactly_like_the_full_snapshot(
     mem.ingest({"conversation_id": "other", "messages": _messages()[:12]}, user_id="u")
     full = MemoryIndex.build(mem.store, "u", None)
     vecs = np.asarray(hash_embeddings.embed_documents(QUERIES), dtype=np.float32)
-    ws = WorkingSet(mem.store, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_dense_k=500, bounded_event_k=500, bounded_sessions=500)))
+    ws = WorkingSet(
+        mem.store,
+        user_id="u",
+        bounds=bounds_of(Context(user_id="u", bounded_dense_k=500, bounded_event_k=500, bounded_sessions=500)),
+    )
     bounded = ws.ensure(QUERIES, vecs)
     assert bounded.bounded is not None and full.bounded is None
     assert {k: len(t) for k, t in bounded.tables.items()} == {k: len(t) for k, t in full.tables.items()}
@@ -70,8 +88,13 @@ def test_small_bounds_load_whole_sessions_of_the_best_candidates_only(data_dir, 
     mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")
     full = MemoryIndex.build(mem.store, "u", None)
     vec = np.asarray(hash_embeddings.embed_documents(QUERIES[:1]), dtype=np.float32)
-    index = WorkingSet(mem.store, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_dense_k=3, bounded_event_k=3, bounded_lexical_k=2, bounded_sessions=1))).ensure(
-        QUERIES[:1], vec)
+    index = WorkingSet(
+        mem.store,
+        user_id="u",
+        bounds=bounds_of(
+            Context(user_id="u", bounded_dense_k=3, bounded_event_k=3, bounded_lexical_k=2, bounded_sessions=1)
+        ),
+    ).ensure(QUERIES[:1], vec)
     sessions = {(t.conversation_id, t.session_id) for t in index.turns}
     assert len(sessions) == 1 and len(index.turns) < len(full.turns)
     whole = [t for t in full.turns if (t.conversation_id, t.session_id) in sessions]
@@ -88,21 +111,30 @@ def test_retrieval_on_the_bounded_path_matches_the_snapshot_path(data_dir, hash_
         snapshot = mem.retrieve(query, user_id="u")
         bounded = mem.retrieve(query, user_id="u", snapshot_max_turns=0)
         assert [(e.turn_id, round(e.score, 6)) for e in bounded.evidence] == [
-            (e.turn_id, round(e.score, 6)) for e in snapshot.evidence], query
+            (e.turn_id, round(e.score, 6)) for e in snapshot.evidence
+        ], query
 
 
-def test_a_bounded_snapshot_reads_the_reinforcement_of_its_own_summaries_only(data_dir, hash_embeddings,
-                                                                             monkeypatch) -> None:
+def test_a_bounded_snapshot_reads_the_reinforcement_of_its_own_summaries_only(
+    data_dir, hash_embeddings, monkeypatch
+) -> None:
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")
     mem.ingest({"conversation_id": "other", "messages": _messages()[:12]}, user_id="u")
     counters = mem.store.counters
     vec = np.asarray(hash_embeddings.embed_documents(QUERIES[:1]), dtype=np.float32)
-    index = WorkingSet(mem.store, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_dense_k=3, bounded_event_k=3, bounded_lexical_k=2, bounded_sessions=1))).ensure(
-        QUERIES[:1], vec)
+    index = WorkingSet(
+        mem.store,
+        user_id="u",
+        bounds=bounds_of(
+            Context(user_id="u", bounded_dense_k=3, bounded_event_k=3, bounded_lexical_k=2, bounded_sessions=1)
+        ),
+    ).ensure(QUERIES[:1], vec)
     held = {(u.conversation_id, u.id) for u in index.events["summary"].units}
-    stored = {(c.conversation_id, c.unit_id): (c.reinforcement_count, c.reinforced_at)
-              for c in counters.all("u", kind="summary")}
+    stored = {
+        (c.conversation_id, c.unit_id): (c.reinforcement_count, c.reinforced_at)
+        for c in counters.all("u", kind="summary")
+    }
     assert held < stored.keys() and any(n for n, _ in stored.values())  # a part of the user's reinforced summaries
 
     def no_full_read(*args, **kwargs):
@@ -110,8 +142,7 @@ def test_a_bounded_snapshot_reads_the_reinforcement_of_its_own_summaries_only(da
 
     monkeypatch.setattr(counters, "all", no_full_read)
     load_reinforcement(index, counters, "u")
-    got = {(conv, sid): value for conv, part in index.held[_REINFORCEMENT].parts.items()
-           for sid, value in part.items()}
+    got = {(conv, sid): value for conv, part in index.held[_REINFORCEMENT].parts.items() for sid, value in part.items()}
     assert got == {key: stored.get(key, (0, None)) for key in held}
 
 
@@ -145,21 +176,26 @@ def test_the_bounded_path_stays_in_its_tenant_and_sees_other_processes_writes(da
         result = mem.retrieve(query, user_id="alice", snapshot_max_turns=0)
         assert result.evidence
         assert all("zeppelin" not in e.text for e in result.evidence)
-    assert any("zeppelin" in e.text for e in mem.retrieve("zeppelin hangar code", user_id="bob",
-                                                          snapshot_max_turns=0).evidence)
+    assert any(
+        "zeppelin" in e.text for e in mem.retrieve("zeppelin hangar code", user_id="bob", snapshot_max_turns=0).evidence
+    )
     script = (
         "import sys, json; sys.path.insert(0, 'tests'); from conftest import HashEmbeddings; "
         "from memstrata import Memstrata; "
         f"m = Memstrata(path={data_dir!r}, embeddings=HashEmbeddings()); "
         "m.ingest({'conversation_id': 'later', 'messages': [{'speaker': 'Priya', 'text': "
         "'My new neighbour keeps a tortoise named Ferdinand.', 'timestamp': '2024-09-01T10:00:00'}]}, "
-        "user_id='alice')")
-    subprocess.run([sys.executable, "-c", script], cwd=REPO, check=True, timeout=300,
-                   env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        "user_id='alice')"
+    )
+    subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, check=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+    )
     found = mem.retrieve("What is the tortoise called?", user_id="alice", snapshot_max_turns=0)
     assert any("Ferdinand" in e.text for e in found.evidence)
-    assert not any("Ferdinand" in e.text for e in mem.retrieve(
-        "What is the tortoise called?", user_id="bob", snapshot_max_turns=0).evidence)
+    assert not any(
+        "Ferdinand" in e.text
+        for e in mem.retrieve("What is the tortoise called?", user_id="bob", snapshot_max_turns=0).evidence
+    )
 
 
 def test_a_store_written_before_session_keys_still_loads_whole_sessions(data_dir, hash_embeddings) -> None:
@@ -172,8 +208,11 @@ def test_a_store_written_before_session_keys_still_loads_whole_sessions(data_dir
         assert not any("session_key" in m for m in col.get(include=["metadatas"])["metadatas"])
     full = MemoryIndex.build(mem.store, "u", None)
     vecs = np.asarray(hash_embeddings.embed_documents(QUERIES), dtype=np.float32)
-    index = WorkingSet(mem.store, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_dense_k=500, bounded_event_k=500, bounded_sessions=500))).ensure(
-        QUERIES, vecs)
+    index = WorkingSet(
+        mem.store,
+        user_id="u",
+        bounds=bounds_of(Context(user_id="u", bounded_dense_k=500, bounded_event_k=500, bounded_sessions=500)),
+    ).ensure(QUERIES, vecs)
     assert [t.id for t in index.turns] == [t.id for t in full.turns]
     assert len(index.tables["turn_context"]) == len(full.tables["turn_context"])
 
@@ -194,8 +233,9 @@ def test_a_follow_up_reads_only_its_new_vector_and_words(data_dir, hash_embeddin
     assert ws.reads == reads + 1 + 1 + len(event_kinds)
 
 
-def test_sessions_come_from_the_cache_until_the_store_changes_under_them(data_dir, hash_embeddings,
-                                                                         monkeypatch) -> None:
+def test_sessions_come_from_the_cache_until_the_store_changes_under_them(
+    data_dir, hash_embeddings, monkeypatch
+) -> None:
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     session_reads: list[str] = []
     read = mem.store.get
@@ -220,7 +260,8 @@ def test_sessions_come_from_the_cache_until_the_store_changes_under_them(data_di
     assert [t.id for t in warm.turns] == [t.id for t in cold.turns]
     assert np.array_equal(warm.tables["turn"].vecs, cold.tables["turn"].vecs)
     assert {t.id for t in WorkingSet(mem.store, user_id="v", bounds=bounds).ensure(QUERIES, vecs).turns} == {
-        t.id for t in cold.turns}  # v's own records: same ids, read for v
+        t.id for t in cold.turns
+    }  # v's own records: same ids, read for v
     # a turn forgotten under a cached session is gone from the next retrieval
     gone = cold.turns[3]
     mem.store.delete_turns("u", gone.conversation_id, [gone.id])
@@ -228,14 +269,23 @@ def test_sessions_come_from_the_cache_until_the_store_changes_under_them(data_di
     assert gone.id not in {t.id for t in after.turns}
     assert len(after.turns) == len(cold.turns) - 1
     # a turn added to a cached session by a write that bypasses this process's write log (as another process's)
-    record = mem.store.get("turn", user_id="u", conversation_id=gone.conversation_id, unit_ids=[cold.turns[4].id],
-                           with_vectors=True)[0]
+    record = mem.store.get(
+        "turn", user_id="u", conversation_id=gone.conversation_id, unit_ids=[cold.turns[4].id], with_vectors=True
+    )[0]
     text = "zzyzx qwv"  # matches no query, so only its session can bring it
     meta = {k: v for k, v in record.metadata.items() if k != "_vector"} | {
-        "unit_id": "late-turn", "payload": json.dumps(record.payload | {"id": "late-turn", "text": text})}
-    mem.store.collection("turn").add(ids=[mem.store.storage_key("u", gone.conversation_id, "late-turn")],
-                                     documents=[text], metadatas=[meta], embeddings=hash_embeddings.embed_documents([text]))
-    small = bounds_of(Context(user_id="u", bounded_dense_k=1, bounded_event_k=1, bounded_lexical_k=1, bounded_sessions=500))
+        "unit_id": "late-turn",
+        "payload": json.dumps(record.payload | {"id": "late-turn", "text": text}),
+    }
+    mem.store.collection("turn").add(
+        ids=[mem.store.storage_key("u", gone.conversation_id, "late-turn")],
+        documents=[text],
+        metadatas=[meta],
+        embeddings=hash_embeddings.embed_documents([text]),
+    )
+    small = bounds_of(
+        Context(user_id="u", bounded_dense_k=1, bounded_event_k=1, bounded_lexical_k=1, bounded_sessions=500)
+    )
     later = WorkingSet(mem.store, user_id="u", bounds=small).ensure(QUERIES, vecs)
     assert "late-turn" in {t.id for t in later.turns}
     cache.put(user_id="u", sessions={}, limit=0)  # the bound holds

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import HashEmbeddings, assert_store_ok
 from langchain_core.messages import AIMessage, HumanMessage
 from typer.testing import CliRunner
 
-from conftest import HashEmbeddings, assert_store_ok
 from memstrata import Memstrata
 from memstrata.cli import app
 from memstrata.testing import ScriptedChatModel
@@ -32,8 +32,10 @@ def _turns(mem: Memstrata, user: str, conv: str | None = None) -> list[tuple[str
 
 
 def _episodes(mem: Memstrata, user: str) -> list[tuple[int, int, bool]]:
-    return sorted((r.payload["start_position"], r.payload["end_position"], r.payload["open"])
-                  for r in mem.store.get("episode", user_id=user))
+    return sorted(
+        (r.payload["start_position"], r.payload["end_position"], r.payload["open"])
+        for r in mem.store.get("episode", user_id=user)
+    )
 
 
 @pytest.fixture
@@ -45,8 +47,9 @@ def mem(tmp_path: Path) -> Memstrata:
 def test_three_messages_written_one_at_a_time_are_three_turns_and_the_cat_is_found(tmp_path: Path) -> None:
     mem = Memstrata(path=tmp_path / "store")  # the packaged MiniLM, as a new user has it
     for i, text in enumerate(CAT):
-        stats = mem.ingest([{"speaker": "Ann", "text": text, "timestamp": f"2024-03-02T10:0{i}:00"}],
-                           user_id="u", conversation_id="c")
+        stats = mem.ingest(
+            [{"speaker": "Ann", "text": text, "timestamp": f"2024-03-02T10:0{i}:00"}], user_id="u", conversation_id="c"
+        )
         assert stats["turns_added"] == 1
     assert _turns(mem, "u") == [("1", 0, CAT[0]), ("1", 1, CAT[1]), ("1", 2, CAT[2])]
     found = mem.retrieve("What is the cat called?", user_id="u", context_budget=300)
@@ -99,8 +102,11 @@ async def test_the_async_client_appends(mem: Memstrata) -> None:
 def test_langchain_messages_without_ids_are_appended(mem: Memstrata) -> None:
     mem.ingest([HumanMessage("I adopted a cat named Miso.")], user_id="u")
     mem.ingest([AIMessage("What a lovely name!"), HumanMessage("She is grey.")], user_id="u")
-    assert [(p, t) for _, p, t in _turns(mem, "u")] == [(0, "I adopted a cat named Miso."),
-                                                        (1, "What a lovely name!"), (2, "She is grey.")]
+    assert [(p, t) for _, p, t in _turns(mem, "u")] == [
+        (0, "I adopted a cat named Miso."),
+        (1, "What a lovely name!"),
+        (2, "She is grey."),
+    ]
 
 
 def test_the_cli_appends_a_json_list_to_a_stored_conversation(tmp_path: Path) -> None:
@@ -116,26 +122,43 @@ def test_the_cli_appends_a_json_list_to_a_stored_conversation(tmp_path: Path) ->
 
 # ---- open tails ------------------------------------------------------------------------------------------
 def _chat(n: int, start: datetime, step: timedelta = timedelta(minutes=1)) -> list[dict[str, Any]]:
-    return [{"speaker": "Ann" if i % 2 == 0 else "Bo", "text": f"Message number {i} about topic {i // 5}.",
-             "timestamp": (start + i * step).isoformat(), "id": f"m{i}"} for i in range(n)]
+    return [
+        {
+            "speaker": "Ann" if i % 2 == 0 else "Bo",
+            "text": f"Message number {i} about topic {i // 5}.",
+            "timestamp": (start + i * step).isoformat(),
+            "id": f"m{i}",
+        }
+        for i in range(n)
+    ]
 
 
 def test_closed_episodes_are_never_cut_again_and_the_tail_stays_open_until_done(mem: Memstrata) -> None:
     start = datetime(2024, 3, 2, 10, 0)
     messages = _chat(30, start)
+    previous: list[tuple[int, int]] = []
     for i, m in enumerate(messages):  # a live chat: each message is written when it is sent
         mem.ingest([m], user_id="u", now=start + i * timedelta(minutes=1))
         eps = _episodes(mem, "u")
         assert sum(open_ for *_, open_ in eps) == 1  # exactly one open episode: the tail, holding the newest turn
         assert max(e for _, e, _ in eps) == i
         closed = [(s, e) for s, e, o in eps if not o]
-        if i:
-            assert set(closed) >= set(previous)  # what was closed stays as it was
+        assert set(closed) >= set(previous)  # what was closed stays as it was
         previous = closed
         assert all(e - s + 1 <= mem.context("u").max_episode_turns + 1 for s, e, _ in eps)
     # quiet: an hour later, the next write closes the tail
-    mem.ingest([{"speaker": "Ann", "text": "Back again.", "id": "late", "timestamp": (start + timedelta(hours=1)).isoformat()}],
-               user_id="u", now=start + timedelta(hours=1))
+    mem.ingest(
+        [
+            {
+                "speaker": "Ann",
+                "text": "Back again.",
+                "id": "late",
+                "timestamp": (start + timedelta(hours=1)).isoformat(),
+            }
+        ],
+        user_id="u",
+        now=start + timedelta(hours=1),
+    )
     assert [o for s, e, o in _episodes(mem, "u") if e == 29] == [False]
     assert_store_ok(mem.store, "u")
 
@@ -144,12 +167,21 @@ def test_a_later_session_or_close_true_closes_the_tail(mem: Memstrata) -> None:
     start = datetime(2024, 3, 2, 10, 0)
     mem.ingest(_chat(4, start), user_id="u", now=start)
     assert [o for *_, o in _episodes(mem, "u")] == [True]
-    mem.ingest([{"speaker": "Ann", "text": "Next morning.", "timestamp": "2024-03-03T09:00"}], user_id="u",
-               now=datetime(2024, 3, 3, 9, 0))
+    mem.ingest(
+        [{"speaker": "Ann", "text": "Next morning.", "timestamp": "2024-03-03T09:00"}],
+        user_id="u",
+        now=datetime(2024, 3, 3, 9, 0),
+    )
     assert sorted((r.payload["session_id"], r.payload["open"]) for r in mem.store.get("episode", user_id="u")) == [
-        ("1", False), ("2", True)]  # session 1 is over once session 2 starts
-    mem.ingest([{"speaker": "Bo", "text": "Good morning.", "timestamp": "2024-03-03T09:01"}], user_id="u",
-               now=datetime(2024, 3, 3, 9, 1), close=True)
+        ("1", False),
+        ("2", True),
+    ]  # session 1 is over once session 2 starts
+    mem.ingest(
+        [{"speaker": "Bo", "text": "Good morning.", "timestamp": "2024-03-03T09:01"}],
+        user_id="u",
+        now=datetime(2024, 3, 3, 9, 1),
+        close=True,
+    )
     assert all(not r.payload["open"] for r in mem.store.get("episode", user_id="u"))
 
 
@@ -161,15 +193,24 @@ def test_a_batch_gives_the_same_episodes_as_cutting_the_whole_session(mem: Memst
     assert all(not r.payload["open"] for r in mem.store.get("episode", user_id="u"))
     ctx = mem.context("u")
     for session in {r.payload["session_id"] for r in mem.store.get("turn", user_id="u")}:
-        recs = sorted(mem.store.get("turn", user_id="u", where={"session_id": session}, with_vectors=True),
-                      key=lambda r: r.payload["position"])
-        spans = segment_session([r.metadata["_vector"] for r in recs],
-                                [datetime.fromisoformat(r.payload["timestamp"]) for r in recs],
-                                max_turns=ctx.max_episode_turns, min_turns=ctx.min_episode_turns,
-                                overlap=ctx.episode_overlap, max_gap=timedelta(minutes=ctx.episode_max_gap_minutes),
-                                window=ctx.segment_window, depth=ctx.segment_depth)
-        stored = sorted((r.payload["start_position"], r.payload["end_position"])
-                        for r in mem.store.get("episode", user_id="u", where={"session_id": session}))
+        recs = sorted(
+            mem.store.get("turn", user_id="u", where={"session_id": session}, with_vectors=True),
+            key=lambda r: r.payload["position"],
+        )
+        spans = segment_session(
+            [r.metadata["_vector"] for r in recs],
+            [datetime.fromisoformat(r.payload["timestamp"]) for r in recs],
+            max_turns=ctx.max_episode_turns,
+            min_turns=ctx.min_episode_turns,
+            overlap=ctx.episode_overlap,
+            max_gap=timedelta(minutes=ctx.episode_max_gap_minutes),
+            window=ctx.segment_window,
+            depth=ctx.segment_depth,
+        )
+        stored = sorted(
+            (r.payload["start_position"], r.payload["end_position"])
+            for r in mem.store.get("episode", user_id="u", where={"session_id": session})
+        )
         assert stored == sorted(spans)
 
 
@@ -180,8 +221,9 @@ def test_an_open_episode_is_searchable_and_the_evidence_says_it_is_open(mem: Mem
     assert [(e.turn_id, e.open_episode) for e in found.evidence] == [("m1", True)]
     assert found.trace["open_episode_turns"] == ["m1"]
     assert mem.store.count("entity", user_id="u") == 0  # entities wait for the episode to close
-    mem.ingest([{"speaker": "Ann", "text": "Bye.", "timestamp": "2024-03-02T10:01", "id": "m2"}], user_id="u",
-               close=True)
+    mem.ingest(
+        [{"speaker": "Ann", "text": "Bye.", "timestamp": "2024-03-02T10:01", "id": "m2"}], user_id="u", close=True
+    )
     found = mem.retrieve("What is the cat called?", user_id="u", context_budget=300)
     assert not any(e.open_episode for e in found.evidence)
     assert mem.store.count("entity", user_id="u") > 0
@@ -189,8 +231,9 @@ def test_an_open_episode_is_searchable_and_the_evidence_says_it_is_open(mem: Mem
 
 # ---- the model's cost per message ------------------------------------------------------------------------
 def test_with_a_model_each_message_costs_the_same_however_long_the_session(tmp_path: Path) -> None:
-    model = ScriptedChatModel(default=lambda messages: {"starts": [], "keywords": ["k"], "facts": [],
-                                                       "replaces": False, "summary": "s"})
+    model = ScriptedChatModel(
+        default=lambda messages: {"starts": [], "keywords": ["k"], "facts": [], "replaces": False, "summary": "s"}
+    )
     mem = Memstrata(path=tmp_path / "store", embeddings=HashEmbeddings(), model=model)
     start = datetime(2024, 3, 2, 10, 0)
     sizes: list[int] = []
@@ -214,10 +257,19 @@ def test_a_new_users_agent_with_the_middleware_works_for_five_turns_and_cites_th
     from memstrata.integrations.middleware import MemstrataMiddleware
 
     model = ScriptedChatModel(default="Noted.")
-    agent = create_agent(model, tools=[], checkpointer=InMemorySaver(),
-                         middleware=[MemstrataMiddleware(mem, user_id="bob", user_name="Bob", assistant_name="Ada")])
-    said = ["I adopted a cat named Miso.", "I work as a nurse.", "I live in Porto.", "I play the cello.",
-            "What is my cat called?"]
+    agent = create_agent(
+        model,
+        tools=[],
+        checkpointer=InMemorySaver(),
+        middleware=[MemstrataMiddleware(mem, user_id="bob", user_name="Bob", assistant_name="Ada")],
+    )
+    said = [
+        "I adopted a cat named Miso.",
+        "I work as a nurse.",
+        "I live in Porto.",
+        "I play the cello.",
+        "What is my cat called?",
+    ]
     for i, text in enumerate(said):  # retrieve before the first write, then write after each turn
         agent.invoke({"messages": [("user", text)]}, {"configurable": {"thread_id": "t1"}})
     system = next(str(m.content) for m in model.calls[-1] if isinstance(m, SystemMessage))
@@ -245,11 +297,17 @@ def test_a_new_user_through_the_store_adapter_recalls_then_remembers(mem: Memstr
 
     def recall_then_remember(state: State, *, store: BaseStore) -> dict[str, Any]:
         found = [i.value["text"] for i in store.search(("new",), query=state["text"], limit=5)]
-        store.put(("new", "chat"), f"m{len(found)}-{abs(hash(state['text']))}", {"speaker": "Ann", "text": state["text"]})
+        store.put(
+            ("new", "chat"), f"m{len(found)}-{abs(hash(state['text']))}", {"speaker": "Ann", "text": state["text"]}
+        )
         return {"recalled": found}
 
-    graph = StateGraph(State).add_node("step", recall_then_remember).add_edge(START, "step").compile(
-        store=MemstrataStore(mem))
+    graph = (
+        StateGraph(State)
+        .add_node("step", recall_then_remember)
+        .add_edge(START, "step")
+        .compile(store=MemstrataStore(mem))
+    )
     out = [graph.invoke({"text": t})["recalled"] for t in [*CAT, "What is the cat called?"]]
     assert out[0] == [] and any("Miso" in t for t in out[-1])
     assert [t for _, _, t in _turns(mem, "new")] == [*CAT, "What is the cat called?"]
@@ -283,10 +341,24 @@ for i in range(n):
 
 
 def test_two_processes_appending_to_one_conversation_store_every_message_once_in_order(chroma_server) -> None:
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "ANONYMIZED_TELEMETRY": "False", "PATH": "/usr/bin:/bin"}
-    procs = [subprocess.Popen([sys.executable, "-c", APPENDER, chroma_server.url, name, "12"], cwd=REPO, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in ("Ann", "Bo")]
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "ANONYMIZED_TELEMETRY": "False",
+        "PATH": "/usr/bin:/bin",
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", APPENDER, chroma_server.url, name, "12"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("Ann", "Bo")
+    ]
     for p in procs:
         _, err = p.communicate(timeout=600)
         assert p.returncode == 0, err[-3000:]
@@ -300,13 +372,23 @@ def test_two_processes_appending_to_one_conversation_store_every_message_once_in
 
 
 def test_with_a_model_a_tree_window_still_receiving_messages_is_consolidated_once_it_closes(tmp_path: Path) -> None:
-    model = ScriptedChatModel(default=lambda messages: {"starts": [], "keywords": ["k"], "facts": [],
-                                                       "replaces": False, "summary": "consolidated"})
+    model = ScriptedChatModel(
+        default=lambda messages: {
+            "starts": [],
+            "keywords": ["k"],
+            "facts": [],
+            "replaces": False,
+            "summary": "consolidated",
+        }
+    )
     mem = Memstrata(path=tmp_path / "store", embeddings=HashEmbeddings(), model=model)
 
     def weeks() -> dict[str, str]:
-        return {r.payload["window"]: r.payload["method"] for r in mem.store.get("tree_node", user_id="u")
-                if r.payload["level"] == "week"}
+        return {
+            r.payload["window"]: r.payload["method"]
+            for r in mem.store.get("tree_node", user_id="u")
+            if r.payload["level"] == "week"
+        }
 
     monday = datetime(2024, 3, 4, 10, 0)
     mem.ingest(_chat(6, monday), user_id="u", now=monday, close=True)
@@ -322,8 +404,10 @@ def test_inspect_shows_each_conversations_own_summaries_in_text_and_html(tmp_pat
 
     store = tmp_path / "store"
     mem = Memstrata(path=store)
-    said = {"c1": ["I planted tomatoes in the garden.", "The tomatoes need water daily."],
-            "c2": ["My violin lesson moved to Friday.", "The violin teacher is strict."]}
+    said = {
+        "c1": ["I planted tomatoes in the garden.", "The tomatoes need water daily."],
+        "c2": ["My violin lesson moved to Friday.", "The violin teacher is strict."],
+    }
     for conv, texts in said.items():  # both conversations get the same episode id, ep:s1:0-1
         mem.ingest([{"speaker": "Ann", "text": t} for t in texts], user_id="u", conversation_id=conv, close=True)
     runner = CliRunner()

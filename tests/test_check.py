@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import EXAMPLE, HashEmbeddings
 from typer.testing import CliRunner
 
-from conftest import EXAMPLE, HashEmbeddings
 from memstrata import Memstrata
 from memstrata.cli import app
 from memstrata.memory.store import Edge
@@ -58,8 +58,9 @@ def test_an_entity_whose_facts_are_gone_is_caught(mem: Memstrata) -> None:
 
 
 def test_an_edge_to_a_missing_unit_is_caught(mem: Memstrata) -> None:
-    mem.store.edges.add("u", [Edge("priya-tom", "ent:priya", "knows", "ent:nobody", src_kind="entity",
-                                   dst_kind="entity")])
+    mem.store.edges.add(
+        "u", [Edge("priya-tom", "ent:priya", "knows", "ent:nobody", src_kind="entity", dst_kind="entity")]
+    )
     assert any(p.invariant == "edge" and "ent:nobody" in p.detail for p in check_store(mem.store, "u"))
 
 
@@ -106,7 +107,9 @@ def test_two_turns_at_one_position_are_caught(mem: Memstrata) -> None:
 def test_the_cli_prints_nothing_wrong_then_each_problem(tmp_path: Path) -> None:
     runner = CliRunner()
     store = ["--user", "u", "--data-dir", str(tmp_path / "cli")]
-    assert runner.invoke(app, ["ingest", str(EXAMPLE), *store]).exit_code == 0  # the packaged embedder, as a user has it
+    assert (
+        runner.invoke(app, ["ingest", str(EXAMPLE), *store]).exit_code == 0
+    )  # the packaged embedder, as a user has it
     ok = runner.invoke(app, ["check", *store])
     assert ok.exit_code == 0 and ok.output.strip() == ""
     Memstrata(path=tmp_path / "cli").store.counters.put("u", [UnitCounters("priya-tom", "summary", "sum:gone")])

@@ -9,15 +9,20 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import EXAMPLE, REPO
 
 pytestmark = pytest.mark.integration
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memstrata", *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "160"})
+    return subprocess.run(
+        [sys.executable, "-m", "memstrata", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "160"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +68,8 @@ def test_inspect_lists_entities_and_shows_one_with_its_facts_and_raw_turns(store
 
 def test_reading_commands_never_create_a_store_and_say_what_is_missing(store: Path, tmp_path: Path) -> None:
     """A mistyped --data-dir, an unknown user or conversation, a bad --html folder, an absurd budget: one clear
-    line and exit code 2, never a traceback, and nothing created."""
+    line and exit code 2, never a traceback, and nothing created.
+    """
     typo = tmp_path / "no-such-store"
     done = _run("ask", "Where does Priya work?", "--user", "demo", "--data-dir", str(typo))
     assert done.returncode == 2 and f"no memstrata store at {typo}" in done.stderr and not typo.exists()
@@ -77,8 +83,9 @@ def test_reading_commands_never_create_a_store_and_say_what_is_missing(store: Pa
     assert done.returncode == 2 and "no memory for user 'nobody'" in done.stderr
     done = _run("ask", "Where does Priya work?", "--user", "demo", "-c", "nope", "--data-dir", str(store))
     assert done.returncode == 2 and "no memory for conversation 'nope' of user 'demo'" in done.stderr
-    done = _run("ask", "Where?", "--user", "demo", "--html", str(tmp_path / "missing" / "t.html"), "--data-dir",
-                str(store))
+    done = _run(
+        "ask", "Where?", "--user", "demo", "--html", str(tmp_path / "missing" / "t.html"), "--data-dir", str(store)
+    )
     assert done.returncode == 2 and "does not exist" in done.stderr
     for bad in (["--budget", "100000000000"], ["--budget", "0"], ["--top", "-1"]):
         done = _run("ask", "Where?", "--user", "demo", *bad, "--data-dir", str(store))
@@ -95,11 +102,33 @@ def test_version() -> None:
 
 
 def test_ask_with_an_unreachable_model_says_so_shows_the_evidence_and_exits_2(store: Path) -> None:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "160", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
-           "OPENAI_API_KEY": "sk-none"}  # port 9: nothing listens, every connection is refused at once
-    done = subprocess.run([sys.executable, "-m", "memstrata", "ask", "Where does Priya work?", "--user", "demo",
-                           "--data-dir", str(store), "--model", "any-model"], capture_output=True, text=True,
-                          cwd=REPO, timeout=600, env=env)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "COLUMNS": "160",
+        "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+        "OPENAI_API_KEY": "sk-none",
+    }  # port 9: nothing listens, every connection is refused at once
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memstrata",
+            "ask",
+            "Where does Priya work?",
+            "--user",
+            "demo",
+            "--data-dir",
+            str(store),
+            "--model",
+            "any-model",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+        env=env,
+    )
     assert done.returncode == 2, done.stderr[-2000:]
     assert "error: answer failed: " in done.stderr and "Traceback" not in done.stderr
     assert "Tidewater" in done.stdout  # the evidence is still shown

@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import REPO, HashEmbeddings, assert_store_ok
+from plugins.chroma_server import ChromaServer, start_chroma
+
 from memstrata import Memstrata
 from memstrata.memory.levels import levels
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.tenant import storage_key
-from plugins.chroma_server import ChromaServer, start_chroma
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "ANONYMIZED_TELEMETRY": "False"}
 TIMEOUT_S = 600
@@ -71,10 +71,14 @@ def conversation(conversation_id: str, marker: str, *, sessions: int = 2, turns:
     for s in range(sessions):
         for t in range(turns):
             said, asked = TOPICS[(s + t // 2) % len(TOPICS)]
-            text = (f"I {said.format(**words)} ({marker} s{s} t{t})." if t % 2 == 0
-                    else f"{asked.format(**words)} Tell me more, {marker}.")
-            messages.append({"speaker": ("Priya", "Tom")[t % 2], "text": text,
-                             "timestamp": f"2024-0{s + 1}-1{s}T18:{t:02d}:00"})
+            text = (
+                f"I {said.format(**words)} ({marker} s{s} t{t})."
+                if t % 2 == 0
+                else f"{asked.format(**words)} Tell me more, {marker}."
+            )
+            messages.append(
+                {"speaker": ("Priya", "Tom")[t % 2], "text": text, "timestamp": f"2024-0{s + 1}-1{s}T18:{t:02d}:00"}
+            )
     return {"conversation_id": conversation_id, "messages": messages}
 
 
@@ -100,12 +104,15 @@ def digest(store: MemoryStore, user_id: str) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for kind in unit_kinds(store):
         rows = store.get(kind, user_id=user_id)
-        out[kind] = {f"{r.metadata['conversation_id']}/{r.unit_id}": json.dumps([r.document, r.payload],
-                                                                              sort_keys=True) for r in rows}
+        out[kind] = {
+            f"{r.metadata['conversation_id']}/{r.unit_id}": json.dumps([r.document, r.payload], sort_keys=True)
+            for r in rows
+        }
         assert len(out[kind]) == len(rows), f"{kind}: two records with one id for {user_id}"
     for name, table in (("edges", store.edges.table), ("counters", store.counters.table)):
-        out[name] = {r.key: json.dumps([r.conversation_id, r.fields], sort_keys=True)
-                     for r in table.get(user_id=user_id)}
+        out[name] = {
+            r.key: json.dumps([r.conversation_id, r.fields], sort_keys=True) for r in table.get(user_id=user_id)
+        }
     return out
 
 
@@ -144,9 +151,18 @@ def server_store(server: ChromaServer) -> MemoryStore:
 
 def run_together(url: str, jobs: list[tuple[str, Path]]) -> list[dict[str, Any]]:
     """Start one writer process per job, release them at once, and return what each reports."""
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, url, user, str(source)], cwd=REPO, env=ENV,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for user, source in jobs]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, url, user, str(source)],
+            cwd=REPO,
+            env=ENV,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for user, source in jobs
+    ]
     try:
         for proc in procs:
             line = proc.stdout.readline() if proc.stdout else ""
@@ -186,8 +202,9 @@ def assert_exactly(server: ChromaServer, expected: dict[str, dict[str, dict[str,
     raw = owners(store)
     for user, want in expected.items():
         for part, rows in want.items():
-            assert raw[(part, user)] == len(rows), f"{user} {part}: {raw[(part, user)]} rows stored, " \
-                                                   f"{len(rows)} visible"
+            assert raw[(part, user)] == len(rows), (
+                f"{user} {part}: {raw[(part, user)]} rows stored, {len(rows)} visible"
+            )
 
 
 # ---- the three concurrency cases -------------------------------------------------------------------
@@ -202,8 +219,7 @@ def test_eight_processes_ingest_eight_users_at_once(chroma_server: ChromaServer,
 
 
 def test_four_processes_ingest_four_conversations_of_one_user(chroma_server: ChromaServer, tmp_path: Path) -> None:
-    jobs = [("cc4-solo", write(tmp_path, f"c{i}", conversation(f"conv{i}", f"cv{i}x", sessions=3)))
-            for i in range(4)]
+    jobs = [("cc4-solo", write(tmp_path, f"c{i}", conversation(f"conv{i}", f"cv{i}x", sessions=3))) for i in range(4)]
     reports = run_together(chroma_server.url, jobs)
     assert [r["turns_added"] for r in reports] == [24] * 4
     expected = reference(tmp_path / "ref", jobs)
@@ -248,8 +264,13 @@ PAUSES = ["turns-1", "contexts-1", "segment-1", "summaries-1"]
 def read_units(store: MemoryStore, user_id: str, *, reverse: bool) -> dict[str, dict[tuple[str, str], Any]]:
     """Every registered kind of one user as a reader sees it, read kind after kind (children first if ``reverse``)."""
     order = list(reversed(levels())) if reverse else levels()
-    return {lv.kind: {(r.metadata["conversation_id"], r.unit_id): lv.unit.model_validate(r.payload)
-                      for r in store.get(lv.kind, user_id=user_id)} for lv in order}
+    return {
+        lv.kind: {
+            (r.metadata["conversation_id"], r.unit_id): lv.unit.model_validate(r.payload)
+            for r in store.get(lv.kind, user_id=user_id)
+        }
+        for lv in order
+    }
 
 
 def dangling(seen: dict[str, dict[tuple[str, str], Any]], links: str) -> list[str]:
@@ -275,18 +296,26 @@ def reader_views(chroma_server: ChromaServer, tmp_path_factory: pytest.TempPathF
     mem = Memstrata(url=chroma_server.url, embeddings=HashEmbeddings(), snapshot_refresh_s=0.0)
     mem.ingest(first, user_id=user)
     source = write(folder, "all", conversation("chat", "rdx", sessions=4))
-    proc = subprocess.Popen([sys.executable, "-c", PAUSING_WRITER, chroma_server.url, user, str(source),
-                             ",".join(PAUSES)], cwd=REPO, env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PAUSING_WRITER, chroma_server.url, user, str(source), ",".join(PAUSES)],
+        cwd=REPO,
+        env=ENV,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     views: dict[str, dict[str, Any]] = {}
     try:
         for name in PAUSES:
             line = proc.stdout.readline() if proc.stdout else ""
             assert line.strip() == f"paused {name}", f"{line!r}\n{proc.stderr.read()[-3000:] if proc.stderr else ''}"
             result = mem.retrieve("Which neighbourhood did you pick?", user_id=user)
-            views[name] = {"children": dangling(read_units(mem.store, user, reverse=True), "children"),
-                           "parents": dangling(read_units(mem.store, user, reverse=False), "parents"),
-                           "evidence": result.evidence}
+            views[name] = {
+                "children": dangling(read_units(mem.store, user, reverse=True), "children"),
+                "parents": dangling(read_units(mem.store, user, reverse=False), "parents"),
+                "evidence": result.evidence,
+            }
             release(proc)
         _, errs = proc.communicate(timeout=TIMEOUT_S)
         assert proc.returncode == 0, errs[-3000:]
@@ -309,7 +338,8 @@ def test_a_reader_during_writes_never_sees_a_dangling_link(reader_views: dict[st
 
 
 def test_a_reader_during_writes_never_sees_an_episode_without_its_summary(
-        reader_views: dict[str, dict[str, Any]]) -> None:
+    reader_views: dict[str, dict[str, Any]],
+) -> None:
     for name in PAUSES:
         assert reader_views[name]["parents"] == [], name
 
@@ -346,8 +376,9 @@ app(prog_name="memstrata", args=args)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memstrata", *args], cwd=REPO, env=ENV, capture_output=True,
-                          text=True, timeout=TIMEOUT_S)
+    return subprocess.run(
+        [sys.executable, "-m", "memstrata", *args], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
 
 
 @pytest.fixture
@@ -360,7 +391,8 @@ def private_server(tmp_path: Path) -> Iterator[list[ChromaServer]]:
 
 
 def test_a_server_stopped_mid_ingest_is_a_clear_error_and_a_rerun_loses_nothing(
-        private_server: list[ChromaServer], tmp_path: Path, minilm: Any) -> None:
+    private_server: list[ChromaServer], tmp_path: Path, minilm: Any
+) -> None:
     from memstrata.memory.normalize import load_path, normalize_input
     from memstrata.memory.store.reads import incomplete_sessions
 
@@ -368,9 +400,27 @@ def test_a_server_stopped_mid_ingest_is_a_clear_error_and_a_rerun_loses_nothing(
     private_server.append(start_chroma(data))
     source = write(tmp_path, "big", conversation("big", "bgx", sessions=4, turns=40))
     read_end, write_end = os.pipe()
-    proc = subprocess.Popen([sys.executable, "-c", PAUSED_CLI, str(write_end), "ingest", str(source), "--user", "stop",
-                             "--chroma-url", private_server[0].url], cwd=REPO, env=ENV, pass_fds=(write_end,),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            PAUSED_CLI,
+            str(write_end),
+            "ingest",
+            str(source),
+            "--user",
+            "stop",
+            "--chroma-url",
+            private_server[0].url,
+        ],
+        cwd=REPO,
+        env=ENV,
+        pass_fds=(write_end,),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     os.close(write_end)  # the child holds the only write end: it says "paused", or exits and the read ends
     try:
         with os.fdopen(read_end) as paused:

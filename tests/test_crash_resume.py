@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
+
 from memstrata.memory.levels import levels
 
 SCRIPT = r"""
@@ -50,13 +50,28 @@ if stage.startswith("upsert:"):  # die just before the nth write of one kind, in
 
 Memstrata(path=sys.argv[1], embeddings=HashEmbeddings()).ingest(EXAMPLE, user_id="u", on_progress=on_progress)
 """
-STAGES = [("turns", 1), ("contexts", 1), ("segment", 1), ("upsert:episode", 1), ("upsert:fact", 1),
-          ("summaries", 1), ("summaries", 2), ("upsert:episode", 3), ("summaries", 3), ("entities", 1)]
+STAGES = [
+    ("turns", 1),
+    ("contexts", 1),
+    ("segment", 1),
+    ("upsert:episode", 1),
+    ("upsert:fact", 1),
+    ("summaries", 1),
+    ("summaries", 2),
+    ("upsert:episode", 3),
+    ("summaries", 3),
+    ("entities", 1),
+]
 
 
 def _ingest(folder: Path, stage: str = "never", nth: int = 1) -> int:
-    return subprocess.run([sys.executable, "-c", SCRIPT, str(folder), stage, str(nth)], cwd=REPO, timeout=300,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True).returncode
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(folder), stage, str(nth)],
+        cwd=REPO,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+    ).returncode
 
 
 DIGEST = r"""
@@ -84,8 +99,15 @@ def _digest(folder: Path) -> dict[str, dict[str, str]]:
 
     Read in a process of its own: an embedded Chroma folder is only consistent within one process.
     """
-    done = subprocess.run([sys.executable, "-c", DIGEST, str(folder)], cwd=REPO, timeout=300, capture_output=True,
-                          text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", DIGEST, str(folder)],
+        cwd=REPO,
+        timeout=300,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        check=True,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -101,8 +123,15 @@ print(json.dumps([str(p) for p in check_store(MemoryStore(path=sys.argv[1], embe
 
 def _check(folder: Path) -> list[str]:
     """What ``memstrata check`` finds in user ``u``'s memory, read in a process of its own."""
-    done = subprocess.run([sys.executable, "-c", CHECK, str(folder)], cwd=REPO, timeout=300, capture_output=True,
-                          text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", CHECK, str(folder)],
+        cwd=REPO,
+        timeout=300,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        check=True,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])  # JSON: a problem's sentence may quote ids
 
 
@@ -136,8 +165,9 @@ def test_killed_ingest_resumes_to_exactly_a_clean_run(clean, tmp_path: Path, sta
     resumed = _digest(tmp_path)
     assert set(resumed) >= {lv.kind for lv in levels()} | {"speaker_digest", "edges", "counters"}
     for kind, rows in clean.items():
-        assert resumed[kind].keys() == rows.keys(), f"{kind}: lost {rows.keys() - resumed[kind].keys()}, " \
-                                                    f"extra {resumed[kind].keys() - rows.keys()}"
+        assert resumed[kind].keys() == rows.keys(), (
+            f"{kind}: lost {rows.keys() - resumed[kind].keys()}, extra {resumed[kind].keys() - rows.keys()}"
+        )
         assert resumed[kind] == rows, kind
     assert _check(tmp_path) == []
 
@@ -178,9 +208,14 @@ LLM_STAGES = [("segment", 1), ("upsert:fact", 1), ("summaries", 1)]
 
 def _ingest_llm(folder: Path, url: str, source: Path, stage: str = "never", nth: int = 1) -> tuple[int, str]:
     """The ingest's return code, and (when it finished) the model calls per node as JSON."""
-    done = subprocess.run([sys.executable, "-c", LLM_SCRIPT, str(folder), stage, str(nth), url, str(source)],
-                          cwd=REPO, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", LLM_SCRIPT, str(folder), stage, str(nth), url, str(source)],
+        cwd=REPO,
+        timeout=900,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode in (0, -9), done.stderr[-3000:]
     return done.returncode, done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
 
@@ -195,8 +230,9 @@ def two_sessions(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def clean_llm(llama_server: str, two_sessions: Path, tmp_path_factory: pytest.TempPathFactory
-              ) -> dict[str, dict[str, str]]:
+def clean_llm(
+    llama_server: str, two_sessions: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict[str, str]]:
     folder = tmp_path_factory.mktemp("clean-llm")
     code, calls = _ingest_llm(folder, llama_server, two_sessions)
     assert code == 0
@@ -206,10 +242,11 @@ def clean_llm(llama_server: str, two_sessions: Path, tmp_path_factory: pytest.Te
 
 @pytest.mark.parametrize(("stage", "nth"), LLM_STAGES, ids=[f"{s}-{n}" for s, n in LLM_STAGES])
 def test_killed_llm_mode_ingest_resumes_to_exactly_a_clean_run(
-        clean_llm: dict[str, dict[str, str]], llama_server: str, two_sessions: Path, tmp_path: Path,
-        stage: str, nth: int) -> None:
+    clean_llm: dict[str, dict[str, str]], llama_server: str, two_sessions: Path, tmp_path: Path, stage: str, nth: int
+) -> None:
     """The model decides episode boundaries and writes facts and summaries; greedy decoding makes a redone
-    episode's text the same, so the resumed store equals the clean one record by record."""
+    episode's text the same, so the resumed store equals the clean one record by record.
+    """
     assert clean_llm["episode"] and clean_llm["summary"] and clean_llm["fact"]
     assert _ingest_llm(tmp_path, llama_server, two_sessions, stage, nth)[0] == -9
     crashed = _digest(tmp_path)
@@ -217,7 +254,8 @@ def test_killed_llm_mode_ingest_resumes_to_exactly_a_clean_run(
     assert _ingest_llm(tmp_path, llama_server, two_sessions)[0] == 0
     resumed = _digest(tmp_path)
     for kind, rows in clean_llm.items():
-        assert resumed[kind].keys() == rows.keys(), f"{kind}: lost {rows.keys() - resumed[kind].keys()}, " \
-                                                    f"extra {resumed[kind].keys() - rows.keys()}"
+        assert resumed[kind].keys() == rows.keys(), (
+            f"{kind}: lost {rows.keys() - resumed[kind].keys()}, extra {resumed[kind].keys() - rows.keys()}"
+        )
         assert resumed[kind] == rows, kind
     assert _check(tmp_path) == []

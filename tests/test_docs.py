@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 
 
@@ -20,8 +19,14 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "NO_MKDOCS_2_WARNING": "1", "NO_COLOR": "1"}
     env.pop("MEMSTRATA_MODEL", None)
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     return out
 
@@ -67,6 +72,7 @@ def test_the_architecture_page_draws_both_compiled_graphs(site: Path) -> None:
     page = _page(site, "architecture")
     drawings = re.findall(r'<pre class="mermaid"><code>(.*?)</code></pre>', page, re.S)
     assert len(drawings) == 2
+
     def lines(text: str) -> list[str]:  # Markdown turns the drawing's tabs into spaces
         return [line.strip() for line in text.strip().splitlines()]
 

@@ -64,11 +64,22 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
 
 def _edges(user: str) -> list[Edge]:
     """The same unit ids and conversation for every user: only the tenant tells them apart."""
-    return [Edge("c1", "s1:t0", "mentions", "ent:ann", src_kind="turn", dst_kind="entity", turn_ids=("s1:t0",)),
-            Edge("c1", "s1:t1", "mentions", "ent:ann", src_kind="turn", dst_kind="entity", weight=0.5,
-                 turn_ids=("s1:t1",), created_at=1700000000.5),
-            Edge("c1", "ent:ann", "knows", f"ent:{user}", src_kind="entity", dst_kind="entity"),
-            Edge("c2", "s1:t0", "child_of", "ep:0", src_kind="turn", dst_kind="episode")]
+    return [
+        Edge("c1", "s1:t0", "mentions", "ent:ann", src_kind="turn", dst_kind="entity", turn_ids=("s1:t0",)),
+        Edge(
+            "c1",
+            "s1:t1",
+            "mentions",
+            "ent:ann",
+            src_kind="turn",
+            dst_kind="entity",
+            weight=0.5,
+            turn_ids=("s1:t1",),
+            created_at=1700000000.5,
+        ),
+        Edge("c1", "ent:ann", "knows", f"ent:{user}", src_kind="entity", dst_kind="entity"),
+        Edge("c2", "s1:t0", "child_of", "ep:0", src_kind="turn", dst_kind="episode"),
+    ]
 
 
 def _user_ids(table: Table) -> set[str]:
@@ -124,8 +135,11 @@ def test_graph(backend: Backend) -> None:
     store.add("alice", _edges("alice"))
     graph = store.graph("alice", conversation_id="c1")
     assert isinstance(graph, nx.MultiDiGraph)
-    assert set(graph.edges(keys=True)) == {("s1:t0", "ent:ann", "mentions"), ("s1:t1", "ent:ann", "mentions"),
-                                           ("ent:ann", "ent:alice", "knows")}
+    assert set(graph.edges(keys=True)) == {
+        ("s1:t0", "ent:ann", "mentions"),
+        ("s1:t1", "ent:ann", "mentions"),
+        ("ent:ann", "ent:alice", "knows"),
+    }
     assert graph["s1:t1"]["ent:ann"]["mentions"]["weight"] == 0.5
     assert graph["s1:t1"]["ent:ann"]["mentions"]["turn_ids"] == ("s1:t1",)
     assert graph.nodes["ent:ann"]["kind"] == "entity"
@@ -148,8 +162,9 @@ def test_counters(backend: Backend) -> None:
     store.reinforce("alice", [TURN, other], at=30.0)
     store.set_tier("alice", [TURN], "cold")
     got = store.get("alice", [TURN, other])
-    assert got[TURN] == UnitCounters(*TURN, reinforcement_count=1, reinforced_at=30.0, recall_count=2,
-                                     last_access=20.0, tier="cold")
+    assert got[TURN] == UnitCounters(
+        *TURN, reinforcement_count=1, reinforced_at=30.0, recall_count=2, last_access=20.0, tier="cold"
+    )
     assert got[other] == UnitCounters(*other, reinforcement_count=1, reinforced_at=30.0)
     store.reinforce("alice", [other], at=30.0)  # the same consolidation replayed: still one
     assert store.get("alice", [other])[other].reinforcement_count == 1
@@ -189,8 +204,10 @@ def test_tenant_isolation(backend: Backend) -> None:
 def test_table_rows(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
     table = backend.open("rows")
     monkeypatch.setattr(tables, "_MAX_BATCH", 40)  # batches of 2000 in real use: the same code path, cheaper
-    rows = [TableRow(f"k{i:04d}", "alice", f"c{i % 2}", {"n": i, "even": i % 2 == 0, "x": 0.5, "gone": None})
-            for i in range(100)]  # several write batches and key chunks
+    rows = [
+        TableRow(f"k{i:04d}", "alice", f"c{i % 2}", {"n": i, "even": i % 2 == 0, "x": 0.5, "gone": None})
+        for i in range(100)
+    ]  # several write batches and key chunks
     assert table.upsert(rows) == 100 and table.count(user_id="alice") == 100 and table.count(user_id="bob") == 0
     assert [r.fields for r in table.get(user_id="alice", match={"n": 7})] == [{"n": 7, "even": False, "x": 0.5}]
     assert len(table.get(user_id="alice", conversation_id="c0", match={"even": True})) == 50
@@ -215,12 +232,23 @@ BAD_USERS = ["", "   ", None]
 def test_bad_user_id_raises(backend: Backend, bad: Any) -> None:
     edges, counters = EdgeStore(backend.open("edges")), CounterStore(backend.open("counters"))
     calls: list[Callable[[], object]] = [
-        lambda: edges.add(bad, _edges("x")), lambda: edges.add(bad, []), lambda: edges.get(bad),
-        lambda: edges.delete(bad, _edges("x")), lambda: edges.delete(bad, []), lambda: edges.delete_user(bad),
-        lambda: edges.count(bad), lambda: edges.graph(bad), lambda: counters.get(bad, [TURN]),
-        lambda: counters.get(bad, []), lambda: counters.all(bad), lambda: counters.record_recall(bad, [TURN], at=1.0),
-        lambda: counters.record_recall(bad, [], at=1.0), lambda: counters.reinforce(bad, [TURN], at=1.0),
-        lambda: counters.set_tier(bad, [TURN], "hot"), lambda: counters.delete_user(bad)]
+        lambda: edges.add(bad, _edges("x")),
+        lambda: edges.add(bad, []),
+        lambda: edges.get(bad),
+        lambda: edges.delete(bad, _edges("x")),
+        lambda: edges.delete(bad, []),
+        lambda: edges.delete_user(bad),
+        lambda: edges.count(bad),
+        lambda: edges.graph(bad),
+        lambda: counters.get(bad, [TURN]),
+        lambda: counters.get(bad, []),
+        lambda: counters.all(bad),
+        lambda: counters.record_recall(bad, [TURN], at=1.0),
+        lambda: counters.record_recall(bad, [], at=1.0),
+        lambda: counters.reinforce(bad, [TURN], at=1.0),
+        lambda: counters.set_tier(bad, [TURN], "hot"),
+        lambda: counters.delete_user(bad),
+    ]
     for call in calls:
         with pytest.raises(StoreError):
             call()
@@ -276,8 +304,12 @@ def test_other_process_writes_are_seen(backend: Backend) -> None:
     edges, counters = EdgeStore(backend.open("edges")), CounterStore(backend.open("counters"))
     where = str(backend.folder) if backend.server is None else f"{backend.server.host}:{backend.server.port}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    process = subprocess.Popen([sys.executable, "-c", OTHER_PROCESS, backend.kind, where, backend.prefix], cwd=REPO,
-                               env=env, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, "-c", OTHER_PROCESS, backend.kind, where, backend.prefix],
+        cwd=REPO,
+        env=env,
+        stderr=subprocess.PIPE,
+    )
     ours = 0
     # On SQLite, increment the same counter for as long as the other process runs: both must count exactly.
     # On Chroma increments of two processes are last-writer-wins, so only the other process counts there.

@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import HumanMessage, SystemMessage
-from pydantic import BaseModel, Field
-
 from conftest import EXAMPLE, HashEmbeddings
-from memstrata import Memstrata
-from memstrata.runtime.llm import AnswerError, CallRecord, LLMError, Meter, decide, stream_answer
+from langchain_core.messages import HumanMessage, SystemMessage
 from plugins.fault_proxy import RETRY_AFTER_S, FaultProxy
 from plugins.llm_server import make_chat_model
+from pydantic import BaseModel, Field
+
+from memstrata import Memstrata
+from memstrata.runtime.llm import AnswerError, CallRecord, LLMError, Meter, decide, stream_answer
 
 pytestmark = pytest.mark.llm_server
 pytest_plugins = ["plugins.fault_proxy"]
@@ -39,15 +39,26 @@ class Verdict(BaseModel):
 FALLBACK = Verdict(answerable=False)
 
 
-async def one_decision(proxy: FaultProxy, *faults: str, timeout: float = SLOW_S,
-                       retries: int = 2) -> tuple[Verdict, str, CallRecord]:
+async def one_decision(
+    proxy: FaultProxy, *faults: str, timeout: float = SLOW_S, retries: int = 2
+) -> tuple[Verdict, str, CallRecord]:
     proxy.plan(*faults)
     meter = Meter()
-    value, outcome = await asyncio.wait_for(decide(
-        make_chat_model(proxy.base_url), Verdict, "Decide whether the line answers the question.",
-        "<line>Priya: I adopted a cat named Miso.</line>\n<question>What is the cat called?</question>",
-        node="gate", fallback=lambda: FALLBACK, meter=meter, timeout=timeout, retries=retries,
-        max_tokens=64), NEVER_HANG_S)
+    value, outcome = await asyncio.wait_for(
+        decide(
+            make_chat_model(proxy.base_url),
+            Verdict,
+            "Decide whether the line answers the question.",
+            "<line>Priya: I adopted a cat named Miso.</line>\n<question>What is the cat called?</question>",
+            node="gate",
+            fallback=lambda: FALLBACK,
+            meter=meter,
+            timeout=timeout,
+            retries=retries,
+            max_tokens=64,
+        ),
+        NEVER_HANG_S,
+    )
     assert meter.calls[-1].outcome == outcome
     return value, outcome, meter.calls[0]  # the first reply's record holds its transport attempts
 
@@ -108,8 +119,10 @@ async def stream(proxy: FaultProxy, *faults: str, timeout: float = SLOW_S) -> tu
     meter = Meter()
     prompt = [SystemMessage("Answer in one sentence."), HumanMessage("Name a colour of the sky.")]
     try:
-        text: str | LLMError = await asyncio.wait_for(stream_answer(
-            make_chat_model(proxy.base_url), prompt, meter=meter, timeout=timeout, retries=2), NEVER_HANG_S)
+        text: str | LLMError = await asyncio.wait_for(
+            stream_answer(make_chat_model(proxy.base_url), prompt, meter=meter, timeout=timeout, retries=2),
+            NEVER_HANG_S,
+        )
     except LLMError as exc:
         text = exc
     assert len(meter.calls) == 1
@@ -123,12 +136,15 @@ async def test_a_stream_recovers_from_500_and_429_before_its_first_token(fault_p
     assert (record.outcome, record.attempts, len(record.retried)) == ("ok", 3, 2)
 
 
-@pytest.mark.parametrize(("fault", "says"), [
-    ("reset", "the connection to the model failed"),
-    ("empty", "EmptyReplyError: the model streamed no text"),
-    ("html", "the model raised an error"),
-    ("hang", f"TimeoutError: no reply within {HANG_S:g}s"),
-])
+@pytest.mark.parametrize(
+    ("fault", "says"),
+    [
+        ("reset", "the connection to the model failed"),
+        ("empty", "EmptyReplyError: the model streamed no text"),
+        ("html", "the model raised an error"),
+        ("hang", f"TimeoutError: no reply within {HANG_S:g}s"),
+    ],
+)
 async def test_a_broken_stream_is_one_clear_error(fault_proxy: FaultProxy, fault: str, says: str) -> None:
     text, record = await stream(fault_proxy, fault, timeout=HANG_S if fault == "hang" else SLOW_S)
     assert isinstance(text, LLMError) and says in str(text), text
@@ -142,15 +158,21 @@ async def test_a_broken_stream_is_one_clear_error(fault_proxy: FaultProxy, fault
 
 
 @pytest.mark.parametrize("fault", ["500", "empty"])
-def test_a_query_against_a_broken_server_ends_with_the_trace_saying_why(fault_proxy: FaultProxy, tmp_path: Path,
-                                                                         fault: str) -> None:
+def test_a_query_against_a_broken_server_ends_with_the_trace_saying_why(
+    fault_proxy: FaultProxy, tmp_path: Path, fault: str
+) -> None:
     mem = Memstrata(path=tmp_path / "m", embeddings=HashEmbeddings())
     mem.ingest(EXAMPLE, user_id="demo")
     fault_proxy.plan(*[fault] * 500)  # every call of the query fails this way
     try:
         with pytest.raises(AnswerError, match="^answer failed: ") as failed:  # one clear error, not a None
-            mem.ask("Where does Priya work?", user_id="demo", model=make_chat_model(fault_proxy.base_url),
-                    llm_retries=1, llm_timeout_s=SLOW_S)
+            mem.ask(
+                "Where does Priya work?",
+                user_id="demo",
+                model=make_chat_model(fault_proxy.base_url),
+                llm_retries=1,
+                llm_timeout_s=SLOW_S,
+            )
     finally:
         mem.close()
     result = failed.value.result

@@ -24,31 +24,49 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from conftest import EXAMPLE, HashEmbeddings, assert_store_ok
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from conftest import EXAMPLE, HashEmbeddings, assert_store_ok
 from memstrata import Memstrata
 from memstrata.memory.normalize import IngestError, load_path, normalize_input
 from memstrata.memory.store import StoreError
 
 TEXT = st.one_of(st.text(max_size=40), st.sampled_from(["", "   ", "\x00\x07", "\u202eevil", "🙂" * 5, "\ud800x"]))
-TIMES = st.one_of(st.none(), st.text(max_size=20), st.integers(), st.sampled_from(
-    ["2024-03-01T10:00", "1:56 pm on 8 May, 2023", "29.12.2023, 22:42:04", "yesterday", "not a date", "9999-99-99"]))
+TIMES = st.one_of(
+    st.none(),
+    st.text(max_size=20),
+    st.integers(),
+    st.sampled_from(
+        ["2024-03-01T10:00", "1:56 pm on 8 May, 2023", "29.12.2023, 22:42:04", "yesterday", "not a date", "9999-99-99"]
+    ),
+)
 MESSAGE = st.one_of(
-    st.fixed_dictionaries({"speaker": TEXT, "text": TEXT}, optional={"timestamp": TIMES, "id": TEXT,
-                                                                    "session": st.one_of(TEXT, st.integers())}),
+    st.fixed_dictionaries(
+        {"speaker": TEXT, "text": TEXT},
+        optional={"timestamp": TIMES, "id": TEXT, "session": st.one_of(TEXT, st.integers())},
+    ),
     st.dictionaries(st.text(max_size=8), st.one_of(TEXT, st.integers(), st.none()), max_size=4),
     st.one_of(st.integers(), st.none(), st.lists(st.integers(), max_size=2), TEXT),
 )
 SHAPES = st.one_of(
     st.lists(MESSAGE, max_size=6),
-    st.fixed_dictionaries({"messages": st.lists(MESSAGE, max_size=6)},
-                          optional={"conversation_id": st.one_of(TEXT, st.integers())}),
-    st.fixed_dictionaries({"conversation": st.dictionaries(st.text(max_size=12), st.one_of(
-        TEXT, st.lists(MESSAGE, max_size=3)), max_size=4)}, optional={"sample_id": TEXT}),
-    st.recursive(st.one_of(st.none(), st.integers(), TEXT), lambda inner: st.one_of(
-        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)), max_leaves=20),
+    st.fixed_dictionaries(
+        {"messages": st.lists(MESSAGE, max_size=6)}, optional={"conversation_id": st.one_of(TEXT, st.integers())}
+    ),
+    st.fixed_dictionaries(
+        {
+            "conversation": st.dictionaries(
+                st.text(max_size=12), st.one_of(TEXT, st.lists(MESSAGE, max_size=3)), max_size=4
+            )
+        },
+        optional={"sample_id": TEXT},
+    ),
+    st.recursive(
+        st.one_of(st.none(), st.integers(), TEXT),
+        lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+        max_leaves=20,
+    ),
 )
 
 
@@ -56,8 +74,7 @@ FIXED_SEED = 16
 FIXED_CASES = 900
 RANDOM_CASES = 200
 REPLAY = os.environ.get("MEMSTRATA_FUZZ_SEED")
-RANDOM_SEED = (int(REPLAY) if REPLAY else None if os.environ.get("CI")
-               else random.SystemRandom().randrange(2**32))
+RANDOM_SEED = int(REPLAY) if REPLAY else None if os.environ.get("CI") else random.SystemRandom().randrange(2**32)
 """The seed of the extra cases: the one to replay, none under CI, else a fresh one."""
 SEEDS = [FIXED_SEED] if RANDOM_SEED in (None, FIXED_SEED) else [FIXED_SEED, RANDOM_SEED]
 
@@ -75,7 +92,8 @@ def test_any_input_normalizes_or_fails_clearly(fuzz_seed: int, capsys: pytest.Ca
         with capsys.disabled():  # straight to the terminal, passed or not
             print(f"\nfuzz: {cases} cases from seed {fuzz_seed} (replay: MEMSTRATA_FUZZ_SEED={fuzz_seed})")
     check = settings(max_examples=cases, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
-        given(SHAPES)(_normalizes_or_fails_clearly))
+        given(SHAPES)(_normalizes_or_fails_clearly)
+    )
     try:
         seed(fuzz_seed)(check)()
     except Exception as exc:
@@ -115,8 +133,18 @@ def _digest(mem: Memstrata) -> str:
     for kind in mem.store.stored_kinds():
         found = mem.store.collection(kind).get(include=["documents", "metadatas", "embeddings"])
         for i, key in enumerate(found["ids"]):
-            rows.append(json.dumps([kind, key, found["documents"][i], found["metadatas"][i],
-                                    [round(float(x), 6) for x in found["embeddings"][i]]], sort_keys=True))
+            rows.append(
+                json.dumps(
+                    [
+                        kind,
+                        key,
+                        found["documents"][i],
+                        found["metadatas"][i],
+                        [round(float(x), 6) for x in found["embeddings"][i]],
+                    ],
+                    sort_keys=True,
+                )
+            )
     for table in (mem.store.edges.table, mem.store.counters.table, mem.store.items):
         rows += [json.dumps([r.key, r.fields], sort_keys=True) for r in table.get(user_id="u")]
     return hashlib.sha256("\n".join(sorted(rows)).encode()).hexdigest()
@@ -136,8 +164,7 @@ def test_invalid_unicode_is_a_clear_error_before_any_write(filled: Memstrata) ->
     assert _digest(filled) == before
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(SHAPES)
 def test_a_failed_ingest_changes_nothing(filled: Memstrata, data: Any) -> None:
     before = _digest(filled)
@@ -150,11 +177,12 @@ def test_a_failed_ingest_changes_nothing(filled: Memstrata, data: Any) -> None:
     assert_store_ok(filled.store, "u")
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(query=st.one_of(TEXT, st.text(min_size=1000, max_size=3000)),
-       user=st.one_of(st.sampled_from(["../x", "a/b", "ü", "u", "\x00"]), TEXT),
-       budget=st.one_of(st.integers(min_value=-5, max_value=0), st.integers(min_value=1, max_value=10**7)))
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    query=st.one_of(TEXT, st.text(min_size=1000, max_size=3000)),
+    user=st.one_of(st.sampled_from(["../x", "a/b", "ü", "u", "\x00"]), TEXT),
+    budget=st.one_of(st.integers(min_value=-5, max_value=0), st.integers(min_value=1, max_value=10**7)),
+)
 def test_queries_answer_or_fail_clearly(filled: Memstrata, query: str, user: str, budget: int) -> None:
     try:
         result = filled.retrieve(query, user_id=user, context_budget=budget)

@@ -7,17 +7,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import EXAMPLE
 from langchain_core.messages import BaseMessage
 
-from conftest import EXAMPLE
-from memstrata.context import Context
-from memstrata.runtime.search import weights as weights_of
 from memstrata import Memstrata
-from memstrata.memory.search.scoring import score_query
+from memstrata.context import Context
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels import Fact, levels
 from memstrata.memory.search.query import Query
+from memstrata.memory.search.scoring import score_query
 from memstrata.prompts.ingestion import FACT_PROMPT, SUPERSEDE_PROMPT
+from memstrata.runtime.search import weights as weights_of
 from memstrata.testing import ScriptedChatModel
 
 GRAPH_KINDS = ("fact", "entity")
@@ -59,13 +59,25 @@ def test_one_new_message_rewrites_only_what_it_changes_and_the_graph_stays_whole
     messages = json.loads(EXAMPLE.read_text())["messages"]
     mem.ingest({"conversation_id": "c", "messages": messages}, user_id="u")
     total = mem.store.count("entity", user_id="u")
-    stats = mem.ingest({"conversation_id": "c", "messages": [*messages, {
-        "speaker": "Priya", "text": "My cousin Dario visited Porto with me.", "timestamp": "2024-05-21T10:00:00"}]},
-        user_id="u")
+    stats = mem.ingest(
+        {
+            "conversation_id": "c",
+            "messages": [
+                *messages,
+                {
+                    "speaker": "Priya",
+                    "text": "My cousin Dario visited Porto with me.",
+                    "timestamp": "2024-05-21T10:00:00",
+                },
+            ],
+        },
+        user_id="u",
+    )
     assert 0 < stats["entities_written"] < total and stats["relations_written"] < mem.store.edges.count("u")
     # what is stored equals the graph resolved afresh from every stored fact: nothing lost, nothing stale
-    facts = sorted((Fact.model_validate(r.payload) for r in mem.store.get("fact", user_id="u")),
-                   key=lambda f: (f.episode_id, f.n))
+    facts = sorted(
+        (Fact.model_validate(r.payload) for r in mem.store.get("fact", user_id="u")), key=lambda f: (f.episode_id, f.n)
+    )
     linked = link_entities(facts, speakers=sorted({n for f in facts for n, k in f.types.items() if k == "speaker"}))
     stored = {r.unit_id: Entity.model_validate(r.payload) for r in mem.store.get("entity", user_id="u")}
     assert stored == {e.id: e for e in linked.entities} and "ent:dario" in stored
@@ -112,13 +124,24 @@ def test_entity_seeds_reach_the_event_summaries_holding_their_facts(data_dir, ha
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     mem.ingest(EXAMPLE, user_id="u")
     index = MemoryIndex.build(mem.store, "u", None)
-    view = GraphView.build(index.tables["entity"].units, index.events["fact"].units,
-                           [e for e in mem.store.edges.get("u") if e.src_kind == "entity"])
+    view = GraphView.build(
+        index.tables["entity"].units,
+        index.events["fact"].units,
+        [e for e in mem.store.edges.get("u") if e.src_kind == "entity"],
+    )
     query = Query(id="q0", text="What is Ms. Okafor like as a teacher?")
     vec = np.asarray(hash_embeddings.embed_documents([query.text])[0], dtype=np.float32)
     graph = GraphSearch(view)
-    ranked, _ = score_query(index, query, vec, event_kinds=list(index.events), top_events=1000, weights=weights_of(Context(user_id="t")),
-                            now=None, graph=graph)
+    ranked, _ = score_query(
+        index,
+        query,
+        vec,
+        event_kinds=list(index.events),
+        top_events=1000,
+        weights=weights_of(Context(user_id="t")),
+        now=None,
+        graph=graph,
+    )
     reached = query_graph(index, query, graph)
     events = graph_events(index, query, reached, ranked)
     assert reached and events
@@ -154,15 +177,22 @@ def conversation(*sessions: list[str], speaker: str = "Ann") -> dict[str, Any]:
     messages = []
     for day, texts in enumerate(sessions, start=1):
         for i, text in enumerate(texts):
-            messages.append({"speaker": speaker if i % 2 == 0 else "Bo", "text": text,
-                             "timestamp": f"2023-0{day}-0{day}T10:0{i}:00"})
+            messages.append(
+                {
+                    "speaker": speaker if i % 2 == 0 else "Bo",
+                    "text": text,
+                    "timestamp": f"2023-0{day}-0{day}T10:0{i}:00",
+                }
+            )
     return {"conversation_id": "moves", "messages": messages}
 
 
 def test_a_move_supersedes_the_old_home_which_stays_as_history(data_dir, hash_embeddings) -> None:
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings, session_gap_hours=6)
-    source = conversation(["I live in Porto with my cat Miso.", "Porto is lovely."],
-                          ["I moved to Lisbon last week, the flat is great.", "Lisbon, wow!"])
+    source = conversation(
+        ["I live in Porto with my cat Miso.", "Porto is lovely."],
+        ["I moved to Lisbon last week, the flat is great.", "Lisbon, wow!"],
+    )
     stats = mem.ingest(source, user_id="u")
     assert stats["facts_superseded"] == 1
     facts = {f.object: f for f in (Fact.model_validate(r.payload) for r in mem.store.get("fact", user_id="u"))}
@@ -174,8 +204,16 @@ def test_a_move_supersedes_the_old_home_which_stays_as_history(data_dir, hash_em
     def porto_score(text: str, factor: float) -> float:
         q = Query(id="q0", text=text)
         qvec = np.asarray(mem.store.embeddings.embed_query(text), dtype=np.float32)
-        ranked, _ = score_query(index, q, qvec, event_kinds=["fact"], top_events=5, weights=weights_of(Context(user_id="t")), now=None,
-                                superseded=factor)
+        ranked, _ = score_query(
+            index,
+            q,
+            qvec,
+            event_kinds=["fact"],
+            top_events=5,
+            weights=weights_of(Context(user_id="t")),
+            now=None,
+            superseded=factor,
+        )
         return next(s for k, r, s in ranked if r == row)
 
     assert porto_score("Where does Ann live?", 0.8) == pytest.approx(0.8 * porto_score("Where does Ann live?", 1.0))
@@ -194,9 +232,19 @@ def fact_script(reply_for_facts: Any):
 
 
 def test_the_models_facts_are_used_and_garbage_falls_back_per_episode(data_dir, hash_embeddings) -> None:
-    good = {"facts": [{"statement": "Priya signed a lease in Lisbon on 1 March 2024.", "subject": "Priya",
-                       "relation": "sign", "object": "lease", "messages": [0], "date": "2024-03-01"}],
-            "entities": [{"name": "Lisbon", "type": "place"}]}
+    good = {
+        "facts": [
+            {
+                "statement": "Priya signed a lease in Lisbon on 1 March 2024.",
+                "subject": "Priya",
+                "relation": "sign",
+                "object": "lease",
+                "messages": [0],
+                "date": "2024-03-01",
+            }
+        ],
+        "entities": [{"name": "Lisbon", "type": "place"}],
+    }
     model = ScriptedChatModel(default=fact_script(good))
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings, model=model, llm_retries=0)
     stats = mem.ingest(EXAMPLE, user_id="u")
@@ -219,6 +267,7 @@ def test_with_a_model_the_model_decides_supersession_and_garbage_keeps_the_rule(
     def model_saying(verdict: Any) -> ScriptedChatModel:
         def reply(messages: list[BaseMessage]) -> Any:
             return verdict if str(messages[0].content) == SUPERSEDE_PROMPT else "not json at all"
+
         return ScriptedChatModel(default=reply)
 
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings, model=model_saying({"replaces": True}), llm_retries=0)

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import EXAMPLE, assert_store_ok
+
 from memstrata import Memstrata
 from memstrata.memory.normalize import IngestError
 
@@ -83,7 +83,9 @@ def test_users_are_isolated_after_ingest(mem: Memstrata) -> None:
     mem.ingest(bobs_copy(), user_id="bob")
     assert _counts(mem, "alice") == _counts(mem, "bob") and _counts(mem, "bob")["turn"] == 36
     for user, own, other in (("alice", "Priya", "Meera"), ("bob", "Meera", "Priya")):
-        texts = " ".join(r.document for kind in ("turn", "episode", "summary") for r in mem.store.get(kind, user_id=user))
+        texts = " ".join(
+            r.document for kind in ("turn", "episode", "summary") for r in mem.store.get(kind, user_id=user)
+        )
         assert own in texts and other not in texts
         result = mem.retrieve(f"Where does {other} work?", user_id=user)
         assert result.evidence and all(other not in e.text for e in result.evidence)
@@ -113,8 +115,13 @@ def test_interrupted_ingest_is_resumed_without_duplicates(mem: Memstrata) -> Non
 
 def test_summaries_of_several_conversations_do_not_collide(mem: Memstrata) -> None:
     msgs = [{"speaker": "A", "text": f"topic {i} about gardens and roses"} for i in range(6)]
-    stats = mem.ingest([{"conversation": {"session_1": msgs}, "sample_id": "a"},
-                        {"conversation": {"session_1": msgs}, "sample_id": "b"}], user_id="u")
+    stats = mem.ingest(
+        [
+            {"conversation": {"session_1": msgs}, "sample_id": "a"},
+            {"conversation": {"session_1": msgs}, "sample_id": "b"},
+        ],
+        user_id="u",
+    )
     assert stats["summaries_written"] == stats["episodes_written"] == 2 * (stats["episodes_written"] // 2) > 0
     assert mem.store.count("summary", user_id="u") == mem.store.count("episode", user_id="u")
 

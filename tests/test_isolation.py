@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REPO
+from test_concurrency import ENV, conversation, digest, unit_kinds, write
+from test_studio import studio  # noqa: F401 - the `langgraph dev` server fixture
 from typer.testing import CliRunner
 
-from conftest import REPO
 from memstrata import Memstrata
 from memstrata.cli import app
 from memstrata.integrations.langchain import MemstrataRetriever, memory_search_tool
@@ -34,15 +36,35 @@ from memstrata.memory.levels import levels
 from memstrata.memory.store.tables import SQLITE_FILE, TableRow
 from memstrata.memory.store.vectors import indexes_words
 from memstrata.memory.store.words import WORDS_FILE
-from test_concurrency import ENV, conversation, digest, unit_kinds, write
-from test_studio import studio  # noqa: F401 - the `langgraph dev` server fixture
 
 pytestmark = pytest.mark.integration
 
 USERS = {"iso-a": "alfq", "iso-b": "brvq"}
 SEED = 20240516
-WORDS = ["neighbourhood", "lease", "flat", "cat", "balcony", "cello", "lessons", "Tuesdays", "half", "marathon",
-         "split", "Priya", "Tom", "when", "where", "who", "what", "did", "pick", "teacher", "ville", "run"]
+WORDS = [
+    "neighbourhood",
+    "lease",
+    "flat",
+    "cat",
+    "balcony",
+    "cello",
+    "lessons",
+    "Tuesdays",
+    "half",
+    "marathon",
+    "split",
+    "Priya",
+    "Tom",
+    "when",
+    "where",
+    "who",
+    "what",
+    "did",
+    "pick",
+    "teacher",
+    "ville",
+    "run",
+]
 COUNTS = {"retrieve": 420, "ask": 200, "retriever": 150, "tool": 150, "studio": 40, "cli": 40}
 
 
@@ -89,7 +111,8 @@ def test_stored_kinds_hold_only_their_users_rows(memory: tuple[Memstrata, Path])
 
 
 def test_a_thousand_queries_through_every_entry_point_never_cross_tenants(
-        memory: tuple[Memstrata, Path], studio: str) -> None:  # noqa: F811 - the imported fixture
+    memory: tuple[Memstrata, Path], studio: str
+) -> None:  # noqa: F811 - the imported fixture
     from langgraph_sdk import get_sync_client
 
     mem, path = memory
@@ -109,13 +132,19 @@ def test_a_thousand_queries_through_every_entry_point_never_cross_tenants(
         for kind in unit_kinds(mem.store) if vector is not None else []:  # every kind, straight through the store
             found = mem.store.query(kind, user_id=user, vector=vector, k=5)
             assert all(r.metadata["user_id"] == user for r in found), (kind, user, query)
-            leaks.extend(("store:" + kind, user, query, r.document[:80]) for r in found
-                         if any(m in r.document for u, m in USERS.items() if u != user))
+            leaks.extend(
+                ("store:" + kind, user, query, r.document[:80])
+                for r in found
+                if any(m in r.document for u, m in USERS.items() if u != user)
+            )
             if indexes_words(kind):  # the word index too, asked for the query's words
                 found = mem.store.matching(kind, user_id=user, words=query.split(), limit=5)
                 assert all(r.metadata["user_id"] == user for r in found), (kind, user, query)
-                leaks.extend(("words:" + kind, user, query, r.document[:80]) for r in found
-                             if any(m in r.document for u, m in USERS.items() if u != user))
+                leaks.extend(
+                    ("words:" + kind, user, query, r.document[:80])
+                    for r in found
+                    if any(m in r.document for u, m in USERS.items() if u != user)
+                )
     for user, query in plans["ask"]:
         result = mem.ask(query, user_id=user)
         check("ask", user, query, [e.text for e in result.evidence])
@@ -131,8 +160,9 @@ def test_a_thousand_queries_through_every_entry_point_never_cross_tenants(
 
     client = get_sync_client(url=studio, api_key=None, timeout=240)
     for user, query in plans["studio"]:
-        out = client.runs.wait(None, "retrieval", input={"query": query},
-                               context={"user_id": user, "data_dir": str(path)})
+        out = client.runs.wait(
+            None, "retrieval", input={"query": query}, context={"user_id": user, "data_dir": str(path)}
+        )
         check("studio", user, query, [e["text"] for e in out["evidence"]])
         assert out["evidence"], query
 
@@ -148,9 +178,25 @@ def test_a_thousand_queries_through_every_entry_point_never_cross_tenants(
 def test_the_cli_as_a_command_stays_in_its_tenant(memory: tuple[Memstrata, Path]) -> None:
     _, path = memory
     for user in ["iso-b"]:  # one real process (a MiniLM load); the other entry points ran in-process above
-        done = subprocess.run([sys.executable, "-m", "memstrata", "ask", "Which neighbourhood did you pick?",
-                               "--user", user, "--data-dir", str(path), "--json"], cwd=REPO, env=ENV,
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "memstrata",
+                "ask",
+                "Which neighbourhood did you pick?",
+                "--user",
+                user,
+                "--data-dir",
+                str(path),
+                "--json",
+            ],
+            cwd=REPO,
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         texts = [e["text"] for e in json.loads(done.stdout)["evidence"]]
         assert texts and foreign(user, texts) == []
@@ -161,17 +207,23 @@ def raw_rows(mem: Memstrata, path: Path) -> list[tuple[str, str, str]]:
     rows = []
     for kind in unit_kinds(mem.store):
         res = mem.store.collection(kind).get(include=["metadatas", "documents"])
-        rows += [(kind, m["user_id"], f"{d} {m.get('payload', '')}") for m, d in zip(res["metadatas"],
-                                                                                      res["documents"], strict=True)]
+        rows += [
+            (kind, m["user_id"], f"{d} {m.get('payload', '')}")
+            for m, d in zip(res["metadatas"], res["documents"], strict=True)
+        ]
     with sqlite3.connect(path / SQLITE_FILE) as db:
         for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
-            rows += [(table, u, f"{c} {d}") for u, c, d in
-                     db.execute(f'SELECT user_id, conversation_id, data FROM "{table}"').fetchall()]
+            rows += [
+                (table, u, f"{c} {d}")
+                for u, c, d in db.execute(f'SELECT user_id, conversation_id, data FROM "{table}"').fetchall()
+            ]
     with sqlite3.connect(path / WORDS_FILE) as db:  # the word index: its rows, and every term its index holds
         tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE sql LIKE 'CREATE VIRTUAL TABLE%'")]
         for table in tables:
-            rows += [("words:" + table, u, f"{c} {t}") for u, c, t in
-                     db.execute(f'SELECT user, conv, text FROM "{table}"').fetchall()]
+            rows += [
+                ("words:" + table, u, f"{c} {t}")
+                for u, c, t in db.execute(f'SELECT user, conv, text FROM "{table}"').fetchall()
+            ]
             db.execute(f'CREATE VIRTUAL TABLE IF NOT EXISTS temp."v_{table}" USING fts5vocab(main, "{table}", row)')
             rows += [("terms:" + table, "", term) for (term,) in db.execute(f'SELECT term FROM temp."v_{table}"')]
     return rows

@@ -6,20 +6,22 @@ import json
 from typing import Any
 
 import pytest
+from conftest import HashEmbeddings, assert_store_ok
 from langchain.agents import create_agent
 from langgraph.graph import START, StateGraph
 from langgraph.store.base import BaseStore, InvalidNamespaceError
 from typing_extensions import TypedDict
 
-from conftest import HashEmbeddings, assert_store_ok
 from memstrata import Memstrata
 from memstrata.integrations.store import MemstrataStore
 from memstrata.testing import ScriptedChatModel
 
-CHAT = [("Ann", "I finally moved to Lisbon last week.", "2024-03-01T10:00"),
-        ("Bo", "Congrats! Which neighbourhood?", "2024-03-01T10:01"),
-        ("Ann", "Alfama, near the castle. My cat Miso loves the balcony.", "2024-03-01T10:02"),
-        ("Bo", "I started a pottery class on Tuesdays.", "2024-03-01T10:03")]
+CHAT = [
+    ("Ann", "I finally moved to Lisbon last week.", "2024-03-01T10:00"),
+    ("Bo", "Congrats! Which neighbourhood?", "2024-03-01T10:01"),
+    ("Ann", "Alfama, near the castle. My cat Miso loves the balcony.", "2024-03-01T10:02"),
+    ("Bo", "I started a pottery class on Tuesdays.", "2024-03-01T10:03"),
+]
 
 
 @pytest.fixture
@@ -52,8 +54,16 @@ def test_search_runs_retrieval_and_cites(store: MemstrataStore) -> None:
 
 def test_list_lists_and_messages_lists(store: MemstrataStore) -> None:
     _fill(store, "ann", "chat")
-    store.put(("ann", "work"), "batch", {"messages": [{"speaker": "Ann", "text": "Standup moved to 9am."},
-                                                      {"speaker": "Cy", "text": "Noted, thanks."}]})
+    store.put(
+        ("ann", "work"),
+        "batch",
+        {
+            "messages": [
+                {"speaker": "Ann", "text": "Standup moved to 9am."},
+                {"speaker": "Cy", "text": "Noted, thanks."},
+            ]
+        },
+    )
     assert store.list_namespaces(prefix=("ann",)) == [("ann", "chat"), ("ann", "work")]
     assert store.list_namespaces(prefix=("ann",), max_depth=1) == [("ann",)]
     assert store.get(("ann", "work"), "batch").value["messages"][1]["speaker"] == "Cy"
@@ -76,8 +86,9 @@ def test_delete_and_replace_remove_the_old_messages_from_memory(store: Memstrata
     assert_store_ok(mem.store, "ann")
     for key in ("m0", "m1", "m2"):  # every message deleted: nothing of the conversation is left
         store.delete(("ann", "chat"), key)
-    assert {k: mem.store.count(k, user_id="ann") for k in mem.store.stored_kinds()} == \
-        dict.fromkeys(mem.store.stored_kinds(), 0)
+    assert {k: mem.store.count(k, user_id="ann") for k in mem.store.stored_kinds()} == dict.fromkeys(
+        mem.store.stored_kinds(), 0
+    )
     assert mem.store.edges.count("ann") == 0 and mem.store.counters.all("ann") == []
     _fill(store, "ann")
     store.put(("ann", "chat"), "m0", {"speaker": "Ann", "text": "I moved to Porto, not Lisbon."})
@@ -89,11 +100,17 @@ def _dangling(mem: Memstrata, user: str) -> list[str]:
     """Links of stored units (children, raw turns, parents) that point at no stored unit."""
     from memstrata.memory.levels import levels
 
-    units = {lv.kind: [lv.unit.model_validate(r.payload) for r in mem.store.get(lv.kind, user_id=user)]
-             for lv in levels()}
+    units = {
+        lv.kind: [lv.unit.model_validate(r.payload) for r in mem.store.get(lv.kind, user_id=user)] for lv in levels()
+    }
     ids = {(u.conversation_id, u.id) for found in units.values() for u in found}
-    return [f"{kind} {u.id} -> {t}" for kind, found in units.items() for u in found
-            for t in [*u.child_ids(), *u.linked_turn_ids(), *u.parent_ids()] if (u.conversation_id, t) not in ids]
+    return [
+        f"{kind} {u.id} -> {t}"
+        for kind, found in units.items()
+        for u in found
+        for t in [*u.child_ids(), *u.linked_turn_ids(), *u.parent_ids()]
+        if (u.conversation_id, t) not in ids
+    ]
 
 
 def test_tenants_never_meet(store: MemstrataStore) -> None:
@@ -128,7 +145,8 @@ def test_in_a_compiled_graph(store: MemstrataStore) -> None:
 
     graph = StateGraph(State).add_node("remember", remember).add_edge(START, "remember").compile(store=store)
     assert graph.invoke({"text": "I play the cello on Sundays.", "found": []})["found"] == [
-        "I play the cello on Sundays."]
+        "I play the cello on Sundays."
+    ]
 
 
 def test_with_create_agent(store: MemstrataStore) -> None:
@@ -164,7 +182,8 @@ def test_a_namespace_that_does_not_name_a_user_is_refused_and_a_prefix_layout_wo
     item = langmem.get(("memories", "ann"), "k")
     assert item.namespace == ("memories", "ann", "default") and item.value == {"content": "Ann likes tea."}
     assert [i.namespace for i in langmem.search(("memories", "ann"), query="What does Ann like?")] == [
-        ("memories", "ann", "default")]
+        ("memories", "ann", "default")
+    ]
     assert langmem.list_namespaces(prefix=("memories", "ann")) == [("memories", "ann", "default")]
     with pytest.raises(InvalidNamespaceError, match="start with \\('memories',\\)"):
         langmem.put(("ann",), "k", {"content": "x"})

@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import pytest
-
 from conftest import EXAMPLE
-from memstrata.runtime.search import scope_kinds
+
 from memstrata import Memstrata
 from memstrata.context import Context
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels import Level, Turn, get_level, levels, register, scope_table, unregister
 from memstrata.memory.models import Unit
 from memstrata.memory.store import Edge, MemoryStore
+from memstrata.runtime.search import scope_kinds
 
 
 class SpeakerDigest(Unit):
@@ -28,15 +28,31 @@ def one_digest_per_speaker(turns: Sequence[Turn]) -> list[Unit]:
     by_speaker: dict[str, list[Turn]] = {}
     for turn in turns:
         by_speaker.setdefault(turn.speaker, []).append(turn)
-    return [SpeakerDigest(user_id=ts[0].user_id, conversation_id=ts[0].conversation_id, id=f"digest:{speaker}",
-                          speaker=speaker, text=" ".join(t.text for t in ts), turn_ids=[t.id for t in ts])
-            for speaker, ts in by_speaker.items()]
+    return [
+        SpeakerDigest(
+            user_id=ts[0].user_id,
+            conversation_id=ts[0].conversation_id,
+            id=f"digest:{speaker}",
+            speaker=speaker,
+            text=" ".join(t.text for t in ts),
+            turn_ids=[t.id for t in ts],
+        )
+        for speaker, ts in by_speaker.items()
+    ]
 
 
 @pytest.fixture
 def toy_kind() -> Iterator[Level]:
-    level = register(Level(kind="speaker_digest", unit=SpeakerDigest, role="event", scopes=("Long",),
-                           description="one digest per speaker", derive=one_digest_per_speaker))
+    level = register(
+        Level(
+            kind="speaker_digest",
+            unit=SpeakerDigest,
+            role="event",
+            scopes=("Long",),
+            description="one digest per speaker",
+            derive=one_digest_per_speaker,
+        )
+    )
     yield level
     unregister(level.kind)
 
@@ -96,8 +112,10 @@ def store(request: pytest.FixtureRequest, tmp_path, hash_embeddings) -> MemorySt
 
 def test_edges_and_counters_live_beside_the_units_and_never_bump_the_snapshot(store: MemoryStore) -> None:
     user = f"u-{id(store)}"  # the server is shared by the session: a user of this test's own
-    turns = [Turn(user_id=user, conversation_id="c", session_id="1", position=i, speaker="Ann", text=f"line {i}")
-             for i in range(3)]
+    turns = [
+        Turn(user_id=user, conversation_id="c", session_id="1", position=i, speaker="Ann", text=f"line {i}")
+        for i in range(3)
+    ]
     store.upsert("turn", turns, documents=[t.render() for t in turns], extra=[t.metadata() for t in turns])
     index = MemoryIndex.load(store, user_id=user)
     version = store.versions.get(user)

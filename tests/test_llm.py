@@ -41,8 +41,9 @@ def only_offered(pick: Pick) -> Pick:
 async def run(model: Any, *, meter: Meter | None = None, **kwargs: Any) -> tuple[Pick, str, Meter]:
     meter = meter or Meter()
     kwargs = {"timeout": 5.0, "retries": 2, **kwargs}
-    value, outcome = await decide(model, Pick, "Pick ids.", "Items: 1, 2, 3", node="pick",
-                                  fallback=lambda: FALLBACK, meter=meter, **kwargs)
+    value, outcome = await decide(
+        model, Pick, "Pick ids.", "Items: 1, 2, 3", node="pick", fallback=lambda: FALLBACK, meter=meter, **kwargs
+    )
     return value, outcome, meter
 
 
@@ -57,8 +58,9 @@ def conn_error() -> openai.APIConnectionError:
 class ThreadedModel(ScriptedChatModel):
     """Runs the script off the event loop, as real clients do, so a slow reply can time out."""
 
-    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                         run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    async def _agenerate(
+        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         return await asyncio.to_thread(self._generate, messages, stop)
 
 
@@ -69,8 +71,9 @@ class StreamModel(ScriptedChatModel):
     usage: dict[str, int] | None = None
     then: Any = None  # an exception to raise, or seconds to hang, after the chunks
 
-    async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                       run_manager: Any = None, **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+    async def _astream(
+        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any
+    ) -> AsyncIterator[ChatGenerationChunk]:
         for text in self.chunks:
             chunk = ChatGenerationChunk(message=AIMessageChunk(content=text))
             if run_manager:
@@ -149,8 +152,12 @@ GARBAGE = {
     "wrong types": {"ids": {"one": 1}, "reason": 5},
     "empty string": "",
     "10 kB ramble": ("Well, let me think about this carefully. { maybe } " * 200)[:10_000],
-    "garbage tool args": AIMessage("", invalid_tool_calls=[
-        {"name": "Pick", "args": "{ids: [1, 2", "id": "c1", "error": "bad json", "type": "invalid_tool_call"}]),
+    "garbage tool args": AIMessage(
+        "",
+        invalid_tool_calls=[
+            {"name": "Pick", "args": "{ids: [1, 2", "id": "c1", "error": "bad json", "type": "invalid_tool_call"}
+        ],
+    ),
     "json array": "[1, 2, 3]",
     "null args": {"ids": None},
 }
@@ -182,9 +189,17 @@ def test_extract_json_survives_unbalanced_and_nested_braces() -> None:
 # ---- decide: transport errors, timeouts, budgets -----------------------------------------
 
 
-@pytest.mark.parametrize("error", [conn_error(), httpx2.ReadError("reset"), httpx.ConnectError("refused"),
-                                   ConnectionResetError("reset"), TimeoutError()],
-                         ids=["openai", "httpx2", "httpx", "builtin", "timeout"])
+@pytest.mark.parametrize(
+    "error",
+    [
+        conn_error(),
+        httpx2.ReadError("reset"),
+        httpx.ConnectError("refused"),
+        ConnectionResetError("reset"),
+        TimeoutError(),
+    ],
+    ids=["openai", "httpx2", "httpx", "builtin", "timeout"],
+)
 async def test_a_transport_error_then_success_is_retried(error: BaseException) -> None:
     model = ScriptedChatModel(script=[error, {"ids": [1]}])
     value, outcome, meter = await run(model)
@@ -199,8 +214,9 @@ async def test_repeated_transport_errors_end_in_the_fallback() -> None:
 
 
 async def test_non_transport_errors_are_not_retried() -> None:
-    bad_request = openai.BadRequestError("context too long", response=httpx2.Response(
-        400, request=httpx2.Request("POST", "http://x")), body=None)
+    bad_request = openai.BadRequestError(
+        "context too long", response=httpx2.Response(400, request=httpx2.Request("POST", "http://x")), body=None
+    )
     model = ScriptedChatModel(script=[bad_request, {"ids": [1]}])
     value, outcome, _ = await run(model)
     assert (value, outcome, len(model.calls)) == (FALLBACK, "error", 1)
@@ -237,8 +253,12 @@ async def test_a_budget_spent_by_the_first_reply_skips_the_repair() -> None:
     model = ScriptedChatModel(script=[AIMessage("rubbish", usage_metadata=usage), {"ids": [1]}])
     meter = Meter(budget=100)
     value, outcome, _ = await run(model, meter=meter)
-    assert (value, outcome, outcomes(meter), len(model.calls)) == (FALLBACK, "skipped_budget",
-                                                                     ["invalid", "skipped_budget"], 1)
+    assert (value, outcome, outcomes(meter), len(model.calls)) == (
+        FALLBACK,
+        "skipped_budget",
+        ["invalid", "skipped_budget"],
+        1,
+    )
     assert meter.exhausted and meter.remaining == 0
 
 
@@ -263,8 +283,9 @@ async def test_internal_calls_are_tagged_nostream() -> None:
     seen: list[list[str]] = []
 
     class Tags(ScriptedChatModel):
-        async def _agenerate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
-                             **kwargs: Any) -> ChatResult:
+        async def _agenerate(
+            self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+        ) -> ChatResult:
             seen.append(list(run_manager.tags) if run_manager else [])
             return ChatResult(generations=[ChatGeneration(message=self._next(messages))])
 
@@ -283,24 +304,39 @@ async def test_concurrent_decisions_share_one_meter() -> None:
     assert summary["prompt_tokens"] + summary["completion_tokens"] == meter.tokens
 
 
-@pytest.mark.parametrize(("error", "transient"), [
-    (conn_error(), True),
-    (openai.APITimeoutError(request=httpx2.Request("POST", "http://x")), True),
-    (openai.RateLimitError("slow down", response=httpx2.Response(429, request=httpx2.Request("GET", "http://x")),
-                           body=None), True),
-    (openai.InternalServerError("boom", response=httpx2.Response(503, request=httpx2.Request("GET", "http://x")),
-                                body=None), True),
-    (httpx2.RemoteProtocolError("peer closed"), True),
-    (httpx.ReadTimeout("slow"), True),
-    (asyncio.TimeoutError(), True),
-    (openai.AuthenticationError("no", response=httpx2.Response(401, request=httpx2.Request("GET", "http://x")),
-                                body=None), False),
-    (ValueError("bad json"), False),
-    (KeyError("x"), False),
-    (ModelConnectionError("provider-neutral"), True),
-    (RuntimeError("Event loop is closed"), True),
-    (RuntimeError("something else"), False),
-])
+@pytest.mark.parametrize(
+    ("error", "transient"),
+    [
+        (conn_error(), True),
+        (openai.APITimeoutError(request=httpx2.Request("POST", "http://x")), True),
+        (
+            openai.RateLimitError(
+                "slow down", response=httpx2.Response(429, request=httpx2.Request("GET", "http://x")), body=None
+            ),
+            True,
+        ),
+        (
+            openai.InternalServerError(
+                "boom", response=httpx2.Response(503, request=httpx2.Request("GET", "http://x")), body=None
+            ),
+            True,
+        ),
+        (httpx2.RemoteProtocolError("peer closed"), True),
+        (httpx.ReadTimeout("slow"), True),
+        (TimeoutError(), True),
+        (
+            openai.AuthenticationError(
+                "no", response=httpx2.Response(401, request=httpx2.Request("GET", "http://x")), body=None
+            ),
+            False,
+        ),
+        (ValueError("bad json"), False),
+        (KeyError("x"), False),
+        (ModelConnectionError("provider-neutral"), True),
+        (RuntimeError("Event loop is closed"), True),
+        (RuntimeError("something else"), False),
+    ],
+)
 def test_is_transient(error: BaseException, transient: bool) -> None:
     assert is_transient(error) is transient
 
@@ -322,8 +358,12 @@ async def test_stream_answer_prefers_the_final_chunk_usage() -> None:
     usage = {"input_tokens": 21, "output_tokens": 4, "total_tokens": 25}
     await stream_answer(StreamModel(usage=usage), [HumanMessage("q")], node="synth", meter=meter, timeout=1)
     call = meter.calls[0]
-    assert (call.node, call.prompt_tokens, call.completion_tokens, call.usage_source) == ("synth", 21, 4,
-                                                                                         "usage_metadata")
+    assert (call.node, call.prompt_tokens, call.completion_tokens, call.usage_source) == (
+        "synth",
+        21,
+        4,
+        "usage_metadata",
+    )
 
 
 async def test_stream_answer_raises_llm_error_when_the_connection_drops_mid_stream() -> None:
@@ -379,8 +419,9 @@ async def test_in_a_graph_only_the_answer_reaches_the_messages_stream() -> None:
     meter = Meter()
 
     async def answer_node(state: AnswerState) -> AnswerState:
-        pick, _ = await decide(model, Pick, "Pick ids.", state["question"], node="plan",
-                               fallback=lambda: FALLBACK, meter=meter)
+        pick, _ = await decide(
+            model, Pick, "Pick ids.", state["question"], node="plan", fallback=lambda: FALLBACK, meter=meter
+        )
         text = await stream_answer(model, [HumanMessage(state["question"])], meter=meter, timeout=5)
         return {"answer": text, "ids": pick.ids}
 
@@ -389,8 +430,7 @@ async def test_in_a_graph_only_the_answer_reaches_the_messages_stream() -> None:
     graph.add_edge(START, "answer")
     graph.add_edge("answer", END)
     tokens, final = [], {}
-    async for mode, chunk in graph.compile().astream({"question": "Who is Miso?"},
-                                                      stream_mode=["messages", "values"]):
+    async for mode, chunk in graph.compile().astream({"question": "Who is Miso?"}, stream_mode=["messages", "values"]):
         if mode == "messages":
             message, metadata = chunk
             tokens.append(message.content)

@@ -14,20 +14,24 @@ from pydantic import BaseModel
 
 from memstrata import Memstrata
 from memstrata.bench.oracle_reader import OracleReader
-from memstrata.runtime.llm import Meter, decide, usage_of
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.plan.rules import anchored_follow_up, dependent_rewrite
 from memstrata.memory.search.query import Hit
+from memstrata.runtime.llm import Meter, decide, usage_of
 from memstrata.runtime.step import MeterView, SharedMeter
 from memstrata.testing import ScriptedChatModel
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "conversation.json"
 QUESTION = "Where does Priya work?"
 MARKERS = {
-    "plan memory lookups": "decompose", "label how far back": "predict_scope",
-    "answer questions from summaries": "gate", "pick memory entries": "select_level1",
-    "find what is still missing": "follow_up", "rewrite a sub-question": "rewrite_dependent",
-    "review whether a question": "reflect", "answer questions about past conversations": "answer",
+    "plan memory lookups": "decompose",
+    "label how far back": "predict_scope",
+    "answer questions from summaries": "gate",
+    "pick memory entries": "select_level1",
+    "find what is still missing": "follow_up",
+    "rewrite a sub-question": "rewrite_dependent",
+    "review whether a question": "reflect",
+    "answer questions about past conversations": "answer",
 }
 DEFAULTS: dict[str, Any] = {
     "decompose": {"sub_queries": [{"id": "q1", "question": QUESTION}]},
@@ -102,17 +106,21 @@ async def test_light_reject_goes_deep_and_the_deep_answer_is_graded(mem: Memstra
     assert back["how"] == "llm-selection" and back["episodes"] == script.seen("select_level1")  # one id per batch
     chosen = [e for e in result.evidence if e.score_parts.get("chosen")]
     assert chosen and result.evidence[0].score_parts.get("chosen")  # the selected episodes come first
-    assert result.trace["pool"] == [{"iteration": 0, "round": 1, "path": "deep", "query": QUESTION,
-                                     "answer": "Tidewater Labs [s1:t6]"}]
+    assert result.trace["pool"] == [
+        {"iteration": 0, "round": 1, "path": "deep", "query": QUESTION, "answer": "Tidewater Labs [s1:t6]"}
+    ]
     assert "<answer>Tidewater Labs [s1:t6]</answer>" in script.prompts["reflect"][0]  # R grades answer_i
     assert "<earlier_answers>" in script.prompts["answer"][0] and result.answer == DEFAULTS["answer"]
 
 
 async def test_reflection_rewrites_with_the_pool_carried_and_selection_reads_q_i(mem: Memstrata) -> None:
-    script = Script(reflect=[{"finished": False, "new_question": "Priya employer office Tidewater"},
-                             {"finished": True}],
-                    follow_up=[{"answer": "first round: a lab", "missing": False},
-                               {"answer": "second round: Tidewater Labs [s1:t6]", "missing": False}])
+    script = Script(
+        reflect=[{"finished": False, "new_question": "Priya employer office Tidewater"}, {"finished": True}],
+        follow_up=[
+            {"answer": "first round: a lab", "missing": False},
+            {"answer": "second round: Tidewater Labs [s1:t6]", "missing": False},
+        ],
+    )
     result = await _ask(mem, script, max_iterations=2, llm_batch_size=30)
     assert script.seen("gate") == 2 and script.seen("reflect") == 2
     assert "<question>Where does Priya work?</question>" in script.prompts["select_level1"][0]
@@ -149,16 +157,21 @@ class Slow(BaseModel):
 class SlowModel(ScriptedChatModel):
     """Yields to the event loop before replying, so parallel calls interleave."""
 
-    async def _agenerate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
-                         **kwargs: Any) -> Any:
+    async def _agenerate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> Any:
         await asyncio.sleep(0.02)
         return self._generate(messages, stop)
 
 
 async def _three_parallel(meters: list[Meter]) -> list[str]:
     model = SlowModel(default={"ok": True})
-    runs = [decide(model, Slow, "system", "a user message of a few words", node="n",
-                   fallback=lambda: Slow(ok=False), meter=m) for m in meters]
+    runs = [
+        decide(
+            model, Slow, "system", "a user message of a few words", node="n", fallback=lambda: Slow(ok=False), meter=m
+        )
+        for m in meters
+    ]
     return [how for _value, how in await asyncio.gather(*runs)]
 
 
@@ -195,8 +208,12 @@ async def test_at_the_budget_the_query_stops_deepening_and_says_so(mem: Memstrat
 
 
 async def test_dependent_sub_query_waits_and_is_rewritten_from_its_prerequisite(mem: Memstrata) -> None:
-    plan = {"sub_queries": [{"id": "q1", "question": "Which company hired Priya?"},
-                            {"id": "q2", "question": "Where is that company's office?", "depends_on": ["q1"]}]}
+    plan = {
+        "sub_queries": [
+            {"id": "q1", "question": "Which company hired Priya?"},
+            {"id": "q2", "question": "Where is that company's office?", "depends_on": ["q1"]},
+        ]
+    }
     script = Script(decompose=[plan])
     result = await _ask(mem, script, "Where is the office of the company that hired Priya?")
     lookups = _events(result, "lookup_level1")
@@ -208,8 +225,12 @@ async def test_dependent_sub_query_waits_and_is_rewritten_from_its_prerequisite(
 
 
 async def test_offline_dependent_rewrite_uses_the_prerequisites_evidence(mem: Memstrata) -> None:
-    plan = {"sub_queries": [{"id": "q1", "question": "Which company hired Priya?"},
-                            {"id": "q2", "question": "Where is that company's office?", "depends_on": ["q1"]}]}
+    plan = {
+        "sub_queries": [
+            {"id": "q1", "question": "Which company hired Priya?"},
+            {"id": "q2", "question": "Where is that company's office?", "depends_on": ["q1"]},
+        ]
+    }
     script = Script(decompose=[plan], rewrite_dependent=["not json at all"], gate=[{"finished": 0, "answer": "x"}])
     result = await _ask(mem, script, "Where is the office of the company that hired Priya?")
     wave = _events(result, "next_wave")[0]
@@ -219,14 +240,29 @@ async def test_offline_dependent_rewrite_uses_the_prerequisites_evidence(mem: Me
 
 
 def test_dependent_rewrite_offline_is_anchored_on_names_and_dates() -> None:
-    top = [Hit(kind="turn", unit_id="D1:2", conversation_id="c", score=1.0, speaker="Ann",
-               text="I joined Tidewater Labs in Lisbon.", time="8 May 2023")]
-    assert dependent_rewrite("Where is that office?", top) == "Where is that office? Ann Tidewater Labs Lisbon 8 May 2023"
+    top = [
+        Hit(
+            kind="turn",
+            unit_id="D1:2",
+            conversation_id="c",
+            score=1.0,
+            speaker="Ann",
+            text="I joined Tidewater Labs in Lisbon.",
+            time="8 May 2023",
+        )
+    ]
+    assert (
+        dependent_rewrite("Where is that office?", top) == "Where is that office? Ann Tidewater Labs Lisbon 8 May 2023"
+    )
 
 
 async def test_missing_info_query_per_sub_query_and_anchored(mem: Memstrata) -> None:
-    plan = {"sub_queries": [{"id": "q1", "question": "Where does Priya work?"},
-                            {"id": "q2", "question": "Where does Tom work?"}]}
+    plan = {
+        "sub_queries": [
+            {"id": "q1", "question": "Where does Priya work?"},
+            {"id": "q2", "question": "Where does Tom work?"},
+        ]
+    }
     script = Script(decompose=[plan], follow_up=[{"answer": "", "missing": True, "query": "zebra quantum teapot"}])
     result = await _ask(mem, script, "Where do Priya and Tom work?")
     events = _events(result, "follow_up")
@@ -237,8 +273,17 @@ async def test_missing_info_query_per_sub_query_and_anchored(mem: Memstrata) -> 
 
 
 def test_offline_missing_info_is_anchored_on_the_evidence_not_the_question() -> None:
-    top = [Hit(kind="turn", unit_id="D1:2", conversation_id="c", score=1.0, speaker="Ann",
-               text="I adopted a puppy from the Porto shelter.", time="8 May 2023")]
+    top = [
+        Hit(
+            kind="turn",
+            unit_id="D1:2",
+            conversation_id="c",
+            score=1.0,
+            speaker="Ann",
+            text="I adopted a puppy from the Porto shelter.",
+            time="8 May 2023",
+        )
+    ]
     text = anchored_follow_up("What breed is the dog Ben adopted?", ["Ann: " + top[0].text], top)
     assert text.split() == ["Ann", "Porto", "breed", "dog", "ben"]  # anchors first, then the missing slot
     assert anchored_follow_up("Where did Ann adopt the puppy?", ["Ann: adopted puppy where"], top) is None
@@ -248,8 +293,9 @@ def test_offline_missing_info_is_anchored_on_the_evidence_not_the_question() -> 
 
 
 def _oracle(**kw: Any) -> OracleReader:
-    oracle = OracleReader(summaries={"Ann moved to Porto in May.": {"D1:1", "D1:2"},
-                                     "Ben started a bakery.": {"D2:1"}}, **kw)
+    oracle = OracleReader(
+        summaries={"Ann moved to Porto in May.": {"D1:1", "D1:2"}, "Ben started a bakery.": {"D2:1"}}, **kw
+    )
     oracle.begin({"D1:2": "We finally moved to Porto!"})
     return oracle
 
@@ -267,20 +313,24 @@ def test_oracle_light_check_selection_and_reflection() -> None:
 
 async def test_oracle_answers_cite_only_gold_it_read_and_completion_is_metered() -> None:
     oracle = _oracle()
-    read = "<sub_question>Where did Ann move?</sub_question>\n<memory>\n[D1:2 · 8 May 2023] Ann: We finally moved " \
-           "to Porto!\n</memory>"
+    read = (
+        "<sub_question>Where did Ann move?</sub_question>\n<memory>\n[D1:2 · 8 May 2023] Ann: We finally moved "
+        "to Porto!\n</memory>"
+    )
     assert "[D1:2]" in oracle.sub_answer(read)["answer"]
     assert "[D1:2]" not in oracle.sub_answer(read.replace("Porto", "Lisbon"))["answer"]
     from memstrata.nodes.retrieve.follow_up import SubAnswer
     from memstrata.prompts.retrieval import FOLLOW_UP_PROMPT
 
     meter = Meter()
-    value, how = await decide(oracle.model, SubAnswer, FOLLOW_UP_PROMPT, read, node="follow_up",
-                              fallback=SubAnswer, meter=meter)
+    value, how = await decide(
+        oracle.model, SubAnswer, FOLLOW_UP_PROMPT, read, node="follow_up", fallback=SubAnswer, meter=meter
+    )
     assert how == "ok" and "[D1:2]" in value.answer
     reply = AIMessage("", tool_calls=[{"name": "SubAnswer", "args": value.model_dump(), "id": "1"}])
     assert meter.calls[0].completion_tokens == usage_of([], reply)[1] > 0
     plan = oracle.plan("<question>What do Ann and Ben like?</question>", "At most 4 sub-questions")
     assert [p["question"] for p in plan["sub_queries"]] == ["What do Ann like?", "What do Ben like?"]
-    assert json.dumps(oracle.scopes("<sub_questions>\nq0: When did Ann move?\n</sub_questions>",
-                                    "reference date 8 May 2023. Leave"))
+    assert json.dumps(
+        oracle.scopes("<sub_questions>\nq0: When did Ann move?\n</sub_questions>", "reference date 8 May 2023. Leave")
+    )

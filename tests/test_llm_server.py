@@ -14,16 +14,15 @@ from typing import Any, TypedDict
 
 import httpx
 import pytest
+from conftest import HashEmbeddings
 from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.graph import END, START, StateGraph
+from plugins.llm_server import make_chat_model
 from pydantic import BaseModel, Field
 
-from conftest import HashEmbeddings
 from memstrata import Memstrata
 from memstrata.runtime.llm import GOOD_OUTCOMES, LLMError, Meter, decide, stream_answer
-from plugins.llm_server import make_chat_model
-
 
 pytestmark = pytest.mark.llm_server
 logger = logging.getLogger(__name__)
@@ -64,9 +63,16 @@ async def test_decide_against_the_real_server(chat_model: Any) -> None:
     results = []
     for question in QUESTIONS:
         value, outcome = await decide(
-            chat_model, Verdict, "Decide whether the numbered context answers the question.",
-            f"<context>\n{CONTEXT}\n</context>\n<question>{question}</question>", node="gate",
-            fallback=lambda: FALLBACK, meter=meter, timeout=120, retries=1, validate=offered,
+            chat_model,
+            Verdict,
+            "Decide whether the numbered context answers the question.",
+            f"<context>\n{CONTEXT}\n</context>\n<question>{question}</question>",
+            node="gate",
+            fallback=lambda: FALLBACK,
+            meter=meter,
+            timeout=120,
+            retries=1,
+            validate=offered,
         )
         assert isinstance(value, Verdict) and outcome in FINAL_OUTCOMES
         assert value == FALLBACK or outcome in GOOD_OUTCOMES
@@ -96,8 +102,9 @@ async def test_stream_answer_streams_tokens_from_the_real_server(chat_model: Any
     builder.add_edge("answer", END)
     tokens: list[str] = []
     final: dict[str, Any] = {}
-    async for mode, chunk in builder.compile().astream({"question": "What colour is the sky?"},
-                                                        stream_mode=["messages", "values"]):
+    async for mode, chunk in builder.compile().astream(
+        {"question": "What colour is the sky?"}, stream_mode=["messages", "values"]
+    ):
         if mode == "messages":
             tokens.append(chunk[0].content)
         else:
@@ -112,20 +119,38 @@ async def test_stream_answer_streams_tokens_from_the_real_server(chat_model: Any
 
 def small_conversation() -> list[dict[str, str]]:
     return [
-        {"speaker": "Priya", "text": "I finally signed the lease. I'm moving to Lisbon at the end of April.",
-         "timestamp": "2024-03-02T18:05:00"},
-        {"speaker": "Tom", "text": "Congratulations! Which neighbourhood did you pick?",
-         "timestamp": "2024-03-02T18:07:00"},
-        {"speaker": "Priya", "text": "Alfama, close to the castle, with a balcony over the river.",
-         "timestamp": "2024-03-02T18:09:00"},
+        {
+            "speaker": "Priya",
+            "text": "I finally signed the lease. I'm moving to Lisbon at the end of April.",
+            "timestamp": "2024-03-02T18:05:00",
+        },
+        {
+            "speaker": "Tom",
+            "text": "Congratulations! Which neighbourhood did you pick?",
+            "timestamp": "2024-03-02T18:07:00",
+        },
+        {
+            "speaker": "Priya",
+            "text": "Alfama, close to the castle, with a balcony over the river.",
+            "timestamp": "2024-03-02T18:09:00",
+        },
         {"speaker": "Tom", "text": "Are you taking Miso with you?", "timestamp": "2024-03-02T18:11:00"},
-        {"speaker": "Priya", "text": "Of course, the cat flies in the cabin with me.",
-         "timestamp": "2024-03-02T18:13:00"},
-        {"speaker": "Tom", "text": "By the way, I started learning the cello last week.",
-         "timestamp": "2024-03-02T20:40:00"},
+        {
+            "speaker": "Priya",
+            "text": "Of course, the cat flies in the cabin with me.",
+            "timestamp": "2024-03-02T18:13:00",
+        },
+        {
+            "speaker": "Tom",
+            "text": "By the way, I started learning the cello last week.",
+            "timestamp": "2024-03-02T20:40:00",
+        },
         {"speaker": "Priya", "text": "Nice! Who is your teacher?", "timestamp": "2024-03-02T20:42:00"},
-        {"speaker": "Tom", "text": "A retired orchestra player called Ines, on Thursdays.",
-         "timestamp": "2024-03-02T20:44:00"},
+        {
+            "speaker": "Tom",
+            "text": "A retired orchestra player called Ines, on Thursdays.",
+            "timestamp": "2024-03-02T20:44:00",
+        },
     ]
 
 
@@ -199,14 +224,28 @@ async def test_a_server_killed_mid_call_ends_in_the_fallback_and_llm_error(llama
     server = llama_server_factory()
     streaming, deciding = FirstToken(), RequestSent()
     meter = Meter()
-    answer = asyncio.create_task(stream_answer(
-        make_chat_model(server.base_url, logit_bias=ENDLESS, callbacks=[streaming]),
-        [HumanMessage("Write a very long story about a cat who moves to Lisbon.")], meter=meter, timeout=30))
+    answer = asyncio.create_task(
+        stream_answer(
+            make_chat_model(server.base_url, logit_bias=ENDLESS, callbacks=[streaming]),
+            [HumanMessage("Write a very long story about a cat who moves to Lisbon.")],
+            meter=meter,
+            timeout=30,
+        )
+    )
     await asyncio.wait_for(streaming.first_token.wait(), 60)
-    decision = asyncio.create_task(decide(
-        make_chat_model(server.base_url, http_async_client=deciding.client), Story, "You are a novelist.",
-        "Write a story about a cat.", node="story", fallback=lambda: Story(title="fallback", story=""),
-        meter=meter, timeout=60, retries=2))
+    decision = asyncio.create_task(
+        decide(
+            make_chat_model(server.base_url, http_async_client=deciding.client),
+            Story,
+            "You are a novelist.",
+            "Write a story about a cat.",
+            node="story",
+            fallback=lambda: Story(title="fallback", story=""),
+            meter=meter,
+            timeout=60,
+            retries=2,
+        )
+    )
     await asyncio.wait_for(deciding.sent.wait(), 30)  # the decision is on the wire, queued behind the stream
     assert not answer.done() and not decision.done()
 
@@ -240,10 +279,16 @@ async def test_middleware_and_store_with_the_real_server(llama_server: str, tmp_
 
     # An HTTP client of this test's own: langchain-openai shares one per URL, bound to the first test's event loop.
     model = make_chat_model(llama_server, http_async_client=httpx.AsyncClient(timeout=120))
-    agent = create_agent(model, tools=[], checkpointer=InMemorySaver(), store=store,
-                         middleware=[MemstrataMiddleware(mem, user_id="u", context_budget=400)])
-    out = await agent.ainvoke({"messages": [("user", "Where is Priya moving?")]},
-                              {"configurable": {"thread_id": "live"}})
+    agent = create_agent(
+        model,
+        tools=[],
+        checkpointer=InMemorySaver(),
+        store=store,
+        middleware=[MemstrataMiddleware(mem, user_id="u", context_budget=400)],
+    )
+    out = await agent.ainvoke(
+        {"messages": [("user", "Where is Priya moving?")]}, {"configurable": {"thread_id": "live"}}
+    )
     assert isinstance(out["messages"][-1].content, str)
     written = mem.store.get("turn", user_id="u", conversation_id="live")
     assert [r.payload["speaker"] for r in sorted(written, key=lambda r: r.payload["position"])][:1] == ["user"]
@@ -257,31 +302,49 @@ class LongText(BaseModel):
 
 async def test_a_model_instance_is_held_to_the_completion_cap(llama_server: str) -> None:
     """A model passed as an instance (no max_tokens of its own) still stops at the cap, structured or streamed:
-    without it a small model can fill a schema's grammar until the context ends."""
+    without it a small model can fill a schema's grammar until the context ends.
+    """
     model, meter = make_chat_model(llama_server), Meter()
     assert model.max_tokens is None
-    _, outcome = await decide(model, LongText, "Write what is asked.", "Write a long story about a cat.",
-                              node="cap", fallback=lambda: LongText(text=""), meter=meter, timeout=120.0,
-                              max_tokens=8)
+    _, outcome = await decide(
+        model,
+        LongText,
+        "Write what is asked.",
+        "Write a long story about a cat.",
+        node="cap",
+        fallback=lambda: LongText(text=""),
+        meter=meter,
+        timeout=120.0,
+        max_tokens=8,
+    )
     assert outcome in FINAL_OUTCOMES
     assert all(0 < c.completion_tokens <= 8 for c in meter.calls if c.usage_source == "usage_metadata")
-    await stream_answer(model, [HumanMessage("Write a long story about a cat.")], meter=meter, timeout=120.0,
-                        max_tokens=8)
+    await stream_answer(
+        model, [HumanMessage("Write a long story about a cat.")], meter=meter, timeout=120.0, max_tokens=8
+    )
     streamed = meter.calls[-1]  # llama.cpp sends no usage in a stream: the local tokenizer counts the text
     limit = 8 if streamed.usage_source == "usage_metadata" else 24  # MiniLM's pieces are not SmolLM2's
     assert 0 < streamed.completion_tokens <= limit
 
 
 async def test_stage2_self_checks_with_the_real_server(chat_model: Any, minilm: Any, tmp_path: Any) -> None:
-    """xMemory's Stage II with a real reader: each self-check is metered, and whatever SmolLM2 says (or fails to
-    say), the trace's counts agree with the calls made and the evidence stays this user's."""
-    from memstrata import Memstrata
+    """XMemory's Stage II with a real reader: each self-check is metered, and whatever SmolLM2 says (or fails to
+    say), the trace's counts agree with the calls made and the evidence stays this user's.
+    """
     from test_theme_retrieval import _conversation
+
+    from memstrata import Memstrata
 
     mem = Memstrata(path=tmp_path / "chroma", embeddings=minilm)
     await mem.aingest(_conversation(), user_id="ann", close=True)  # themes built offline; the reader is the model
-    result = await mem.aretrieve("What do we know about Ann's cat Miso?", user_id="ann", context_budget=400,
-                                 model=chat_model, theme_stage2=True, max_iterations=0)
+    result = await mem.aretrieve(
+        "What do we know about Ann's cat Miso?",
+        user_id="ann",
+        context_budget=400,
+        model=chat_model,
+        theme_stage2=True,
+        max_iterations=0,
+    )
     rounds = [e["stage2"] for e in result.trace["events"] if e["node"] == "lookup_level1" and "stage2" in e]
     assert rounds and all(0 < r["checked"] <= 4 and r["admitted"] <= r["checked"] for r in rounds)
     checks = result.trace["llm"]["per_node"]["stage2"]
@@ -291,22 +354,34 @@ async def test_stage2_self_checks_with_the_real_server(chat_model: Any, minilm: 
     mem.close()
 
 
-async def test_persona_calibration_and_the_persona_line_with_the_real_server(chat_model: Any, minilm: Any,
-                                                                              tmp_path: Any) -> None:
+async def test_persona_calibration_and_the_persona_line_with_the_real_server(
+    chat_model: Any, minilm: Any, tmp_path: Any
+) -> None:
     """Bi-Mem's persona (Eq. 7) and calibration (Eq. 8) with SmolLM2, end to end: each call is counted with its
     outcome, a persona item cites only stored facts whatever the model wrote, and an inference question gets the
-    persona line (the first session is written offline, so the speaker surely has facts)."""
-    from memstrata import Memstrata
+    persona line (the first session is written offline, so the speaker surely has facts).
+    """
     from test_persona import LISBON, PORTO, _session
 
+    from memstrata import Memstrata
+
     offline = Memstrata(path=tmp_path / "chroma", embeddings=minilm)
-    await offline.aingest({"conversation_id": "c", "messages": _session(1, "2024-01-10T10:00:00", PORTO)},
-                          user_id="ann", close=True)
+    await offline.aingest(
+        {"conversation_id": "c", "messages": _session(1, "2024-01-10T10:00:00", PORTO)}, user_id="ann", close=True
+    )
     offline.close()
-    mem = Memstrata(path=tmp_path / "chroma", embeddings=minilm, model=chat_model, persona_calibrations=2,
-                    theme_llm_calls=1, tree_llm_calls=1, persona_llm_growth=1.0)  # rebuild at any new fact
-    stats = await mem.aingest({"conversation_id": "c", "messages": _session(2, "2024-03-05T10:00:00", LISBON)},
-                              user_id="ann", close=True)
+    mem = Memstrata(
+        path=tmp_path / "chroma",
+        embeddings=minilm,
+        model=chat_model,
+        persona_calibrations=2,
+        theme_llm_calls=1,
+        tree_llm_calls=1,
+        persona_llm_growth=1.0,
+    )  # rebuild at any new fact
+    stats = await mem.aingest(
+        {"conversation_id": "c", "messages": _session(2, "2024-03-05T10:00:00", LISBON)}, user_id="ann", close=True
+    )
     per_node = stats["llm"]["persona"]["per_node"]
     assert 1 <= per_node["persona"]["calls"] <= 2 and per_node["calibrate"]["calls"] >= 1  # a repair is a call
     assert stats["persona_llm"] <= 1 - per_node["persona"]["fallbacks"]  # a fallback leaves the offline items
@@ -315,7 +390,8 @@ async def test_persona_calibration_and_the_persona_line_with_the_real_server(cha
     facts = {r.unit_id for r in mem.store.get("fact", user_id="ann")}
     for versions in mem.persona_history("ann", "Ann").values():
         assert all({i.fact_id, *i.fact_ids} <= facts for v in versions for i in v.items)
-    result = await mem.aretrieve("Would Ann likely enjoy a landscape painting class?", user_id="ann",
-                                 context_budget=400, max_iterations=0)
+    result = await mem.aretrieve(
+        "Would Ann likely enjoy a landscape painting class?", user_id="ann", context_budget=400, max_iterations=0
+    )
     assert result.trace["persona"]["included"] and result.context.startswith("[persona · Ann · ")
     mem.close()

@@ -56,15 +56,19 @@ def test_offline_retrieval_finds_gold_evidence(ingested) -> None:
 def test_facts_entities_and_the_graph_on_a_real_conversation(ingested) -> None:
     mem, stats = ingested
     assert stats["facts_written"] > 400 and stats["entities_written"] > 10 and stats["relations_written"] > 10
-    speakers = {r.unit_id: r.payload for r in mem.store.get("entity", user_id="u1", conversation_id=CONV,
-                                                            unit_ids=["ent:caroline", "ent:melanie"])}
+    speakers = {
+        r.unit_id: r.payload
+        for r in mem.store.get("entity", user_id="u1", conversation_id=CONV, unit_ids=["ent:caroline", "ent:melanie"])
+    }
     assert {p["type"] for p in speakers.values()} == {"speaker"} and len(speakers) == 2
     assert "Mel" not in speakers["ent:melanie"]["aliases"]  # a nickname is an overlap edge, not the same entity
     overlaps = mem.store.edges.get("u1", conversation_id=CONV, rel="overlaps")
     assert any(e.src == "ent:mel" and e.dst == "ent:melanie" for e in overlaps)
-    support_group = [r.payload for r in mem.store.get("fact", user_id="u1", conversation_id=CONV,
-                                                      where={"session_id": "1"})
-                     if "support group" in r.payload["text"] and r.payload["subject_id"] == "ent:caroline"]
+    support_group = [
+        r.payload
+        for r in mem.store.get("fact", user_id="u1", conversation_id=CONV, where={"session_id": "1"})
+        if "support group" in r.payload["text"] and r.payload["subject_id"] == "ent:caroline"
+    ]
     assert any("(7 May 2023)" in f["text"] for f in support_group)  # "yesterday", said on 8 May 2023
     result = mem.retrieve("What activities has Melanie done with her family?", user_id="u1", context_budget=1500)
     assert any(e.via.startswith("Melanie") for e in result.evidence)

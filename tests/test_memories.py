@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import EXAMPLE, HashEmbeddings, assert_store_ok
+from test_concurrency import digest
+
 from memstrata import Memstrata
 from memstrata.memory.normalize import IngestError
-from test_concurrency import digest
 
 
 @pytest.fixture
@@ -30,8 +30,9 @@ def test_list_and_get_with_filters_and_paging(mem: Memstrata) -> None:
     [conv] = mem.conversations("ann")
     assert (conv["conversation_id"], conv["turns"], conv["sessions"]) == ("priya-tom", 36, 3)
     everything = mem.memories("ann", limit=1000)
-    assert len(everything) == 36 and all(m["kind"] == "turn" and m["conversation_id"] == "priya-tom"
-                                         for m in everything)
+    assert len(everything) == 36 and all(
+        m["kind"] == "turn" and m["conversation_id"] == "priya-tom" for m in everything
+    )
     first, second = mem.memories("ann", limit=2), mem.memories("ann", limit=2, offset=2)
     assert [m["id"] for m in first + second] == [m["id"] for m in everything[:4]]
     priya = mem.memories("ann", speaker="Priya", limit=1000)
@@ -109,16 +110,32 @@ def test_the_command_line_lists_updates_deletes_and_shows_the_history(minilm: An
     assert listed.exit_code == 0, listed.output
     rows = json.loads(listed.output)
     assert len(rows) == 3 and all(r["speaker"] == "Tom" for r in rows)
-    done = run.invoke(app, ["update", "-u", "ann", "-c", "priya-tom", "--turn", rows[0]["id"], "--text",
-                            "I never ran a marathon.", "--data-dir", folder])
+    done = run.invoke(
+        app,
+        [
+            "update",
+            "-u",
+            "ann",
+            "-c",
+            "priya-tom",
+            "--turn",
+            rows[0]["id"],
+            "--text",
+            "I never ran a marathon.",
+            "--data-dir",
+            folder,
+        ],
+    )
     assert done.exit_code == 0, done.output
-    gone = run.invoke(app, ["delete", "-u", "ann", "-c", "priya-tom", "--turn", rows[1]["id"], "--yes",
-                            "--data-dir", folder])
+    gone = run.invoke(
+        app, ["delete", "-u", "ann", "-c", "priya-tom", "--turn", rows[1]["id"], "--yes", "--data-dir", folder]
+    )
     assert gone.exit_code == 0 and json.loads(gone.output)["turn"] == 1
     shown = run.invoke(app, ["history", "-u", "ann", "--data-dir", folder])
     assert [json.loads(line)["event"] for line in shown.output.splitlines()] == ["update", "delete"]
-    missing = run.invoke(app, ["delete", "-u", "ann", "-c", "priya-tom", "--turn", "nope", "--yes",
-                               "--data-dir", folder])
+    missing = run.invoke(
+        app, ["delete", "-u", "ann", "-c", "priya-tom", "--turn", "nope", "--yes", "--data-dir", folder]
+    )
     assert missing.exit_code == 2 and "no turn 'nope'" in missing.output
     bad = run.invoke(app, ["list", "-u", "ann", "--kind", "memo", "--data-dir", folder])
     assert bad.exit_code == 2 and "unknown unit kind 'memo'" in bad.output
@@ -128,16 +145,31 @@ def test_the_command_line_lists_updates_deletes_and_shows_the_history(minilm: An
 def test_metadata_attached_at_write_time_filters_listings_for_that_user_only(tmp_path: Path) -> None:
     mem = Memstrata(path=tmp_path / "meta", embeddings=HashEmbeddings())
     for user, topic in (("ann", "pets"), ("bob", "travel")):  # the same messages, other metadata
-        mem.ingest([{"speaker": "Ann", "text": "I adopted a grey cat named Miso last week.",
-                     "metadata": {"topic": topic, "app": "chat"}}], user_id=user, conversation_id="c1")
-        mem.ingest([{"speaker": "Ann", "text": "My sister Lena flies to Lisbon on Friday."}], user_id=user,
-                   conversation_id="c1", metadata={"topic": "family", "priority": 2}, close=True)
+        mem.ingest(
+            [
+                {
+                    "speaker": "Ann",
+                    "text": "I adopted a grey cat named Miso last week.",
+                    "metadata": {"topic": topic, "app": "chat"},
+                }
+            ],
+            user_id=user,
+            conversation_id="c1",
+        )
+        mem.ingest(
+            [{"speaker": "Ann", "text": "My sister Lena flies to Lisbon on Friday."}],
+            user_id=user,
+            conversation_id="c1",
+            metadata={"topic": "family", "priority": 2},
+            close=True,
+        )
     pets = mem.memories("ann", metadata={"topic": "pets"})
     assert [m["text"] for m in pets] == ["Ann: I adopted a grey cat named Miso last week."]  # the turn as read
     assert pets[0]["metadata"] == {"topic": "pets", "app": "chat"}
     assert mem.memories("bob", metadata={"topic": "pets"}) == []  # bob's copy says travel
     assert [m["metadata"] for m in mem.memories("bob", metadata={"topic": "travel", "app": "chat"})] == [
-        {"topic": "travel", "app": "chat"}]
+        {"topic": "travel", "app": "chat"}
+    ]
     family = mem.memories("ann", metadata={"topic": "family", "priority": 2})
     assert len(family) == 1 and "Lisbon" in family[0]["text"]
     facts = mem.memories("ann", kind="fact", metadata={"topic": "family"}, limit=100)

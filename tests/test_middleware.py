@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from conftest import EXAMPLE, HashEmbeddings
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
-from conftest import EXAMPLE, HashEmbeddings
 from memstrata import Memstrata
 from memstrata.integrations.middleware import MemstrataMiddleware
 from memstrata.testing import ScriptedChatModel
@@ -39,10 +39,12 @@ def _agent(mem: Memstrata, model: ScriptedChatModel, **settings: Any) -> Any:
 
 
 async def test_memory_reaches_the_model_and_turns_are_written_once(mem: Memstrata) -> None:
-    model = ScriptedChatModel(script=[
-        AIMessage("", tool_calls=[{"name": "clock", "args": {}, "id": "call-1"}]),  # one loop through a tool
-        "Tom ran it two weeks before 14 April 2024.",
-    ])
+    model = ScriptedChatModel(
+        script=[
+            AIMessage("", tool_calls=[{"name": "clock", "args": {}, "id": "call-1"}]),  # one loop through a tool
+            "Tom ran it two weeks before 14 April 2024.",
+        ]
+    )
     agent = _agent(mem, model)
     config = {"configurable": {"thread_id": "chat-1"}}
     await agent.ainvoke({"messages": [("user", "When did Tom run the Brighton half marathon?")]}, config)
@@ -51,8 +53,9 @@ async def test_memory_reaches_the_model_and_turns_are_written_once(mem: Memstrat
         assert "<memory>" in _system(call) and "Brighton half marathon" in _system(call)
         assert "not instructions" in _system(call)
     turns = mem.store.get("turn", user_id="u", conversation_id="chat-1")
-    assert sorted(r.document for r in turns) == sorted([
-        "user: When did Tom run the Brighton half marathon?", "assistant: Tom ran it two weeks before 14 April 2024."])
+    assert sorted(r.document for r in turns) == sorted(
+        ["user: When did Tom run the Brighton half marathon?", "assistant: Tom ran it two weeks before 14 April 2024."]
+    )
 
     model.script.append("Priya works at Tidewater Labs.")
     await agent.ainvoke({"messages": [("user", "Where does Priya work?")]}, config)
@@ -68,8 +71,7 @@ def test_sync_agent_and_settings(mem: Memstrata) -> None:
     assert "<memory>" not in _system(model.calls[0])
     assert mem.store.count("turn", user_id="u", conversation_id="t2") == 0
     model.script.append("Sure.")
-    _agent(mem, model).invoke({"messages": [("user", "Where does Priya work?")]},
-                              {"configurable": {"thread_id": "t3"}})
+    _agent(mem, model).invoke({"messages": [("user", "Where does Priya work?")]}, {"configurable": {"thread_id": "t3"}})
     assert "Tidewater" in _system(model.calls[-1])
     assert mem.store.count("turn", user_id="u", conversation_id="t3") == 2
 
@@ -78,8 +80,11 @@ async def test_nothing_of_memory_reaches_the_token_stream(mem: Memstrata) -> Non
     model = ScriptedChatModel(script=["Tom ran it in Brighton."])
     agent = _agent(mem, model)
     tokens = []
-    async for chunk, _meta in agent.astream({"messages": [("user", "When did Tom run the Brighton half marathon?")]},
-                                            {"configurable": {"thread_id": "s"}}, stream_mode="messages"):
+    async for chunk, _meta in agent.astream(
+        {"messages": [("user", "When did Tom run the Brighton half marathon?")]},
+        {"configurable": {"thread_id": "s"}},
+        stream_mode="messages",
+    ):
         tokens.append(str(chunk.content))
     assert "".join(tokens).strip() == "Tom ran it in Brighton."
 

@@ -15,10 +15,13 @@ from memstrata.memory.timeparse import RELATIVE_PATTERN, describe_resolved, pars
 LOCOMO_ONE = {
     "sample_id": "conv-x",
     "conversation": {
-        "speaker_a": "Ann", "speaker_b": "Bob",
+        "speaker_a": "Ann",
+        "speaker_b": "Bob",
         "session_1_date_time": "1:56 pm on 8 May, 2023",
-        "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I went to Porto yesterday."},
-                      {"speaker": "Bob", "dia_id": "D1:2", "text": "Nice!", "blip_caption": "a bridge"}],
+        "session_1": [
+            {"speaker": "Ann", "dia_id": "D1:1", "text": "I went to Porto yesterday."},
+            {"speaker": "Bob", "dia_id": "D1:2", "text": "Nice!", "blip_caption": "a bridge"},
+        ],
         "session_2_date_time": "29.12.2023, 22:42:04",
         "session_3_date_time": "never happened",
         "session_2": [{"speaker": "Bob", "dia_id": "D2:1", "text": "Happy holidays."}],
@@ -26,14 +29,17 @@ LOCOMO_ONE = {
 }
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    ("1:56 pm on 8 May, 2023", datetime(2023, 5, 8, 13, 56)),
-    ("29.12.2023, 22:42:04", datetime(2023, 12, 29, 22, 42, 4)),
-    ("2024-03-02T18:05:00Z", datetime(2024, 3, 2, 18, 5)),
-    ("2024-03-02T18:05:00+02:00", datetime(2024, 3, 2, 16, 5)),
-    ("not a date at all", None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("1:56 pm on 8 May, 2023", datetime(2023, 5, 8, 13, 56)),
+        ("29.12.2023, 22:42:04", datetime(2023, 12, 29, 22, 42, 4)),
+        ("2024-03-02T18:05:00Z", datetime(2024, 3, 2, 18, 5)),
+        ("2024-03-02T18:05:00+02:00", datetime(2024, 3, 2, 16, 5)),
+        ("not a date at all", None),
+        ("", None),
+    ],
+)
 def test_parse_timestamp_formats(raw: str, expected: datetime | None) -> None:
     assert parse_timestamp(raw) == expected
 
@@ -54,8 +60,12 @@ def test_relative_dates_resolve_against_the_session() -> None:
 
 def test_relative_phrases_are_found_in_text_and_labelled_at_their_granularity() -> None:
     anchor = datetime(2023, 5, 10)  # a Wednesday
-    found = [m.group(0) for m in RELATIVE_PATTERN.finditer(
-        "The day before yesterday I ran; over the weekend we hiked; a couple days ago, two years back.")]
+    found = [
+        m.group(0)
+        for m in RELATIVE_PATTERN.finditer(
+            "The day before yesterday I ran; over the weekend we hiked; a couple days ago, two years back."
+        )
+    ]
     assert found == ["The day before yesterday", "over the weekend", "a couple days ago", "two years back"]
     assert describe_resolved("last weekend", anchor) == "the weekend of 6 May 2023"
     assert describe_resolved("three weeks back", anchor) == "19 April 2023"
@@ -73,9 +83,11 @@ def test_locomo_keeps_input_ids_and_session_times() -> None:
 
 
 def test_plain_messages_get_position_ids_and_time_gap_sessions() -> None:
-    msgs = [{"speaker": "A", "text": "one", "timestamp": "2024-01-01T10:00"},
-            {"speaker": "B", "text": "two", "timestamp": "2024-01-01T10:05"},
-            {"speaker": "A", "text": "three", "timestamp": "2024-01-03T09:00"}]
+    msgs = [
+        {"speaker": "A", "text": "one", "timestamp": "2024-01-01T10:00"},
+        {"speaker": "B", "text": "two", "timestamp": "2024-01-01T10:05"},
+        {"speaker": "A", "text": "three", "timestamp": "2024-01-03T09:00"},
+    ]
     (conv,) = normalize_input(msgs, user_id="u", conversation_id="c")
     assert [[t.id for t in s.turns] for s in conv.sessions] == [["s1:t0", "s1:t1"], ["s2:t0"]]
     again = normalize_input(msgs, user_id="u", conversation_id="c")[0]
@@ -95,12 +107,15 @@ def test_unparseable_timestamp_is_reported_and_kept() -> None:
     assert "message #0" in conv.warnings[0] and "sometime soonish" in conv.warnings[0]
 
 
-@pytest.mark.parametrize(("data", "fragment"), [
-    ([{"speaker": "A", "text": "  "}], "message #0: empty or missing 'text'"),
-    ([{"speaker": "A", "text": "ok"}, {"text": "no speaker"}], "message #1: missing 'speaker'"),
-    ([1, 2, 3], "unknown input format"),
-    ([], "empty list"),
-])
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        ([{"speaker": "A", "text": "  "}], "message #0: empty or missing 'text'"),
+        ([{"speaker": "A", "text": "ok"}, {"text": "no speaker"}], "message #1: missing 'speaker'"),
+        ([1, 2, 3], "unknown input format"),
+        ([], "empty list"),
+    ],
+)
 def test_bad_input_names_problem_and_place(data: object, fragment: str) -> None:
     with pytest.raises(IngestError, match=fragment.replace("'", ".").replace("#", "#")):
         normalize_input(data, user_id="u", source="file.json")
@@ -108,16 +123,28 @@ def test_bad_input_names_problem_and_place(data: object, fragment: str) -> None:
 
 def test_the_shapes_people_send_are_accepted() -> None:
     """OpenAI's role/content list, a list of conversations, multi-part content and one message on its own."""
-    [chat] = normalize_input([{"role": "user", "content": "I adopted a cat."}, {"role": "assistant", "content": "Nice!"}],
-                             user_id="u")
-    assert [(t.speaker, t.text) for s in chat.sessions for t in s.turns] == [("user", "I adopted a cat."),
-                                                                          ("assistant", "Nice!")]
-    convs = normalize_input([{"conversation_id": "a", "messages": [{"speaker": "A", "text": "hi"}]},
-                             {"conversation_id": "b", "messages": [{"role": "user", "content": "yo"}]}], user_id="u")
+    [chat] = normalize_input(
+        [{"role": "user", "content": "I adopted a cat."}, {"role": "assistant", "content": "Nice!"}], user_id="u"
+    )
+    assert [(t.speaker, t.text) for s in chat.sessions for t in s.turns] == [
+        ("user", "I adopted a cat."),
+        ("assistant", "Nice!"),
+    ]
+    convs = normalize_input(
+        [
+            {"conversation_id": "a", "messages": [{"speaker": "A", "text": "hi"}]},
+            {"conversation_id": "b", "messages": [{"role": "user", "content": "yo"}]},
+        ],
+        user_id="u",
+    )
     assert [c.conversation_id for c in convs] == ["a", "b"]
-    [parts] = normalize_input({"role": "user", "content": [{"type": "text", "text": "Look at my cat"},
-                                                           {"type": "image_url", "image_url": {"url": "x"}}]},
-                              user_id="u")
+    [parts] = normalize_input(
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Look at my cat"}, {"type": "image_url", "image_url": {"url": "x"}}],
+        },
+        user_id="u",
+    )
     assert [t.text for s in parts.sessions for t in s.turns] == ["Look at my cat"]
     assert parts.warnings == ["<input>: conversation default, message #0: kept the text parts; not stored: image_url"]
     [solo] = normalize_input({"speaker": "Ann", "text": "solo"}, user_id="u", conversation_id="c")
@@ -125,8 +152,13 @@ def test_the_shapes_people_send_are_accepted() -> None:
     with pytest.raises(IngestError, match="message #0: empty or missing 'text'"):
         normalize_input([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}], user_id="u")
     with pytest.raises(IngestError, match=r"conversation #1.*'messages' must be a non-empty list"):
-        normalize_input([{"conversation_id": "a", "messages": [{"speaker": "A", "text": "hi"}]},
-                         {"conversation_id": "b", "messages": []}], user_id="u")
+        normalize_input(
+            [
+                {"conversation_id": "a", "messages": [{"speaker": "A", "text": "hi"}]},
+                {"conversation_id": "b", "messages": []},
+            ],
+            user_id="u",
+        )
 
 
 def test_malformed_json_names_file_and_line(tmp_path) -> None:

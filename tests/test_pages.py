@@ -9,13 +9,22 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import EXAMPLE, HashEmbeddings
+
 from memstrata import Memstrata
 from memstrata.views.pages import memory_page, trace_page
 
-FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--enable-logging=stderr", "--v=0"]
+FLAGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-logging=stderr",
+    "--v=0",
+]
 
 
 @pytest.fixture(scope="module")
@@ -31,14 +40,29 @@ def chromium() -> str:
 def _render(chromium: str, page: Path, tmp_path: Path) -> str:
     """The DOM after the page's script ran; fails on any console error. Also takes a screenshot."""
     profile = tmp_path / "profile"
-    dom = subprocess.run([chromium, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
-                         capture_output=True, text=True, timeout=120)
+    dom = subprocess.run(
+        [chromium, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert dom.returncode == 0, dom.stderr[-2000:]
     errors = [line for line in dom.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert not errors, errors
     shot = tmp_path / (page.stem + ".png")
-    subprocess.run([chromium, *FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1200,900",
-                    page.as_uri()], capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [
+            chromium,
+            *FLAGS,
+            f"--user-data-dir={profile}",
+            f"--screenshot={shot}",
+            "--window-size=1200,900",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     assert shot.stat().st_size > 5000
     return dom.stdout
 

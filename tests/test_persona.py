@@ -1,5 +1,6 @@
 """Bi-Mem's persona and reflective calibration: the offline distillation (pure), versions and point-in-time reads,
-stale themes, the persona path in retrieval, calibration with a scripted model, isolation and forgetting."""
+stale themes, the persona path in retrieval, calibration with a scripted model, isolation and forgetting.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from conftest import assert_store_ok
+from test_pages import chromium  # noqa: F401 - the real browser fixture
+
 from memstrata.memory.levels import DIMENSIONS, Fact, Persona, PersonaItem, Theme
 from memstrata.memory.persona.calibrate import appended, due, scene_speaker
 from memstrata.memory.persona.distill import PersonaDraft, Trait, basis, check_draft, offline_dimensions
@@ -20,20 +22,32 @@ from memstrata.memory.search.packing import parse_context
 from memstrata.memory.search.persona import asks_inference
 from memstrata.memory.themes.maintain import Regrouped
 from memstrata.nodes.ingest.themes import stale_themes
-from test_pages import chromium  # noqa: F401 - the real browser fixture
 
 
 def _fact(i: int, text: str, session: int, *, subject: str = "Ann", superseded_by: str = "") -> Fact:
-    return Fact(user_id="u", episode_id=f"ep:s{session}:0-9", session_id=str(session), n=i, text=text,
-                subject=subject, turn_ids=[f"s{session}:{i}"], superseded_by=superseded_by,
-                timestamp=datetime(2024, 1, session))
+    return Fact(
+        user_id="u",
+        episode_id=f"ep:s{session}:0-9",
+        session_id=str(session),
+        n=i,
+        text=text,
+        subject=subject,
+        turn_ids=[f"s{session}:{i}"],
+        superseded_by=superseded_by,
+        timestamp=datetime(2024, 1, session),
+    )
 
 
 # ---- pure: distillation -----------------------------------------------------------------------------------
 def test_offline_items_are_the_facts_own_words_ranked_by_recurrence_and_deterministic() -> None:
     cues = np.eye(5, 4)
-    facts = [_fact(0, "Ann paints.", 1), _fact(1, "Ann paints again.", 2), _fact(2, "Ann likes jazz.", 3),
-             _fact(3, "Ann lives in Porto.", 1), _fact(4, "Ann swims.", 4, superseded_by="x")]
+    facts = [
+        _fact(0, "Ann paints.", 1),
+        _fact(1, "Ann paints again.", 2),
+        _fact(2, "Ann likes jazz.", 3),
+        _fact(3, "Ann lives in Porto.", 1),
+        _fact(4, "Ann swims.", 4, superseded_by="x"),
+    ]
     x = np.array([[0, 1, 0.1, 0], [0, 1, 0.1, 0], [0, 1, -0.6, 0], [1, 0, 0, 0], [0, 1, 0, 0]], dtype=float)
     first = offline_dimensions(facts, x, cues, floor=0.3, same=0.95, per_dimension=5)
     again = offline_dimensions(list(facts), x.copy(), cues, floor=0.3, same=0.95, per_dimension=5)
@@ -43,8 +57,9 @@ def test_offline_items_are_the_facts_own_words_ranked_by_recurrence_and_determin
     assert [i.text for i in interests] == ["Ann paints.", "Ann likes jazz."]
     assert interests[0].fact_ids == ["fact:s2:0-9:1"] and interests[0].turn_ids == ["s1:0", "s2:1"]
     assert [i.text for i in first["basic_info"]] == ["Ann lives in Porto."]
-    every = {i.fact_id for items in first.values() for i in items} | {f for items in first.values()
-                                                                      for i in items for f in i.fact_ids}
+    every = {i.fact_id for items in first.values() for i in items} | {
+        f for items in first.values() for i in items for f in i.fact_ids
+    }
     assert every <= {f.id for f in facts} and "fact:s4:0-9:4" not in every  # superseded: never an item
     assert offline_dimensions(facts, x, cues, floor=0.999)["interests"] == []  # nothing near enough: nothing
 
@@ -77,8 +92,12 @@ def test_versions_end_where_the_next_starts_and_a_point_in_time_read_picks_the_o
     assert none is None and kept.id == v1.id and kept.basis == "b"  # same items: same version, new basis
     lisbon = [PersonaItem(text="Ann moved to Lisbon.", fact_id="f2")]
     v2, old = successor(v1, lisbon, basis="c", built_at=datetime(2024, 3, 1))
-    assert (v2.version, v2.valid_from, old.valid_to, old.text) == (2, datetime(2024, 3, 1), datetime(2024, 3, 1),
-                                                                   "Ann lives in Porto.")
+    assert (v2.version, v2.valid_from, old.valid_to, old.text) == (
+        2,
+        datetime(2024, 3, 1),
+        datetime(2024, 3, 1),
+        "Ann lives in Porto.",
+    )
     history = [old, v2]
     assert valid_at(history, datetime(2024, 2, 15)).text == "Ann lives in Porto."
     assert valid_at(history, datetime(2024, 3, 1)).text == "Ann moved to Lisbon."
@@ -88,8 +107,10 @@ def test_versions_end_where_the_next_starts_and_a_point_in_time_read_picks_the_o
 # ---- pure: stale themes and calibration -------------------------------------------------------------------
 def test_a_kept_theme_whose_member_was_superseded_is_stale() -> None:
     facts = [_fact(0, "Ann lives in Porto.", 1, superseded_by="fact:new"), _fact(1, "Ann paints.", 1)]
-    before = {"theme:0": Theme(user_id="u", n=0, text="t", fact_ids=[f.id for f in facts]),
-              "theme:1": Theme(user_id="u", n=1, text="t", fact_ids=[facts[1].id])}
+    before = {
+        "theme:0": Theme(user_id="u", n=0, text="t", fact_ids=[f.id for f in facts]),
+        "theme:1": Theme(user_id="u", n=1, text="t", fact_ids=[facts[1].id]),
+    }
     grouped = Regrouped(themes={"theme:0": [f.id for f in facts], "theme:1": [facts[1].id]})
     assert stale_themes(grouped, before, facts) == {"theme:0"}
     rebuilt = before["theme:0"].model_copy(update={"superseded_ids": [facts[0].id]})
@@ -120,17 +141,30 @@ def test_inference_questions() -> None:
 
 # ---- on a real store (packaged MiniLM, embedded Chroma) -----------------------------------------------------
 def _session(n: int, when: str, lines: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    return [{"speaker": sp, "text": t, "timestamp": when, "session": str(n), "id": f"s{n}:{i}"}
-            for i, (sp, t) in enumerate(lines)]
+    return [
+        {"speaker": sp, "text": t, "timestamp": when, "session": str(n), "id": f"s{n}:{i}"}
+        for i, (sp, t) in enumerate(lines)
+    ]
 
 
-PORTO = [("Ann", "I live in Porto with my husband Tom."), ("Bo", "Nice city! What do you do there?"),
-         ("Ann", "I work as a nurse at the city hospital."), ("Bo", "That sounds demanding."),
-         ("Ann", "I love painting landscapes on weekends."), ("Bo", "Lovely hobby."),
-         ("Ann", "I believe everyone deserves kindness."), ("Bo", "True.")]
-LISBON = [("Ann", "I moved to Lisbon last month."), ("Bo", "Wow, why Lisbon?"),
-          ("Ann", "Tom got a job there, so we packed up."), ("Bo", "Exciting!"),
-          ("Ann", "I still paint landscapes every weekend."), ("Bo", "Good.")]
+PORTO = [
+    ("Ann", "I live in Porto with my husband Tom."),
+    ("Bo", "Nice city! What do you do there?"),
+    ("Ann", "I work as a nurse at the city hospital."),
+    ("Bo", "That sounds demanding."),
+    ("Ann", "I love painting landscapes on weekends."),
+    ("Bo", "Lovely hobby."),
+    ("Ann", "I believe everyone deserves kindness."),
+    ("Bo", "True."),
+]
+LISBON = [
+    ("Ann", "I moved to Lisbon last month."),
+    ("Bo", "Wow, why Lisbon?"),
+    ("Ann", "Tom got a job there, so we packed up."),
+    ("Bo", "Exciting!"),
+    ("Ann", "I still paint landscapes every weekend."),
+    ("Bo", "Good."),
+]
 
 
 def _ingest(mem: Any, user: str, n: int, when: str, lines: list[tuple[str, str]], **kw: Any) -> dict[str, Any]:
@@ -164,8 +198,9 @@ def test_a_move_updates_basic_info_keeps_the_old_version_and_the_theme_keeps_its
     facts = {r.unit_id: r.payload for r in mem.store.get("fact", user_id="ann")}
     porto = next(f for f, p in facts.items() if "Porto" in p["text"])
     assert facts[porto]["superseded_by"]
-    [theme] = [Theme.model_validate(r.payload) for r in mem.store.get("theme", user_id="ann")
-               if porto in r.payload["fact_ids"]]
+    [theme] = [
+        Theme.model_validate(r.payload) for r in mem.store.get("theme", user_id="ann") if porto in r.payload["fact_ids"]
+    ]
     assert theme.superseded_ids == [porto] and "Porto" not in theme.text
     assert "Porto" in theme.history[-1]["text"] and theme.history[-1]["valid_to"] == "2024-02-04T10:00:00"
     assert_store_ok(mem.store, "ann")
@@ -203,8 +238,9 @@ def test_removing_an_item_keeps_it_out_of_every_version_and_of_later_rebuilds(mo
     assert mem.forget_persona_item("ann", "Ann", "basic_info", nurse) == 2  # both versions held it
     assert all("nurse" not in v.text for v in mem.persona_history("ann", "Ann")["basic_info"])
     assert mem.store.get("fact", user_id="ann", unit_ids=[nurse])  # nothing raw is deleted
-    _ingest(mem, "ann", 3, "2024-04-01T10:00:00", [("Ann", "My job at the hospital keeps me busy."),
-                                                    ("Bo", "Take care.")])
+    _ingest(
+        mem, "ann", 3, "2024-04-01T10:00:00", [("Ann", "My job at the hospital keeps me busy."), ("Bo", "Take care.")]
+    )
     assert all(nurse not in (i.fact_id, *i.fact_ids) for i in mem.persona("ann", "Ann")["basic_info"].items)
     with pytest.raises(LookupError, match="cites"):
         mem.forget_persona_item("ann", "Ann", "basic_info", "fact:none")
@@ -244,8 +280,9 @@ def test_an_inference_question_gets_one_cited_persona_line_inside_the_budget(mov
     assert all(not cite.startswith("persona") for cite, _ in parse_context(result.context))  # not a turn
     recall = mem.retrieve("When did Ann move to Lisbon?", user_id="ann", context_budget=300)
     assert recall.trace["persona"] is None and not recall.context.startswith("[persona")
-    off = mem.retrieve("Would Ann likely enjoy a landscape painting class?", user_id="ann", context_budget=300,
-                       persona_search=False)
+    off = mem.retrieve(
+        "Would Ann likely enjoy a landscape painting class?", user_id="ann", context_budget=300, persona_search=False
+    )
     assert off.trace["persona"] is None
     tiny = mem.retrieve("Would Ann likely enjoy a landscape painting class?", user_id="ann", context_budget=60)
     assert tiny.trace["persona"]["included"] is False and "persona_share" in tiny.trace["persona"]["why"]
@@ -260,8 +297,10 @@ def _scripted(condition: str) -> Any:
         system, user = str(messages[0].content), str(messages[1].content)  # a repair round keeps the first ask
         if system.startswith(PROMPTS["PERSONA_PROMPT"][:40]):
             ids = re.findall(r'<fact id="([^"]+)">([^<]*)</fact>', user)
-            return {"interests": [{"text": f"Enjoys: {t}", "fact_ids": [i]} for i, t in ids[:2]],
-                    "values": [{"text": "Made up", "fact_ids": ["fact:never-shown"]}] if "Oslo" in user else []}
+            return {
+                "interests": [{"text": f"Enjoys: {t}", "fact_ids": [i]} for i, t in ids[:2]],
+                "values": [{"text": "Made up", "fact_ids": ["fact:never-shown"]}] if "Oslo" in user else [],
+            }
         if system.startswith(PROMPTS["CALIBRATE_PROMPT"][:40]):
             return {"needs_calibration": bool(condition), "condition": condition}
         return "no structured reply"  # other stages fall back to their offline results
@@ -270,7 +309,8 @@ def _scripted(condition: str) -> Any:
 
 
 def test_with_a_model_the_persona_cites_what_it_was_shown_and_scenes_get_conditions_appended(
-        minilm: Any, tmp_path: Path) -> None:
+    minilm: Any, tmp_path: Path
+) -> None:
     from memstrata import Memstrata
 
     mem = Memstrata(path=tmp_path / "store", embeddings=minilm, model=_scripted("This fits Ann's love of art."))
@@ -278,8 +318,9 @@ def test_with_a_model_the_persona_cites_what_it_was_shown_and_scenes_get_conditi
     assert stats["persona_llm"] == 1 and stats["calibration"] == "with the model"
     interests = mem.persona("ann", "Ann")["interests"]
     facts = {r.unit_id for r in mem.store.get("fact", user_id="ann")}
-    assert interests.method == "llm" and all(i.text.startswith("Enjoys: ") and i.fact_id in facts
-                                             for i in interests.items)
+    assert interests.method == "llm" and all(
+        i.text.startswith("Enjoys: ") and i.fact_id in facts for i in interests.items
+    )
     themes = {r.unit_id: Theme.model_validate(r.payload) for r in mem.store.get("theme", user_id="ann")}
     checked = [t for t in themes.values() if t.calibrations]
     assert checked and stats["scenes_calibrated"] == len(checked)
@@ -290,13 +331,19 @@ def test_with_a_model_the_persona_cites_what_it_was_shown_and_scenes_get_conditi
     for r in mem.store.get("theme", user_id="ann"):
         t = Theme.model_validate(r.payload)
         if t.id in first:
-            assert t.calibrations[:len(first[t.id][1])] == first[t.id][1]
+            assert t.calibrations[: len(first[t.id][1])] == first[t.id][1]
             assert len(t.calibrations) == len(first[t.id][1]) + (t.text != first[t.id][0])
     assert_store_ok(mem.store, "ann")
     # a draft citing a fact it was not shown is rejected: the offline items stand, and the fallback is counted
     other = Memstrata(path=tmp_path / "other", embeddings=minilm, model=_scripted(""))
-    stats = other.ingest({"conversation_id": "c", "messages": _session(
-        1, "2024-01-10T10:00:00", [(s, t.replace("Porto", "Oslo")) for s, t in PORTO])}, user_id="zed", close=True)
+    stats = other.ingest(
+        {
+            "conversation_id": "c",
+            "messages": _session(1, "2024-01-10T10:00:00", [(s, t.replace("Porto", "Oslo")) for s, t in PORTO]),
+        },
+        user_id="zed",
+        close=True,
+    )
     assert stats["persona_llm"] == 0 and stats["llm"]["persona"]["fallbacks"] == 1
     assert {v.method for v in other.persona("zed", "Ann").values()} == {"extractive"}
     assert stats["scenes_calibrated"] == 0 and stats["scenes_checked"] >= 1  # consistent: an empty condition
@@ -314,10 +361,12 @@ def test_inspect_and_the_memory_page_show_the_dimensions_citations_and_history(m
     from typer.testing import CliRunner
 
     from memstrata.cli import app
+
     mem, _ = moved
     folder = mem.context("ann").data_dir
-    out = CliRunner().invoke(app, ["inspect", "-u", "ann", "--persona", "ann", "--data-dir", folder or ""],
-                             env={"COLUMNS": "200"})
+    out = CliRunner().invoke(
+        app, ["inspect", "-u", "ann", "--persona", "ann", "--data-dir", folder or ""], env={"COLUMNS": "200"}
+    )
     assert out.exit_code == 0, out.output
     assert "basic_info · v2" in out.output and "history: 1 earlier version(s)" in out.output
     assert "I moved to Lisbon last month." in out.output  # the raw turn an item cites
@@ -326,10 +375,14 @@ def test_inspect_and_the_memory_page_show_the_dimensions_citations_and_history(m
     assert "no persona for speaker 'Zed'; speakers with one: ['Ann']" in missing.output
 
 
-def test_the_memory_page_lists_persona_versions_with_their_items_in_a_browser(moved: Any, chromium: str,
-                                                                              tmp_path: Path) -> None:
-    from memstrata.views.pages import memory_page
+def test_the_memory_page_lists_persona_versions_with_their_items_in_a_browser(
+    moved: Any,
+    chromium: str,  # noqa: F811 - the imported fixture
+    tmp_path: Path,
+) -> None:
     from test_pages import _render
+
+    from memstrata.views.pages import memory_page
 
     mem, _ = moved
     page = tmp_path / "memory.html"

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
 
 pytestmark = pytest.mark.integration
@@ -45,6 +44,5 @@ def test_the_readme_headline_numbers_are_the_committed_run() -> None:
 def test_readme_example_runs(code: str, tmp_path) -> None:
     env = {**os.environ, "MEMSTRATA_DATA_DIR": str(tmp_path / "data"), "HF_HUB_OFFLINE": "1"}
     env.pop("MEMSTRATA_MODEL", None)
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

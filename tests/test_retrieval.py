@@ -7,18 +7,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import EXAMPLE
 from langchain_core.messages import BaseMessage
 
-from conftest import EXAMPLE
 from memstrata import Memstrata
 from memstrata.memory.search.packing import split_id
 from memstrata.memory.tokens import TokenCounter
 from memstrata.testing import ScriptedChatModel
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
-NODES = ["decompose", "predict_scope", "lookup_level1", "gate", "backtrack_level2", "follow_up", "search_missing",
-         "next_wave",
-         "reflect", "answer"]
+NODES = [
+    "decompose",
+    "predict_scope",
+    "lookup_level1",
+    "gate",
+    "backtrack_level2",
+    "follow_up",
+    "search_missing",
+    "next_wave",
+    "reflect",
+    "answer",
+]
 
 
 @pytest.fixture
@@ -90,9 +99,12 @@ def test_every_node_is_in_the_graph_and_shape_is_stable() -> None:
 # ---- scripted model -----------------------------------------------------------------------------------------
 
 MARKERS = {
-    "plan memory lookups": "decompose", "label how far back": "predict_scope",
-    "answer questions from summaries": "gate", "pick memory entries": "select_level1",
-    "find what is still missing": "follow_up", "review whether a question": "reflect",
+    "plan memory lookups": "decompose",
+    "label how far back": "predict_scope",
+    "answer questions from summaries": "gate",
+    "pick memory entries": "select_level1",
+    "find what is still missing": "follow_up",
+    "review whether a question": "reflect",
     "answer questions about past conversations": "answer",
 }
 
@@ -166,8 +178,9 @@ async def test_gate_goes_deep_with_parallel_selection(mem: Memstrata) -> None:
 
 
 async def test_reflection_rewrites_and_loops(mem: Memstrata) -> None:
-    model, script = scripted(reflect=[{"finished": False, "new_question": "Priya job Tidewater Labs office"},
-                                      {"finished": True}])
+    model, script = scripted(
+        reflect=[{"finished": False, "new_question": "Priya job Tidewater Labs office"}, {"finished": True}]
+    )
     result = await _ask(mem, model, max_iterations=3)
     lookups = [e for e in result.trace["events"] if e["node"] == "lookup_level1"]
     assert len(lookups) == 2 and lookups[1]["queries"] == ["Priya job Tidewater Labs office"]
@@ -183,8 +196,10 @@ async def test_iteration_cap_stops_the_loop(mem: Memstrata) -> None:
 
 
 async def test_follow_up_query_runs(mem: Memstrata) -> None:
-    model, _ = scripted(gate=[{"finished": 2, "answer": ""}],
-                        follow_up=[{"missing": True, "query": "Priya manager Rui"}, {"missing": False}])
+    model, _ = scripted(
+        gate=[{"finished": 2, "answer": ""}],
+        follow_up=[{"missing": True, "query": "Priya manager Rui"}, {"missing": False}],
+    )
     result = await _ask(mem, model)
     fu = [e for e in result.trace["events"] if e["node"] == "follow_up"]
     searched = [e for e in result.trace["events"] if e["node"] == "search_missing" and e["found"]]

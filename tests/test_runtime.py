@@ -32,7 +32,8 @@ async def _node_runs(mem: Memstrata, question: str, **overrides: Any) -> tuple[C
 
 def _one_open_per_node_run(opens: dict[str, int], runs: Counter[str]) -> None:
     """Every node run opens the runtime once; only reflection, stopped by its iteration cap before it
-    reads anything, may not open it at all."""
+    reads anything, may not open it at all.
+    """
     assert set(opens) <= set(runs)
     for node, count in runs.items():
         if node == "reflect":
@@ -41,12 +42,14 @@ def _one_open_per_node_run(opens: dict[str, int], runs: Counter[str]) -> None:
             assert opens.get(node, 0) == count, (node, opens, dict(runs))
 
 
-@pytest.mark.parametrize("question", [
-    "Where does Priya work?",  # light
-    "Which violin concerto did Priya rehearse with the orchestra in Vienna, and who is her manager?",
-])
-async def test_every_node_run_opens_the_runtime_exactly_once_offline(data_dir, hash_embeddings,
-                                                                     question: str) -> None:
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Where does Priya work?",  # light
+        "Which violin concerto did Priya rehearse with the orchestra in Vienna, and who is her manager?",
+    ],
+)
+async def test_every_node_run_opens_the_runtime_exactly_once_offline(data_dir, hash_embeddings, question: str) -> None:
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     await mem.aingest(EXAMPLE, user_id="u")
     runs, trace = await _node_runs(mem, question, max_iterations=1, reflect_coverage=1.0)
@@ -59,8 +62,10 @@ async def test_with_a_model_the_fan_out_branches_open_once_each(data_dir, hash_e
 
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     await mem.aingest(EXAMPLE, user_id="u")
-    model, _ = scripted(gate=[{"finished": 2, "answer": ""}],
-                        follow_up=[{"missing": True, "query": "Priya manager Rui"}, {"missing": False}])
+    model, _ = scripted(
+        gate=[{"finished": 2, "answer": ""}],
+        follow_up=[{"missing": True, "query": "Priya manager Rui"}, {"missing": False}],
+    )
     runs, trace = await _node_runs(mem, "Where does Priya work?", model=model, llm_batch_size=5)
     assert runs["select_level1"] >= 2 and runs["follow_up"] >= 1 and runs["search_missing"] >= 1
     _one_open_per_node_run(trace["runtime_opens"], runs)
@@ -72,13 +77,18 @@ def _functions(tree: ast.AST) -> list[ast.AsyncFunctionDef | ast.FunctionDef]:
 
 def test_node_modules_reach_the_runtime_through_open_node_only() -> None:
     """Nodes import ``open_node`` (and the ``Step`` type and constants), never the resolution or search
-    functions; no function calls ``open_node`` twice."""
+    functions; no function calls ``open_node`` twice.
+    """
     for path in sorted((PACKAGE / "nodes").rglob("*.py")):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("memstrata.runtime"):
-                assert node.module in {"memstrata.runtime.node", "memstrata.runtime.step", "memstrata.runtime.llm",
-                                       "memstrata.runtime"}, f"{path.name} imports {node.module}"
+                assert node.module in {
+                    "memstrata.runtime.node",
+                    "memstrata.runtime.step",
+                    "memstrata.runtime.llm",
+                    "memstrata.runtime",
+                }, f"{path.name} imports {node.module}"
                 if node.module == "memstrata.runtime.step":
                     assert {a.name for a in node.names} <= {"Step"}, path.name
         for fn in _functions(tree):
@@ -89,11 +99,24 @@ def test_node_modules_reach_the_runtime_through_open_node_only() -> None:
 def test_memory_imports_neither_the_runtime_nor_the_nodes_nor_langgraph() -> None:
     for path in sorted((PACKAGE / "memory").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             for name in names:
-                assert not name.startswith(("memstrata.runtime", "memstrata.nodes", "memstrata.graphs", "langgraph",
-                                            "memstrata.integrations", "memstrata.client")), f"{path}: {name}"
+                assert not name.startswith(
+                    (
+                        "memstrata.runtime",
+                        "memstrata.nodes",
+                        "memstrata.graphs",
+                        "langgraph",
+                        "memstrata.integrations",
+                        "memstrata.client",
+                    )
+                ), f"{path}: {name}"
 
 
 def test_ingestion_and_retrieval_meter_through_the_same_step() -> None:
@@ -109,7 +132,8 @@ def test_ingestion_and_retrieval_meter_through_the_same_step() -> None:
 
 async def test_a_graph_compiled_with_a_memstrata_store_uses_that_store(tmp_path, hash_embeddings) -> None:
     """An app that compiles memstrata's retrieval graph with its own ``store=`` (a MemstrataStore) reads that
-    memory, though the context names no data folder."""
+    memory, though the context names no data folder.
+    """
     from memstrata.context import Context
     from memstrata.graphs.retrieval import builder
     from memstrata.integrations.store import MemstrataStore
@@ -117,8 +141,9 @@ async def test_a_graph_compiled_with_a_memstrata_store_uses_that_store(tmp_path,
     mem = Memstrata(path=str(tmp_path / "app"), embeddings=hash_embeddings)
     await mem.aingest([{"speaker": "Ann", "text": "I adopted a cat named Miso.", "id": "m1"}], user_id="u")
     app = builder.compile(store=MemstrataStore(mem))
-    out = await app.ainvoke({"query": "What is the cat called?"},
-                            context=Context(user_id="u", data_dir=str(tmp_path / "elsewhere"),
-                                            embeddings=hash_embeddings))
+    out = await app.ainvoke(
+        {"query": "What is the cat called?"},
+        context=Context(user_id="u", data_dir=str(tmp_path / "elsewhere"), embeddings=hash_embeddings),
+    )
     assert any("Miso" in e["text"] for e in out["evidence"])
     assert not (tmp_path / "elsewhere").exists()

@@ -6,8 +6,8 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from memstrata.memory.segmentation import segment_session
 from memstrata.memory.extractive import extractive_summary
+from memstrata.memory.segmentation import segment_session
 
 
 def _topics(*sizes: int, dim: int = 8) -> np.ndarray:
@@ -52,9 +52,12 @@ def test_every_turn_is_covered_exactly_in_order() -> None:
 
 
 def test_summary_keeps_names_numbers_and_resolved_dates() -> None:
-    turns = [("Ann", "Hey Bob! Good to see you!"),
-             ("Ann", "I ran the Brighton half marathon two weeks ago in 1 hour 52 minutes."),
-             ("Bob", "Wow, great."), ("Bob", "My sister Kim moved to Oslo yesterday.")]
+    turns = [
+        ("Ann", "Hey Bob! Good to see you!"),
+        ("Ann", "I ran the Brighton half marathon two weeks ago in 1 hour 52 minutes."),
+        ("Bob", "Wow, great."),
+        ("Bob", "My sister Kim moved to Oslo yesterday."),
+    ]
     s = extractive_summary(turns, datetime(2024, 4, 14))
     assert "Brighton" in s.text and "52" in s.text and "Oslo" in s.text
     assert "(31 March 2024)" in s.text and "(13 April 2024)" in s.text

@@ -8,17 +8,21 @@ import subprocess
 import sys
 
 import numpy as np
-
 from conftest import EXAMPLE, REPO
-from memstrata.context import Context
-from memstrata.runtime.search import weights as weights_of
+
 from memstrata import Memstrata
-from memstrata.memory.search.scoring import score_query
+from memstrata.context import Context
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.search.query import Query
+from memstrata.memory.search.scoring import score_query
+from memstrata.runtime.search import weights as weights_of
 
-QUERIES = ["When did Tom run the Brighton half marathon?", "Where is Priya moving?", "What is the cat called?",
-           "Who is Rui?"]
+QUERIES = [
+    "When did Tom run the Brighton half marathon?",
+    "Where is Priya moving?",
+    "What is the cat called?",
+    "Who is Rui?",
+]
 
 
 def _scores(index: MemoryIndex, mem: Memstrata) -> dict[str, dict[str, float]]:
@@ -27,8 +31,15 @@ def _scores(index: MemoryIndex, mem: Memstrata) -> dict[str, dict[str, float]]:
     vecs = np.asarray(mem.store.embeddings.embed_documents(QUERIES), dtype=np.float32)
     for text, vec in zip(QUERIES, vecs, strict=True):
         query = Query(id="q0", text=text)
-        ranked, parts = score_query(index, query, vec, event_kinds=list(index.events), top_events=10,
-                                    weights=weights_of(Context(user_id="t")), now=None)
+        ranked, parts = score_query(
+            index,
+            query,
+            vec,
+            event_kinds=list(index.events),
+            top_events=10,
+            weights=weights_of(Context(user_id="t")),
+            now=None,
+        )
         out[text] = {f"{t.conversation_id}/{t.id}": float(parts["score"][i]) for i, t in enumerate(index.turns)}
         out[text] |= {f"{kind}:{index.events[kind].units[row].id}": s for kind, row, s in ranked}
     return out
@@ -45,8 +56,11 @@ def test_writes_are_applied_in_place_and_equal_a_rebuild(data_dir, hash_embeddin
     before = MemoryIndex.load(mem.store, user_id="u")
     mem.ingest({"conversation_id": "priya-tom", "messages": messages}, user_id="u")  # new turns, new sessions
     last = messages[-1]
-    extra = {**last, "text": "Also, Rui says the Brighton medal is on my fridge now.",
-             "timestamp": last["timestamp"][:-2] + "59"}
+    extra = {
+        **last,
+        "text": "Also, Rui says the Brighton medal is on my fridge now.",
+        "timestamp": last["timestamp"][:-2] + "59",
+    }
     mem.ingest({"conversation_id": "priya-tom", "messages": [*messages, extra]}, user_id="u")  # re-segments
     mem.ingest({"conversation_id": "other", "messages": messages[:5]}, user_id="u")  # another conversation
     after = MemoryIndex.load(mem.store, user_id="u")
@@ -82,8 +96,9 @@ def test_another_process_writes_are_seen(chroma_server, hash_embeddings) -> None
         f"m = Memstrata(url={chroma_server.url!r}, embeddings=HashEmbeddings())\n"
         f"m.ingest({{'conversation_id': 'c', 'messages': json.loads(EXAMPLE.read_text())['messages']}}, user_id={user!r})\n"
     )
-    subprocess.run([sys.executable, "-c", script], cwd=REPO, check=True, timeout=300,
-                   env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, check=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+    )
     index = MemoryIndex.load(mem.store, user_id=user, refresh_seconds=0.0)
     assert len(index.turns) == len(_messages())  # the count check noticed the other process and rebuilt
     assert mem.retrieve("Brighton half marathon", user_id=user).evidence
@@ -99,10 +114,16 @@ def test_rewritten_and_deleted_graph_units_are_applied_in_place(data_dir, hash_e
     records = mem.store.get("entity", user_id="u", with_vectors=True)
     first = Entity.model_validate(records[0].payload)
     renamed = first.model_copy(update={"aliases": [*first.aliases, "a new alias"]})
-    mem.store.upsert("entity", [renamed], documents=[renamed.embed_text()],
-                     vectors=[records[0].metadata["_vector"]], extra=[renamed.metadata()])
-    mem.store.delete("entity", user_id="u", conversation_id=records[1].metadata["conversation_id"],
-                     unit_ids=[records[1].unit_id])
+    mem.store.upsert(
+        "entity",
+        [renamed],
+        documents=[renamed.embed_text()],
+        vectors=[records[0].metadata["_vector"]],
+        extra=[renamed.metadata()],
+    )
+    mem.store.delete(
+        "entity", user_id="u", conversation_id=records[1].metadata["conversation_id"], unit_ids=[records[1].unit_id]
+    )
     after = MemoryIndex.load(mem.store, user_id="u")
     assert after is index  # applied in place, no rebuild
     table = after.tables["entity"]
@@ -127,17 +148,22 @@ def test_large_reads_come_in_pages(data_dir, hash_embeddings, monkeypatch) -> No
 def _graph_as_data(view) -> dict:
     """Everything a graph view answers with, in comparable form."""
     parts = [p for _, p in sorted(view.parts.items()) if p.names]
-    return {"names": view.names, "aliases": sorted(a for p in parts for a in p.aliases),
-            "facts": {n: view.fact_rows(n).tolist() for n in view.names},
-            "edges": sorted((*sorted([a, b]), k, d["weight"]) for p in parts
-                            for a, b, k, d in p.graph.edges(keys=True, data=True))}
+    return {
+        "names": view.names,
+        "aliases": sorted(a for p in parts for a in p.aliases),
+        "facts": {n: view.fact_rows(n).tolist() for n in view.names},
+        "edges": sorted(
+            (*sorted([a, b]), k, d["weight"]) for p in parts for a, b, k, d in p.graph.edges(keys=True, data=True)
+        ),
+    }
 
 
-def test_the_graph_view_redoes_only_the_written_conversation_and_equals_a_rebuild(data_dir, hash_embeddings,
-                                                                                 monkeypatch) -> None:
-    from memstrata.runtime import search
+def test_the_graph_view_redoes_only_the_written_conversation_and_equals_a_rebuild(
+    data_dir, hash_embeddings, monkeypatch
+) -> None:
     from memstrata.context import Context
     from memstrata.memory.entity_graph.expansion import GraphView
+    from memstrata.runtime import search
 
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     messages = json.loads(EXAMPLE.read_text())["messages"]
@@ -147,16 +173,28 @@ def test_the_graph_view_redoes_only_the_written_conversation_and_equals_a_rebuil
     index = MemoryIndex.load(mem.store, user_id="u")
     reads: list[str | None] = []
     get = mem.store.edges.get
-    monkeypatch.setattr(mem.store.edges, "get", lambda user, **kw: reads.append(kw.get("conversation_id")) or get(
-        user, **kw))
+    monkeypatch.setattr(
+        mem.store.edges, "get", lambda user, **kw: reads.append(kw.get("conversation_id")) or get(user, **kw)
+    )
     first = search.graph_view(mem.store, ctx, index)
     assert reads == [None] and {n[0] for n in first.names} == {"a", "b"}
     assert search.graph_view(mem.store, ctx, index) is first and reads == [None]  # nothing changed: no read
     kept = {n: first.fact_rows(n) for n in first.names if n[0] == "a"}
     b_before = _graph_as_data(first)
-    mem.ingest({"conversation_id": "b", "messages": [*messages, {
-        "speaker": "Priya", "text": "My cousin Dario visited Porto with me.", "timestamp": "2024-05-21T10:00:00"}]},
-        user_id="u")
+    mem.ingest(
+        {
+            "conversation_id": "b",
+            "messages": [
+                *messages,
+                {
+                    "speaker": "Priya",
+                    "text": "My cousin Dario visited Porto with me.",
+                    "timestamp": "2024-05-21T10:00:00",
+                },
+            ],
+        },
+        user_id="u",
+    )
     reads.clear()  # ingestion reads edges too
     index = MemoryIndex.load(mem.store, user_id="u")  # updated in place: keeps what it read
     after = search.graph_view(mem.store, ctx, index)
@@ -169,8 +207,11 @@ def test_the_graph_view_redoes_only_the_written_conversation_and_equals_a_rebuil
     assert _graph_as_data(after) == _graph_as_data(rebuilt)
     fresh = MemoryIndex.build(mem.store, "u", None)  # and the snapshot itself equals a fresh read
     assert {k: len(t) for k, t in fresh.tables.items()} == {k: len(t) for k, t in index.tables.items()}
-    assert _graph_as_data(after) == _graph_as_data(GraphView.build(
-        fresh.tables["entity"].units, fresh.events["fact"].units, [e for e in get("u") if e.src_kind == "entity"]))
+    assert _graph_as_data(after) == _graph_as_data(
+        GraphView.build(
+            fresh.tables["entity"].units, fresh.events["fact"].units, [e for e in get("u") if e.src_kind == "entity"]
+        )
+    )
     mem.store.edges.delete_user("u")
     gone = search.graph_view(mem.store, ctx, index)
     assert sum(p.graph.number_of_edges() for p in gone.parts.values()) == 0 and reads[-1] is None
@@ -195,8 +236,11 @@ def test_a_unit_deleted_and_written_again_keeps_its_row(data_dir, hash_embedding
         mine = index.tables[kind]
         assert all(mine.units[mine.by_key[k]] == u for k, u in ((k, table.units[r]) for k, r in table.by_key.items()))
         if mine is not index.raw:  # and each unit reaches the same turns
-            assert all(sorted(index.turns[i].id for i in mine.turn_rows[mine.by_key[k]]) ==
-                       sorted(fresh.turns[i].id for i in table.turn_rows[r]) for k, r in table.by_key.items()), kind
+            assert all(
+                sorted(index.turns[i].id for i in mine.turn_rows[mine.by_key[k]])
+                == sorted(fresh.turns[i].id for i in table.turn_rows[r])
+                for k, r in table.by_key.items()
+            ), kind
     assert index.raw.column("date", lambda t: t.timestamp) == [t.timestamp for t in index.turns]
     assert len(dates) == len(index.turns) - 1  # the column grew with the new turn
 
@@ -224,8 +268,7 @@ def test_a_new_whole_memory_snapshot_is_frozen_out_of_gc_scans(data_dir, hash_em
         gc.unfreeze()
 
 
-def test_the_size_check_reads_the_store_only_while_no_snapshot_is_held(data_dir, hash_embeddings,
-                                                                        monkeypatch) -> None:
+def test_the_size_check_reads_the_store_only_while_no_snapshot_is_held(data_dir, hash_embeddings, monkeypatch) -> None:
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     mem.ingest({"conversation_id": "c", "messages": json.loads(EXAMPLE.read_text())["messages"]}, user_id="u")
     calls: list[int] = []

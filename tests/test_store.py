@@ -5,20 +5,26 @@ from __future__ import annotations
 import pytest
 
 from memstrata.memory.levels import Turn, levels
-
-KINDS = [lv.kind for lv in levels()]
 from memstrata.memory.store import EmbedderMismatchError, MemoryStore, StoreError
 from memstrata.memory.store.tenant import scope_key
 
+KINDS = [lv.kind for lv in levels()]
+
 
 def _turns(user: str, n: int = 3, conv: str = "c1") -> list[Turn]:
-    return [Turn(user_id=user, conversation_id=conv, session_id="1", position=i, speaker="A", text=f"{user} fact {i}")
-            for i in range(n)]
+    return [
+        Turn(user_id=user, conversation_id=conv, session_id="1", position=i, speaker="A", text=f"{user} fact {i}")
+        for i in range(n)
+    ]
 
 
 def _write(store: MemoryStore, turns: list[Turn]) -> None:
-    store.upsert("turn", turns, documents=[t.render() for t in turns],
-                 extra=[{"session_id": t.session_id, "position": t.position} for t in turns])
+    store.upsert(
+        "turn",
+        turns,
+        documents=[t.render() for t in turns],
+        extra=[{"session_id": t.session_id, "position": t.position} for t in turns],
+    )
 
 
 def test_one_user_never_sees_another(data_dir, hash_embeddings) -> None:
@@ -30,8 +36,7 @@ def test_one_user_never_sees_another(data_dir, hash_embeddings) -> None:
     hits = store.query("turn", user_id="alice", text="bob fact 1", k=10)
     assert hits and all(h.metadata["user_id"] == "alice" for h in hits)
     # The same unit id under another user is a different record.
-    assert store.get("turn", user_id="bob", conversation_id="c1", unit_ids=["s1:t0"])[0].document.startswith(
-        "A: bob")
+    assert store.get("turn", user_id="bob", conversation_id="c1", unit_ids=["s1:t0"])[0].document.startswith("A: bob")
 
 
 @pytest.mark.parametrize("user", ["", "   "])
@@ -61,15 +66,27 @@ def test_an_older_collection_is_read_by_its_fields_until_stamped(data_dir, hash_
     """A collection from before the scope stamp has records without it: read by user and conversation."""
     old = MemoryStore(path=data_dir, embeddings=hash_embeddings)
     name, dim = old._identity()
-    col = old.client.create_collection("memstrata_turn", metadata={"embedder": name, "dimension": dim,
-                                                                   "hnsw:space": "cosine"}, embedding_function=None)
+    col = old.client.create_collection(
+        "memstrata_turn", metadata={"embedder": name, "dimension": dim, "hnsw:space": "cosine"}, embedding_function=None
+    )
     for user in ("alice", "bob"):
         turns = _turns(user)
-        col.add(ids=[old.storage_key(user, "c1", t.id) for t in turns],
-                embeddings=hash_embeddings.embed_documents([t.render() for t in turns]),
-                documents=[t.render() for t in turns],
-                metadatas=[{"user_id": user, "conversation_id": "c1", "unit_id": t.id, "kind": "turn",
-                            "session_id": "1", "payload": t.model_dump_json()} for t in turns])
+        col.add(
+            ids=[old.storage_key(user, "c1", t.id) for t in turns],
+            embeddings=hash_embeddings.embed_documents([t.render() for t in turns]),
+            documents=[t.render() for t in turns],
+            metadatas=[
+                {
+                    "user_id": user,
+                    "conversation_id": "c1",
+                    "unit_id": t.id,
+                    "kind": "turn",
+                    "session_id": "1",
+                    "payload": t.model_dump_json(),
+                }
+                for t in turns
+            ],
+        )
     store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
     assert "scope" not in store._scope("turn", "alice", "c1").__repr__()
     assert len(store.get("turn", user_id="alice", conversation_id="c1")) == 3

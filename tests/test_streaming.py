@@ -13,9 +13,9 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from conftest import EXAMPLE
 from langchain_core.messages import AIMessageChunk, BaseMessage
 
-from conftest import EXAMPLE
 from memstrata import Context, Memstrata
 from memstrata.graphs.ingestion import graph as ingestion
 from memstrata.graphs.retrieval import graph as retrieval
@@ -27,10 +27,14 @@ QUERY = "Where does Priya work?"
 ANSWER = "Priya works at Tidewater Labs as a data engineer [s1:t6]."
 MARKER = "INTERNALCALL"
 PROMPTS = {
-    "decompose": retrieval_prompts.DECOMPOSE_PROMPT, "predict_scope": retrieval_prompts.SCOPE_PROMPT,
-    "gate": retrieval_prompts.LIGHT_ANSWER_PROMPT, "select_level1": retrieval_prompts.SELECT_PROMPT,
-    "follow_up": retrieval_prompts.FOLLOW_UP_PROMPT, "reflect": retrieval_prompts.REFLECT_PROMPT,
-    "answer": retrieval_prompts.ANSWER_PROMPT, "segment": ingestion_prompts.BOUNDARY_PROMPT,
+    "decompose": retrieval_prompts.DECOMPOSE_PROMPT,
+    "predict_scope": retrieval_prompts.SCOPE_PROMPT,
+    "gate": retrieval_prompts.LIGHT_ANSWER_PROMPT,
+    "select_level1": retrieval_prompts.SELECT_PROMPT,
+    "follow_up": retrieval_prompts.FOLLOW_UP_PROMPT,
+    "reflect": retrieval_prompts.REFLECT_PROMPT,
+    "answer": retrieval_prompts.ANSWER_PROMPT,
+    "segment": ingestion_prompts.BOUNDARY_PROMPT,
     "summarize": ingestion_prompts.SUMMARY_PROMPT,
 }
 ROLES = {text.split("</role>")[0].removeprefix("<role>"): node for node, text in PROMPTS.items()}

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import EXAMPLE, REPO
 
 pytestmark = pytest.mark.integration
@@ -46,9 +45,15 @@ def _langgraph_executable() -> str:
 
 def _server_env(data_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "MEMSTRATA_MODEL"}
-    env.update(MEMSTRATA_DATA_DIR=str(data_dir), HF_HUB_OFFLINE="1", ANONYMIZED_TELEMETRY="False",
-               LANGGRAPH_NO_VERSION_CHECK="true", LANGGRAPH_CLI_NO_ANALYTICS="1",
-               LANGSMITH_TRACING="false", LANGCHAIN_TRACING_V2="false")
+    env.update(
+        MEMSTRATA_DATA_DIR=str(data_dir),
+        HF_HUB_OFFLINE="1",
+        ANONYMIZED_TELEMETRY="False",
+        LANGGRAPH_NO_VERSION_CHECK="true",
+        LANGGRAPH_CLI_NO_ANALYTICS="1",
+        LANGSMITH_TRACING="false",
+        LANGCHAIN_TRACING_V2="false",
+    )
     return env
 
 
@@ -85,11 +90,22 @@ def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     (home / "memstrata").symlink_to(REPO / "memstrata", target_is_directory=True)
     port = _free_port()
     log = home / "server.log"
-    cmd = [_langgraph_executable(), "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1",
-           "--port", str(port), "--config", "langgraph.json"]
+    cmd = [
+        _langgraph_executable(),
+        "dev",
+        "--no-browser",
+        "--no-reload",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--config",
+        "langgraph.json",
+    ]
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=home, env=_server_env(home / "data"), stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=home, env=_server_env(home / "data"), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_until_up(proc, url, log)
@@ -111,8 +127,10 @@ def _wait(client: Any, thread_id: str | None, graph: str, payload: dict[str, Any
         return client.runs.wait(thread_id, graph, input=payload, context={"user_id": USER})
     except Exception as exc:
         if "BlockingError" in str(exc):
-            pytest.fail(f"the {graph} graph made a blocking call on the event loop under `langgraph dev` ({exc}); "
-                        "nodes must open the store with asyncio.to_thread (see the server log)")
+            pytest.fail(
+                f"the {graph} graph made a blocking call on the event loop under `langgraph dev` ({exc}); "
+                "nodes must open the store with asyncio.to_thread (see the server log)"
+            )
         raise
 
 

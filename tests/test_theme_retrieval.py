@@ -67,26 +67,61 @@ def test_found_first_moves_the_best_quota_of_theme_hits_up_once_each() -> None:
     def hit(unit: str, score: float, by: str) -> Hit:
         return Hit(kind="turn", unit_id=unit, conversation_id="c", score=score, found_by=by)
 
-    ranked = [hit("a", 0.9, "summary"), hit("b", 0.8, "turn"), hit("c", 0.7, "theme"), hit("c", 0.7, "summary"),
-              hit("d", 0.6, "spread"), hit("e", 0.5, "theme")]
+    ranked = [
+        hit("a", 0.9, "summary"),
+        hit("b", 0.8, "turn"),
+        hit("c", 0.7, "theme"),
+        hit("c", 0.7, "summary"),
+        hit("d", 0.6, "spread"),
+        hit("e", 0.5, "theme"),
+    ]
     moved = found_first(ranked, ("theme", "spread"), 2)
-    assert [(h.unit_id, h.found_by) for h in moved] == [("c", "theme"), ("d", "spread"), ("a", "summary"),
-                                                        ("b", "turn"), ("e", "theme")]
+    assert [(h.unit_id, h.found_by) for h in moved] == [
+        ("c", "theme"),
+        ("d", "spread"),
+        ("a", "summary"),
+        ("b", "turn"),
+        ("e", "theme"),
+    ]
     assert found_first(ranked, ("theme", "spread"), 0) == ranked
 
 
 # ---- the theme path on a real store (packaged MiniLM, embedded Chroma, no model) ----------------------------
 SESSIONS = [
-    ("2024-03-02T10:00:00", ["I adopted a grey cat named Miso last week.", "Lovely! Is she settling in?",
-                             "She hides in cardboard boxes all day.", "Cats love boxes.",
-                             "I started training for the Lisbon half marathon.", "How far do you run now?",
-                             "About ten kilometres, three times a week."]),
-    ("2024-04-10T18:00:00", ["Miso knocked my plants off the shelf again.", "Naughty cat!",
-                             "My knee hurts after the long run on Sunday.", "Rest it a bit.",
-                             "I booked a physiotherapist for my knee.", "Good idea."]),
-    ("2024-05-20T09:00:00", ["I bought Miso a scratching post and a heated bed.", "She must be spoiled.",
-                             "I finished the Lisbon half marathon in two hours.", "Congratulations!",
-                             "My sister Lena visited and loved the cat.", "Nice."]),
+    (
+        "2024-03-02T10:00:00",
+        [
+            "I adopted a grey cat named Miso last week.",
+            "Lovely! Is she settling in?",
+            "She hides in cardboard boxes all day.",
+            "Cats love boxes.",
+            "I started training for the Lisbon half marathon.",
+            "How far do you run now?",
+            "About ten kilometres, three times a week.",
+        ],
+    ),
+    (
+        "2024-04-10T18:00:00",
+        [
+            "Miso knocked my plants off the shelf again.",
+            "Naughty cat!",
+            "My knee hurts after the long run on Sunday.",
+            "Rest it a bit.",
+            "I booked a physiotherapist for my knee.",
+            "Good idea.",
+        ],
+    ),
+    (
+        "2024-05-20T09:00:00",
+        [
+            "I bought Miso a scratching post and a heated bed.",
+            "She must be spoiled.",
+            "I finished the Lisbon half marathon in two hours.",
+            "Congratulations!",
+            "My sister Lena visited and loved the cat.",
+            "Nice.",
+        ],
+    ),
 ]
 
 
@@ -94,8 +129,15 @@ def _conversation() -> dict:
     msgs = []
     for s, (when, texts) in enumerate(SESSIONS, start=1):
         for i, text in enumerate(texts):
-            msgs.append({"speaker": "Ann" if i % 2 == 0 else "Bo", "text": text, "timestamp": when,
-                         "session": str(s), "id": f"s{s}:{i}"})
+            msgs.append(
+                {
+                    "speaker": "Ann" if i % 2 == 0 else "Bo",
+                    "text": text,
+                    "timestamp": when,
+                    "session": str(s),
+                    "id": f"s{s}:{i}",
+                }
+            )
     return {"conversation_id": "ann-bo", "messages": msgs}
 
 
@@ -131,17 +173,29 @@ def test_the_theme_path_is_off_at_zero_and_ablation_settings_change_what_it_pick
     base = theme_mem.retrieve(question, user_id="ann", context_budget=400)
     assert _theme_events(base)
     assert _theme_events(theme_mem.retrieve(question, user_id="ann", context_budget=400, theme_search_k=0)) == {}
-    top = theme_mem.retrieve(question, user_id="ann", context_budget=400, theme_select="top", theme_stage2=False,
-                             theme_spread=0)
+    top = theme_mem.retrieve(
+        question, user_id="ann", context_budget=400, theme_select="top", theme_stage2=False, theme_spread=0
+    )
     [(_, how)] = _theme_events(top).items()
     assert how["evoked"] == 0 and how["episodes_offered"] == 0  # no spreading, no Stage II
-    paper = theme_mem.retrieve(question, user_id="ann", context_budget=400, theme_select="eq4", theme_stage2=True,
-                               theme_pick=3, theme_fact_pick=8)
+    paper = theme_mem.retrieve(
+        question,
+        user_id="ann",
+        context_budget=400,
+        theme_select="eq4",
+        theme_stage2=True,
+        theme_pick=3,
+        theme_fact_pick=8,
+    )
     [(_, how)] = _theme_events(paper).items()
     assert len(how["themes"]) <= 3 and how["facts"] <= 8
     assert 0 < how["episodes_admitted"] <= how["episodes_offered"] and how["uncertainty_measure"].startswith("offline")
     # the scope table decides: a scope that does not list the theme kind never takes the theme path
-    no_themes = {"Short": ["summary", "fact", "turn"], "Long": ["summary", "fact"], "Mixed": ["summary", "fact", "turn"]}
+    no_themes = {
+        "Short": ["summary", "fact", "turn"],
+        "Long": ["summary", "fact"],
+        "Mixed": ["summary", "fact", "turn"],
+    }
     assert _theme_events(theme_mem.retrieve(question, user_id="ann", context_budget=400, scope_kinds=no_themes)) == {}
 
 
@@ -171,14 +225,21 @@ def _scripted_reader(confidences: list[float]):
 @pytest.mark.integration
 def test_with_a_model_stage2_keeps_the_theme_turns_of_the_episodes_the_reader_admitted(theme_mem) -> None:
     question = "What do we know about Ann's cat Miso?"
-    plain = theme_mem.retrieve(question, user_id="ann", context_budget=400, model=_scripted_reader([]),
-                               theme_stage2=False)
+    plain = theme_mem.retrieve(
+        question, user_id="ann", context_budget=400, model=_scripted_reader([]), theme_stage2=False
+    )
     lookup = next(e for e in plain.trace["events"] if e["node"] == "lookup_level1")
     assert "stage2" not in lookup  # Stage II off: the model is never asked
     offered = lookup["found_by"].get("theme", 0) + lookup["found_by"].get("spread", 0)
     assert offered > 0
-    result = theme_mem.retrieve(question, user_id="ann", context_budget=400, model=_scripted_reader([0.5] * 9),
-                                theme_stage2=True, theme_patience=2)
+    result = theme_mem.retrieve(
+        question,
+        user_id="ann",
+        context_budget=400,
+        model=_scripted_reader([0.5] * 9),
+        theme_stage2=True,
+        theme_patience=2,
+    )
     lookup = next(e for e in result.trace["events"] if e["node"] == "lookup_level1")
     how = lookup["stage2"]
     # the first episode lowers the doubt from 1 to 0.5; the next ones lower nothing: two more checks, then stop

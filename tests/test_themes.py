@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import assert_store_ok
 from typer.testing import CliRunner
 
-from conftest import assert_store_ok
 from memstrata import Memstrata
 from memstrata.cli import app
 from memstrata.memory.levels import Theme
@@ -25,7 +25,14 @@ from memstrata.memory.store.invariants import check_store
 from memstrata.memory.themes.graph import MEMBER, SIMILAR, edge_changes, is_theme_edge, knn_edges
 from memstrata.memory.themes.maintain import central_order, regroup, theme_text
 from memstrata.memory.themes.partition import (
-    attach, best_merge, best_split, label_propagation, objective, sem_score, sparsity_score, two_means,
+    attach,
+    best_merge,
+    best_split,
+    label_propagation,
+    objective,
+    sem_score,
+    sparsity_score,
+    two_means,
 )
 
 
@@ -40,12 +47,12 @@ def cosd(a: float) -> float:
 
 # ---- f(P) = SparsityScore + SemScore (xMemory Eq. 1-3) ---------------------------------------------------------
 def test_sparsity_score_is_eq2_by_hand() -> None:
-    assert sparsity_score([2, 2]) == pytest.approx(1.0)            # 4^2 / (2 * 8)
-    assert sparsity_score([3, 1]) == pytest.approx(16 / 20)        # 4^2 / (2 * 10)
-    assert sparsity_score([2, 2, 1]) == pytest.approx(25 / 27)     # 5^2 / (3 * 9)
+    assert sparsity_score([2, 2]) == pytest.approx(1.0)  # 4^2 / (2 * 8)
+    assert sparsity_score([3, 1]) == pytest.approx(16 / 20)  # 4^2 / (2 * 10)
+    assert sparsity_score([2, 2, 1]) == pytest.approx(25 / 27)  # 5^2 / (3 * 9)
     assert sparsity_score([5, 1]) == pytest.approx(36 / 52)
     assert sparsity_score([6]) == pytest.approx(1.0)
-    assert sparsity_score([2, 0, 2]) == pytest.approx(1.0)         # an empty theme is no theme
+    assert sparsity_score([2, 0, 2]) == pytest.approx(1.0)  # an empty theme is no theme
     assert sparsity_score([]) == 0.0
 
 
@@ -66,8 +73,7 @@ def test_objective_of_two_clean_clusters_by_hand_beats_a_mixed_partition() -> No
     assert objective(x, ["t"] * 4, eps=0.05) == pytest.approx(1.0 + (2 * cosd(35) + 2 * cosd(55)) / 4)
     # labels are names only: renamed, reordered rows give the same f
     order = [2, 0, 3, 1]
-    assert objective(x[order], [("q", 1), "p", ("q", 1), "p"], eps=0.05) == pytest.approx(
-        objective(x, clean, eps=0.05))
+    assert objective(x[order], [("q", 1), "p", ("q", 1), "p"], eps=0.05) == pytest.approx(objective(x, clean, eps=0.05))
 
 
 def test_sem_score_weighs_each_theme_by_the_gaussian_of_its_nearest_theme_similarity() -> None:
@@ -75,23 +81,23 @@ def test_sem_score_weighs_each_theme_by_the_gaussian_of_its_nearest_theme_simila
     x = deg(-10, 10, 40, 80, 90)
     labels = [0, 0, 1, 1, 2]
     cohesion = [cosd(10), cosd(20), 1.0]
-    nearest = [cosd(60), cosd(30), cosd(30)]          # max cosine to another centroid
-    m = cosd(30)                                        # median of nearest
+    nearest = [cosd(60), cosd(30), cosd(30)]  # max cosine to another centroid
+    m = cosd(30)  # median of nearest
     for eps in (0.5, 0.05):
-        sigma = 0.0 + eps                               # median |nearest - m| is 0
-        g = [math.exp(-((s - m) ** 2) / (2 * sigma ** 2)) for s in nearest]
+        sigma = 0.0 + eps  # median |nearest - m| is 0
+        g = [math.exp(-((s - m) ** 2) / (2 * sigma**2)) for s in nearest]
         expected = sum(c * w for c, w in zip(cohesion, g, strict=True)) / 3
         assert sem_score(x, labels, eps=eps) == pytest.approx(expected, rel=1e-9)
         assert objective(x, labels, eps=eps) == pytest.approx(25 / 27 + expected, rel=1e-9)
-    assert 0.5 < math.exp(-((cosd(60) - m) ** 2) / (2 * 0.5 ** 2)) < 0.9  # eps=0.5: the outlier weighs in...
+    assert 0.5 < math.exp(-((cosd(60) - m) ** 2) / (2 * 0.5**2)) < 0.9  # eps=0.5: the outlier weighs in...
     assert sem_score(x, labels, eps=0.05) == pytest.approx((cosd(20) + 1.0) / 3, abs=1e-9)  # ...eps=0.05: it is crushed
 
 
 # ---- split: the f-best candidate among two_means into 2 and 3 parts ------------------------------------------------
-A1 = [[1, 0.1, 0.05], [1, -0.1, 0], [1, 0, 0.1]]        # near e1
-A2 = [[0.1, 1, 0], [-0.1, 1, 0.05], [0, 1, -0.1]]       # near e2
+A1 = [[1, 0.1, 0.05], [1, -0.1, 0], [1, 0, 0.1]]  # near e1
+A2 = [[0.1, 1, 0], [-0.1, 1, 0.05], [0, 1, -0.1]]  # near e2
 A3 = [[0.7, 0.7, 0.05], [0.7, 0.75, 0], [0.75, 0.7, -0.05]]  # between e1 and e2
-OTHER = [[0.1, 0.1, 1], [-0.1, 0.1, 1]]                # another theme, near e3
+OTHER = [[0.1, 0.1, 1], [-0.1, 0.1, 1]]  # another theme, near e3
 
 
 def _candidates(x: np.ndarray, labels: list[Any], theme: Any) -> list[tuple[float, list[Any]]]:
@@ -170,15 +176,21 @@ def test_attach_returns_the_most_similar_centroid_or_none_below_the_threshold() 
     rows = deg(0, 90, 200) * np.array([[3.0], [1.0], [0.5]])  # lengths do not matter
     assert attach(deg(80)[0], rows, threshold=0.2) == 1
     assert attach(deg(-30)[0], rows, threshold=0.2) == 0
-    assert attach(deg(45)[0], rows, threshold=cosd(44)) is None     # cos 45 below the bar: a new theme
-    assert attach(deg(45)[0], rows, threshold=cosd(46)) == 0        # 0 and 90 tie: the first row
+    assert attach(deg(45)[0], rows, threshold=cosd(44)) is None  # cos 45 below the bar: a new theme
+    assert attach(deg(45)[0], rows, threshold=cosd(46)) == 0  # 0 and 90 tie: the first row
     assert attach(np.array([1.0, 0.0]), np.array([[2.0, 0.0]]), threshold=1.0) == 0  # reaching the bar is enough
     assert attach(deg(0)[0], np.zeros((0, 2)), threshold=0.2) is None
 
 
 KW = dict(tau=0.2, attach_at=0.2, cap=12, floor=1, knn=5, max_steps=100, eps=0.05)
-ABC = {"a0": [1, 0.1, 0], "a1": [1, -0.1, 0], "a2": [1, 0, 0.1], "b0": [0.1, 1, 0], "b1": [-0.1, 1, 0],
-       "b2": [0, 1, 0.1]}
+ABC = {
+    "a0": [1, 0.1, 0],
+    "a1": [1, -0.1, 0],
+    "a2": [1, 0, 0.1],
+    "b0": [0.1, 1, 0],
+    "b1": [-0.1, 1, 0],
+    "b2": [0, 1, 0.1],
+}
 
 
 def _rows(named: dict[str, list[float]]) -> tuple[list[str], np.ndarray]:
@@ -251,15 +263,30 @@ def test_regroup_keeps_ids_on_an_unchanged_second_write() -> None:
 def test_a_split_keeps_the_id_with_the_part_holding_most_old_facts_and_counts_reassignment(c_first: bool) -> None:
     # theme:0 held a0-a2 and c0 (near e3); c1, c2 arrive near c0 and attach to theme:0 (cosine to its
     # centroid about 0.3), which then holds 6 > cap 4 facts and splits into {a0-a2} and {c0-c2}
-    vec = {**{k: v for k, v in ABC.items() if k[0] == "a"}, "c0": [0.05, 0, 1],
-           **{k: v for k, v in ABC.items() if k[0] == "b"}, "c1": [0, 0.05, 1], "c2": [-0.05, 0, 1]}
-    previous = {"a0": "theme:0", "a1": "theme:0", "a2": "theme:0", "c0": "theme:0",
-                "b0": "theme:1", "b1": "theme:1", "b2": "theme:1"}
+    vec = {
+        **{k: v for k, v in ABC.items() if k[0] == "a"},
+        "c0": [0.05, 0, 1],
+        **{k: v for k, v in ABC.items() if k[0] == "b"},
+        "c1": [0, 0.05, 1],
+        "c2": [-0.05, 0, 1],
+    }
+    previous = {
+        "a0": "theme:0",
+        "a1": "theme:0",
+        "a2": "theme:0",
+        "c0": "theme:0",
+        "b0": "theme:1",
+        "b1": "theme:1",
+        "b2": "theme:1",
+    }
     order = sorted(vec, key=lambda f: (f[0] != "c") if c_first else 0)  # c first: the k-means' part 0
     ids, x = _rows({f: vec[f] for f in order})
     out = regroup(ids, x, previous, **{**KW, "cap": 4})
     assert {t: sorted(m) for t, m in out.themes.items()} == {
-        "theme:0": ["a0", "a1", "a2"], "theme:1": ["b0", "b1", "b2"], "theme:2": ["c0", "c1", "c2"]}
+        "theme:0": ["a0", "a1", "a2"],
+        "theme:1": ["b0", "b1", "b2"],
+        "theme:2": ["c0", "c1", "c2"],
+    }
     assert out.changed == {"theme:0", "theme:2"} and out.removed == set()
     assert (out.placed_before, out.reassigned) == (7, 1)  # c0 moved
     assert out.reassignment_ratio == pytest.approx(1 / 7)
@@ -279,8 +306,7 @@ def test_theme_text_puts_central_facts_first_shows_a_repeat_once_and_keeps_the_w
     x = deg(0, 20, 50, 21)
     assert central_order(x) == [3, 1, 0, 2]  # centroid near 22.75 degrees
     texts = ["Ann adopted a cat.", "Miso is grey.", "Miso sleeps all day long.", "miso  is GREY."]
-    assert theme_text(texts, x, words=80) == ("miso  is GREY. Ann adopted a cat. Miso sleeps all day long.",
-                                              [3, 0, 2])
+    assert theme_text(texts, x, words=80) == ("miso  is GREY. Ann adopted a cat. Miso sleeps all day long.", [3, 0, 2])
     assert theme_text(texts, x, words=7) == ("miso  is GREY. Ann adopted a cat.", [3, 0])
     assert theme_text(texts, x, words=1) == ("miso  is GREY.", [3])  # at least one fact
 
@@ -305,36 +331,66 @@ def test_knn_edges_link_facts_to_their_theme_and_nearest_nodes_and_a_rewrite_cha
 # ---- a real store ------------------------------------------------------------------------------------------------
 CONV = "pets-and-runs"
 ANN = [  # Ann's cat Miso and Ben's marathon, across three sessions
-    ("2024-03-02", [("Ann", "I adopted a grey cat named Miso from the shelter last week."),
-                    ("Ben", "That's lovely! I started training for the Berlin marathon in September."),
-                    ("Ann", "Miso sleeps on my keyboard all day and knocks my cat toys off the shelf."),
-                    ("Ben", "My marathon plan has four runs a week, with a long run of 25 kilometres on Sundays."),
-                    ("Ann", "The vet says Miso is healthy but my cat needs a special kidney diet."),
-                    ("Ben", "I bought new running shoes for the marathon training.")]),
-    ("2024-04-10", [("Ann", "Miso the cat learned to open the kitchen door by jumping on the handle."),
-                    ("Ben", "My long run reached 30 kilometres, the marathon feels possible now."),
-                    ("Ann", "I got Miso a tall scratching post so the cat leaves the sofa alone."),
-                    ("Ben", "My knee hurt after the last marathon training run, so I rested for three days.")]),
-    ("2024-05-20", [("Ann", "I play the cello in a community orchestra every Tuesday evening."),
-                    ("Ben", "I registered for the Berlin marathon and picked a finish time goal of four hours."),
-                    ("Ann", "Miso the cat sits next to me while I practise the cello."),
-                    ("Ben", "My running club organises a practice half marathon in June.")]),
+    (
+        "2024-03-02",
+        [
+            ("Ann", "I adopted a grey cat named Miso from the shelter last week."),
+            ("Ben", "That's lovely! I started training for the Berlin marathon in September."),
+            ("Ann", "Miso sleeps on my keyboard all day and knocks my cat toys off the shelf."),
+            ("Ben", "My marathon plan has four runs a week, with a long run of 25 kilometres on Sundays."),
+            ("Ann", "The vet says Miso is healthy but my cat needs a special kidney diet."),
+            ("Ben", "I bought new running shoes for the marathon training."),
+        ],
+    ),
+    (
+        "2024-04-10",
+        [
+            ("Ann", "Miso the cat learned to open the kitchen door by jumping on the handle."),
+            ("Ben", "My long run reached 30 kilometres, the marathon feels possible now."),
+            ("Ann", "I got Miso a tall scratching post so the cat leaves the sofa alone."),
+            ("Ben", "My knee hurt after the last marathon training run, so I rested for three days."),
+        ],
+    ),
+    (
+        "2024-05-20",
+        [
+            ("Ann", "I play the cello in a community orchestra every Tuesday evening."),
+            ("Ben", "I registered for the Berlin marathon and picked a finish time goal of four hours."),
+            ("Ann", "Miso the cat sits next to me while I practise the cello."),
+            ("Ben", "My running club organises a practice half marathon in June."),
+        ],
+    ),
 ]
 BO = [  # another tenant, same conversation id: tomatoes and chess
-    ("2024-03-05", [("Bo", "I planted twelve tomato seedlings in my allotment greenhouse."),
-                    ("Eve", "I joined a chess club that meets in the library on Thursdays."),
-                    ("Bo", "My tomato plants need watering twice a day in the greenhouse heat."),
-                    ("Eve", "I won my first chess tournament game with a queen's gambit opening.")]),
-    ("2024-04-18", [("Bo", "The first tomatoes ripened and I made a big pot of tomato sauce."),
-                    ("Eve", "My chess rating went up by eighty points after the club tournament.")]),
+    (
+        "2024-03-05",
+        [
+            ("Bo", "I planted twelve tomato seedlings in my allotment greenhouse."),
+            ("Eve", "I joined a chess club that meets in the library on Thursdays."),
+            ("Bo", "My tomato plants need watering twice a day in the greenhouse heat."),
+            ("Eve", "I won my first chess tournament game with a queen's gambit opening."),
+        ],
+    ),
+    (
+        "2024-04-18",
+        [
+            ("Bo", "The first tomatoes ripened and I made a big pot of tomato sauce."),
+            ("Eve", "My chess rating went up by eighty points after the club tournament."),
+        ],
+    ),
 ]
 ANN_WORDS, BO_WORDS = ("miso", "marathon", "cello"), ("tomato", "chess", "greenhouse")
 
 
 def conversation(sessions: list[tuple[str, list[tuple[str, str]]]]) -> dict[str, Any]:
-    return {"conversation_id": CONV, "messages": [
-        {"speaker": who, "text": text, "timestamp": f"{day}T18:{2 * i:02d}:00"}
-        for day, turns in sessions for i, (who, text) in enumerate(turns)]}
+    return {
+        "conversation_id": CONV,
+        "messages": [
+            {"speaker": who, "text": text, "timestamp": f"{day}T18:{2 * i:02d}:00"}
+            for day, turns in sessions
+            for i, (who, text) in enumerate(turns)
+        ],
+    }
 
 
 def themes_of(mem: Memstrata, user: str) -> dict[str, Theme]:
@@ -392,8 +448,10 @@ def test_isolation_a_users_themes_and_edges_hold_only_their_own_facts(mem: Memst
         texts = " ".join(t.text for t in themes.values()).lower()
         assert any(w in texts for w in own) and not any(w in texts for w in others), user
         assert {f for t in themes.values() for f in t.fact_ids} == set(facts)
-        vectors = {r.unit_id: np.asarray(r.metadata["_vector"]) for r in
-                   mem.store.get("theme", user_id=user, with_vectors=True)}
+        vectors = {
+            r.unit_id: np.asarray(r.metadata["_vector"])
+            for r in mem.store.get("theme", user_id=user, with_vectors=True)
+        }
         for e in theme_edges(mem, user):  # every weight is a cosine of this user's own vectors
             a = facts[e.src].metadata["_vector"] if e.src_kind == "fact" else vectors[e.src]
             b = facts[e.dst].metadata["_vector"] if e.dst_kind == "fact" else vectors[e.dst]
@@ -411,9 +469,16 @@ def test_reingest_adds_nothing_and_a_new_session_keeps_the_store_clean(mem: Mems
 
     facts = {r.unit_id: r.document for r in mem.store.get("fact", user_id="ann")}
     run_theme = next(t for t, (ids, _, _) in before[0].items() if any("Ben started training" in facts[f] for f in ids))
-    more = [*ANN, ("2024-06-30", [
-        ("Ben", "I finished the Berlin marathon in four hours and twelve minutes."),
-        ("Ann", "Congratulations! Miso the cat watched the marathon on television with me.")])]
+    more = [
+        *ANN,
+        (
+            "2024-06-30",
+            [
+                ("Ben", "I finished the Berlin marathon in four hours and twelve minutes."),
+                ("Ann", "Congratulations! Miso the cat watched the marathon on television with me."),
+            ],
+        ),
+    ]
     stats = mem.ingest(conversation(more), user_id="ann")
     after = themes_of(mem, "ann")
     assert set(before[0]) <= set(after)  # the old themes keep their ids
@@ -456,12 +521,15 @@ def test_forget_removes_a_users_themes_and_theme_edges_and_keeps_the_other_users
 
 
 # ---- found as bugs, fixed: an update that leaves no closed fact ------------------------------------------------
-def test_a_message_updated_by_id_reopens_the_only_episode_of_a_grouped_conversation(tmp_path: Path,
-                                                                                   minilm: Any) -> None:
+def test_a_message_updated_by_id_reopens_the_only_episode_of_a_grouped_conversation(
+    tmp_path: Path, minilm: Any
+) -> None:
     memory = Memstrata(path=tmp_path / "store", embeddings=minilm)
-    msgs = [{"id": "m1", "speaker": "Ann", "text": "I adopted a grey cat named Miso from the shelter."},
-            {"id": "m2", "speaker": "Ann", "text": "Miso sleeps on my keyboard all day."},
-            {"id": "m3", "speaker": "Ann", "text": "My vet says Miso needs a kidney diet."}]
+    msgs = [
+        {"id": "m1", "speaker": "Ann", "text": "I adopted a grey cat named Miso from the shelter."},
+        {"id": "m2", "speaker": "Ann", "text": "Miso sleeps on my keyboard all day."},
+        {"id": "m3", "speaker": "Ann", "text": "My vet says Miso needs a kidney diet."},
+    ]
     try:
         memory.ingest(msgs, user_id="u", conversation_id="c", close=True)
         assert memory.store.count("theme", user_id="u") >= 1

@@ -6,8 +6,8 @@ import json
 import random
 from pathlib import Path
 
-from memstrata.memory.search.query import Hit
 from memstrata.memory.search.packing import pack_context
+from memstrata.memory.search.query import Hit
 from memstrata.memory.tokens import TokenCounter
 
 
@@ -18,9 +18,11 @@ def _locomo_lines(path: Path) -> list[str]:
         conv = sample["conversation"]
         for key, turns in conv.items():
             if key.startswith("session_") and isinstance(turns, list):
-                lines += [f"{t['dia_id'].split(':')[1]} {t['speaker']}: {t['text']}"
-                          + (f" [shares a photo: {t['blip_caption']}]" if t.get("blip_caption") else "")
-                          for t in turns]
+                lines += [
+                    f"{t['dia_id'].split(':')[1]} {t['speaker']}: {t['text']}"
+                    + (f" [shares a photo: {t['blip_caption']}]" if t.get("blip_caption") else "")
+                    for t in turns
+                ]
     return lines
 
 
@@ -43,9 +45,20 @@ class _WholeText:
 
 
 def test_packing_keeps_its_budget_with_either_counter() -> None:
-    items = [Hit(kind="turn", unit_id=f"D{1 + i % 3}:{i}", conversation_id="c", score=1.0 - i / 100,
-                 session_id=str(1 + i % 3), position=i, speaker="Ann", text=f"I moved to Porto in year {2000 + i}.",
-                 time=f"{1 + i % 3} May 2023") for i in range(40)]
+    items = [
+        Hit(
+            kind="turn",
+            unit_id=f"D{1 + i % 3}:{i}",
+            conversation_id="c",
+            score=1.0 - i / 100,
+            session_id=str(1 + i % 3),
+            position=i,
+            speaker="Ann",
+            text=f"I moved to Porto in year {2000 + i}.",
+            time=f"{1 + i % 3} May 2023",
+        )
+        for i in range(40)
+    ]
     for counter in (TokenCounter(), _WholeText()):
         for budget in (20, 60, 200, 2000):
             context, chosen, tokens = pack_context(items, budget=budget, counter=counter)

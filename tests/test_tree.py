@@ -1,5 +1,6 @@
 """H-Mem's temporal-semantic tree: windows and thresholds, active levels, incremental and stale updates,
-untimed turns, temporal hints, reinforcement (decay_eta), scope routing, windows in the evidence and the CLI."""
+untimed turns, temporal hints, reinforcement (decay_eta), scope routing, windows in the evidence and the CLI.
+"""
 
 from __future__ import annotations
 
@@ -12,20 +13,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import EXAMPLE, REPO, HashEmbeddings
+
 from memstrata import Memstrata
 from memstrata.context import Context
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels import EventSummary, scope_table
+from memstrata.memory.plan.temporal_hints import Offset, apply_offset, parse_hint, resolve
 from memstrata.memory.search.query import Hit
 from memstrata.memory.search.selection import window_first
-from memstrata.memory.plan.temporal_hints import Offset, apply_offset, parse_hint, resolve
 from memstrata.memory.timeparse import resolve_relative
 from memstrata.memory.tree import Forest, Item, active_levels, grow, tree_levels, window_key
-from memstrata.memory.tree.windows import level_for_span
 from memstrata.memory.tree.persist import TreeUpdate, refresh
 from memstrata.memory.tree.search import load_reinforcement, reinforcement_current, select_windows, turn_robustness
+from memstrata.memory.tree.windows import level_for_span
 
 MAY_8 = datetime(2023, 5, 8, 10)  # a Monday, ISO week 19
 
@@ -42,18 +43,21 @@ def _cos(sim: float) -> float:
 
 # ---- windows, thresholds, active levels ------------------------------------------------------------
 def test_each_level_has_its_window_and_a_node_joins_only_within_it_and_above_alpha() -> None:
-    assert [window_key(lv, MAY_8) for lv in ("day", "week", "month", "year")] == \
-        ["2023-05-08", "2023-W19", "2023-05", "2023"]
+    assert [window_key(lv, MAY_8) for lv in ("day", "week", "month", "year")] == [
+        "2023-05-08",
+        "2023-W19",
+        "2023-05",
+        "2023",
+    ]
     assert [(lv.name, lv.alpha) for lv in tree_levels()] == [("week", 0.8), ("month", 0.7), ("year", 0.6)]
     f = Forest()
     f.add_leaf(Item("a", _vec(0), MAY_8))
-    f.add_leaf(Item("b", _vec(_cos(0.85)), MAY_8 + timedelta(days=2)))   # same week, above 0.8: joins a
+    f.add_leaf(Item("b", _vec(_cos(0.85)), MAY_8 + timedelta(days=2)))  # same week, above 0.8: joins a
     f.add_leaf(Item("c", _vec(-_cos(0.75)), MAY_8 + timedelta(days=3)))  # same week, below 0.8: a new parent
-    f.add_leaf(Item("d", _vec(0), MAY_8 + timedelta(days=7)))            # identical to a, next week: its own
+    f.add_leaf(Item("d", _vec(0), MAY_8 + timedelta(days=7)))  # identical to a, next week: its own
     grow(f, tree_levels(), active=("day", "week"))
     weeks = {n.id: n.children for n in f.nodes.values()}
-    assert weeks == {"tree:week:2023-W19:0": ["a", "b"], "tree:week:2023-W19:1": ["c"],
-                     "tree:week:2023-W20:0": ["d"]}
+    assert weeks == {"tree:week:2023-W19:0": ["a", "b"], "tree:week:2023-W19:1": ["c"], "tree:week:2023-W20:0": ["d"]}
     assert all(n.level == "week" for n in f.nodes.values())  # month and year are not active yet
 
 
@@ -76,8 +80,9 @@ def test_active_levels_follow_the_history_age() -> None:
     for days, levels in ((3, {"week"}), (20, {"week", "month"}), (90, {"week", "month", "year"})):
         update = TreeUpdate("u", "c", Forest(), {}, {})
         for i, at in enumerate((MAY_8, MAY_8 + timedelta(days=days))):
-            update.summaries[f"s{i}"] = EventSummary(user_id="u", id=f"s{i}", episode_id=f"ep:s{i}:0-1",
-                                                     session_id=str(i), text="x", timestamp=at)
+            update.summaries[f"s{i}"] = EventSummary(
+                user_id="u", id=f"s{i}", episode_id=f"ep:s{i}:0-1", session_id=str(i), text="x", timestamp=at
+            )
             update.forest.add_leaf(Item(f"s{i}", _vec(0), at))
         update.grow(tree_levels())
         assert {n.level for n in update.forest.nodes.values()} == levels, days
@@ -87,9 +92,15 @@ def test_active_levels_follow_the_history_age() -> None:
 def _update_with(leaves: dict[str, tuple[float, datetime]]) -> TreeUpdate:
     update = TreeUpdate("u", "c", Forest(), {}, {})
     for sid, (angle, at) in leaves.items():
-        update.summaries[sid] = EventSummary(user_id="u", id=sid, episode_id=f"ep:s{sid}:0-1", session_id="1",
-                                             text=f"[{at:%d %B %Y}] Ann, Bo. Ann: note {sid} about Porto and "
-                                                  f"{int(angle)} boats.", turn_ids=[f"{sid}:t0"], timestamp=at)
+        update.summaries[sid] = EventSummary(
+            user_id="u",
+            id=sid,
+            episode_id=f"ep:s{sid}:0-1",
+            session_id="1",
+            text=f"[{at:%d %B %Y}] Ann, Bo. Ann: note {sid} about Porto and {int(angle)} boats.",
+            turn_ids=[f"{sid}:t0"],
+            timestamp=at,
+        )
         update.forest.add_leaf(Item(sid, _vec(angle), at))
     return update
 
@@ -101,15 +112,24 @@ def test_a_node_whose_children_changed_is_stale_and_recomputed_in_place() -> Non
     before = {n.id: list(n.children) for n in update.forest.nodes.values()}
     assert not update.stale()
     # a new leaf in a's week, similar to a: a's week and its ancestors go stale, z's branch does not
-    update.summaries["b"] = EventSummary(user_id="u", id="b", episode_id="ep:sb:0-1", session_id="1",
-                                         text="Bo: the boats left.", turn_ids=["b:t0"], timestamp=MAY_8)
+    update.summaries["b"] = EventSummary(
+        user_id="u",
+        id="b",
+        episode_id="ep:sb:0-1",
+        session_id="1",
+        text="Bo: the boats left.",
+        turn_ids=["b:t0"],
+        timestamp=MAY_8,
+    )
     update.forest.add_leaf(Item("b", _vec(_cos(0.9)), MAY_8 + timedelta(hours=3)))
     stale = update.grow(tree_levels())
     week_a = update.forest.parent["a"]
     assert stale == [week_a, *update.forest.ancestors(week_a)]
     assert update.forest.parent["b"] == week_a and set(update.forest.nodes) == set(before)  # no new node
-    assert not any(update.forest.nodes[n].stale for n in [update.forest.parent["z"],
-                                                         *update.forest.ancestors(update.forest.parent["z"])])
+    assert not any(
+        update.forest.nodes[n].stale
+        for n in [update.forest.parent["z"], *update.forest.ancestors(update.forest.parent["z"])]
+    )
     unit = refresh(update, week_a, "new text", method="extractive", leaves_per_node=3)
     assert unit.children == ["a", "b"] and unit.leaves == 2 and set(unit.turn_ids) == {"a:t0", "b:t0"}
 
@@ -129,8 +149,10 @@ def _messages(session_range: range) -> dict:
     data = json.loads(EXAMPLE.read_text())
     days = sorted({m["timestamp"][:10] for m in data["messages"]})
     keep = {days[i] for i in session_range}
-    return {"conversation_id": data["conversation_id"],
-            "messages": [m for m in data["messages"] if m["timestamp"][:10] in keep]}
+    return {
+        "conversation_id": data["conversation_id"],
+        "messages": [m for m in data["messages"] if m["timestamp"][:10] in keep],
+    }
 
 
 def _tree(mem: Memstrata, user: str = "u") -> dict[str, dict]:
@@ -149,8 +171,9 @@ def test_appending_a_session_changes_only_its_windows_and_their_ancestors(data_d
     changed = {n for n in after if n not in before or after[n] != before[n]}
     assert new_leaves and changed == touched
     assert set(before) <= set(after)  # nothing was dropped or renamed
-    assert sorted(c for p in after.values() if p["level"] == "week" for c in p["children"]) == \
-        sorted(r.unit_id for r in mem.store.get("summary", user_id="u"))  # every leaf placed exactly once
+    assert sorted(c for p in after.values() if p["level"] == "week" for c in p["children"]) == sorted(
+        r.unit_id for r in mem.store.get("summary", user_id="u")
+    )  # every leaf placed exactly once
     assert sum(stats["tree_nodes_written"].values()) == len(touched)
     edges = mem.store.edges.get("u", rel="child_of")
     assert {(e.src, e.dst) for e in edges} == set(parents.items())
@@ -180,11 +203,17 @@ def test_untimed_turns_fall_back_to_session_order_and_the_tree_says_so(data_dir,
 def test_hints_parse_into_windows_or_into_an_offset_from_an_anchor() -> None:
     now = datetime(2023, 10, 20, 14)  # a Friday
     week = parse_hint("What did Ann do last week?", now=now)
-    assert (week.interval.start, week.interval.end.date(), week.granularity) == \
-        (datetime(2023, 10, 9), datetime(2023, 10, 15).date(), "week")
+    assert (week.interval.start, week.interval.end.date(), week.granularity) == (
+        datetime(2023, 10, 9),
+        datetime(2023, 10, 15).date(),
+        "week",
+    )
     year = parse_hint("Where did they travel in 2022?", now=now)
-    assert (year.interval.start, year.interval.end.date(), year.granularity) == \
-        (datetime(2022, 1, 1), datetime(2022, 12, 31).date(), "year")
+    assert (year.interval.start, year.interval.end.date(), year.granularity) == (
+        datetime(2022, 1, 1),
+        datetime(2022, 12, 31).date(),
+        "year",
+    )
     june = parse_hint("When did Melanie go camping in June?", now=now)
     assert june.interval.start == datetime(2023, 6, 1) and june.granularity == "month"
     assert parse_hint("What happened in May 2023?", now=None).interval.start == datetime(2023, 5, 1)
@@ -201,16 +230,19 @@ def test_hints_parse_into_windows_or_into_an_offset_from_an_anchor() -> None:
     assert apply_offset(Offset(-1, "week"), datetime(2023, 5, 10)).start == datetime(2023, 5, 1)
 
 
-@pytest.mark.parametrize(("question", "now", "first", "last"), [
-    ("What state did Joanna visit in summer 2021?", None, "2021-06-01", "2021-08-31"),
-    ("What happened towards the end of summer 2023?", None, "2023-08-01", "2023-08-31"),
-    ("What did Ann do in the fall of 2020?", None, "2020-09-01", "2020-11-30"),
-    ("Where did we go in the winter of 2023?", None, "2022-12-01", "2023-02-28"),  # named by its January
-    ("What did we plant in early spring 2022?", None, "2022-03-01", "2022-03-31"),
-    ("What did we do last summer?", datetime(2023, 10, 15), "2023-06-01", "2023-08-31"),  # the latest one over
-    ("What did we do last summer?", datetime(2023, 7, 10), "2022-06-01", "2022-08-31"),  # this one is not over
-    ("What happened this summer?", datetime(2023, 7, 10), "2023-06-01", "2023-08-31"),
-])
+@pytest.mark.parametrize(
+    ("question", "now", "first", "last"),
+    [
+        ("What state did Joanna visit in summer 2021?", None, "2021-06-01", "2021-08-31"),
+        ("What happened towards the end of summer 2023?", None, "2023-08-01", "2023-08-31"),
+        ("What did Ann do in the fall of 2020?", None, "2020-09-01", "2020-11-30"),
+        ("Where did we go in the winter of 2023?", None, "2022-12-01", "2023-02-28"),  # named by its January
+        ("What did we plant in early spring 2022?", None, "2022-03-01", "2022-03-31"),
+        ("What did we do last summer?", datetime(2023, 10, 15), "2023-06-01", "2023-08-31"),  # the latest one over
+        ("What did we do last summer?", datetime(2023, 7, 10), "2022-06-01", "2022-08-31"),  # this one is not over
+        ("What happened this summer?", datetime(2023, 7, 10), "2023-06-01", "2023-08-31"),
+    ],
+)
 def test_a_season_is_its_months(question, now, first, last) -> None:
     hint = parse_hint(question, now=now)
     assert (hint.interval.start.date().isoformat(), hint.interval.end.date().isoformat()) == (first, last)
@@ -218,20 +250,26 @@ def test_a_season_is_its_months(question, now, first, last) -> None:
 
 
 def test_season_words_that_name_no_time_are_no_hint() -> None:
-    for question in ("What did James enjoy doing on cold winter days?", "What are Caroline's plans for the summer?",
-                     "When did Evan's son fall off his bike?"):
+    for question in (
+        "What did James enjoy doing on cold winter days?",
+        "What are Caroline's plans for the summer?",
+        "When did Evan's son fall off his bike?",
+    ):
         assert parse_hint(question, now=datetime(2023, 10, 15)) is None
     year = parse_hint("Where did they travel in 2022?", now=None)
     assert level_for_span(year.interval.start, year.interval.end) == "year"
 
 
-@pytest.mark.parametrize(("question", "day"), [
-    ("What did Ann do on 5/8/2023?", "2023-05-08"),  # month first, as the timestamps' parser reads it
-    ("What did Ann do on 25/8/2023?", "2023-08-25"),  # 25 cannot be a month
-    ("What did Ann do on 8.5.2023?", "2023-05-08"),  # dotted dates are day first
-    ("What did Ann do on 2023/05/08?", "2023-05-08"),
-    ("What did Ann do on 5/8/23?", "2023-05-08"),
-])
+@pytest.mark.parametrize(
+    ("question", "day"),
+    [
+        ("What did Ann do on 5/8/2023?", "2023-05-08"),  # month first, as the timestamps' parser reads it
+        ("What did Ann do on 25/8/2023?", "2023-08-25"),  # 25 cannot be a month
+        ("What did Ann do on 8.5.2023?", "2023-05-08"),  # dotted dates are day first
+        ("What did Ann do on 2023/05/08?", "2023-05-08"),
+        ("What did Ann do on 5/8/23?", "2023-05-08"),
+    ],
+)
 def test_numeric_dates_are_days_not_years(question, day) -> None:
     hint = parse_hint(question, now=None)
     assert (hint.granularity, hint.interval.start.date().isoformat()) == ("day", day)
@@ -285,9 +323,16 @@ def test_evidence_found_through_a_tree_node_names_that_nodes_window(demo: Memstr
 
 def test_a_hinted_query_searches_its_windows_and_each_evidence_names_scope_and_window(demo: Memstrata) -> None:
     result = demo.retrieve("What did Tom say in April 2024?", user_id="demo", context_budget=300)
-    assert result.trace["windows"]["q0"] == [{"level": "month", "window": "2024-04", "nodes": sorted(
-        r.unit_id for r in demo.store.get("tree_node", user_id="demo") if r.payload["window"] == "2024-04"),
-        "events": 2}]
+    assert result.trace["windows"]["q0"] == [
+        {
+            "level": "month",
+            "window": "2024-04",
+            "nodes": sorted(
+                r.unit_id for r in demo.store.get("tree_node", user_id="demo") if r.payload["window"] == "2024-04"
+            ),
+            "events": 2,
+        }
+    ]
     april = [e for e in result.evidence if e.turn_id.startswith("s2:")]
     assert april and all(e.scope == "Short" and e.window == "month 2024-04" for e in april)
     assert all(e.window != "month 2024-04" for e in result.evidence if not e.turn_id.startswith("s2:"))
@@ -298,12 +343,25 @@ def test_a_hinted_query_searches_its_windows_and_each_evidence_names_scope_and_w
 
 def test_a_turn_telling_of_the_hinted_day_is_inside_its_window_though_said_later(data_dir) -> None:
     mem = Memstrata(path=data_dir, embeddings=HashEmbeddings())
-    mem.ingest({"conversation_id": "c", "messages": [
-        {"speaker": "Dave", "text": "Hi Calvin, how was the week?", "timestamp": "2023-10-04T14:40:00"},
-        {"speaker": "Calvin", "text": "Yesterday I met some incredible artists in Boston.",
-         "timestamp": "2023-10-04T14:44:00"},
-        {"speaker": "Dave", "text": "Today I fixed the old car in the garage.", "timestamp": "2023-10-04T14:46:00"},
-    ]}, user_id="u")
+    mem.ingest(
+        {
+            "conversation_id": "c",
+            "messages": [
+                {"speaker": "Dave", "text": "Hi Calvin, how was the week?", "timestamp": "2023-10-04T14:40:00"},
+                {
+                    "speaker": "Calvin",
+                    "text": "Yesterday I met some incredible artists in Boston.",
+                    "timestamp": "2023-10-04T14:44:00",
+                },
+                {
+                    "speaker": "Dave",
+                    "text": "Today I fixed the old car in the garage.",
+                    "timestamp": "2023-10-04T14:46:00",
+                },
+            ],
+        },
+        user_id="u",
+    )
     result = mem.retrieve("Which city was Calvin in on October 3, 2023?", user_id="u", context_budget=400)
     assert result.trace["windows"]["q0"][0]["window"] == "2023-10-03"
     by_text = {e.text: e for e in result.evidence}
@@ -315,13 +373,34 @@ def test_a_turn_telling_of_the_hinted_day_is_inside_its_window_though_said_later
 
 def test_a_window_holding_few_turns_brings_its_best_first_though_others_match_better(data_dir) -> None:
     """Many turns about meetings said on other days, one turn telling of the hinted day in other words."""
-    messages = [{"speaker": "Sam" if i % 2 else "Evan", "text": f"Sam went to the {topic} meeting and did the "
-                 f"{topic} meeting work with Sam's {topic} meeting group.",
-                 "timestamp": (datetime(2023, 11, 1, 9) + timedelta(days=i % 3, minutes=i)).isoformat()}
-                for i, topic in enumerate(["budget", "planning", "design", "review", "hiring", "sales", "legal",
-                                           "board", "team", "product", "research", "support"] * 2)]
-    messages.append({"speaker": "Sam", "text": "Yesterday I tried a weight class downtown.",
-                     "timestamp": "2023-12-05T10:00:00"})
+    messages = [
+        {
+            "speaker": "Sam" if i % 2 else "Evan",
+            "text": f"Sam went to the {topic} meeting and did the "
+            f"{topic} meeting work with Sam's {topic} meeting group.",
+            "timestamp": (datetime(2023, 11, 1, 9) + timedelta(days=i % 3, minutes=i)).isoformat(),
+        }
+        for i, topic in enumerate(
+            [
+                "budget",
+                "planning",
+                "design",
+                "review",
+                "hiring",
+                "sales",
+                "legal",
+                "board",
+                "team",
+                "product",
+                "research",
+                "support",
+            ]
+            * 2
+        )
+    ]
+    messages.append(
+        {"speaker": "Sam", "text": "Yesterday I tried a weight class downtown.", "timestamp": "2023-12-05T10:00:00"}
+    )
     mem = Memstrata(path=data_dir, embeddings=HashEmbeddings())
     mem.ingest({"conversation_id": "c", "messages": messages}, user_id="u")
     question, told = "What did Sam do at the meeting on December 4, 2023?", "Yesterday I tried a weight class downtown."
@@ -350,8 +429,10 @@ def test_reinforcement_counts_live_in_the_counters_and_decay_eta_changes_robustn
     plain = turn_robustness(index, later, tau_days=365, eta=0.0)
     reinforced = turn_robustness(index, later, tau_days=365, eta=2.0)
     assert (reinforced > plain + 1e-6).all()  # every turn sits under a consolidated summary
-    hits = [demo.retrieve("Where does Priya work?", user_id="demo", context_budget=200, decay_eta=eta, now=later)
-            for eta in (0.0, 2.0)]
+    hits = [
+        demo.retrieve("Where does Priya work?", user_id="demo", context_budget=200, decay_eta=eta, now=later)
+        for eta in (0.0, 2.0)
+    ]
     robust = [{e.turn_id: e.score_parts["robustness"] for e in r.evidence} for r in hits]
     shared = robust[0].keys() & robust[1].keys()
     assert shared and all(robust[1][t] > robust[0][t] for t in shared)
@@ -391,8 +472,14 @@ def test_inspect_draws_the_tree_and_lists_a_window(tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "memstrata", *args, "--data-dir", str(tmp_path)],
-                              capture_output=True, text=True, cwd=REPO, timeout=600, env=env)
+        return subprocess.run(
+            [sys.executable, "-m", "memstrata", *args, "--data-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=600,
+            env=env,
+        )
 
     assert run("ingest", str(EXAMPLE), "--user", "demo").returncode == 0
     tree = run("inspect", "--user", "demo", "--tree")
@@ -428,8 +515,8 @@ def test_offline_consolidation_keeps_details_within_the_cap() -> None:
 def test_model_consolidation_has_a_schema_a_fallback_and_a_budget() -> None:
     import asyncio
 
-    from memstrata.runtime.step import Step
     from memstrata.nodes.ingest.tree import _recompute
+    from memstrata.runtime.step import Step
     from memstrata.testing import ScriptedChatModel
 
     update = _two_stale_weeks()

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 
 from memstrata.context import Context
-from memstrata.runtime.search import bounds as bounds_of
 from memstrata.memory.index.bounded import WorkingSet
 from memstrata.memory.levels import Turn
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.words import WORDS_FILE, query_term
+from memstrata.runtime.search import bounds as bounds_of
 
 
 def _turn(user: str, i: int, text: str, conv: str = "c1") -> Turn:
@@ -20,8 +20,12 @@ def _turn(user: str, i: int, text: str, conv: str = "c1") -> Turn:
 
 
 def _write(store: MemoryStore, turns: list[Turn]) -> None:
-    store.upsert("turn", turns, documents=[t.render() for t in turns],
-                 extra=[{"session_id": t.session_id, "position": t.position} for t in turns])
+    store.upsert(
+        "turn",
+        turns,
+        documents=[t.render() for t in turns],
+        extra=[{"session_id": t.session_id, "position": t.position} for t in turns],
+    )
 
 
 def _ids(records: list) -> list[str]:
@@ -71,8 +75,9 @@ def test_query_terms_are_single_quoted_tokens() -> None:
     assert query_term("--") is None
 
 
-def test_a_store_written_before_the_index_reads_by_containment_until_indexed(data_dir, hash_embeddings,
-                                                                               monkeypatch) -> None:
+def test_a_store_written_before_the_index_reads_by_containment_until_indexed(
+    data_dir, hash_embeddings, monkeypatch
+) -> None:
     store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
     _write(store, [_turn("u", i, f"Priya mentioned the marathon number {i}") for i in range(6)])
     for path in Path(data_dir).glob(WORDS_FILE + "*"):
@@ -84,12 +89,16 @@ def test_a_store_written_before_the_index_reads_by_containment_until_indexed(dat
         method = getattr(older, name)
         monkeypatch.setattr(older, name, lambda *a, _m=method, _n=name, **k: used.append(_n) or _m(*a, **k))
     vec = np.asarray(hash_embeddings.embed_documents(["marathon"]), dtype=np.float32)
-    index = WorkingSet(older, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_sessions=10))).ensure(["marathon Priya"], vec)
+    index = WorkingSet(older, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_sessions=10))).ensure(
+        ["marathon Priya"], vec
+    )
     assert len(index.turns) == 6 and "containing" in used and "matching" not in used
     assert older.index_words()["turn"] == 6
     assert older.words_ready("turn")
     used.clear()
-    index = WorkingSet(older, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_sessions=10))).ensure(["marathon Priya"], vec)
+    index = WorkingSet(older, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_sessions=10))).ensure(
+        ["marathon Priya"], vec
+    )
     assert len(index.turns) == 6 and "matching" in used and "containing" not in used
 
 
@@ -99,7 +108,7 @@ def test_an_index_of_another_format_is_not_trusted_until_rebuilt(data_dir, hash_
     assert store.words_ready("turn") and store.matching("turn", words=["marathon"], user_id="u", limit=10)
     with sqlite3.connect(Path(data_dir) / WORDS_FILE) as db:  # as an older version would have left it
         db.execute("PRAGMA user_version = 0")
-        db.execute('UPDATE "words_turn" SET tag = \'u0 c0\'')
+        db.execute("UPDATE \"words_turn\" SET tag = 'u0 c0'")
     older = MemoryStore(path=data_dir, embeddings=hash_embeddings)
     assert older.words.stale and not older.words_ready("turn")  # read with $contains, not an empty index
     assert older.index_words()["turn"] == 4

@@ -8,13 +8,13 @@ model.
 
 Example:
     >>> from memstrata import Memstrata
-    >>> mem = Memstrata(path="/tmp/memstrata-demo")                        # doctest: +SKIP
+    >>> mem = Memstrata(path="/tmp/memstrata-demo")  # doctest: +SKIP
     >>> retriever = MemstrataRetriever(memstrata=mem, user_id="demo", k=3)  # doctest: +SKIP
-    >>> docs = retriever.invoke("Where does Priya work?")                   # doctest: +SKIP
-    >>> docs[0].page_content, docs[0].metadata["citation"]                  # doctest: +SKIP
+    >>> docs = retriever.invoke("Where does Priya work?")  # doctest: +SKIP
+    >>> docs[0].page_content, docs[0].metadata["citation"]  # doctest: +SKIP
     ('Priya: I got an offer from Tidewater Labs as a data engineer. I start on 6 May.', '[s1:t6]')
-    >>> tool = memory_search_tool(mem, user_id="demo")                      # doctest: +SKIP
-    >>> print(tool.invoke({"query": "Where does Priya work?"}))             # doctest: +SKIP
+    >>> tool = memory_search_tool(mem, user_id="demo")  # doctest: +SKIP
+    >>> print(tool.invoke({"query": "Where does Priya work?"}))  # doctest: +SKIP
     [session 1 · 2 March 2024]
     s1:t6 Priya: I got an offer from Tidewater Labs as a data engineer. I start on 6 May.
 """
@@ -55,22 +55,37 @@ def evidence_document(evidence: Evidence) -> Document:
     """One cited turn as a ``Document``: ``"speaker: text"`` plus its provenance and scores.
 
     Example:
-        >>> ev = Evidence(turn_id="s1:t6", conversation_id="c", session_id="1", speaker="Priya",
-        ...               text="I work at Tidewater Labs.", level="level2", score=0.8)
+        >>> ev = Evidence(
+        ...     turn_id="s1:t6",
+        ...     conversation_id="c",
+        ...     session_id="1",
+        ...     speaker="Priya",
+        ...     text="I work at Tidewater Labs.",
+        ...     level="level2",
+        ...     score=0.8,
+        ... )
         >>> doc = evidence_document(ev)
         >>> doc.page_content, doc.metadata["citation"], doc.id
         ('Priya: I work at Tidewater Labs.', '[s1:t6]', 'c/s1:t6')
     """
     metadata: dict[str, Any] = {
-        "turn_id": evidence.turn_id, "conversation_id": evidence.conversation_id,
-        "session_id": evidence.session_id, "speaker": evidence.speaker, "time": evidence.time,
-        "level": evidence.level, "score": evidence.score, "score_parts": dict(evidence.score_parts),
+        "turn_id": evidence.turn_id,
+        "conversation_id": evidence.conversation_id,
+        "session_id": evidence.session_id,
+        "speaker": evidence.speaker,
+        "time": evidence.time,
+        "level": evidence.level,
+        "score": evidence.score,
+        "score_parts": dict(evidence.score_parts),
         "citation": f"[{evidence.turn_id}]",
     }
     if evidence.image_caption:
         metadata["image_caption"] = evidence.image_caption
-    return Document(id=f"{evidence.conversation_id}/{evidence.turn_id}",
-                    page_content=f"{evidence.speaker}: {evidence.text}", metadata=metadata)
+    return Document(
+        id=f"{evidence.conversation_id}/{evidence.turn_id}",
+        page_content=f"{evidence.speaker}: {evidence.text}",
+        metadata=metadata,
+    )
 
 
 class MemstrataRetriever(BaseRetriever):
@@ -91,8 +106,9 @@ class MemstrataRetriever(BaseRetriever):
             ``k`` documents come from); the memory's own setting when unset.
 
     Example:
-        >>> retriever = MemstrataRetriever(settings={"path": "/tmp/memstrata-demo"},
-        ...                                user_id="demo", k=2)             # doctest: +SKIP
+        >>> retriever = MemstrataRetriever(
+        ...     settings={"path": "/tmp/memstrata-demo"}, user_id="demo", k=2
+        ... )  # doctest: +SKIP
         >>> [d.metadata["turn_id"] for d in retriever.invoke("Who is Rui?")]  # doctest: +SKIP
         ['s3:t2', 's3:t1']
     """
@@ -178,8 +194,9 @@ class MemorySearchTool(BaseTool):
     def _run(self, query: str, run_manager: CallbackManagerForToolRun | None = None) -> tuple[str, list[Document]]:
         return self._reply(self.retriever.result(query))
 
-    async def _arun(self, query: str,
-                    run_manager: AsyncCallbackManagerForToolRun | None = None) -> tuple[str, list[Document]]:
+    async def _arun(
+        self, query: str, run_manager: AsyncCallbackManagerForToolRun | None = None
+    ) -> tuple[str, list[Document]]:
         return self._reply(await self.retriever.aresult(query))
 
     def _reply(self, result: RetrievalResult) -> tuple[str, list[Document]]:
@@ -216,11 +233,12 @@ def memory_search_tool(
 
     Example:
         >>> tool = memory_search_tool(Memstrata(path="/tmp/memstrata-demo"), user_id="demo")  # doctest: +SKIP
-        >>> sorted(tool.tool_call_schema.model_json_schema()["properties"])                 # doctest: +SKIP
+        >>> sorted(tool.tool_call_schema.model_json_schema()["properties"])  # doctest: +SKIP
         ['query']
     """
-    retriever = MemstrataRetriever(memstrata=memstrata, user_id=user_id, conversation_id=conversation_id,
-                                   context_budget=context_budget, k=k)
+    retriever = MemstrataRetriever(
+        memstrata=memstrata, user_id=user_id, conversation_id=conversation_id, context_budget=context_budget, k=k
+    )
     return MemorySearchTool(name=name, description=description, retriever=retriever)
 
 
@@ -265,18 +283,30 @@ class MemorySaveTool(BaseTool):
         return f"Saved to memory: {memory}"
 
 
-def memory_save_tool(memstrata: Memstrata, *, user_id: str, conversation_id: str = "memories",
-                     speaker: str = "memory", name: str = "memory_save",
-                     description: str = SAVE_DESCRIPTION) -> MemorySaveTool:
+def memory_save_tool(
+    memstrata: Memstrata,
+    *,
+    user_id: str,
+    conversation_id: str = "memories",
+    speaker: str = "memory",
+    name: str = "memory_save",
+    description: str = SAVE_DESCRIPTION,
+) -> MemorySaveTool:
     """A tool that saves a statement into ``user_id``'s memory; the model passes only ``memory``.
 
     Example:
         >>> tool = memory_save_tool(Memstrata(path="/tmp/memstrata-demo"), user_id="demo")  # doctest: +SKIP
-        >>> tool.invoke({"memory": "Ann is allergic to peanuts."})                          # doctest: +SKIP
+        >>> tool.invoke({"memory": "Ann is allergic to peanuts."})  # doctest: +SKIP
         'Saved to memory: Ann is allergic to peanuts.'
     """
-    return MemorySaveTool(memstrata=memstrata, user_id=user_id, conversation_id=conversation_id, speaker=speaker,
-                          name=name, description=description)
+    return MemorySaveTool(
+        memstrata=memstrata,
+        user_id=user_id,
+        conversation_id=conversation_id,
+        speaker=speaker,
+        name=name,
+        description=description,
+    )
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
@@ -299,5 +329,14 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
-__all__ = ["MemorySaveInput", "MemorySaveTool", "MemorySearchInput", "MemorySearchTool", "MemstrataRetriever",
-           "evidence_document", "memory_save_tool", "memory_search_tool", "run_sync"]
+__all__ = [
+    "MemorySaveInput",
+    "MemorySaveTool",
+    "MemorySearchInput",
+    "MemorySearchTool",
+    "MemstrataRetriever",
+    "evidence_document",
+    "memory_save_tool",
+    "memory_search_tool",
+    "run_sync",
+]

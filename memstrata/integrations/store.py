@@ -18,9 +18,9 @@ Every read and write names its user; listing namespaces needs a prefix that
 names one, so no call ever sees another user's items.
 
 Example:
-    >>> store = MemstrataStore(Memstrata(path=".memstrata"))                      # doctest: +SKIP
-    >>> store.put(("ann", "chat-1"), "m1", {"speaker": "Ann", "text": "I moved to Lisbon."})   # doctest: +SKIP
-    >>> store.search(("ann",), query="Where does Ann live?")[0].value["text"]     # doctest: +SKIP
+    >>> store = MemstrataStore(Memstrata(path=".memstrata"))  # doctest: +SKIP
+    >>> store.put(("ann", "chat-1"), "m1", {"speaker": "Ann", "text": "I moved to Lisbon."})  # doctest: +SKIP
+    >>> store.search(("ann",), query="Where does Ann live?")[0].value["text"]  # doctest: +SKIP
     'I moved to Lisbon.'
 """
 
@@ -30,11 +30,20 @@ import asyncio
 import json
 import time
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from langgraph.store.base import (
-    BaseStore, GetOp, InvalidNamespaceError, Item, ListNamespacesOp, Op, PutOp, Result, SearchItem, SearchOp,
+    BaseStore,
+    GetOp,
+    InvalidNamespaceError,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
 )
 
 from memstrata.client import Memstrata
@@ -99,9 +108,22 @@ class MemstrataStore(BaseStore):
         now = time.time()
         created = float(old[0].fields["created_at"]) if old else now  # type: ignore[arg-type]
         self.memory.ingest(messages, user_id=user, conversation_id=conv)  # appended, like any message
-        self._items.upsert([TableRow(key, user, conv, {
-            "key": op.key, "value": json.dumps(value), "turn_ids": json.dumps([m["id"] for m in messages]),
-            "created_at": created, "updated_at": now})])
+        self._items.upsert(
+            [
+                TableRow(
+                    key,
+                    user,
+                    conv,
+                    {
+                        "key": op.key,
+                        "value": json.dumps(value),
+                        "turn_ids": json.dumps([m["id"] for m in messages]),
+                        "created_at": created,
+                        "updated_at": now,
+                    },
+                )
+            ]
+        )
 
     def _delete(self, op: PutOp) -> None:
         user, conv = self._split(op.namespace)
@@ -123,42 +145,49 @@ class MemstrataStore(BaseStore):
         rows = [r for r in rows if _matches(json.loads(str(r.fields["value"])), op.filter)]
         if not op.query:
             rows.sort(key=lambda r: -float(r.fields["updated_at"]))  # type: ignore[arg-type]
-            return [_item(r, search=True, layout=self.prefix) for r in rows[op.offset:op.offset + op.limit]]
+            return [_item(r, search=True, layout=self.prefix) for r in rows[op.offset : op.offset + op.limit]]
         by_turn = {(r.conversation_id, t): r for r in rows for t in json.loads(str(r.fields["turn_ids"]))}
-        result = self.memory.retrieve(op.query, user_id=user, conversation_id=conv,
-                                      context_budget=self.context_budget)
+        result = self.memory.retrieve(op.query, user_id=user, conversation_id=conv, context_budget=self.context_budget)
         found: dict[str, SearchItem] = {}
         for e in result.evidence:
             row = by_turn.get((e.conversation_id, e.turn_id))
             if row is not None and row.key not in found:
-                hit = {"score": e.score, "citation": f"{e.conversation_id}/{e.turn_id}", "found_by": e.found_by,
-                       "level": e.level}
+                hit = {
+                    "score": e.score,
+                    "citation": f"{e.conversation_id}/{e.turn_id}",
+                    "found_by": e.found_by,
+                    "level": e.level,
+                }
                 found[row.key] = _item(row, search=True, score=e.score, extra=hit, layout=self.prefix)
-        return list(found.values())[op.offset:op.offset + op.limit]
+        return list(found.values())[op.offset : op.offset + op.limit]
 
     def _list(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         prefix = next((c.path for c in op.match_conditions or () if c.match_type == "prefix"), None)
         n = len(self.prefix)
         if not prefix or len(prefix) <= n or tuple(prefix[:n]) != self.prefix or prefix[n] == "*":
-            msg = (f"MemstrataStore.list_namespaces needs a prefix that names the user: "
-                   f"{(*self.prefix, 'user_id')!r} or {(*self.prefix, 'user_id', '...')!r}")
+            msg = (
+                f"MemstrataStore.list_namespaces needs a prefix that names the user: "
+                f"{(*self.prefix, 'user_id')!r} or {(*self.prefix, 'user_id', '...')!r}"
+            )
             raise InvalidNamespaceError(msg)
         user = tenant.check_user(prefix[n])
         found = sorted({(*self.prefix, user, r.conversation_id) for r in self._items.get(user_id=user)})
         for cond in op.match_conditions or ():
             found = [ns for ns in found if _condition(ns, cond.match_type, cond.path)]
         if op.max_depth is not None:
-            found = sorted(dict.fromkeys(ns[:op.max_depth] for ns in found))
-        return found[op.offset:op.offset + op.limit]
+            found = sorted(dict.fromkeys(ns[: op.max_depth] for ns in found))
+        return found[op.offset : op.offset + op.limit]
 
     # ---- helpers --------------------------------------------------------------------------
     def _split(self, namespace: tuple[str, ...], *, prefix: bool = False) -> tuple[str, str | None]:
         """(user, conversation) of a namespace laid out as ``prefix + (user_id,)`` or ``prefix + (user_id, conv)``."""
-        if tuple(namespace[:len(self.prefix)]) != self.prefix:
-            msg = (f"MemstrataStore namespaces here start with {self.prefix!r}, then the user id (and a conversation "
-                   f"id); got {namespace!r}")
+        if tuple(namespace[: len(self.prefix)]) != self.prefix:
+            msg = (
+                f"MemstrataStore namespaces here start with {self.prefix!r}, then the user id (and a conversation "
+                f"id); got {namespace!r}"
+            )
             raise InvalidNamespaceError(msg)
-        return _split(tuple(namespace[len(self.prefix):]), prefix=prefix, layout=self.prefix)
+        return _split(tuple(namespace[len(self.prefix) :]), prefix=prefix, layout=self.prefix)
 
     def _conversation_messages(self, user: str, conv: str) -> list[dict[str, Any]]:
         """Every message still put in a conversation, for re-ingestion (their ids keep their stored places)."""
@@ -173,13 +202,17 @@ COLLECTION_WORDS = frozenset({"memories", "memory", "users", "user", "profile", 
 
 def _split(namespace: tuple[str, ...], *, prefix: bool = False, layout: tuple[str, ...] = ()) -> tuple[str, str | None]:
     if not namespace or len(namespace) > 2 or any(not isinstance(p, str) or not p for p in namespace):
-        msg = (f"MemstrataStore namespaces are {(*layout, 'user_id')!r} or {(*layout, 'user_id', 'conversation_id')!r}, "
-               f"got {(*layout, *namespace)!r}")
+        msg = (
+            f"MemstrataStore namespaces are {(*layout, 'user_id')!r} or {(*layout, 'user_id', 'conversation_id')!r}, "
+            f"got {(*layout, *namespace)!r}"
+        )
         raise InvalidNamespaceError(msg)
     if namespace[0].casefold() in COLLECTION_WORDS:  # ("memories", "ann") would make "memories" the tenant
-        msg = (f"namespace {(*layout, *namespace)!r} starts with {namespace[0]!r}, a collection name, where the user "
-               f"id goes: MemstrataStore namespaces are (user_id,) or (user_id, conversation_id); for a layout such as "
-               f"LangMem's ('memories', user_id) build MemstrataStore(memory, prefix=('memories',))")
+        msg = (
+            f"namespace {(*layout, *namespace)!r} starts with {namespace[0]!r}, a collection name, where the user "
+            f"id goes: MemstrataStore namespaces are (user_id,) or (user_id, conversation_id); for a layout such as "
+            f"LangMem's ('memories', user_id) build MemstrataStore(memory, prefix=('memories',))"
+        )
         raise InvalidNamespaceError(msg)
     user = tenant.check_user(namespace[0])
     conv = namespace[1] if len(namespace) == 2 else (None if prefix else DEFAULT_CONVERSATION)
@@ -207,8 +240,11 @@ def _messages(value: dict[str, Any], key: str) -> list[dict[str, Any]]:
             raise ValueError(msg)
     else:
         raw = [value if _is_message(value) else {"speaker": MEMORY_SPEAKER, "text": _text_of(value)}]
-    return [{k: v for k, v in m.items() if k in ("speaker", "text", "role", "content", "timestamp", "session")}
-            | {"id": key if len(raw) == 1 else f"{key}#{i}"} for i, m in enumerate(raw)]
+    return [
+        {k: v for k, v in m.items() if k in ("speaker", "text", "role", "content", "timestamp", "session")}
+        | {"id": key if len(raw) == 1 else f"{key}#{i}"}
+        for i, m in enumerate(raw)
+    ]
 
 
 def _is_message(value: dict[str, Any]) -> bool:
@@ -231,19 +267,28 @@ def _matches(value: dict[str, Any], wanted: dict[str, Any] | None) -> bool:
 
 
 def _condition(ns: tuple[str, ...], kind: str, path: tuple[str, ...]) -> bool:
-    part = ns[:len(path)] if kind == "prefix" else ns[-len(path):]
+    part = ns[: len(path)] if kind == "prefix" else ns[-len(path) :]
     return len(part) == len(path) and all(p in ("*", q) for p, q in zip(path, part, strict=True))
 
 
-def _item(row: TableRow, *, search: bool = False, score: float | None = None,
-          extra: dict[str, Any] | None = None, layout: tuple[str, ...] = ()) -> Item:
+def _item(
+    row: TableRow,
+    *,
+    search: bool = False,
+    score: float | None = None,
+    extra: dict[str, Any] | None = None,
+    layout: tuple[str, ...] = (),
+) -> Item:
     value = json.loads(str(row.fields["value"]))
     if extra:
         value = {**value, "memstrata": extra}
-    stamps = {k: datetime.fromtimestamp(float(row.fields[k]), tz=timezone.utc)  # type: ignore[arg-type]
-              for k in ("created_at", "updated_at")}
+    stamps = {
+        k: datetime.fromtimestamp(float(row.fields[k]), tz=UTC)  # type: ignore[arg-type]
+        for k in ("created_at", "updated_at")
+    }
     namespace = (*layout, row.user_id, row.conversation_id)
     if search:
-        return SearchItem(namespace, str(row.fields["key"]), value, stamps["created_at"], stamps["updated_at"],
-                          score=score)
+        return SearchItem(
+            namespace, str(row.fields["key"]), value, stamps["created_at"], stamps["updated_at"], score=score
+        )
     return Item(value=value, key=str(row.fields["key"]), namespace=namespace, **stamps)

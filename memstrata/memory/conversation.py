@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from memstrata.memory.levels.level2.turn import Turn
 
+
 class Session(BaseModel):
     """A normalized session: its turns in order and the session time."""
 
@@ -22,9 +23,13 @@ class Session(BaseModel):
     timestamp: datetime | None = None
     timestamp_raw: str | None = None
     turns: list[Turn]
-    unplaced: list[int] = Field(default_factory=list, description=(
-        "indexes of turns that came without a position: their positions here are provisional, and the write "
-        "appends them after the session's stored turns (memstrata.memory.placement)"))
+    unplaced: list[int] = Field(
+        default_factory=list,
+        description=(
+            "indexes of turns that came without a position: their positions here are provisional, and the write "
+            "appends them after the session's stored turns (memstrata.memory.placement)"
+        ),
+    )
 
 
 class Conversation(BaseModel):

@@ -5,8 +5,8 @@ needs ``embed_documents``/``embed_query`` plus a name and a dimension, which it
 reads through :func:`embedder_identity`.
 
 Example:
-    >>> emb = MiniLMEmbeddings()          # doctest: +SKIP
-    >>> len(emb.embed_query("hello"))     # doctest: +SKIP
+    >>> emb = MiniLMEmbeddings()  # doctest: +SKIP
+    >>> len(emb.embed_query("hello"))  # doctest: +SKIP
     384
 """
 

@@ -35,7 +35,7 @@ class Summary:
 
 def _score(sentence: str, freq: Counter[str]) -> float:
     words = content_words(sentence)
-    if not words or PLEASANTRY.match(sentence.strip()) and len(words) < 4:
+    if not words or (PLEASANTRY.match(sentence.strip()) and len(words) < 4):
         return 0.0
     detail = 2.0 * len(proper_nouns(" x " + sentence)) + 1.5 * bool(NUMBER.search(sentence))
     detail += 2.0 * bool(RELATIVE_PATTERN.search(sentence))

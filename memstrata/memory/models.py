@@ -67,5 +67,8 @@ class Unit(BaseModel):
         start, _ = self.span()
         session = getattr(self, "session_id", None)
         # session_key lets one read fetch whole sessions across conversations (the bounded search path)
-        return {"session_id": session, "session_key": f"{self.conversation_id}/{session}" if session else None,
-                "ts": start.timestamp() if start else None}
+        return {
+            "session_id": session,
+            "session_key": f"{self.conversation_id}/{session}" if session else None,
+            "ts": start.timestamp() if start else None,
+        }

@@ -5,8 +5,8 @@ half-written store. Errors name the file, the conversation and the message.
 
 Example:
     >>> convs = normalize_input(
-    ...     [{"speaker": "Ann", "text": "I moved to Lisbon.", "timestamp": "2024-03-01T10:00"}],
-    ...     user_id="u1")
+    ...     [{"speaker": "Ann", "text": "I moved to Lisbon.", "timestamp": "2024-03-01T10:00"}], user_id="u1"
+    ... )
     >>> convs[0].sessions[0].turns[0].id
     's1:t0'
 """
@@ -106,17 +106,28 @@ def _no_tail(conversation_id: str) -> Tail | None:
     return None
 
 
-def _conversations(data: Any, kind: str, user_id: str, conversation_id: str | None, source: str,
-                   session_gap: timedelta, tail: Callable[[str], Tail | None]) -> list[Conversation]:
+def _conversations(
+    data: Any,
+    kind: str,
+    user_id: str,
+    conversation_id: str | None,
+    source: str,
+    session_gap: timedelta,
+    tail: Callable[[str], Tail | None],
+) -> list[Conversation]:
     if kind == "locomo":
         items = data if isinstance(data, list) else [data]
         return [_locomo(item, user_id, source, i) for i, item in enumerate(items)]
     if kind == "langchain":
-        return [_messages([_from_langchain(m) for m in data], user_id, conversation_id, source, session_gap,
-                          tail)]
+        return [_messages([_from_langchain(m) for m in data], user_id, conversation_id, source, session_gap, tail)]
     if kind == "conversations":  # [{"conversation_id": ..., "messages": [...]}, ...]
-        return [c for i, item in enumerate(data) for c in _conversations(
-            item, "messages", user_id, conversation_id, f"{source}: conversation #{i}", session_gap, tail)]
+        return [
+            c
+            for i, item in enumerate(data)
+            for c in _conversations(
+                item, "messages", user_id, conversation_id, f"{source}: conversation #{i}", session_gap, tail
+            )
+        ]
     if isinstance(data, dict) and not isinstance(data.get("messages"), list):
         data = [data]  # one message on its own
     messages = data["messages"] if isinstance(data, dict) else data
@@ -129,7 +140,8 @@ def _conversations(data: Any, kind: str, user_id: str, conversation_id: str | No
 
 def detect_format(data: Any, source: str = "<input>") -> str:
     """``"locomo"``, ``"messages"`` (one message, a list, or ``{"messages": [...]}``), ``"conversations"`` (a list of
-    ``{"conversation_id", "messages"}``) or ``"langchain"``; anything else is an error."""
+    ``{"conversation_id", "messages"}``) or ``"langchain"``; anything else is an error.
+    """
     first = data[0] if isinstance(data, list) and data else data
     if isinstance(data, list) and not data:
         msg = f"{source}: the input is an empty list; nothing to ingest"
@@ -201,8 +213,15 @@ def _locomo(item: Any, user_id: str, source: str, index: int) -> Conversation:
 
 
 def _turn(
-    raw: Any, user_id: str, conv_id: str, session_id: str, pos: int, where: str,
-    session_time: datetime | None = None, session_raw: str | None = None, warnings: list[str] | None = None,
+    raw: Any,
+    user_id: str,
+    conv_id: str,
+    session_id: str,
+    pos: int,
+    where: str,
+    session_time: datetime | None = None,
+    session_raw: str | None = None,
+    warnings: list[str] | None = None,
 ) -> Turn:
     if not isinstance(raw, dict):
         msg = f"{where}: expected an object, got {type(raw).__name__}"
@@ -213,10 +232,16 @@ def _turn(
         raise IngestError(msg)
     text = raw.get("text", raw.get("content"))
     if isinstance(text, list):  # multi-part content (OpenAI, LangChain): the text parts, in order
-        kept = [p if isinstance(p, str) else str(p.get("text", "")) for p in text
-                if isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text")]
-        others = [str(p.get("type", "?")) if isinstance(p, dict) else type(p).__name__ for p in text
-                  if not (isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text"))]
+        kept = [
+            p if isinstance(p, str) else str(p.get("text", ""))
+            for p in text
+            if isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text")
+        ]
+        others = [
+            str(p.get("type", "?")) if isinstance(p, dict) else type(p).__name__
+            for p in text
+            if not (isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text"))
+        ]
         if others and warnings is not None:
             warnings.append(f"{where}: kept the text parts; not stored: {', '.join(others)}")
         text = "\n".join(kept)
@@ -237,9 +262,16 @@ def _turn(
         msg = f"{where}: 'position' must be a non-negative integer, got {given!r}"
         raise IngestError(msg)
     return Turn(
-        user_id=user_id, conversation_id=conv_id, session_id=session_id, position=pos if given is None else given,
-        speaker=str(speaker).strip(), text=text, image_caption=raw.get("blip_caption") or raw.get("image_caption"),
-        source_id=_source_id(raw), timestamp=when, meta=meta,
+        user_id=user_id,
+        conversation_id=conv_id,
+        session_id=session_id,
+        position=pos if given is None else given,
+        speaker=str(speaker).strip(),
+        text=text,
+        image_caption=raw.get("blip_caption") or raw.get("image_caption"),
+        source_id=_source_id(raw),
+        timestamp=when,
+        meta=meta,
         timestamp_raw=str(raw_time) if raw_time is not None else session_raw,
     )
 
@@ -256,8 +288,10 @@ def _meta(value: Any, where: str) -> dict[str, str | int | float | bool]:
             msg = f"{where}: metadata name {key!r} must be a non-empty string not starting with '$'"
             raise IngestError(msg)
         if not isinstance(item, (str, int, float, bool)):
-            msg = (f"{where}: metadata {key!r} must be a string, number or boolean, got {type(item).__name__} "
-                   "(store nested values as a JSON string)")
+            msg = (
+                f"{where}: metadata {key!r} must be a string, number or boolean, got {type(item).__name__} "
+                "(store nested values as a JSON string)"
+            )
             raise IngestError(msg)
     return dict(value)
 
@@ -267,8 +301,9 @@ def _source_id(raw: dict[str, Any]) -> str | None:
     return str(value) if value not in (None, "") else None
 
 
-def _messages(messages: Any, user_id: str, conv_id: str | None, source: str, gap: timedelta,
-              tail: Callable[[str], Tail | None]) -> Conversation:
+def _messages(
+    messages: Any, user_id: str, conv_id: str | None, source: str, gap: timedelta, tail: Callable[[str], Tail | None]
+) -> Conversation:
     conv_id = conv_id or "default"
     where = f"{source}: conversation {conv_id}"
     if not isinstance(messages, list) or not messages:
@@ -306,6 +341,13 @@ def _messages(messages: Any, user_id: str, conv_id: str | None, source: str, gap
             for pos, (i, raw) in enumerate(items)
         ]
         first = turns[0]
-        sessions.append(Session(session_id=key, timestamp=first.timestamp, timestamp_raw=first.timestamp_raw,
-                                turns=turns, unplaced=[k for k, (_, raw) in enumerate(items) if "position" not in raw]))
+        sessions.append(
+            Session(
+                session_id=key,
+                timestamp=first.timestamp,
+                timestamp_raw=first.timestamp_raw,
+                turns=turns,
+                unplaced=[k for k, (_, raw) in enumerate(items) if "position" not in raw],
+            )
+        )
     return Conversation(user_id=user_id, conversation_id=conv_id, sessions=sessions, source=source, warnings=warnings)

@@ -57,11 +57,14 @@ def _mark_stored(store: MemoryStore, user_id: str, conversation_id: str) -> dict
     for r in store.get(_TURN, user_id=user_id, conversation_id=conversation_id):
         session, ts = str(r.metadata.get("session_id")), r.metadata.get("ts")
         past, latest = ends.get(session, (0, None))
-        ends[session] = (max(past, int(r.metadata.get("position", 0)) + 1),
-                         max(latest, ts) if latest is not None and ts is not None else ts if ts is not None else latest)
+        ends[session] = (
+            max(past, int(r.metadata.get("position", 0)) + 1),
+            max(latest, ts) if latest is not None and ts is not None else ts if ts is not None else latest,
+        )
     for session, (past, latest) in ends.items():
-        store.sequences.advance(user_id, conversation_id, session, past,
-                                datetime.fromtimestamp(latest) if latest is not None else None)
+        store.sequences.advance(
+            user_id, conversation_id, session, past, datetime.fromtimestamp(latest) if latest is not None else None
+        )
     return store.sequences.sessions(user_id, conversation_id) if ends else {}
 
 
@@ -78,9 +81,16 @@ def place_turns(store: MemoryStore, conv: Conversation) -> Conversation:
             if i not in unplaced:
                 placed.append(turn)
             elif (stored := known.get(id(turn))) is not None:
-                placed.append(stored.model_copy(update={"text": turn.text, "speaker": turn.speaker,
-                                                        "image_caption": turn.image_caption,
-                                                        "meta": turn.meta or stored.meta}))
+                placed.append(
+                    stored.model_copy(
+                        update={
+                            "text": turn.text,
+                            "speaker": turn.speaker,
+                            "image_caption": turn.image_caption,
+                            "meta": turn.meta or stored.meta,
+                        }
+                    )
+                )
             else:
                 fresh.setdefault(session.session_id, []).append(turn)
     marks = store.sequences.sessions(user, conv_id)
@@ -97,18 +107,22 @@ def place_turns(store: MemoryStore, conv: Conversation) -> Conversation:
         for k in timed:
             seen[_content(turns[k])] += 1
             keys.append(f"{stable_hash(*map(str, _content(turns[k])))}#{seen[_content(turns[k])]}")
-        claimed = store.sequences.claim_places(user, conv_id, [(key, *places[k]) for key, k in zip(keys, timed,
-                                                                                                   strict=True)])
+        claimed = store.sequences.claim_places(
+            user, conv_id, [(key, *places[k]) for key, k in zip(keys, timed, strict=True)]
+        )
         for k, place in zip(timed, claimed, strict=True):
             places[k] = place  # another writer's place for the same message, if it claimed it first
-        placed += [t.model_copy(update={"session_id": s, "position": p, "id": t.source_id or f"s{s}:t{p}"})
-                   for t, (s, p) in zip(turns, places, strict=True)]
+        placed += [
+            t.model_copy(update={"session_id": s, "position": p, "id": t.source_id or f"s{s}:t{p}"})
+            for t, (s, p) in zip(turns, places, strict=True)
+        ]
     sessions = []
     for session_id, turns in _by_session(placed).items():
         turns.sort(key=lambda t: t.position)
         first = turns[0]
-        sessions.append(Session(session_id=session_id, timestamp=first.timestamp, timestamp_raw=first.timestamp_raw,
-                                turns=turns))
+        sessions.append(
+            Session(session_id=session_id, timestamp=first.timestamp, timestamp_raw=first.timestamp_raw, turns=turns)
+        )
     return conv.model_copy(update={"sessions": sessions})
 
 
@@ -117,14 +131,20 @@ def _known(store: MemoryStore, user_id: str, conv_id: str, turns: list[Turn]) ->
     out: dict[int, Turn] = {}
     with_ids = [t for t in turns if t.source_id]
     if with_ids:
-        found = {r.unit_id: r for r in store.get(_TURN, user_id=user_id, conversation_id=conv_id,
-                                                  unit_ids=sorted({t.source_id for t in with_ids}))}  # type: ignore[misc]
+        found = {
+            r.unit_id: r
+            for r in store.get(
+                _TURN, user_id=user_id, conversation_id=conv_id, unit_ids=sorted({t.source_id for t in with_ids})
+            )
+        }  # type: ignore[misc]
         out |= {id(t): Turn.model_validate(found[t.source_id].payload) for t in with_ids if t.source_id in found}
     timed = [t for t in turns if not t.source_id and t.timestamp is not None]
     if timed:
         stamps = sorted({t.timestamp.timestamp() for t in timed})  # type: ignore[union-attr]
-        stored = [Turn.model_validate(r.payload) for r in store.get(
-            _TURN, user_id=user_id, conversation_id=conv_id, where={"ts": {"$in": stamps}})]
+        stored = [
+            Turn.model_validate(r.payload)
+            for r in store.get(_TURN, user_id=user_id, conversation_id=conv_id, where={"ts": {"$in": stamps}})
+        ]
         free: dict[tuple[str, str, float | None], list[Turn]] = {}
         for t in sorted(stored, key=lambda t: (t.session_id, t.position), reverse=True):
             free.setdefault(_content(t), []).append(t)

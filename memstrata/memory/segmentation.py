@@ -32,8 +32,8 @@ def boundary_scores(vectors: np.ndarray, window: int = default("segment_window")
     n = len(vectors)
     sims = np.ones(n)
     for i in range(1, n):
-        left = vectors[max(0, i - window):i].mean(axis=0)
-        right = vectors[i:i + window].mean(axis=0)
+        left = vectors[max(0, i - window) : i].mean(axis=0)
+        right = vectors[i : i + window].mean(axis=0)
         denom = float(np.linalg.norm(left) * np.linalg.norm(right)) or 1.0
         sims[i] = float(left @ right) / denom
     return sims
@@ -48,13 +48,19 @@ def depth_cuts(sims: np.ndarray, depth: float = default("segment_depth")) -> set
         return set()
     cutoff = inner.mean() - depth * inner.std()
     return {
-        i for i in range(1, len(sims))
+        i
+        for i in range(1, len(sims))
         if sims[i] < cutoff and sims[i] <= sims[i - 1] and (i + 1 >= len(sims) or sims[i] <= sims[i + 1])
     }
 
 
-def segment_session(vectors: np.ndarray, times: Sequence[datetime | None] | None = None, *,
-                    overlap: int = default("episode_overlap"), **options: Any) -> list[tuple[int, int]]:
+def segment_session(
+    vectors: np.ndarray,
+    times: Sequence[datetime | None] | None = None,
+    *,
+    overlap: int = default("episode_overlap"),
+    **options: Any,
+) -> list[tuple[int, int]]:
     """Inclusive (start, end) positions of each episode in one session: :func:`segment_cores` (``options`` are
     its settings), each episode but the first starting ``overlap`` turns early.
 
@@ -80,7 +86,9 @@ def segment_cores(
     n = len(vectors)
     if n == 0:
         return []
-    cuts = forced if forced is not None else depth_cuts(boundary_scores(np.asarray(vectors, dtype=float), window), depth)
+    cuts = (
+        forced if forced is not None else depth_cuts(boundary_scores(np.asarray(vectors, dtype=float), window), depth)
+    )
     cuts = set(cuts)
     if times:
         cuts |= {i for i in range(1, n) if times[i] and times[i - 1] and times[i] - times[i - 1] > max_gap}
@@ -126,13 +134,17 @@ def cut_tail(
     stamps = list(times) if times else [None] * len(vectors)
     parts = [start]  # a silence longer than ``quiet`` inside an open tail: what came before it went quiet
     if not closing and quiet is not None:
-        parts += [i for i in range(start + 1, len(vectors))
-                  if stamps[i] and stamps[i - 1] and stamps[i] - stamps[i - 1] > quiet]  # type: ignore[operator]
+        parts += [
+            i
+            for i in range(start + 1, len(vectors))
+            if stamps[i] and stamps[i - 1] and stamps[i] - stamps[i - 1] > quiet
+        ]  # type: ignore[operator]
     out = []
     for p, (begin, end) in enumerate(zip(parts, [*parts[1:], len(vectors)], strict=True)):
         last_part = p == len(parts) - 1
-        cores = segment_cores(np.asarray(vectors)[begin:end], stamps[begin:end] if times else None,
-                              max_turns=max_turns, **options)
+        cores = segment_cores(
+            np.asarray(vectors)[begin:end], stamps[begin:end] if times else None, max_turns=max_turns, **options
+        )
         for idx, (s, e) in enumerate(cores):
             closed = closing or not last_part or idx < len(cores) - 1 or e - s + 1 >= max_turns
             s, e = s + begin, e + begin

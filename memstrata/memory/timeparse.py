@@ -14,7 +14,7 @@ Example:
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone, timedelta
+from datetime import UTC, datetime, timedelta
 
 _FORMATS = (
     "%I:%M %p on %d %B, %Y",
@@ -40,7 +40,7 @@ def parse_timestamp(raw: object) -> datetime | None:
         return _naive(raw)
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
         try:
-            return _naive(datetime.fromtimestamp(float(raw), tz=timezone.utc))
+            return _naive(datetime.fromtimestamp(float(raw), tz=UTC))
         except (ValueError, OverflowError, OSError):  # outside what a datetime can hold: unparseable
             return None
     text = str(raw).strip()
@@ -73,15 +73,33 @@ def _dateparser(text: str) -> datetime | None:
 
 def _naive(value: datetime) -> datetime:
     if value.tzinfo is not None:
-        return value.astimezone(timezone.utc).replace(tzinfo=None)
+        return value.astimezone(UTC).replace(tzinfo=None)
     return value
 
 
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 # counts people write in words ("a couple of days ago"); shared with the question hints
-NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
-                "seven": 7, "eight": 8, "nine": 9, "ten": 10, "few": 3, "a few": 3, "several": 3,
-                "couple of": 2, "a couple of": 2, "couple": 2, "a couple": 2}
+NUMBER_WORDS = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "few": 3,
+    "a few": 3,
+    "several": 3,
+    "couple of": 2,
+    "a couple of": 2,
+    "couple": 2,
+    "a couple": 2,
+}
 _UNIT_DAYS = {"day": 1, "week": 7, "fortnight": 14, "month": 30, "year": 365}
 # a count as a regex: digits or any of NUMBER_WORDS, the longest first
 COUNT = r"(?:\d+|" + "|".join(sorted(map(re.escape, NUMBER_WORDS), key=len, reverse=True)) + ")"
@@ -103,7 +121,8 @@ TIME_MENTION = re.compile(
     r"December|Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)\b|"
     r"\b(?i:(?:last|next|this|past) (?:year|month|week|weekend|summer|winter|spring|fall|autumn|night)|ago|since|"
     r"recently|\d+ (?:days?|weeks?|months?|years?)|"
-    r"(?:a|one|two|three|four|five|six|few|couple of) (?:days?|weeks?|months?|years?))\b")
+    r"(?:a|one|two|three|four|five|six|few|couple of) (?:days?|weeks?|months?|years?))\b"
+)
 
 
 def mentions_time(text: str) -> bool:
@@ -135,8 +154,16 @@ def resolve_relative(expression: str, anchor: datetime) -> datetime | None:
     of", "several" = 3), and "back" reads as "ago".
     """
     expr = " ".join(expression.lower().split())
-    fixed = {"yesterday": -1, "last night": -1, "today": 0, "tonight": 0, "this morning": 0, "tomorrow": 1,
-             "the day before yesterday": -2, "the day after tomorrow": 2}
+    fixed = {
+        "yesterday": -1,
+        "last night": -1,
+        "today": 0,
+        "tonight": 0,
+        "this morning": 0,
+        "tomorrow": 1,
+        "the day before yesterday": -2,
+        "the day after tomorrow": 2,
+    }
     if expr in fixed:
         return anchor + timedelta(days=fixed[expr])
     if expr in ("last weekend", "past weekend", "this past weekend", "over the weekend", "this weekend"):

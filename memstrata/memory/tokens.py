@@ -4,8 +4,8 @@ This is exactly the counter ``shared/docs/EVAL.md`` prescribes: no truncation,
 no padding, no special tokens.
 
 Example:
-    >>> counter = TokenCounter()          # doctest: +SKIP
-    >>> counter.count("hello world")      # doctest: +SKIP
+    >>> counter = TokenCounter()  # doctest: +SKIP
+    >>> counter.count("hello world")  # doctest: +SKIP
     2
 """
 

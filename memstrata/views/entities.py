@@ -1,8 +1,9 @@
 """``memstrata inspect --entities`` and ``--entity NAME``: the entity graph as tables a person can read.
 
 Example:
-    >>> console.print(entity_table(store, "u1", None))          # doctest: +SKIP
-    >>> for part in entity_detail(store, "u1", None, "Max"): console.print(part)  # doctest: +SKIP
+    >>> console.print(entity_table(store, "u1", None))  # doctest: +SKIP
+    >>> for part in entity_detail(store, "u1", None, "Max"):
+    ...     console.print(part)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -26,14 +27,24 @@ def _entities(store: Any, user: str, conversation: str | None) -> list[Entity]:
 def entity_table(store: Any, user: str, conversation: str | None) -> Table:
     """Every entity with its type, conversation, fact count, relation count and aliases, most facts first."""
     entities = sorted(_entities(store, user, conversation), key=lambda e: (-len(e.fact_ids), e.name))
-    degree = Counter((e.conversation_id, end) for e in store.edges.get(user, conversation_id=conversation)
-                     if e.src_kind == "entity" for end in (e.src, e.dst))
+    degree = Counter(
+        (e.conversation_id, end)
+        for e in store.edges.get(user, conversation_id=conversation)
+        if e.src_kind == "entity"
+        for end in (e.src, e.dst)
+    )
     table = Table(title=f"{len(entities)} entities of {user}")
     for column in ("entity", "type", "conversation", "facts", "relations", "aliases"):
         table.add_column(column, justify="right" if column in ("facts", "relations") else "left")
     for e in entities:
-        table.add_row(Text(e.name), e.type, e.conversation_id, str(len(e.fact_ids)),
-                      str(degree[(e.conversation_id, e.id)]), Text(", ".join(a for a in e.aliases if a != e.name)))
+        table.add_row(
+            Text(e.name),
+            e.type,
+            e.conversation_id,
+            str(len(e.fact_ids)),
+            str(degree[(e.conversation_id, e.id)]),
+            Text(", ".join(a for a in e.aliases if a != e.name)),
+        )
     return table
 
 
@@ -58,16 +69,31 @@ def entity_detail(store: Any, user: str, conversation: str | None, name: str) ->
 
 def _detail(store: Any, user: str, entity: Entity) -> Group:
     conv = entity.conversation_id
-    facts = {r.unit_id: Fact.model_validate(r.payload)
-             for r in store.get("fact", user_id=user, conversation_id=conv, unit_ids=entity.fact_ids)}
-    turns = {r.unit_id: r.document for r in store.get(raw_kind(), user_id=user, conversation_id=conv,
-                                                     unit_ids=sorted({t for f in facts.values() for t in f.turn_ids}))}
-    head = Text.assemble((entity.name, "bold"), f" · {entity.type} · {conv} · {len(entity.fact_ids)} facts",
-                         f" · aliases: {', '.join(entity.aliases)}")
+    facts = {
+        r.unit_id: Fact.model_validate(r.payload)
+        for r in store.get("fact", user_id=user, conversation_id=conv, unit_ids=entity.fact_ids)
+    }
+    turns = {
+        r.unit_id: r.document
+        for r in store.get(
+            raw_kind(),
+            user_id=user,
+            conversation_id=conv,
+            unit_ids=sorted({t for f in facts.values() for t in f.turn_ids}),
+        )
+    }
+    head = Text.assemble(
+        (entity.name, "bold"),
+        f" · {entity.type} · {conv} · {len(entity.fact_ids)} facts",
+        f" · aliases: {', '.join(entity.aliases)}",
+    )
     others = [i for i in entity.fact_ids if i not in set(entity.attributes) | set(entity.events)]
-    tables = [_facts_table("profile: attributes", entity.attributes, facts, turns),
-              _facts_table("profile: recent events", entity.events, facts, turns), _relations(store, user, entity),
-              _facts_table("other facts that name it", others, facts, turns)]
+    tables = [
+        _facts_table("profile: attributes", entity.attributes, facts, turns),
+        _facts_table("profile: recent events", entity.events, facts, turns),
+        _relations(store, user, entity),
+        _facts_table("other facts that name it", others, facts, turns),
+    ]
     return Group(head, *(t for t in tables if t.row_count))
 
 
@@ -92,8 +118,11 @@ def _relations(store: Any, user: str, entity: Entity) -> Table:
     for column in ("from", "label", "to", "turns"):
         table.add_column(column)
     names = {e.id: e.name for e in _entities(store, user, entity.conversation_id)}
-    edges = [e for e in store.edges.get(user, conversation_id=entity.conversation_id)
-             if e.src_kind == "entity" and entity.id in (e.src, e.dst)]
+    edges = [
+        e
+        for e in store.edges.get(user, conversation_id=entity.conversation_id)
+        if e.src_kind == "entity" and entity.id in (e.src, e.dst)
+    ]
     for e in sorted(edges, key=lambda e: (e.rel, e.src, e.dst)):
         table.add_row(Text(names.get(e.src, e.src)), e.rel, Text(names.get(e.dst, e.dst)), ", ".join(e.turn_ids))
     return table

@@ -10,8 +10,10 @@ best turn's first clause that shares a word with the question. It returns
 
 Example:
     >>> from datetime import datetime
-    >>> extractive_answer("When did Tom run the half marathon?",
-    ...                   [("Tom: I ran the Brighton half marathon two weeks ago!", datetime(2024, 4, 14))])
+    >>> extractive_answer(
+    ...     "When did Tom run the half marathon?",
+    ...     [("Tom: I ran the Brighton half marathon two weeks ago!", datetime(2024, 4, 14))],
+    ... )
     'I ran the Brighton half marathon two weeks ago (31 March 2024)!'
 """
 
@@ -26,8 +28,11 @@ from memstrata.memory.timeparse import RELATIVE_PATTERN
 
 _CLAUSE = re.compile(r"(?<=[.!?;])\s+|,\s+(?=(?:and|but|so|because)\b)")
 _MONTH = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*"
-_DATE = re.compile(rf"\b(\d{{1,2}}(?:st|nd|rd|th)? {_MONTH}|{_MONTH} \d{{1,2}}|(?:19|20)\d\d|"
-                   r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend)\b", re.I)
+_DATE = re.compile(
+    rf"\b(\d{{1,2}}(?:st|nd|rd|th)? {_MONTH}|{_MONTH} \d{{1,2}}|(?:19|20)\d\d|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend)\b",
+    re.I,
+)
 _NUMBER = re.compile(r"\b(\d[\d,.]*|one|two|three|four|five|six|seven|eight|nine|ten|twelve|twenty|dozen)\b", re.I)
 _PLACE = re.compile(r"\b(?:in|at|to|from|near) (?:the )?[A-Z][\w'-]+")
 

@@ -10,8 +10,8 @@ item with its score parts and the kind that found it, the packed context with
 its token count, and the LLM calls. Templates are Jinja2 (autoescaped).
 
 Example:
-    >>> html = memory_page(store, user_id="demo")                    # doctest: +SKIP
-    >>> Path("memory.html").write_text(html)                         # doctest: +SKIP
+    >>> html = memory_page(store, user_id="demo")  # doctest: +SKIP
+    >>> Path("memory.html").write_text(html)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -129,31 +129,59 @@ def memory_page(store: Any, *, user_id: str, conversation_id: str | None = None)
     scope = {"user_id": user_id, "conversation_id": conversation_id}
     counts = {lv.kind: store.count(lv.kind, **scope) for lv in levels.levels()}
     turns = {(r.metadata["conversation_id"], r.unit_id): r.document for r in store.get("turn", **scope)}
-    summaries = {(r.metadata["conversation_id"], r.payload["episode_id"]): r.document
-                 for r in store.get("summary", **scope)}
+    summaries = {
+        (r.metadata["conversation_id"], r.payload["episode_id"]): r.document for r in store.get("summary", **scope)
+    }
     tree: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     when: dict[tuple[str, str], str] = {}
     for r in store.get("episode", **scope):
         p, conv = r.payload, r.metadata["conversation_id"]
-        tree[conv][p["session_id"]].append({
-            "id": p["id"], "start": p["start_position"], "text": r.document, "summary": summaries.get((conv, p["id"])),
-            "turns": [{"id": t, "text": turns.get((conv, t), "?")} for t in p["turn_ids"]]})
+        tree[conv][p["session_id"]].append(
+            {
+                "id": p["id"],
+                "start": p["start_position"],
+                "text": r.document,
+                "summary": summaries.get((conv, p["id"])),
+                "turns": [{"id": t, "text": turns.get((conv, t), "?")} for t in p["turn_ids"]],
+            }
+        )
         when[(conv, p["session_id"])] = p.get("timestamp_raw") or ""
-    conversations = [{"id": conv, "sessions": [
-        {"id": sid, "when": when[(conv, sid)], "episodes": sorted(eps, key=lambda e: e["start"])}
-        for sid, eps in sorted(sessions.items(), key=lambda s: (len(s[0]), s[0]))]} for conv, sessions in sorted(tree.items())]
+    conversations = [
+        {
+            "id": conv,
+            "sessions": [
+                {"id": sid, "when": when[(conv, sid)], "episodes": sorted(eps, key=lambda e: e["start"])}
+                for sid, eps in sorted(sessions.items(), key=lambda s: (len(s[0]), s[0]))
+            ],
+        }
+        for conv, sessions in sorted(tree.items())
+    ]
     shown = {"turn", "turn_context", "episode", "summary"}
-    others = {lv.kind: [{"id": r.unit_id, "text": r.document, "turn_ids": r.payload.get("turn_ids", [])}
-                        for r in store.get(lv.kind, **scope)] for lv in levels.levels() if lv.kind not in shown}
+    others = {
+        lv.kind: [
+            {"id": r.unit_id, "text": r.document, "turn_ids": r.payload.get("turn_ids", [])}
+            for r in store.get(lv.kind, **scope)
+        ]
+        for lv in levels.levels()
+        if lv.kind not in shown
+    }
     _with_facts(store, scope, others.get("theme", []), turns)
     _with_items(store, scope, others.get("persona", []), turns)
-    return _MEMORY.render(user=user_id, counts=counts, conversations=conversations, others=others, style=_STYLE,
-                          script=_SCRIPT, descriptions={lv.kind: lv.description for lv in levels.levels()},
-                          graph=_graph(store, user_id, conversation_id))
+    return _MEMORY.render(
+        user=user_id,
+        counts=counts,
+        conversations=conversations,
+        others=others,
+        style=_STYLE,
+        script=_SCRIPT,
+        descriptions={lv.kind: lv.description for lv in levels.levels()},
+        graph=_graph(store, user_id, conversation_id),
+    )
 
 
-def _with_facts(store: Any, scope: dict[str, Any], themes: list[dict[str, Any]],
-                turns: dict[tuple[str, str], str]) -> None:
+def _with_facts(
+    store: Any, scope: dict[str, Any], themes: list[dict[str, Any]], turns: dict[tuple[str, str], str]
+) -> None:
     """Each theme's member facts, with the raw turns each fact comes from."""
     facts = {r.unit_id: r for r in store.get("fact", **scope)} if themes else {}
     records = {r.unit_id: r for r in store.get("theme", **scope)} if themes else {}
@@ -162,15 +190,22 @@ def _with_facts(store: Any, scope: dict[str, Any], themes: list[dict[str, Any]],
         conv = record.metadata["conversation_id"]
         theme["child_kind"] = "facts"
         theme["children"] = [
-            {"id": f, "text": facts[f].document, "turns": [{"id": t, "text": turns.get((conv, t), "?")}
-                                                         for t in facts[f].payload.get("turn_ids", [])]}
-            for f in record.payload.get("fact_ids", []) if f in facts and facts[f].metadata["conversation_id"] == conv]
+            {
+                "id": f,
+                "text": facts[f].document,
+                "turns": [{"id": t, "text": turns.get((conv, t), "?")} for t in facts[f].payload.get("turn_ids", [])],
+            }
+            for f in record.payload.get("fact_ids", [])
+            if f in facts and facts[f].metadata["conversation_id"] == conv
+        ]
 
 
-def _with_items(store: Any, scope: dict[str, Any], dimensions: list[dict[str, Any]],
-                turns: dict[tuple[str, str], str]) -> None:
+def _with_items(
+    store: Any, scope: dict[str, Any], dimensions: list[dict[str, Any]], turns: dict[tuple[str, str], str]
+) -> None:
     """Each persona version's items with the raw turns they cite; the version's dates (and whether it is history)
-    in its title, current versions first."""
+    in its title, current versions first.
+    """
     records = {r.unit_id: r for r in store.get("persona", **scope)} if dimensions else {}
     for unit in dimensions:
         record = records[unit["id"]]
@@ -178,21 +213,32 @@ def _with_items(store: Any, scope: dict[str, Any], dimensions: list[dict[str, An
         span = f"{(p.get('valid_from') or 'untimed')[:10]} – {(p.get('valid_to') or 'now')[:10]}"
         unit["id"] = f"{unit['id']} · {span}" + (" · history" if p.get("valid_to") else "")
         unit["child_kind"] = "items"
-        unit["children"] = [{"id": i["fact_id"], "text": i["text"],
-                             "turns": [{"id": t, "text": turns.get((conv, t), "?")} for t in i["turn_ids"]]}
-                            for i in p.get("items", [])]
+        unit["children"] = [
+            {
+                "id": i["fact_id"],
+                "text": i["text"],
+                "turns": [{"id": t, "text": turns.get((conv, t), "?")} for t in i["turn_ids"]],
+            }
+            for i in p.get("items", [])
+        ]
     dimensions.sort(key=lambda u: ("history" in u["id"], u["id"]))
 
 
-def _graph(store: Any, user_id: str, conversation_id: str | None, *, size: int = 900,
-           limit: int = 300) -> dict[str, Any] | None:
+def _graph(
+    store: Any, user_id: str, conversation_id: str | None, *, size: int = 900, limit: int = 300
+) -> dict[str, Any] | None:
     """The user's edges (entity graph, tree links) laid out with networkx, as SVG coordinates; ``None`` without edges."""
     import networkx as nx
 
     graph = store.edges.graph(user_id, conversation_id=conversation_id)
     # fact-to-fact similarity edges (the themes' kNN graph) would crowd the entities and themes out of the drawing
-    graph.remove_edges_from([(a, b, k) for a, b, k, d in graph.edges(keys=True, data=True)
-                             if d.get("rel") == "similar" and graph.nodes[a].get("kind") == graph.nodes[b].get("kind") == "fact"])
+    graph.remove_edges_from(
+        [
+            (a, b, k)
+            for a, b, k, d in graph.edges(keys=True, data=True)
+            if d.get("rel") == "similar" and graph.nodes[a].get("kind") == graph.nodes[b].get("kind") == "fact"
+        ]
+    )
     if graph.number_of_edges() == 0:
         return None
     keep = sorted(graph.nodes, key=lambda n: -graph.degree(n))[:limit]  # the best-connected, so the page stays legible
@@ -200,13 +246,28 @@ def _graph(store: Any, user_id: str, conversation_id: str | None, *, size: int =
     pos = nx.spring_layout(nx.Graph(graph), seed=0)
     xy = {n: (40 + (p[0] + 1) / 2 * (size - 160), 20 + (p[1] + 1) / 2 * (size - 40)) for n, p in pos.items()}
     nodes = [{"label": str(n), "x": round(x, 1), "y": round(y, 1)} for n, (x, y) in xy.items()]
-    edges = [{"x1": round(xy[a][0], 1), "y1": round(xy[a][1], 1), "x2": round(xy[b][0], 1), "y2": round(xy[b][1], 1),
-              "label": f"{a} {data.get('rel', '')} {b}"} for a, b, data in graph.edges(data=True)]
+    edges = [
+        {
+            "x1": round(xy[a][0], 1),
+            "y1": round(xy[a][1], 1),
+            "x2": round(xy[b][0], 1),
+            "y2": round(xy[b][1], 1),
+            "label": f"{a} {data.get('rel', '')} {b}",
+        }
+        for a, b, data in graph.edges(data=True)
+    ]
     return {"nodes": nodes, "edges": edges, "size": size}
 
 
 def trace_page(result: Any) -> str:
     """The HTML page of one query: path, decisions, evidence with score parts, context, LLM calls."""
-    return _TRACE.render(query=result.query, answer=result.answer, trace=result.trace,
-                         evidence=[e.model_dump() for e in result.evidence], context=result.context,
-                         context_tokens=result.context_tokens, style=_STYLE, script=_SCRIPT)
+    return _TRACE.render(
+        query=result.query,
+        answer=result.answer,
+        trace=result.trace,
+        evidence=[e.model_dump() for e in result.evidence],
+        context=result.context,
+        context_tokens=result.context_tokens,
+        style=_STYLE,
+        script=_SCRIPT,
+    )

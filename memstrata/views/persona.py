@@ -1,7 +1,8 @@
 """``memstrata inspect --persona SPEAKER``: a speaker's five dimensions with their citations, history and calibration.
 
 Example:
-    >>> for part in persona_view(store, "u1", None, "Caroline"): console.print(part)     # doctest: +SKIP
+    >>> for part in persona_view(store, "u1", None, "Caroline"):
+    ...     console.print(part)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -22,14 +23,22 @@ def _when(p: Persona) -> str:
 
 def persona_view(store: Any, user: str, conversation: str | None, speaker: str) -> list[Any]:
     """One tree: dimension > current items > raw turns they cite; then each dimension's earlier versions, and how
-    the speaker's scenes were calibrated (or that calibration needs a model)."""
+    the speaker's scenes were calibrated (or that calibration needs a model).
+    """
     try:
         versions = read_personas(store, user, speaker, conversation)
     except LookupError as exc:
         return [Text(str(exc))]
     conv = versions[0].conversation_id
-    turns = {r.unit_id: r.document for r in store.get(raw_kind(), user_id=user, conversation_id=conv, unit_ids=sorted(
-        {t for v in versions for t in v.linked_turn_ids()}))}
+    turns = {
+        r.unit_id: r.document
+        for r in store.get(
+            raw_kind(),
+            user_id=user,
+            conversation_id=conv,
+            unit_ids=sorted({t for v in versions for t in v.linked_turn_ids()}),
+        )
+    }
     root = Tree(f"[bold cyan]{versions[0].speaker}[/] · {conv} · persona (Bi-Mem's five dimensions)")
     for d in DIMENSIONS:
         mine = [v for v in versions if v.dimension == d]
@@ -39,10 +48,19 @@ def persona_view(store: Any, user: str, conversation: str | None, speaker: str) 
             continue
         node = root.add(Text.assemble((d, "magenta"), f" · v{current.version} · {_when(current)} · {current.method}"))
         for item in current.items:
-            cited = node.add(Text.assemble(item.text, " ", (f"[{item.fact_id}"
-                                                           + (f" +{len(item.fact_ids)}" if item.fact_ids else "")
-                                                           + (f" · {item.theme_id}" if item.theme_id else "") + "]",
-                                                           "green")))
+            cited = node.add(
+                Text.assemble(
+                    item.text,
+                    " ",
+                    (
+                        f"[{item.fact_id}"
+                        + (f" +{len(item.fact_ids)}" if item.fact_ids else "")
+                        + (f" · {item.theme_id}" if item.theme_id else "")
+                        + "]",
+                        "green",
+                    ),
+                )
+            )
             for tid in item.turn_ids:
                 if tid in turns:
                     cited.add(Text(f"{tid}  {turns[tid]}"[:200], style="dim"))
@@ -56,8 +74,12 @@ def persona_view(store: Any, user: str, conversation: str | None, speaker: str) 
     themes = [Theme.model_validate(r.payload) for r in store.get("theme", user_id=user, conversation_id=conv)]
     checks = [(t, c) for t in themes for c in t.calibrations if c.get("speaker") == versions[0].speaker]
     if checks:
-        cal = root.add(Text(f"calibration (Eq. 8): {len(checks)} scene checks, "
-                            f"{sum(bool(c['condition']) for _, c in checks)} conditions appended"))
+        cal = root.add(
+            Text(
+                f"calibration (Eq. 8): {len(checks)} scene checks, "
+                f"{sum(bool(c['condition']) for _, c in checks)} conditions appended"
+            )
+        )
         for t, c in checks:
             if c["condition"]:
                 cal.add(Text.assemble((t.id, "magenta"), " + ", c["condition"][:180]))

@@ -6,7 +6,7 @@ summaries. ``--window 2023-05`` lists what one window holds: its tree nodes and 
 event summaries (and raw turns) dated inside it.
 
 Example:
-    >>> console.print(tree_view(store, "u1", None))               # doctest: +SKIP
+    >>> console.print(tree_view(store, "u1", None))  # doctest: +SKIP
     >>> console.print(window_view(store, "u1", None, "2023-05"))  # doctest: +SKIP
 """
 
@@ -27,13 +27,15 @@ _SHOWN = 140
 
 
 def _nodes(store: Any, user: str, conversation: str | None) -> list[TreeNode]:
-    return [TreeNode.model_validate(r.payload) for r in store.get("tree_node", user_id=user,
-                                                                    conversation_id=conversation)]
+    return [
+        TreeNode.model_validate(r.payload) for r in store.get("tree_node", user_id=user, conversation_id=conversation)
+    ]
 
 
 def _summaries(store: Any, user: str, conversation: str | None) -> list[EventSummary]:
-    return [EventSummary.model_validate(r.payload) for r in store.get("summary", user_id=user,
-                                                                        conversation_id=conversation)]
+    return [
+        EventSummary.model_validate(r.payload) for r in store.get("summary", user_id=user, conversation_id=conversation)
+    ]
 
 
 def tree_view(store: Any, user: str, conversation: str | None) -> Tree:
@@ -43,19 +45,25 @@ def tree_view(store: Any, user: str, conversation: str | None) -> Tree:
     by_id = {(n.conversation_id, n.id): n for n in nodes}
     children = {c for n in nodes for c in n.children}
     levels = {lv: sum(1 for n in nodes if n.level == lv) for lv in ("year", "month", "week")}
-    root = Tree(f"[bold]{escape(user)}[/] · temporal tree · " + " · ".join(f"{n} {lv}" for lv, n in levels.items())
-                + f" · {len(summaries)} events (leaves)")
+    root = Tree(
+        f"[bold]{escape(user)}[/] · temporal tree · "
+        + " · ".join(f"{n} {lv}" for lv, n in levels.items())
+        + f" · {len(summaries)} events (leaves)"
+    )
     for conv in sorted({n.conversation_id for n in nodes}):
         branch = root.add(f"[bold cyan]{escape(conv)}[/]")
-        tops = sorted((n for n in nodes if n.conversation_id == conv and n.id not in children),
-                      key=lambda n: (n.timestamp is None, n.timestamp or 0, n.id))
+        tops = sorted(
+            (n for n in nodes if n.conversation_id == conv and n.id not in children),
+            key=lambda n: (n.timestamp is None, n.timestamp or 0, n.id),
+        )
         for top in tops:
             _add(branch, top, by_id, summaries)
     return root
 
 
-def _add(parent: Tree, node: TreeNode, by_id: dict[tuple[str, str], TreeNode],
-         summaries: dict[tuple[str, str], EventSummary]) -> None:
+def _add(
+    parent: Tree, node: TreeNode, by_id: dict[tuple[str, str], TreeNode], summaries: dict[tuple[str, str], EventSummary]
+) -> None:
     label = f"[bold]{node.level}[/] {escape(node.window)}" + ("" if node.timed else " [dim](no timestamps)[/]")
     branch = parent.add(f"{label} · {node.leaves} events · [dim]{escape(node.text[:_SHOWN])}[/]")
     if node.level != "week":
@@ -95,6 +103,7 @@ def window_view(store: Any, user: str, conversation: str | None, key: str) -> Gr
     for column in ("summary", "conversation", "time", "turns", "text"):
         events.add_column(column)
     for s in sorted(inside, key=lambda s: (s.conversation_id, s.timestamp or 0, s.id)):
-        events.add_row(escape(s.id), escape(s.conversation_id), s.timestamp_raw or "", str(len(s.turn_ids)),
-                       escape(s.text[:200]))
+        events.add_row(
+            escape(s.id), escape(s.conversation_id), s.timestamp_raw or "", str(len(s.turn_ids)), escape(s.text[:200])
+        )
     return Group(table, events)

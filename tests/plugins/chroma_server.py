@@ -5,7 +5,7 @@ it the tests that need a server are skipped locally and fail under CI (``$CI``
 set), which must run them. ``tests/conftest.py`` lists this module in ``pytest_plugins``.
 
 Example:
-    >>> def test_roundtrip(chroma_server):                     # doctest: +SKIP
+    >>> def test_roundtrip(chroma_server):  # doctest: +SKIP
     ...     client = chroma_server.client()
     ...     assert client.heartbeat()
 """
@@ -102,8 +102,13 @@ def start_chroma(path: Path, *, timeout: float = STARTUP_TIMEOUT_S) -> ChromaSer
     server = ChromaServer("127.0.0.1", port, path, process, log)
     deadline = time.monotonic() + timeout
     while not _answers(server):
-        why = (f"exited with {process.returncode}" if process.poll() is not None
-               else f"did not answer within {timeout:g} s" if time.monotonic() > deadline else "")
+        why = (
+            f"exited with {process.returncode}"
+            if process.poll() is not None
+            else f"did not answer within {timeout:g} s"
+            if time.monotonic() > deadline
+            else ""
+        )
         if why:
             server.stop()
             pytest.fail(f"chroma server {why}: {' '.join(cmd)}\n--- server output (tail) ---\n{server.log_tail()}")

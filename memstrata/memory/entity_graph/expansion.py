@@ -12,7 +12,7 @@
    with their path, and reach their raw turns.
 
 Example:
-    >>> view = GraphView.build(entities, facts, edges)          # doctest: +SKIP
+    >>> view = GraphView.build(entities, facts, edges)  # doctest: +SKIP
     >>> reach = expand(view, view.seeds("What does Max eat?"), hops=2, decay=0.5)  # doctest: +SKIP
 """
 
@@ -101,8 +101,14 @@ class GraphView:
     fact_row: Mapping[tuple[str, str], int]
 
     @classmethod
-    def build(cls, entities: Sequence[Entity], facts: Sequence[Fact], edges: Sequence[Edge], *,
-              fact_row: Mapping[tuple[str, str], int] | None = None) -> GraphView:
+    def build(
+        cls,
+        entities: Sequence[Entity],
+        facts: Sequence[Fact],
+        edges: Sequence[Edge],
+        *,
+        fact_row: Mapping[tuple[str, str], int] | None = None,
+    ) -> GraphView:
         """From the snapshot's entities and facts (facts in table row order) and the edge store's relations.
 
         ``fact_row`` maps ``(conversation_id, fact id)`` to the fact's row (the fact table's own index, which
@@ -123,8 +129,10 @@ class GraphView:
         Valid while fact rows do not move (no fact was removed): the other parts, and the fact rows
         worked out for their nodes, are shared.
         """
-        part = GraphPart.build([e for e in entities if e.conversation_id == conversation_id],
-                               [e for e in edges if e.conversation_id == conversation_id])
+        part = GraphPart.build(
+            [e for e in entities if e.conversation_id == conversation_id],
+            [e for e in edges if e.conversation_id == conversation_id],
+        )
         return GraphView({**self.parts, conversation_id: part}, self.fact_row)
 
     def name(self, node: Node) -> str | None:
@@ -149,8 +157,10 @@ class GraphView:
         rows = part.rows.get(node)
         if rows is None:
             conv = node[0]
-            rows = part.rows[node] = np.array(sorted(r for f in part.fact_ids.get(node, ())
-                                                     if (r := self.fact_row.get((conv, f))) is not None), dtype=np.intp)
+            rows = part.rows[node] = np.array(
+                sorted(r for f in part.fact_ids.get(node, ()) if (r := self.fact_row.get((conv, f))) is not None),
+                dtype=np.intp,
+            )
         return rows
 
     def seeds(self, text: str) -> list[Node]:
@@ -169,12 +179,21 @@ class GraphView:
         return sorted(found)
 
     def _match(self, words: list[str], extra: Sequence[str] = ()) -> set[Node]:
-        grams = {" ".join(words[i:i + n]) for n in range(1, 5) for i in range(len(words) - n + 1)}
+        grams = {" ".join(words[i : i + n]) for n in range(1, 5) for i in range(len(words) - n + 1)}
         grams |= {g.removesuffix("'s") for g in grams} | set(extra)
         long_words = [w for w in words if len(w) >= 5]
-        return {node for part in self.parts.values() for alias, node in part.aliases
-                if alias in grams or (long_words and len(alias) >= 5 and " " not in alias and any(
-                    w[0] == alias[0] and fuzz.ratio(w, alias) >= 90 for w in long_words))}
+        return {
+            node
+            for part in self.parts.values()
+            for alias, node in part.aliases
+            if alias in grams
+            or (
+                long_words
+                and len(alias) >= 5
+                and " " not in alias
+                and any(w[0] == alias[0] and fuzz.ratio(w, alias) >= 90 for w in long_words)
+            )
+        }
 
 
 @lru_cache(maxsize=65536)
@@ -213,8 +232,9 @@ def expand(view: GraphView, seeds: Sequence[Node], *, hops: int, decay: float) -
     return reach
 
 
-def reached_facts(view: GraphView, reach: dict[Node, Reach], fact_scores: np.ndarray, *,
-                  top: int) -> list[tuple[int, float, Reach]]:
+def reached_facts(
+    view: GraphView, reach: dict[Node, Reach], fact_scores: np.ndarray, *, top: int
+) -> list[tuple[int, float, Reach]]:
     """The best ``top`` facts naming a reached entity: (fact row, score x entity weight, how it was reached).
 
     A fact named by several reached entities keeps its best product (the entity reached first wins a

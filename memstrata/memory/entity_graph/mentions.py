@@ -11,8 +11,10 @@ What this is, truthfully: pattern rules, not a named-entity recogniser.
   ``"my dog Max"`` is *Max* (a pet); each also yields the relation ``(Caroline, dog, Max)``.
 
 Example:
-    >>> [(m.name, m.type, m.links) for m in find_mentions("my dog Max loves Porto", speaker="Ann", other=None,
-    ...                                                     speakers=["Ann"])]
+    >>> [
+    ...     (m.name, m.type, m.links)
+    ...     for m in find_mentions("my dog Max loves Porto", speaker="Ann", other=None, speakers=["Ann"])
+    ... ]
     [('Ann', 'speaker', []), ('Max', 'pet', [('Ann', 'dog', 'Max')]), ('Porto', 'name', [])]
 """
 
@@ -25,22 +27,100 @@ from dataclasses import dataclass, field
 
 from memstrata.memory.text import STOPWORDS
 
-KIN = ("sister brother mom mother dad father parents son daughter kids kid children child husband wife partner "
-       "boyfriend girlfriend fiance fiancee friend bestie cousin aunt uncle niece nephew grandma grandmother grandpa "
-       "grandfather family baby boss coworker colleague neighbor neighbour teacher mentor roommate").split()
-PETS = "dog dogs cat cats puppy kitten pet pets horse bird fish rabbit hamster turtle guinea".split()
+KIN = [
+    "sister",
+    "brother",
+    "mom",
+    "mother",
+    "dad",
+    "father",
+    "parents",
+    "son",
+    "daughter",
+    "kids",
+    "kid",
+    "children",
+    "child",
+    "husband",
+    "wife",
+    "partner",
+    "boyfriend",
+    "girlfriend",
+    "fiance",
+    "fiancee",
+    "friend",
+    "bestie",
+    "cousin",
+    "aunt",
+    "uncle",
+    "niece",
+    "nephew",
+    "grandma",
+    "grandmother",
+    "grandpa",
+    "grandfather",
+    "family",
+    "baby",
+    "boss",
+    "coworker",
+    "colleague",
+    "neighbor",
+    "neighbour",
+    "teacher",
+    "mentor",
+    "roommate",
+]
+PETS = [
+    "dog",
+    "dogs",
+    "cat",
+    "cats",
+    "puppy",
+    "kitten",
+    "pet",
+    "pets",
+    "horse",
+    "bird",
+    "fish",
+    "rabbit",
+    "hamster",
+    "turtle",
+    "guinea",
+]
 _POSSESSIVE = re.compile(
     rf"\b(?i:(my|your|our)\s+(?:(?:little|older|younger|big|best|new|old|two|three)\s+)?({'|'.join(KIN + PETS)})s?)\b"
-    r"(?:,?\s+([A-Z][a-z]+))?")
-_NOT_NAMES = frozenset({*(m.lower() for m in calendar.month_name if m), *(d.lower() for d in calendar.day_name),
-                        "i", "im", "omg", "ok", "okay", "hey", "wow", "yes", "no", "oh", "thanks", "god", "lol",
-                        *(d.lower() for d in calendar.day_abbr), *(m.lower() for m in calendar.month_abbr if m)})
+    r"(?:,?\s+([A-Z][a-z]+))?"
+)
+_NOT_NAMES = frozenset(
+    {
+        *(m.lower() for m in calendar.month_name if m),
+        *(d.lower() for d in calendar.day_name),
+        "i",
+        "im",
+        "omg",
+        "ok",
+        "okay",
+        "hey",
+        "wow",
+        "yes",
+        "no",
+        "oh",
+        "thanks",
+        "god",
+        "lol",
+        *(d.lower() for d in calendar.day_abbr),
+        *(m.lower() for m in calendar.month_abbr if m),
+    }
+)
 _NAME = r"[A-ZÀ-Þ][\w'-]*"
 _TITLE = r"(?:Mr|Ms|Mrs|Dr|Prof)\.?\s+"
 _SPAN = re.compile(rf"(?<![.!?]\s)(?<!^)\b((?:{_TITLE})?{_NAME}(?:\s+(?:(?:of|do|da|de|del|la|van|von)\s+)?{_NAME})*)")
 _PLACE_BEFORE = re.compile(r"\b(?:in|to|from|at|near|visit(?:ed|ing)?|around)\s+(?:the\s+)?$", re.IGNORECASE)
-_ORG_BEFORE = re.compile(r"\b(?:work(?:s|ed|ing)?|job|offer|intern(?:s|ed|ing)?|hired|employed|joined)\s+"
-                         r"(?:at|for|by|with|from)?\s*(?:the\s+)?$", re.IGNORECASE)
+_ORG_BEFORE = re.compile(
+    r"\b(?:work(?:s|ed|ing)?|job|offer|intern(?:s|ed|ing)?|hired|employed|joined)\s+"
+    r"(?:at|for|by|with|from)?\s*(?:the\s+)?$",
+    re.IGNORECASE,
+)
 
 
 @dataclass
@@ -72,12 +152,17 @@ def find_mentions(clause: str, *, speaker: str, other: str | None, speakers: Seq
         found.setdefault(name, Mention(name, kind, [(owner, noun, name)]))
     for m in _SPAN.finditer(clause):
         name = m.group(1).removesuffix("'s")
-        if (name in found or name.lower() in _NOT_NAMES or name.startswith("I'") or name.lower() in STOPWORDS
-                or len(name) < 2):
+        if (
+            name in found
+            or name.lower() in _NOT_NAMES
+            or name.startswith("I'")
+            or name.lower() in STOPWORDS
+            or len(name) < 2
+        ):
             continue
         if any(name == s or name == s.split()[0] for s in speakers):
             continue
-        before = clause[:m.start()]
+        before = clause[: m.start()]
         kind = "organization" if _ORG_BEFORE.search(before) else "place" if _PLACE_BEFORE.search(before) else "name"
         found[name] = Mention(name, kind)
     return list(found.values())

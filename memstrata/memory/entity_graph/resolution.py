@@ -18,9 +18,19 @@ Following H-Mem's entity resolution (§3.2, Appendix A.2), within ONE conversati
 
 Example:
     >>> from memstrata.memory.levels.level1.fact import Fact
-    >>> f = Fact(user_id="u", episode_id="ep:s1:0-1", session_id="1", n=0, text="Ann's dog Max is cute.",
-    ...          subject="Ann", relation="be", mentions=["Max"], types={"Ann": "speaker", "Max": "pet"},
-    ...          links=[["Ann", "dog", "Max"]], turn_ids=["s1:t0"])
+    >>> f = Fact(
+    ...     user_id="u",
+    ...     episode_id="ep:s1:0-1",
+    ...     session_id="1",
+    ...     n=0,
+    ...     text="Ann's dog Max is cute.",
+    ...     subject="Ann",
+    ...     relation="be",
+    ...     mentions=["Max"],
+    ...     types={"Ann": "speaker", "Max": "pet"},
+    ...     links=[["Ann", "dog", "Max"]],
+    ...     turn_ids=["s1:t0"],
+    ... )
     >>> linked = link_entities([f], speakers=["Ann", "Bo"])
     >>> sorted(e.id for e in linked.entities), [(r.src, r.rel, r.dst) for r in linked.relations]
     (['ent:ann', 'ent:max'], [('ent:ann', 'dog', 'ent:max')])
@@ -38,8 +48,30 @@ from memstrata.memory.levels.entity import Entity, entity_id
 from memstrata.memory.levels.level1.fact import Fact
 from memstrata.memory.store.edges import Edge
 
-PERSISTENT = frozenset("be have like love enjoy prefer hate dislike live work own want study play teach believe "
-                       "identify value need know".split())
+PERSISTENT = frozenset(
+    [
+        "be",
+        "have",
+        "like",
+        "love",
+        "enjoy",
+        "prefer",
+        "hate",
+        "dislike",
+        "live",
+        "work",
+        "own",
+        "want",
+        "study",
+        "play",
+        "teach",
+        "believe",
+        "identify",
+        "value",
+        "need",
+        "know",
+    ]
+)
 PEOPLE = frozenset({"speaker", "person", "relative"})
 OVERLAP = "overlaps"
 
@@ -69,8 +101,9 @@ def same_entity(a: str, b: str, *, typo_ratio: float = default("entity_typo_rati
         return True
     if len(x.split()) != len(y.split()) or min(len(x), len(y)) < 5 or x[0] != y[0]:
         return False
-    if len(x.split()) > 1 and any(p != q and fuzz.ratio(p, q) < typo_ratio
-                                  for p, q in zip(x.split(), y.split(), strict=True)):
+    if len(x.split()) > 1 and any(
+        p != q and fuzz.ratio(p, q) < typo_ratio for p, q in zip(x.split(), y.split(), strict=True)
+    ):
         return False
     return fuzz.ratio(x, y) >= typo_ratio
 
@@ -83,8 +116,13 @@ def overlaps(short: str, long: str) -> bool:
     return (len(s) >= 3 and t.startswith(s)) or s in t.split()
 
 
-def link_entities(facts: Sequence[Fact], *, speakers: Sequence[str], typo_ratio: float = default("entity_typo_ratio"),
-                  recent_events: int = default("entity_recent_events")) -> Linked:
+def link_entities(
+    facts: Sequence[Fact],
+    *,
+    speakers: Sequence[str],
+    typo_ratio: float = default("entity_typo_ratio"),
+    recent_events: int = default("entity_recent_events"),
+) -> Linked:
     """Resolve the names of one conversation's facts and build entities, relations and profiles."""
     canon = _resolve(_names(facts, speakers), speakers, typo_ratio)
     out = Linked()
@@ -92,8 +130,13 @@ def link_entities(facts: Sequence[Fact], *, speakers: Sequence[str], typo_ratio:
     first = facts[0] if facts else None
     for name, (cid, kind) in canon.items():
         if cid not in by_id and first is not None:
-            by_id[cid] = Entity(user_id=first.user_id, conversation_id=first.conversation_id, id=cid,
-                                name=_display(canon, cid), type=kind)
+            by_id[cid] = Entity(
+                user_id=first.user_id,
+                conversation_id=first.conversation_id,
+                id=cid,
+                name=_display(canon, cid),
+                type=kind,
+            )
         if cid in by_id and name not in by_id[cid].aliases:
             by_id[cid].aliases.append(name)
     for fact in facts:  # "my dog Max": Max is also called "Ann's dog"
@@ -119,7 +162,7 @@ def link_entities(facts: Sequence[Fact], *, speakers: Sequence[str], typo_ratio:
 
 def _names(facts: Sequence[Fact], speakers: Sequence[str]) -> dict[str, tuple[str, int]]:
     """Every name with its type and mention count; speakers first."""
-    seen: dict[str, tuple[str, int]] = {s: ("speaker", 1 << 20) for s in speakers}
+    seen: dict[str, tuple[str, int]] = dict.fromkeys(speakers, ("speaker", 1 << 20))
     for fact in facts:
         for name in [fact.subject, *fact.mentions, *(x for link in fact.links for x in (link[0], link[2]))]:
             kind, count = seen.get(name, (fact.types.get(name, "name"), 0))
@@ -127,9 +170,10 @@ def _names(facts: Sequence[Fact], speakers: Sequence[str]) -> dict[str, tuple[st
     return seen
 
 
-def _resolve(names: dict[str, tuple[str, int]], speakers: Sequence[str],
-             typo_ratio: float) -> dict[str, tuple[str, str]]:
-    """name -> (entity id, type); frequent names become canonical first."""
+def _resolve(
+    names: dict[str, tuple[str, int]], speakers: Sequence[str], typo_ratio: float
+) -> dict[str, tuple[str, str]]:
+    """Name -> (entity id, type); frequent names become canonical first."""
     canon: dict[str, tuple[str, str]] = {}
     heads: list[tuple[str, str, str]] = []  # (name, id, type) of canonical names
     for name, (kind, _) in sorted(names.items(), key=lambda kv: (-kv[1][1], -len(kv[0]), kv[0])):
@@ -137,8 +181,16 @@ def _resolve(names: dict[str, tuple[str, int]], speakers: Sequence[str],
         if len(speaker_first) == 1:
             canon[name] = (entity_id(speaker_first[0]), "speaker")
             continue
-        match = next((h for h in heads if compatible(kind, h[2]) and same_entity(name, h[0], typo_ratio=typo_ratio)
-                      and not (name in speakers and h[0] in speakers)), None)
+        match = next(
+            (
+                h
+                for h in heads
+                if compatible(kind, h[2])
+                and same_entity(name, h[0], typo_ratio=typo_ratio)
+                and not (name in speakers and h[0] in speakers)
+            ),
+            None,
+        )
         if match is None:
             match = (name, entity_id(name), kind)
             heads.append(match)
@@ -159,9 +211,18 @@ def _relations(fact: Fact, canon: dict[str, tuple[str, str]]) -> list[Edge]:
     out = []
     for src, rel, dst in triples:
         if rel and src in canon and dst in canon and canon[src][0] != canon[dst][0]:
-            out.append(Edge(fact.conversation_id, canon[src][0], rel, canon[dst][0],
-                            src_kind="entity", dst_kind="entity", turn_ids=tuple(fact.turn_ids),
-                            created_at=fact.timestamp.timestamp() if fact.timestamp else None))
+            out.append(
+                Edge(
+                    fact.conversation_id,
+                    canon[src][0],
+                    rel,
+                    canon[dst][0],
+                    src_kind="entity",
+                    dst_kind="entity",
+                    turn_ids=tuple(fact.turn_ids),
+                    created_at=fact.timestamp.timestamp() if fact.timestamp else None,
+                )
+            )
     return out
 
 
@@ -172,8 +233,10 @@ def _overlap_edges(canon: dict[str, tuple[str, str]], by_id: dict[str, Entity]) 
         for long, lid in names:
             if sid != lid and overlaps(short, long) and compatible(by_id[sid].type, by_id[lid].type):
                 conv = by_id[sid].conversation_id
-                out += [Edge(conv, sid, OVERLAP, lid, "entity", "entity", weight=0.5),
-                        Edge(conv, lid, OVERLAP, sid, "entity", "entity", weight=0.5)]
+                out += [
+                    Edge(conv, sid, OVERLAP, lid, "entity", "entity", weight=0.5),
+                    Edge(conv, lid, OVERLAP, sid, "entity", "entity", weight=0.5),
+                ]
     return out
 
 
@@ -181,7 +244,9 @@ def _profile(entity: Entity, facts: dict[str, Fact], recent_events: int) -> Enti
     """H-Mem's profile: persistent attributes, and the most recent other facts as events."""
     own = [facts[i] for i in entity.fact_ids if i in facts and facts[i].subject_id == entity.id]
     attributes = [f.id for f in own if f.relation in PERSISTENT]
-    events = sorted((f for f in own if f.relation not in PERSISTENT),
-                    key=lambda f: (f.event_date or f.timestamp).timestamp() if (f.event_date or f.timestamp) else 0.0,
-                    reverse=True)
+    events = sorted(
+        (f for f in own if f.relation not in PERSISTENT),
+        key=lambda f: (f.event_date or f.timestamp).timestamp() if (f.event_date or f.timestamp) else 0.0,
+        reverse=True,
+    )
     return entity.model_copy(update={"attributes": attributes, "events": [f.id for f in events[:recent_events]]})

@@ -23,8 +23,14 @@ written; entity linking resolves them to ids afterwards.
 Example:
     >>> from datetime import datetime
     >>> from memstrata.memory.levels.level2.turn import Turn
-    >>> t = Turn(user_id="u", session_id="1", position=0, speaker="Caroline", timestamp=datetime(2023, 5, 8),
-    ...          text="I went to a support group yesterday. It was so powerful!")
+    >>> t = Turn(
+    ...     user_id="u",
+    ...     session_id="1",
+    ...     position=0,
+    ...     speaker="Caroline",
+    ...     timestamp=datetime(2023, 5, 8),
+    ...     text="I went to a support group yesterday. It was so powerful!",
+    ... )
     >>> [f.text for f in extract_facts([t], episode_id="ep:s1:0-0", speakers=["Caroline", "Melanie"])]
     ['Caroline went to a support group yesterday (7 May 2023).']
 """
@@ -46,35 +52,101 @@ from memstrata.memory.timeparse import RELATIVE_PATTERN, resolve_relative
 
 _CLAUSE = re.compile(
     r"\s*(?:;|\s-+\s|—|–|,?\s+(?:but|because|so that|although|though|whereas)\s+|,\s+so\s+|"
-    r",\s*and\s+(?=(?:i|i'm|i've|we|my|our|he|she|they|you)\b))\s*", re.IGNORECASE)
+    r",\s*and\s+(?=(?:i|i'm|i've|we|my|our|he|she|they|you)\b))\s*",
+    re.IGNORECASE,
+)
 _FILLER = re.compile(r",?\s*\b(?:you know|i mean|i guess|to be honest|honestly|like)\b,", re.IGNORECASE)
-_LEADING = re.compile(r"^(?:(?:yeah|yes|yep|no|nope|well|oh|so|and|but|haha|hah|lol|wow|omg|aww|hey|hi|also|anyway|"
-                      r"actually|totally|definitely|true|right|thanks|thank you|ok|okay|of course|by the way|"
-                      r"guess what|btw|sure|cool|great|awesome|nice)\b[\s,!.]*)+", re.IGNORECASE)
+_LEADING = re.compile(
+    r"^(?:(?:yeah|yes|yep|no|nope|well|oh|so|and|but|haha|hah|lol|wow|omg|aww|hey|hi|also|anyway|"
+    r"actually|totally|definitely|true|right|thanks|thank you|ok|okay|of course|by the way|"
+    r"guess what|btw|sure|cool|great|awesome|nice)\b[\s,!.]*)+",
+    re.IGNORECASE,
+)
 _LEAD_NAME = re.compile(r"^([A-ZÀ-Þ][\w'-]*(?: [A-ZÀ-Þ][\w'-]*)*)")
 _FIRST = [  # (pattern, replacement with {s} for the speaker); order matters: contractions first
-    (r"\bI'm\b|\bI am\b", "{s} is"), (r"\bI've\b", "{s} has"), (r"\bI'd\b", "{s} would"),
-    (r"\bI'll\b", "{s} will"), (r"\bI was\b", "{s} was"), (r"\bI have\b", "{s} has"),
-    (r"\bmyself\b", "{s}"), (r"\b[Mm]y\b", "{s}'s"), (r"\b[Mm]ine\b", "{s}'s"), (r"\b[Mm]e\b", "{s}"),
-    (r"\bI\b", "{s}"), (r"\b[Ww]e're\b|\b[Ww]e are\b", "{s} and others are"), (r"\b[Ww]e've\b", "{s} and others have"),
-    (r"\b[Ww]e\b", "{s} and others"), (r"\b[Oo]ur\b", "{s}'s"), (r"\b[Uu]s\b", "{s} and others"),
+    (r"\bI'm\b|\bI am\b", "{s} is"),
+    (r"\bI've\b", "{s} has"),
+    (r"\bI'd\b", "{s} would"),
+    (r"\bI'll\b", "{s} will"),
+    (r"\bI was\b", "{s} was"),
+    (r"\bI have\b", "{s} has"),
+    (r"\bmyself\b", "{s}"),
+    (r"\b[Mm]y\b", "{s}'s"),
+    (r"\b[Mm]ine\b", "{s}'s"),
+    (r"\b[Mm]e\b", "{s}"),
+    (r"\bI\b", "{s}"),
+    (r"\b[Ww]e're\b|\b[Ww]e are\b", "{s} and others are"),
+    (r"\b[Ww]e've\b", "{s} and others have"),
+    (r"\b[Ww]e\b", "{s} and others"),
+    (r"\b[Oo]ur\b", "{s}'s"),
+    (r"\b[Uu]s\b", "{s} and others"),
 ]
 _SECOND = [
-    (r"\b[Yy]ou're\b|\b[Yy]ou are\b", "{o} is"), (r"\b[Yy]ou've\b", "{o} has"), (r"\b[Yy]ou were\b", "{o} was"),
-    (r"\b[Yy]ou have\b", "{o} has"), (r"\b[Yy]ou'll\b", "{o} will"), (r"\b[Yy]ou'd\b", "{o} would"),
+    (r"\b[Yy]ou're\b|\b[Yy]ou are\b", "{o} is"),
+    (r"\b[Yy]ou've\b", "{o} has"),
+    (r"\b[Yy]ou were\b", "{o} was"),
+    (r"\b[Yy]ou have\b", "{o} has"),
+    (r"\b[Yy]ou'll\b", "{o} will"),
+    (r"\b[Yy]ou'd\b", "{o} would"),
     (r"\b[Yy]ourself\b", "{o}"),
-    (r"\b[Yy]our\b", "{o}'s"), (r"\b[Yy]ours\b", "{o}'s"), (r"\b[Yy]ou\b", "{o}"),
+    (r"\b[Yy]our\b", "{o}'s"),
+    (r"\b[Yy]ours\b", "{o}'s"),
+    (r"\b[Yy]ou\b", "{o}"),
 ]
-_AUX = frozenset("is was are were am be been being has have had do does did will would can could shall should "
-                 "may might must just really also finally recently never always still even actually already "
-                 "not n't gonna wanna got to".split())
-_QUESTION = frozenset("what when where who why how which whose whom".split())
-_MODALS = frozenset("can could will would shall should may might must did had was were".split())
+_AUX = frozenset(
+    [
+        "is",
+        "was",
+        "are",
+        "were",
+        "am",
+        "be",
+        "been",
+        "being",
+        "has",
+        "have",
+        "had",
+        "do",
+        "does",
+        "did",
+        "will",
+        "would",
+        "can",
+        "could",
+        "shall",
+        "should",
+        "may",
+        "might",
+        "must",
+        "just",
+        "really",
+        "also",
+        "finally",
+        "recently",
+        "never",
+        "always",
+        "still",
+        "even",
+        "actually",
+        "already",
+        "not",
+        "n't",
+        "gonna",
+        "wanna",
+        "got",
+        "to",
+    ]
+)
+_QUESTION = frozenset(["what", "when", "where", "who", "why", "how", "which", "whose", "whom"])
+_MODALS = frozenset(
+    ["can", "could", "will", "would", "shall", "should", "may", "might", "must", "did", "had", "was", "were"]
+)
 _STARTS_WITH_PERSON = re.compile(r"^\s*(?:I\b|I'm|I've|I'd|I'll|[Mm]y\b|[Ww]e\b|[Ww]e're|[Oo]ur\b|[Mm]e\b)")
 
 
-def extract_facts(turns: Sequence[Turn], *, episode_id: str, speakers: Sequence[str],
-                  session_time: datetime | None = None) -> list[Fact]:
+def extract_facts(
+    turns: Sequence[Turn], *, episode_id: str, speakers: Sequence[str], session_time: datetime | None = None
+) -> list[Fact]:
     """The facts of one episode's turns, numbered in order (see the module docstring)."""
     out: list[Fact] = []
     people = list(dict.fromkeys(speakers))
@@ -82,8 +154,7 @@ def extract_facts(turns: Sequence[Turn], *, episode_id: str, speakers: Sequence[
         other = next((p for p in people if p != turn.speaker), None) if len(people) == 2 else None
         anchor = turn.timestamp or session_time
         for clause in clauses(turn.text):
-            fact = _fact(turn, clause, other=other, anchor=anchor, episode_id=episode_id, n=len(out),
-                         speakers=people)
+            fact = _fact(turn, clause, other=other, anchor=anchor, episode_id=episode_id, n=len(out), speakers=people)
             if fact is not None:
                 out.append(fact)
     return out
@@ -171,7 +242,7 @@ def relation_of(statement: str, subject: str) -> tuple[str, str]:
     if first is None:
         return label, " ".join([w for w in tail if w.lower() not in STOPWORDS][:4])
     span = [tail[first]]
-    for w in tail[first + 1:]:
+    for w in tail[first + 1 :]:
         if not _is_name(w):
             break
         span.append(w)
@@ -182,8 +253,16 @@ def _is_name(word: str) -> bool:
     return word[0].isupper() and word.lower() not in STOPWORDS and not word.endswith("'s")
 
 
-def _fact(turn: Turn, clause: str, *, other: str | None, anchor: datetime | None, episode_id: str, n: int,
-          speakers: Sequence[str]) -> Fact | None:
+def _fact(
+    turn: Turn,
+    clause: str,
+    *,
+    other: str | None,
+    anchor: datetime | None,
+    episode_id: str,
+    n: int,
+    speakers: Sequence[str],
+) -> Fact | None:
     if not carries_content(clause):
         return None
     first_person = _STARTS_WITH_PERSON.match(clause) is not None
@@ -200,39 +279,79 @@ def _fact(turn: Turn, clause: str, *, other: str | None, anchor: datetime | None
     match = RELATIVE_PATTERN.search(statement)
     event_date = resolve_relative(match.group(0), anchor) if match and anchor else None
     return Fact(
-        user_id=turn.user_id, conversation_id=turn.conversation_id, episode_id=episode_id,
-        session_id=turn.session_id, n=n, text=resolve_dates_in(statement, anchor).rstrip(".") + ".",
-        subject=subject, relation=label, object=obj,
-        mentions=[m.name for m in mentions if m.name != subject], types={m.name: m.type for m in mentions},
+        user_id=turn.user_id,
+        conversation_id=turn.conversation_id,
+        episode_id=episode_id,
+        session_id=turn.session_id,
+        n=n,
+        text=resolve_dates_in(statement, anchor).rstrip(".") + ".",
+        subject=subject,
+        relation=label,
+        object=obj,
+        mentions=[m.name for m in mentions if m.name != subject],
+        types={m.name: m.type for m in mentions},
         links=[list(link) for m in mentions for link in m.links],
-        turn_ids=[turn.id], timestamp=anchor, timestamp_raw=turn.timestamp_raw, event_date=event_date,
+        turn_ids=[turn.id],
+        timestamp=anchor,
+        timestamp_raw=turn.timestamp_raw,
+        event_date=event_date,
     )
 
 
-_NUMBER_WORDS = frozenset(("one two three four five six seven eight nine ten eleven twelve twenty thirty forty fifty "
-                           "hundred thousand million first second third last next").split())
+_NUMBER_WORDS = frozenset(
+    [
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "twenty",
+        "thirty",
+        "forty",
+        "fifty",
+        "hundred",
+        "thousand",
+        "million",
+        "first",
+        "second",
+        "third",
+        "last",
+        "next",
+    ]
+)
 
 
 def common_word(word: str) -> bool:
     """A word English uses as a verb, adjective or adverb (lemminflect knows such a lemma for it), or a number word:
     capitalised at the start of a sentence, it is not a name ("Come", "Perfect", "Maybe", "Three"). A word the
-    dictionary knows only as a noun may well be a name ("Tom"), and "Berlin" or "Okafor" it does not know at all."""
+    dictionary knows only as a noun may well be a name ("Tom"), and "Berlin" or "Okafor" it does not know at all.
+    """
     low = word.lower().removesuffix("'s")
-    return (low in STOPWORDS or low in _QUESTION or low in _NUMBER_WORDS
-            or bool(set(getAllLemmas(low)) - {"NOUN", "PROPN"}))
+    return (
+        low in STOPWORDS or low in _QUESTION or low in _NUMBER_WORDS or bool(set(getAllLemmas(low)) - {"NOUN", "PROPN"})
+    )
 
 
 def leading_name(span: str) -> str:
     """The name in a clause-initial capitalised span, its leading common words dropped ("Maybe Berlin" -> "Berlin");
-    ``""`` when nothing is left."""
+    ``""`` when nothing is left.
+    """
     words = span.removesuffix("'s").split()
     while words and common_word(words[0]):
         words.pop(0)
     return " ".join(words)
 
 
-def _subject(clause: str, statement: str, speaker: str, other: str | None, mentions: list[Mention], *,
-             first_person: bool) -> str:
+def _subject(
+    clause: str, statement: str, speaker: str, other: str | None, mentions: list[Mention], *, first_person: bool
+) -> str:
     """Who the clause is about: the speaker for first person, the other for "you", else a leading name."""
     if first_person:
         return speaker

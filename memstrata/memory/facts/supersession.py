@@ -16,8 +16,18 @@ Example:
     >>> from datetime import datetime
     >>> from memstrata.memory.levels.level1.fact import Fact
     >>> def f(n, rel, obj, day):
-    ...     return Fact(user_id="u", episode_id=f"ep:s{n}:0-0", session_id=str(n), n=0, text=f"Ann {rel} {obj}.",
-    ...                 subject="Ann", subject_id="ent:ann", relation=rel, object=obj, timestamp=datetime(2023, 1, day))
+    ...     return Fact(
+    ...         user_id="u",
+    ...         episode_id=f"ep:s{n}:0-0",
+    ...         session_id=str(n),
+    ...         n=0,
+    ...         text=f"Ann {rel} {obj}.",
+    ...         subject="Ann",
+    ...         subject_id="ent:ann",
+    ...         relation=rel,
+    ...         object=obj,
+    ...         timestamp=datetime(2023, 1, day),
+    ...     )
     >>> [(old.id, new) for old, new in supersede([f(1, "live", "Porto", 1), f(2, "move", "Lisbon", 9)])]
     [('fact:s1:0-0:0', 'fact:s2:0-0:0')]
 """
@@ -32,8 +42,14 @@ from rapidfuzz import fuzz
 from memstrata.memory.levels.level1.fact import Fact
 
 ATTRIBUTES = {  # relation label -> the single-valued attribute it sets
-    "live": "residence", "move": "residence", "relocate": "residence", "reside": "residence",
-    "work": "workplace", "join": "workplace", "hire": "workplace", "employ": "workplace",
+    "live": "residence",
+    "move": "residence",
+    "relocate": "residence",
+    "reside": "residence",
+    "work": "workplace",
+    "join": "workplace",
+    "hire": "workplace",
+    "employ": "workplace",
 }
 
 

@@ -6,19 +6,52 @@ H-Mem's temporal-semantic tree nodes, themes, persona dimensions.
 """
 
 from memstrata.memory.levels.base import (
-    SCOPES, Level, get_level, levels, raw_kind, register, scope_table, unregister,
+    SCOPES,
+    Level,
+    get_level,
+    levels,
+    raw_kind,
+    register,
+    scope_table,
+    unregister,
 )
+from memstrata.memory.levels.entity import ENTITY, Entity
+from memstrata.memory.levels.level1.fact import FACT, Fact
+from memstrata.memory.levels.level1.persona import DIMENSIONS, PERSONA, Persona, PersonaItem
+from memstrata.memory.levels.level1.summary import SUMMARY, EventSummary
+from memstrata.memory.levels.level1.theme import THEME, Theme
+from memstrata.memory.levels.level1.tree_node import TREE_NODE, TreeNode
+from memstrata.memory.levels.level2.episode import EPISODE, Episode
 from memstrata.memory.levels.level2.turn import TURN, Turn
 from memstrata.memory.levels.level2.turn_context import TURN_CONTEXT, TurnContext
-from memstrata.memory.levels.level2.episode import EPISODE, Episode
-from memstrata.memory.levels.level1.summary import SUMMARY, EventSummary
-from memstrata.memory.levels.level1.fact import FACT, Fact
-from memstrata.memory.levels.entity import ENTITY, Entity
-from memstrata.memory.levels.level1.tree_node import TREE_NODE, TreeNode
-from memstrata.memory.levels.level1.theme import THEME, Theme
-from memstrata.memory.levels.level1.persona import DIMENSIONS, PERSONA, Persona, PersonaItem
 
 __all__ = [
-    "ENTITY", "EPISODE", "FACT", "Entity", "Fact", "SCOPES", "SUMMARY", "TURN", "TURN_CONTEXT", "Episode", "EventSummary", "Level", "Turn",
-    "DIMENSIONS", "PERSONA", "Persona", "PersonaItem", "THEME", "TREE_NODE", "Theme", "TreeNode", "TurnContext", "get_level", "levels", "raw_kind", "register", "scope_table", "unregister",
+    "DIMENSIONS",
+    "ENTITY",
+    "EPISODE",
+    "FACT",
+    "PERSONA",
+    "SCOPES",
+    "SUMMARY",
+    "THEME",
+    "TREE_NODE",
+    "TURN",
+    "TURN_CONTEXT",
+    "Entity",
+    "Episode",
+    "EventSummary",
+    "Fact",
+    "Level",
+    "Persona",
+    "PersonaItem",
+    "Theme",
+    "TreeNode",
+    "Turn",
+    "TurnContext",
+    "get_level",
+    "levels",
+    "raw_kind",
+    "register",
+    "scope_table",
+    "unregister",
 ]

@@ -98,8 +98,11 @@ def unregister(kind: str) -> None:
 
 def levels(*, role: Role | None = None, searched: bool | None = None) -> list[Level]:
     """Registered kinds in registration order, optionally of one role."""
-    return [lv for lv in _REGISTRY.values()
-            if (role is None or lv.role == role) and (searched is None or lv.searched == searched)]
+    return [
+        lv
+        for lv in _REGISTRY.values()
+        if (role is None or lv.role == role) and (searched is None or lv.searched == searched)
+    ]
 
 
 def get_level(kind: str) -> Level:

@@ -59,5 +59,11 @@ class Entity(Unit):
         return {**super().metadata(), "name": self.name, "type": self.type, "facts": len(self.fact_ids)}
 
 
-ENTITY = register(Level(kind="entity", unit=Entity, role="node",
-                        description="H-Mem entity graph: resolved entities with profiles (seeds for expansion)"))
+ENTITY = register(
+    Level(
+        kind="entity",
+        unit=Entity,
+        role="node",
+        description="H-Mem entity graph: resolved entities with profiles (seeds for expansion)",
+    )
+)

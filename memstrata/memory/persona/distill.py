@@ -15,10 +15,20 @@ is rejected (the reply is repaired once, then the offline items stand).
 Example:
     >>> import numpy as np
     >>> from memstrata.memory.levels import Fact
-    >>> facts = [Fact(user_id="u", episode_id=f"ep:s{i}:0-1", session_id=str(i), n=0, text=t, subject="Ann",
-    ...               turn_ids=[f"s{i}:0"]) for i, t in enumerate(["Ann lives in Porto.", "Ann paints."])]
-    >>> cues = np.eye(5, 3)                         # five dimensions, three dimensions of space
-    >>> x = np.array([[1.0, 0, 0], [0, 1.0, 0]])    # the first fact is basic_info, the second interests
+    >>> facts = [
+    ...     Fact(
+    ...         user_id="u",
+    ...         episode_id=f"ep:s{i}:0-1",
+    ...         session_id=str(i),
+    ...         n=0,
+    ...         text=t,
+    ...         subject="Ann",
+    ...         turn_ids=[f"s{i}:0"],
+    ...     )
+    ...     for i, t in enumerate(["Ann lives in Porto.", "Ann paints."])
+    ... ]
+    >>> cues = np.eye(5, 3)  # five dimensions, three dimensions of space
+    >>> x = np.array([[1.0, 0, 0], [0, 1.0, 0]])  # the first fact is basic_info, the second interests
     >>> {d: [i.text for i in items] for d, items in offline_dimensions(facts, x, cues, floor=0.5).items() if items}
     {'basic_info': ['Ann lives in Porto.'], 'interests': ['Ann paints.']}
 """
@@ -38,7 +48,8 @@ from memstrata.memory.themes.partition import unit_rows
 
 def speaker_facts(facts: Sequence[Fact], speaker: str) -> list[int]:
     """Rows of the facts about ``speaker``: their subject is the speaker's name, or an entity some fact with the
-    speaker's name as subject was resolved to (an alias linked to the same person)."""
+    speaker's name as subject was resolved to (an alias linked to the same person).
+    """
     name = speaker.casefold()
     ids = {f.subject_id for f in facts if f.subject.casefold() == name and f.subject_id}
     return [i for i, f in enumerate(facts) if f.subject.casefold() == name or (f.subject_id and f.subject_id in ids)]
@@ -46,14 +57,22 @@ def speaker_facts(facts: Sequence[Fact], speaker: str) -> list[int]:
 
 def basis(facts: Sequence[Fact], excluded: Sequence[str] = ()) -> str:
     """A digest of what a speaker's persona is built from (ids, wording, whether superseded, what a user removed):
-    when it changes, the persona is stale."""
+    when it changes, the persona is stale.
+    """
     parts = sorted(f"{f.id}\x1f{f.text}\x1f{f.superseded_by}" for f in facts)
     return hashlib.sha1("\x1e".join([*parts, *sorted(excluded)]).encode()).hexdigest()[:16]
 
 
-def offline_dimensions(facts: Sequence[Fact], x: np.ndarray, cues: np.ndarray, *, floor: float,
-                       same: float = 0.85, per_dimension: int = 5,
-                       theme_of: Mapping[str, str] | None = None) -> dict[str, list[PersonaItem]]:
+def offline_dimensions(
+    facts: Sequence[Fact],
+    x: np.ndarray,
+    cues: np.ndarray,
+    *,
+    floor: float,
+    same: float = 0.85,
+    per_dimension: int = 5,
+    theme_of: Mapping[str, str] | None = None,
+) -> dict[str, list[PersonaItem]]:
     """The items of each dimension from the speaker's ``facts`` (rows of ``x``), given the five cue vectors."""
     out: dict[str, list[PersonaItem]] = {d: [] for d in DIMENSIONS}
     current = [i for i, f in enumerate(facts) if f.current]
@@ -80,10 +99,16 @@ def offline_dimensions(facts: Sequence[Fact], x: np.ndarray, cues: np.ndarray, *
             sessions = len({m.session_id for m in members})
             score = float(v[g[0]] @ centre) * (1 + math.log(sessions))
             head = members[0]
-            scored.append(PersonaItem(
-                text=head.text, fact_id=head.id, fact_ids=[m.id for m in members[1:]],
-                theme_id=(theme_of or {}).get(head.id, ""),
-                turn_ids=list(dict.fromkeys(t for m in members for t in m.turn_ids)), score=round(score, 4)))
+            scored.append(
+                PersonaItem(
+                    text=head.text,
+                    fact_id=head.id,
+                    fact_ids=[m.id for m in members[1:]],
+                    theme_id=(theme_of or {}).get(head.id, ""),
+                    turn_ids=list(dict.fromkeys(t for m in members for t in m.turn_ids)),
+                    score=round(score, 4),
+                )
+            )
         out[dimension] = sorted(scored, key=lambda i: (-i.score, i.fact_id))[:per_dimension]
     return out
 
@@ -113,37 +138,47 @@ class PersonaDraft(BaseModel):
 
 def check_draft(draft: PersonaDraft, offered: Sequence[str]) -> PersonaDraft:
     """Reject a draft citing a fact that was not shown, or a statement citing none (``ValueError``: repaired once,
-    then the fallback)."""
+    then the fallback).
+    """
     shown = set(offered)
     for dimension in DIMENSIONS:
         for trait in getattr(draft, dimension):
             unknown = [f for f in trait.fact_ids if f not in shown]
             if unknown or not trait.fact_ids or not trait.text.strip():
-                msg = (f"{dimension}: every statement needs a text and fact_ids from the shown facts; "
-                       f"{trait.text[:60]!r} cites {unknown or 'nothing'}")
+                msg = (
+                    f"{dimension}: every statement needs a text and fact_ids from the shown facts; "
+                    f"{trait.text[:60]!r} cites {unknown or 'nothing'}"
+                )
                 raise ValueError(msg)
     return draft
 
 
-def llm_items(draft: PersonaDraft, facts: Mapping[str, Fact], *, per_dimension: int,
-              theme_of: Mapping[str, str] | None = None) -> dict[str, list[PersonaItem]]:
+def llm_items(
+    draft: PersonaDraft, facts: Mapping[str, Fact], *, per_dimension: int, theme_of: Mapping[str, str] | None = None
+) -> dict[str, list[PersonaItem]]:
     """A checked draft as persona items, each with the turns of the facts it cites (in the draft's order)."""
     out: dict[str, list[PersonaItem]] = {}
     for dimension in DIMENSIONS:
         items = []
         for trait in getattr(draft, dimension)[:per_dimension]:
             cited = [facts[f] for f in dict.fromkeys(trait.fact_ids)]
-            items.append(PersonaItem(text=" ".join(trait.text.split()), fact_id=cited[0].id,
-                                     fact_ids=[f.id for f in cited[1:]],
-                                     theme_id=(theme_of or {}).get(cited[0].id, ""),
-                                     turn_ids=list(dict.fromkeys(t for f in cited for t in f.turn_ids))))
+            items.append(
+                PersonaItem(
+                    text=" ".join(trait.text.split()),
+                    fact_id=cited[0].id,
+                    fact_ids=[f.id for f in cited[1:]],
+                    theme_id=(theme_of or {}).get(cited[0].id, ""),
+                    turn_ids=list(dict.fromkeys(t for f in cited for t in f.turn_ids)),
+                )
+            )
         out[dimension] = items
     return out
 
 
 def offered_facts(facts: Sequence[Fact], x: np.ndarray, *, limit: int, same: float = 0.85) -> list[int]:
     """Which of a speaker's current facts a model is shown: the most recurrent first (how many of the speaker's
-    facts are at least ``same`` similar), then the earliest; at most ``limit``."""
+    facts are at least ``same`` similar), then the earliest; at most ``limit``.
+    """
     current = [i for i, f in enumerate(facts) if f.current]
     if not current:
         return []

@@ -10,8 +10,14 @@ Example:
     >>> from datetime import datetime
     >>> from memstrata.memory.levels import Persona, PersonaItem
     >>> item = lambda t, f: PersonaItem(text=t, fact_id=f)
-    >>> v1 = Persona(user_id="u", speaker="Ann", dimension="basic_info", version=1,
-    ...              items=[item("Ann lives in Porto.", "f1")], valid_from=datetime(2024, 1, 5))
+    >>> v1 = Persona(
+    ...     user_id="u",
+    ...     speaker="Ann",
+    ...     dimension="basic_info",
+    ...     version=1,
+    ...     items=[item("Ann lives in Porto.", "f1")],
+    ...     valid_from=datetime(2024, 1, 5),
+    ... )
     >>> new, ended = successor(v1, [item("Ann moved to Lisbon.", "f2")], basis="b2", built_at=datetime(2024, 3, 1))
     >>> new.id, ended.valid_to.date().isoformat()
     ('persona:ann:basic_info:2', '2024-03-01')
@@ -30,12 +36,20 @@ from memstrata.memory.levels import Persona, PersonaItem
 def same_items(a: Sequence[PersonaItem], b: Sequence[PersonaItem]) -> bool:
     """Whether two item lists say the same (the same statements in the same order). The facts behind them may have
     new ids (an episode cut again distils the same statements under new ids): that is the same version, with new
-    support."""
+    support.
+    """
     return [i.text for i in a] == [i.text for i in b]
 
 
-def successor(current: Persona | None, items: list[PersonaItem], *, basis: str, built_at: datetime | None,
-              method: str = "extractive", template: Persona | None = None) -> tuple[Persona | None, Persona | None]:
+def successor(
+    current: Persona | None,
+    items: list[PersonaItem],
+    *,
+    basis: str,
+    built_at: datetime | None,
+    method: str = "extractive",
+    template: Persona | None = None,
+) -> tuple[Persona | None, Persona | None]:
     """(the version to write, the version it ends) for a rebuild with ``items``.
 
     ``(None, None)``: nothing to write (no current version and no items). ``(current with the new basis, None)``:
@@ -50,17 +64,31 @@ def successor(current: Persona | None, items: list[PersonaItem], *, basis: str, 
         if current.basis == basis and current.items == items:
             return None, None
         return current.model_copy(update={"basis": basis, "items": items}), None
-    start = built_at if built_at is not None and (current.valid_from is None or built_at > current.valid_from) \
+    start = (
+        built_at
+        if built_at is not None and (current.valid_from is None or built_at > current.valid_from)
         else current.valid_from
+    )
     new = _version(current, items, basis=basis, start=start, method=method, version=current.version + 1)
     return new, current.model_copy(update={"valid_to": start})
 
 
-def _version(like: Persona, items: list[PersonaItem], *, basis: str, start: datetime | None, method: str,
-             version: int) -> Persona:
-    return Persona.model_validate({**like.model_dump(), "items": [i.model_dump() for i in items], "text": "",
-                                   "basis": basis, "valid_from": start, "valid_to": None, "method": method,
-                                   "id": "", "version": version})
+def _version(
+    like: Persona, items: list[PersonaItem], *, basis: str, start: datetime | None, method: str, version: int
+) -> Persona:
+    return Persona.model_validate(
+        {
+            **like.model_dump(),
+            "items": [i.model_dump() for i in items],
+            "text": "",
+            "basis": basis,
+            "valid_from": start,
+            "valid_to": None,
+            "method": method,
+            "id": "",
+            "version": version,
+        }
+    )
 
 
 def valid_at(versions: Sequence[Persona], when: datetime | None) -> Persona | None:

@@ -24,23 +24,50 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from memstrata.context import default
+from memstrata.memory.plan.temporal_hints import hint_interval
 from memstrata.memory.search.hmem_score import Interval
 from memstrata.memory.search.query import Hit, Query, Scope
-from memstrata.memory.plan.temporal_hints import hint_interval
 from memstrata.memory.text import STOPWORDS, content_words, proper_nouns
 from memstrata.memory.timeparse import RELATIVE_PATTERN, resolve_relative
 
-_QUESTION_WORDS = frozenset("what when where who whom whose which why how did does do is are was were has have".split())
+_QUESTION_WORDS = frozenset(
+    [
+        "what",
+        "when",
+        "where",
+        "who",
+        "whom",
+        "whose",
+        "which",
+        "why",
+        "how",
+        "did",
+        "does",
+        "do",
+        "is",
+        "are",
+        "was",
+        "were",
+        "has",
+        "have",
+    ]
+)
 _NAME_PAIR = re.compile(r"\b([A-Z][\w'-]+)((?:, [A-Z][\w'-]+)*),? (?:and|&) ([A-Z][\w'-]+)\b")
 _LONG_CUES = re.compile(
     r"\b(usually|generally|always|often|personality|traits?|likely|would|prefer\w*|hobb(?:y|ies)|interests?|"
-    r"kind of|type of|values?|feel about|think about|in general|favou?rite|tend)\b", re.I)
+    r"kind of|type of|values?|feel about|think about|in general|favou?rite|tend)\b",
+    re.I,
+)
 _SHORT_CUES = re.compile(r"\b(when|what time|which day|what date|how long ago|yesterday|today|recently)\b", re.I)
 _MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_name) if m} | {
-    m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
+    m.lower(): i for i, m in enumerate(calendar.month_abbr) if m
+}
 _DATE = re.compile(
-    r"\b(?:(\d{1,2})(?:st|nd|rd|th)? )?(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) +
-    r")\.?(?: (\d{1,2})(?:st|nd|rd|th)?)?,?(?: (\d{4}))?\b|\b(19\d{2}|20\d{2})\b", re.I)
+    r"\b(?:(\d{1,2})(?:st|nd|rd|th)? )?("
+    + "|".join(sorted(_MONTHS, key=len, reverse=True))
+    + r")\.?(?: (\d{1,2})(?:st|nd|rd|th)?)?,?(?: (\d{4}))?\b|\b(19\d{2}|20\d{2})\b",
+    re.I,
+)
 
 
 def decompose_query(query: str, *, max_parts: int = default("max_sub_queries")) -> list[Query]:
@@ -54,7 +81,7 @@ def decompose_query(query: str, *, max_parts: int = default("max_sub_queries")) 
         match = _NAME_PAIR.search(q)
         if match:
             names = [match.group(1), *re.findall(r"[A-Z][\w'-]+", match.group(2) or ""), match.group(3)]
-            parts += [q[:match.start()] + name + q[match.end():] for name in names]
+            parts += [q[: match.start()] + name + q[match.end() :] for name in names]
     unique = list(dict.fromkeys(parts))[:max_parts]
     return [Query(id=f"q{i}", text=t) for i, t in enumerate(unique)]
 
@@ -160,8 +187,9 @@ def evidence_anchors(top: Sequence[Hit], *, limit: int = default("anchor_names")
     return list(dict.fromkeys(n for n in names if n.lower() not in _QUESTION_WORDS))[:limit]
 
 
-def anchored_follow_up(query: str, texts: Sequence[str], top: Sequence[Hit], *,
-                       names: int = default("anchor_names")) -> str | None:
+def anchored_follow_up(
+    query: str, texts: Sequence[str], top: Sequence[Hit], *, names: int = default("anchor_names")
+) -> str | None:
     """H-Mem's missing-info query, offline: the slot the evidence lacks, anchored on what the evidence found.
 
     The slot is the query's words that the evidence does not contain; the anchors
@@ -170,8 +198,17 @@ def anchored_follow_up(query: str, texts: Sequence[str], top: Sequence[Hit], *,
     ``None`` when nothing is missing.
 
     Example:
-        >>> top = [Hit(kind="turn", unit_id="D1:2", conversation_id="c", score=1.0, speaker="Ann",
-        ...            text="I adopted a dog from the Porto shelter.", time="8 May 2023")]
+        >>> top = [
+        ...     Hit(
+        ...         kind="turn",
+        ...         unit_id="D1:2",
+        ...         conversation_id="c",
+        ...         score=1.0,
+        ...         speaker="Ann",
+        ...         text="I adopted a dog from the Porto shelter.",
+        ...         time="8 May 2023",
+        ...     )
+        ... ]
         >>> anchored_follow_up("What breed is the dog Ann adopted?", [top[0].text], top)
         'Ann Porto breed'
     """
@@ -194,8 +231,17 @@ def dependent_rewrite(query: str, found: Sequence[Hit], *, names: int = default(
     """A dependent sub-query rewritten, offline, with the names and dates its prerequisite's best evidence found.
 
     Example:
-        >>> top = [Hit(kind="turn", unit_id="D1:2", conversation_id="c", score=1.0, speaker="Ann",
-        ...            text="We moved to Porto.", time="8 May 2023")]
+        >>> top = [
+        ...     Hit(
+        ...         kind="turn",
+        ...         unit_id="D1:2",
+        ...         conversation_id="c",
+        ...         score=1.0,
+        ...         speaker="Ann",
+        ...         text="We moved to Porto.",
+        ...         time="8 May 2023",
+        ...     )
+        ... ]
         >>> dependent_rewrite("What is the weather like there?", top)
         'What is the weather like there? Ann Porto 8 May 2023'
     """

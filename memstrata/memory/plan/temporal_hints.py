@@ -48,8 +48,11 @@ _MONTH_NAMES |= {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m} |
 _MON = "(" + "|".join(sorted(_MONTH_NAMES, key=len, reverse=True)) + r")\.?"
 _NUM = rf"({COUNT})"
 
-_ANCHORED = re.compile(rf"\b(?:the\s+|a\s+)?(?:{_NUM}\s+)?(day|week|weekend|month|year)s?\s+(before|after)\s+"
-                       r"(?!that\b|then\b|yesterday\b|tomorrow\b)([^?.!;]+?)\s*(?:[?.!;]|,(?!\s*\d)|$)", re.I)
+_ANCHORED = re.compile(
+    rf"\b(?:the\s+|a\s+)?(?:{_NUM}\s+)?(day|week|weekend|month|year)s?\s+(before|after)\s+"
+    r"(?!that\b|then\b|yesterday\b|tomorrow\b)([^?.!;]+?)\s*(?:[?.!;]|,(?!\s*\d)|$)",
+    re.I,
+)
 _DAY_MONTH_YEAR = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_MON},?\s+(\d{{4}})\b", re.I)
 _MONTH_DAY_YEAR = re.compile(rf"\b{_MON}\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b", re.I)
 _ISO_DAY = re.compile(r"\b(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})\b")
@@ -63,15 +66,22 @@ _MONTH_ONLY = re.compile(rf"\b(?:in|during|last|this)\s+{_MON}(?!\s*\d)\b", re.I
 _SEASONS = {"spring": 3, "summer": 6, "autumn": 9, "fall": 9, "winter": 12}  # first month
 _SEASON = re.compile(
     r"\b(?:(early|late|mid|(?:towards?\s+)?the\s+(?:end|beginning|start)\s+of|(?:the\s+)?(?:end|beginning|start)\s+of)"
-    r"\s+)?(?:(last|this|the)\s+)?(spring|summer|autumn|fall|winter)(?:\s+of)?(?:,?\s+((?:19|20)\d{2}))?\b", re.I)
+    r"\s+)?(?:(last|this|the)\s+)?(spring|summer|autumn|fall|winter)(?:\s+of)?(?:,?\s+((?:19|20)\d{2}))?\b",
+    re.I,
+)
 _RELATIVE = re.compile(
     rf"\b(the day before yesterday|yesterday|today|tonight|last night|this morning|(?:last|this|past|previous) "
     rf"(?:week(?:end)?|month|year|monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
-    rf"{_NUM} (day|week|month|year)s? (?:ago|back))\b", re.I)
+    rf"{_NUM} (day|week|month|year)s? (?:ago|back))\b",
+    re.I,
+)
 
 
-_ASKS_WHEN = re.compile(r"^\W*(?:when\b|what (?:date|day|year|month|time)\b|which (?:date|day|year|month)\b|"
-                        r"how long ago\b|since when\b)", re.I)
+_ASKS_WHEN = re.compile(
+    r"^\W*(?:when\b|what (?:date|day|year|month|time)\b|which (?:date|day|year|month)\b|"
+    r"how long ago\b|since when\b)",
+    re.I,
+)
 
 
 def asks_when(text: str) -> bool:
@@ -107,8 +117,13 @@ def parse_hint(text: str, *, now: datetime | None) -> TemporalHint | None:
         anchor = match[4].strip()
         dated = _absolute(anchor)
         if dated is not None:
-            return TemporalHint(match[0].strip(" ?.!;,"), apply_offset(offset, dated.interval.start),  # type: ignore[union-attr]
-                                _granularity(offset.unit), offset, anchor)
+            return TemporalHint(
+                match[0].strip(" ?.!;,"),
+                apply_offset(offset, dated.interval.start),  # type: ignore[union-attr]
+                _granularity(offset.unit),
+                offset,
+                anchor,
+            )
         return TemporalHint(match[0].strip(" ?.!;,"), None, _granularity(offset.unit), offset, anchor)
     return _season(text, now) or _absolute(text) or _month_only(text, now) or _relative(text, now)
 
@@ -146,8 +161,13 @@ def apply_offset(offset: Offset, anchor: datetime) -> Interval:
 
 
 def _absolute(text: str) -> TemporalHint | None:
-    for pattern, order in ((_DAY_MONTH_YEAR, "dmy"), (_MONTH_DAY_YEAR, "mdy"), (_ISO_DAY, "iso"),
-                           (_SLASH_DAY, "slash"), (_DOT_DAY, "dot")):
+    for pattern, order in (
+        (_DAY_MONTH_YEAR, "dmy"),
+        (_MONTH_DAY_YEAR, "mdy"),
+        (_ISO_DAY, "iso"),
+        (_SLASH_DAY, "slash"),
+        (_DOT_DAY, "dot"),
+    ):
         match = pattern.search(text)
         if match:
             day = _day(match, order)
@@ -188,7 +208,11 @@ def _season(text: str, now: datetime | None) -> TemporalHint | None:
 
 def _month_only(text: str, now: datetime | None) -> TemporalHint | None:
     match = _MONTH_ONLY.search(text)
-    if match is None or now is None or match[1].lower() == "may" and not match[0].lower().startswith(("in", "during")):
+    if (
+        match is None
+        or now is None
+        or (match[1].lower() == "may" and not match[0].lower().startswith(("in", "during")))
+    ):
         return None  # "may" is also a verb: only "in May" / "during May" count
     month = _MONTH_NAMES[match[1].lower()]
     year = now.year if month <= now.month else now.year - 1

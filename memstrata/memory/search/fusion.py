@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from memstrata.memory.search.hmem_score import Interval, fuse
 from memstrata.memory.index import KindTable, MemoryIndex
-from memstrata.memory.search.query import Query
 from memstrata.memory.plan.temporal_hints import asks_when
+from memstrata.memory.search.hmem_score import Interval, fuse
+from memstrata.memory.search.query import Query
 from memstrata.memory.timeparse import mentions_time
 from memstrata.memory.tree.search import turn_event_times, turn_robustness, window_relevance
 
@@ -82,8 +82,9 @@ def score_events(table: KindTable, qvec: np.ndarray, qtokens: list[str]) -> np.n
     return hybrid_semantic(table.dense(qvec), table.bm25.scores(qtokens) if table.bm25 else np.zeros(len(table)))
 
 
-def ranked_events(scores: dict[str, np.ndarray], kinds: Sequence[str],
-                  depth: Mapping[str, int] | None = None) -> list[tuple[str, int, float]]:
+def ranked_events(
+    scores: dict[str, np.ndarray], kinds: Sequence[str], depth: Mapping[str, int] | None = None
+) -> list[tuple[str, int, float]]:
     """``(kind, row, score)`` of the given event kinds, best first (ties in kind, then row order).
 
     With ``depth``, only each named kind's best ``depth[kind]`` rows are ranked (a kind not named keeps
@@ -165,7 +166,13 @@ def standardize(scores: np.ndarray) -> np.ndarray:
 
 
 def score_turns(
-    index: MemoryIndex, query: Query, own: np.ndarray, prior: np.ndarray, *, weights: Weights, now: datetime | None,
+    index: MemoryIndex,
+    query: Query,
+    own: np.ndarray,
+    prior: np.ndarray,
+    *,
+    weights: Weights,
+    now: datetime | None,
 ) -> dict[str, np.ndarray]:
     """Every turn's fused score for one sub-query, with its parts (``own`` from :func:`turn_semantic`)."""
     n = len(index.turns)
@@ -224,7 +231,8 @@ def _neighbour_max(index: MemoryIndex, values: np.ndarray) -> np.ndarray:
 
 def robustness_all(index: MemoryIndex, now: datetime | None, weights: Weights) -> np.ndarray:
     """Vectorized H-Mem Eq. 2 with the reinforcement the temporal tree records (n_m, r_m of the event
-    summary holding each turn; see :func:`memstrata.memory.tree.search.turn_robustness`); 1.0 where untimed."""
+    summary holding each turn; see :func:`memstrata.memory.tree.search.turn_robustness`); 1.0 where untimed.
+    """
     return turn_robustness(index, now, tau_days=weights.tau_days, eta=weights.eta)
 
 

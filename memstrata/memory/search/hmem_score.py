@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-
 DAY = 86400.0
 
 
@@ -48,14 +47,14 @@ def temporal_relevance(unit: Interval | None, hint: Interval | None, *, lam: flo
     return lam * inter / (union + eps) + (1 - lam) * max(0.0, 1 - distance / (union + eps))
 
 
-def robustness(last: datetime | None, now: datetime | None, *, tau_days: float, eta: float,
-               reinforcements: int = 0) -> float:
+def robustness(
+    last: datetime | None, now: datetime | None, *, tau_days: float, eta: float, reinforcements: int = 0
+) -> float:
     """H-Mem Eq. 2: Ebbinghaus retention with reinforcement; 1.0 when times are unknown."""
     if last is None or now is None:
         return 1.0
     elapsed = max(0.0, (now - last).total_seconds())
     return math.exp(-elapsed / (tau_days * DAY * (1 + eta * math.log1p(reinforcements))))
-
 
 
 def fuse(semantic: Any, temporal: Any, robust: Any, *, weights: tuple[float, float, float]) -> Any:

@@ -10,9 +10,20 @@ query whose scope also searches the raw kind reads the best raw turns directly
 
 Example:
     >>> q = Query(id="q0", text="Where does Ann live?")
-    >>> light_lookup(index, [q], vectors, level1_k=10, coarse_n=30, weights=weights(ctx), now=None,
-    ...              scope_kinds={"Mixed": ["summary", "turn"]}, raw_per_query=75, superseded=0.8,
-    ...              level1_rank="fused", window_k=3)                       # doctest: +SKIP
+    >>> light_lookup(
+    ...     index,
+    ...     [q],
+    ...     vectors,
+    ...     level1_k=10,
+    ...     coarse_n=30,
+    ...     weights=weights(ctx),
+    ...     now=None,
+    ...     scope_kinds={"Mixed": ["summary", "turn"]},
+    ...     raw_per_query=75,
+    ...     superseded=0.8,
+    ...     level1_rank="fused",
+    ...     window_k=3,
+    ... )  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -23,18 +34,25 @@ from datetime import datetime
 
 import numpy as np
 
-from memstrata.memory.search.fusion import RRF_K, Weights
 from memstrata.memory.entity_graph.expansion import GraphSearch
-from memstrata.memory.search.scoring import (
-    event_hit, graph_events, graph_hits, query_graph, query_key, score_query, theme_hits, turn_hits,
-)
-from memstrata.memory.search.themes import ThemeSearch, ThemeTrace, theme_reach
 from memstrata.memory.index import MemoryIndex
-from memstrata.memory.levels.level1.summary import SUMMARY
 from memstrata.memory.levels.level1.persona import PERSONA
+from memstrata.memory.levels.level1.summary import SUMMARY
 from memstrata.memory.levels.level1.theme import THEME
+from memstrata.memory.search.fusion import RRF_K, Weights
 from memstrata.memory.search.persona import PERSONA_FOUND_BY, PersonaMatch, persona_match
 from memstrata.memory.search.query import Hit, Query
+from memstrata.memory.search.scoring import (
+    event_hit,
+    graph_events,
+    graph_hits,
+    query_graph,
+    query_key,
+    score_query,
+    theme_hits,
+    turn_hits,
+)
+from memstrata.memory.search.themes import ThemeSearch, ThemeTrace, theme_reach
 from memstrata.memory.tree.search import WINDOW_FOUND_BY, node_window, tag_hits, window_rows
 
 
@@ -52,10 +70,22 @@ class LightResult:
 
 
 def light_lookup(
-    index: MemoryIndex, queries: Sequence[Query], vectors: np.ndarray, *, level1_k: int | Mapping[str, int],
-    coarse_n: int, weights: Weights, now: datetime | None, scope_kinds: Mapping[str, Sequence[str]],
-    raw_per_query: int, superseded: float, level1_rank: str, window_k: int, graph: GraphSearch | None = None,
-    themes: ThemeSearch | None = None, persona: float | None = None,
+    index: MemoryIndex,
+    queries: Sequence[Query],
+    vectors: np.ndarray,
+    *,
+    level1_k: int | Mapping[str, int],
+    coarse_n: int,
+    weights: Weights,
+    now: datetime | None,
+    scope_kinds: Mapping[str, Sequence[str]],
+    raw_per_query: int,
+    superseded: float,
+    level1_rank: str,
+    window_k: int,
+    graph: GraphSearch | None = None,
+    themes: ThemeSearch | None = None,
+    persona: float | None = None,
 ) -> LightResult:
     """Top-k events of each kind per query, the coarse top-``coarse_n``, and their turns (plus direct raw turns).
 
@@ -81,10 +111,23 @@ def light_lookup(
         by_themes = themes if THEME.kind in searched else None
         reads_raw = index.turns_kind in scope_kinds.get(query.scope, ())
         ks = {k: level1_k if isinstance(level1_k, int) else level1_k.get(k, 0) for k in kinds}
-        deep = {k: len(index.events[k]) if k == SUMMARY.kind and level1_rank != "own" else max(coarse_n, ks[k])
-                for k in kinds}
-        ranked, parts = score_query(index, query, qvec, event_kinds=kinds, top_events=ks, weights=weights,
-                                    now=now, graph=graph, superseded=superseded, depth=deep, themes=by_themes)
+        deep = {
+            k: len(index.events[k]) if k == SUMMARY.kind and level1_rank != "own" else max(coarse_n, ks[k])
+            for k in kinds
+        }
+        ranked, parts = score_query(
+            index,
+            query,
+            qvec,
+            event_kinds=kinds,
+            top_events=ks,
+            weights=weights,
+            now=now,
+            graph=graph,
+            superseded=superseded,
+            depth=deep,
+            themes=by_themes,
+        )
         ranked = rerank_summaries(index, ranked, parts["score"], level1_rank)
         found: list[Hit] = []
         seen: dict[str, int] = {}
@@ -98,8 +141,15 @@ def light_lookup(
                 level1.setdefault(hit.key, hit)
             elif reads_raw or len(found) >= raw_per_query:
                 continue  # beyond the top k, events bring turns only to fill a scope that reads no raw turns
-            found += turn_hits(index, index.events[kind].turn_rows[row], parts, level="level1", found_by=kind,
-                               query=query, window=node_window(index.events[kind].units[row]))
+            found += turn_hits(
+                index,
+                index.events[kind].turn_rows[row],
+                parts,
+                level="level1",
+                found_by=kind,
+                query=query,
+                window=node_window(index.events[kind].units[row]),
+            )
         reached = query_graph(index, query, graph)
         found += graph_hits(index, query, reached, parts)  # before the theme path's: a tie keeps the entity path
         through_themes, how = theme_reach(index, query, None, by_themes, key=query_key(query, superseded))
@@ -109,15 +159,34 @@ def light_lookup(
         match = persona_match(index, query, qvec, similarity=persona) if persona is not None else None
         if match is not None:  # the dimension's items bring their turns; the answer opens with the dimension
             out.persona[query.id] = match
-            found += turn_hits(index, index.events[PERSONA.kind].turn_rows[match.row], parts, level="level1",
-                               found_by=PERSONA_FOUND_BY, query=query, via=match.unit_id)
+            found += turn_hits(
+                index,
+                index.events[PERSONA.kind].turn_rows[match.row],
+                parts,
+                level="level1",
+                found_by=PERSONA_FOUND_BY,
+                query=query,
+                via=match.unit_id,
+            )
         for hit in graph_events(index, query, reached, ranked):  # entity seeds -> fragments -> tree events
             out.graph_events[hit.key] = coarse.setdefault(hit.key, hit) is hit
         if reads_raw and len(parts["score"]):
-            found += turn_hits(index, np.argsort(-parts["score"])[:raw_per_query], parts, level="level2",
-                               found_by=index.turns_kind, query=query)
-        found += turn_hits(index, window_rows(index, query.hint, parts["score"], window_k), parts, level="level2",
-                           found_by=WINDOW_FOUND_BY, query=query)
+            found += turn_hits(
+                index,
+                np.argsort(-parts["score"])[:raw_per_query],
+                parts,
+                level="level2",
+                found_by=index.turns_kind,
+                query=query,
+            )
+        found += turn_hits(
+            index,
+            window_rows(index, query.hint, parts["score"], window_k),
+            parts,
+            level="level2",
+            found_by=WINDOW_FOUND_BY,
+            query=query,
+        )
         out.turns += tag_hits(index, query, found)  # the scope and tree window that led to each turn
     out.level1 = list(level1.values())
     out.coarse = sorted(coarse.values(), key=lambda h: -h.score)
@@ -129,8 +198,9 @@ def light_lookup(
 LEVEL1_RANKS = ("own", "turns", "fused")
 
 
-def rerank_summaries(index: MemoryIndex, ranked: list[tuple[str, int, float]], turn_scores: np.ndarray,
-                     how: str) -> list[tuple[str, int, float]]:
+def rerank_summaries(
+    index: MemoryIndex, ranked: list[tuple[str, int, float]], turn_scores: np.ndarray, how: str
+) -> list[tuple[str, int, float]]:
     """The Level-1 summaries in ``ranked`` reordered among their own slots; other kinds stay where they are.
 
     * ``own``: by the summary's own text match (HyMem ranks summaries so);

@@ -16,9 +16,19 @@ verbatim.
 Example:
     >>> from memstrata.memory.search.query import Hit
     >>> class Words:
-    ...     def count(self, text): return len(text.split())
-    >>> items = [Hit(kind="turn", unit_id="t1", conversation_id="c", score=1.0, session_id="1",
-    ...              speaker="Ann", text="I live in Porto.")]
+    ...     def count(self, text):
+    ...         return len(text.split())
+    >>> items = [
+    ...     Hit(
+    ...         kind="turn",
+    ...         unit_id="t1",
+    ...         conversation_id="c",
+    ...         score=1.0,
+    ...         session_id="1",
+    ...         speaker="Ann",
+    ...         text="I live in Porto.",
+    ...     )
+    ... ]
     >>> pack_context(items, budget=20, counter=Words())[0]
     '[session 1]\\nt1 Ann: I live in Porto.'
     >>> render([items[0].with_(unit_id="D1:3", time="8 May 2023")])
@@ -93,9 +103,7 @@ def render_lines(items: Sequence[Hit]) -> list[str]:
     return lines
 
 
-def pack_context(
-    ranked: Sequence[Hit], *, budget: int, counter: Counter
-) -> tuple[str, list[Hit], int]:
+def pack_context(ranked: Sequence[Hit], *, budget: int, counter: Counter) -> tuple[str, list[Hit], int]:
     """Admit ranked items while they fit; return (context, admitted items in rank order, tokens)."""
     chosen: list[Hit] = []
     sessions: set[tuple[str, tuple[int, str], str]] = set()
@@ -156,4 +164,3 @@ def parse_context(context: str) -> list[tuple[str, str]]:
         if rest:
             out.append((f"{prefix}:{part}" if prefix else part, rest))
     return out
-

@@ -32,7 +32,8 @@ PERSONA_LABEL = "persona"
 _INFERENCE = re.compile(
     r"\b(would|could|might|may|likely|unlikely|probably|possibly|perhaps|considered?|kind of|sort of|type of|"
     r"personality|character|values?|believes?|beliefs?|attitudes?|leaning|prefer|preferences?|feel about)\b",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 
 def asks_inference(text: str) -> bool:
@@ -53,8 +54,14 @@ class PersonaMatch:
     why: str
 
     def trace(self) -> dict[str, Any]:
-        return {"persona": self.unit_id, "conversation_id": self.conversation_id, "speaker": self.speaker,
-                "dimension": self.dimension, "similarity": round(self.similarity, 3), "why": self.why}
+        return {
+            "persona": self.unit_id,
+            "conversation_id": self.conversation_id,
+            "speaker": self.speaker,
+            "dimension": self.dimension,
+            "similarity": round(self.similarity, 3),
+            "why": self.why,
+        }
 
 
 def named_speakers(index: MemoryIndex, text: str) -> list[str]:
@@ -81,9 +88,16 @@ def persona_match(index: MemoryIndex, query: Query, qvec: np.ndarray, *, similar
     if float(sims[best]) < similarity:
         return None
     unit = table.units[rows[best]]
-    return PersonaMatch(rows[best], unit.id, unit.conversation_id, unit.speaker, unit.dimension, float(sims[best]),
-                        f"the question asks to infer about {unit.speaker}; {unit.dimension} is the nearest dimension "
-                        f"({float(sims[best]):.2f} >= {similarity:g})")
+    return PersonaMatch(
+        rows[best],
+        unit.id,
+        unit.conversation_id,
+        unit.speaker,
+        unit.dimension,
+        float(sims[best]),
+        f"the question asks to infer about {unit.speaker}; {unit.dimension} is the nearest dimension "
+        f"({float(sims[best]):.2f} >= {similarity:g})",
+    )
 
 
 def persona_block(index: MemoryIndex, unit_id: str, conversation_id: str) -> str:

@@ -117,11 +117,23 @@ class Hit:
 
     def evidence(self) -> dict[str, Any]:
         """The public evidence record of a turn hit (see :class:`memstrata.result.Evidence`)."""
-        return {"turn_id": self.unit_id, "conversation_id": self.conversation_id, "session_id": self.session_id,
-                "position": self.position, "speaker": self.speaker, "text": self.text, "time": self.time, "image_caption": self.image_caption,
-                "level": self.level, "found_by": self.found_by, "score": self.score, "score_parts": self.parts,
-                **({"via": self.via} if self.via else {}), **({"scope": self.scope} if self.scope else {}),
-                **({"window": self.window} if self.window else {})}
+        return {
+            "turn_id": self.unit_id,
+            "conversation_id": self.conversation_id,
+            "session_id": self.session_id,
+            "position": self.position,
+            "speaker": self.speaker,
+            "text": self.text,
+            "time": self.time,
+            "image_caption": self.image_caption,
+            "level": self.level,
+            "found_by": self.found_by,
+            "score": self.score,
+            "score_parts": self.parts,
+            **({"via": self.via} if self.via else {}),
+            **({"scope": self.scope} if self.scope else {}),
+            **({"window": self.window} if self.window else {}),
+        }
 
 
 _HIT_FIELDS = frozenset(f.name for f in fields(Hit))
@@ -129,13 +141,17 @@ _HIT_FIELDS = frozenset(f.name for f in fields(Hit))
 
 def keep_best(left: list[Hit] | None, right: list[Hit] | None) -> list[Hit]:
     """Reducer: hits by key; a unit found again keeps its best score, stays Level-1 once reached so, and keeps
-    the entity path of a graph search that also reached it."""
+    the entity path of a graph search that also reached it.
+    """
     out = {h.key: h for h in left or []}
     for hit in right or []:
         old = out.get(hit.key)
         if old is None or hit.score > old.score:
-            new = hit.with_(level=old.level, found_by=old.found_by, scope=old.scope, window=old.window) \
-                if old is not None and old.level == "level1" else hit
+            new = (
+                hit.with_(level=old.level, found_by=old.found_by, scope=old.scope, window=old.window)
+                if old is not None and old.level == "level1"
+                else hit
+            )
         else:
             new = old
         via = new.via or hit.via or (old.via if old is not None else "")

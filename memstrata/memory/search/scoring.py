@@ -15,23 +15,38 @@ from typing import Any
 
 import numpy as np
 
-from memstrata.memory.search.fusion import (
-    Weights, event_prior, link_prior, ranked_events, score_events, score_turns, turn_semantic,
-)
 from memstrata.memory.entity_graph.expansion import GraphSearch, Reach, graph_reach
 from memstrata.memory.index import MemoryIndex, tokenize
-from memstrata.memory.search.query import Hit, Query
-from memstrata.memory.search.themes import ThemeReach, ThemeSearch, theme_prior_rows, theme_reach
 from memstrata.memory.levels.level1.fact import FACT
 from memstrata.memory.levels.level1.summary import SUMMARY
+from memstrata.memory.search.fusion import (
+    Weights,
+    event_prior,
+    link_prior,
+    ranked_events,
+    score_events,
+    score_turns,
+    turn_semantic,
+)
+from memstrata.memory.search.query import Hit, Query
+from memstrata.memory.search.themes import ThemeReach, ThemeSearch, theme_prior_rows, theme_reach
 from memstrata.memory.timeparse import format_date
 
 FACT_KIND = FACT.kind
 SUMMARY_KIND = SUMMARY.kind
 
 
-def turn_hits(index: MemoryIndex, rows: Sequence[int] | np.ndarray, parts: dict[str, np.ndarray], *, level: str,
-              found_by: str, query: Query, via: str = "", window: str = "") -> list[Hit]:
+def turn_hits(
+    index: MemoryIndex,
+    rows: Sequence[int] | np.ndarray,
+    parts: dict[str, np.ndarray],
+    *,
+    level: str,
+    found_by: str,
+    query: Query,
+    via: str = "",
+    window: str = "",
+) -> list[Hit]:
     """The hits of turn rows ``rows``, in order, each with its score breakdown (and the tree window that
     found them, for turns reached through a tree node).
 
@@ -47,13 +62,28 @@ def turn_hits(index: MemoryIndex, rows: Sequence[int] | np.ndarray, parts: dict[
     out = []
     for j, i in enumerate(rows):
         t = index.turns[i]
-        out.append(Hit(
-            kind=index.turns_kind, unit_id=t.id, conversation_id=t.conversation_id, score=scores[j] * query.weight,
-            parts={k: column[j] for k, column in zip(names, columns, strict=True)},
-            turn_ids=[t.id], found_by=found_by, level=level, query_id=query.id, text=t.text,
-            time=dates[i], session_id=t.session_id, position=t.position,
-            speaker=t.speaker, image_caption=t.image_caption, via=via, scope=query.scope, window=window,
-        ))
+        out.append(
+            Hit(
+                kind=index.turns_kind,
+                unit_id=t.id,
+                conversation_id=t.conversation_id,
+                score=scores[j] * query.weight,
+                parts={k: column[j] for k, column in zip(names, columns, strict=True)},
+                turn_ids=[t.id],
+                found_by=found_by,
+                level=level,
+                query_id=query.id,
+                text=t.text,
+                time=dates[i],
+                session_id=t.session_id,
+                position=t.position,
+                speaker=t.speaker,
+                image_caption=t.image_caption,
+                via=via,
+                scope=query.scope,
+                window=window,
+            )
+        )
     return out
 
 
@@ -74,9 +104,19 @@ def _date_label(when: datetime | None) -> str:
 def event_hit(index: MemoryIndex, kind: str, row: int, score: float, query: Query) -> Hit:
     """The hit of one event unit (e.g. a Level-1 summary)."""
     unit = index.events[kind].units[row]
-    return Hit(kind=kind, unit_id=unit.id, conversation_id=unit.conversation_id, score=round(float(score), 4),
-               turn_ids=unit.linked_turn_ids(), found_by=kind, level="level1", query_id=query.id,
-               text=unit.embed_text(), time=format_date(unit.timestamp), session_id=getattr(unit, "session_id", ""))
+    return Hit(
+        kind=kind,
+        unit_id=unit.id,
+        conversation_id=unit.conversation_id,
+        score=round(float(score), 4),
+        turn_ids=unit.linked_turn_ids(),
+        found_by=kind,
+        level="level1",
+        query_id=query.id,
+        text=unit.embed_text(),
+        time=format_date(unit.timestamp),
+        session_id=getattr(unit, "session_id", ""),
+    )
 
 
 def event_turn_rows(index: MemoryIndex, hits: Sequence[Hit]) -> list[int]:
@@ -90,11 +130,20 @@ def event_turn_rows(index: MemoryIndex, hits: Sequence[Hit]) -> list[int]:
     return list(rows)
 
 
-def score_query(index: MemoryIndex, query: Query, qvec: np.ndarray, *, event_kinds: Sequence[str],
-                top_events: int | Mapping[str, int], weights: Weights, now: datetime | None,
-                graph: GraphSearch | None = None, superseded: float = 1.0,
-                depth: Mapping[str, int] | None = None,
-                themes: ThemeSearch | None = None) -> tuple[list[tuple[str, int, float]], dict[str, np.ndarray]]:
+def score_query(
+    index: MemoryIndex,
+    query: Query,
+    qvec: np.ndarray,
+    *,
+    event_kinds: Sequence[str],
+    top_events: int | Mapping[str, int],
+    weights: Weights,
+    now: datetime | None,
+    graph: GraphSearch | None = None,
+    superseded: float = 1.0,
+    depth: Mapping[str, int] | None = None,
+    themes: ThemeSearch | None = None,
+) -> tuple[list[tuple[str, int, float]], dict[str, np.ndarray]]:
     """The query's events of the given kinds, best first, and every turn's fused score with its parts.
 
     Each kind's events are ranked as deep as ``top_events`` needs, or as ``depth`` asks when deeper
@@ -109,13 +158,22 @@ def score_query(index: MemoryIndex, query: Query, qvec: np.ndarray, *, event_kin
     key = query_key(query, superseded)
     if key not in index.memo:
         tokens = tokenize([query.text])[0]
-        events = {k: score_events(t, qvec, tokens) * _validity(index, k, superseded, query.text)
-                  for k, t in index.events.items()}
+        events = {
+            k: score_events(t, qvec, tokens) * _validity(index, k, superseded, query.text)
+            for k, t in index.events.items()
+        }
         index.remember(key, (events, turn_semantic(index, qvec, tokens)))
     events, own = index.memo[key]
-    ranked = ranked_events(events, event_kinds, None if depth is None else {
-        k: max(depth.get(k, 0), top_events if isinstance(top_events, int) else top_events.get(k, 0))
-        for k in event_kinds})
+    ranked = ranked_events(
+        events,
+        event_kinds,
+        None
+        if depth is None
+        else {
+            k: max(depth.get(k, 0), top_events if isinstance(top_events, int) else top_events.get(k, 0))
+            for k in event_kinds
+        },
+    )
     prior = event_prior(index, ranked, top_events)
     reached = query_graph(index, query, graph, events)
     if reached:
@@ -132,8 +190,9 @@ def query_key(query: Query, superseded: float) -> str:
     return f"{query.text}\x1f{query.dense_text or ''}\x1f{superseded}"
 
 
-def query_graph(index: MemoryIndex, query: Query, graph: GraphSearch | None,
-                events: dict[str, np.ndarray] | None = None) -> list[tuple[int, float, Reach]]:
+def query_graph(
+    index: MemoryIndex, query: Query, graph: GraphSearch | None, events: dict[str, np.ndarray] | None = None
+) -> list[tuple[int, float, Reach]]:
     """The facts the query reaches through the entity graph, memoized per query text on the snapshot.
 
     :func:`score_query` computes it from the query's fact scores; later calls read the memo.
@@ -148,30 +207,44 @@ def query_graph(index: MemoryIndex, query: Query, graph: GraphSearch | None,
     return index.memo[key]
 
 
-def graph_hits(index: MemoryIndex, query: Query, reached: Sequence[tuple[int, float, Reach]],
-               parts: dict[str, np.ndarray]) -> list[Hit]:
+def graph_hits(
+    index: MemoryIndex, query: Query, reached: Sequence[tuple[int, float, Reach]], parts: dict[str, np.ndarray]
+) -> list[Hit]:
     """The raw turns of the facts reached through the graph, each naming the entity path that found it."""
     facts = index.events[FACT_KIND]
     out = []
     for row, _, how in reached:
-        out += turn_hits(index, facts.turn_rows[row], parts, level="level1", found_by="entity_graph", query=query,
-                         via=f"{how.describe()} -> {facts.units[row].id}")
+        out += turn_hits(
+            index,
+            facts.turn_rows[row],
+            parts,
+            level="level1",
+            found_by="entity_graph",
+            query=query,
+            via=f"{how.describe()} -> {facts.units[row].id}",
+        )
     return out
 
 
-def theme_hits(index: MemoryIndex, query: Query, reached: Sequence[ThemeReach],
-               parts: dict[str, np.ndarray]) -> list[Hit]:
+def theme_hits(
+    index: MemoryIndex, query: Query, reached: Sequence[ThemeReach], parts: dict[str, np.ndarray]
+) -> list[Hit]:
     """The raw turns of the facts the theme path admitted, each naming its theme and fact."""
     facts = index.events[FACT_KIND]
     out = []
     for r in reached:
-        out += turn_hits(index, facts.turn_rows[r.fact_row], parts, level="level1", found_by=r.found_by,
-                         query=query, via=r.via)
+        out += turn_hits(
+            index, facts.turn_rows[r.fact_row], parts, level="level1", found_by=r.found_by, query=query, via=r.via
+        )
     return out
 
 
-def graph_events(index: MemoryIndex, query: Query, reached: Sequence[tuple[int, float, Reach]],
-                 ranked: Sequence[tuple[str, int, float]]) -> list[Hit]:
+def graph_events(
+    index: MemoryIndex,
+    query: Query,
+    reached: Sequence[tuple[int, float, Reach]],
+    ranked: Sequence[tuple[str, int, float]],
+) -> list[Hit]:
     """H-Mem's entity seeds mapped through their fragments to tree events (§3.3).
 
     For each fact the graph reached, the Level-1 event summary holding its raw turns (a leaf of the
@@ -195,8 +268,9 @@ def graph_events(index: MemoryIndex, query: Query, reached: Sequence[tuple[int, 
             row = holder.get(turn_row)
             if row is not None and row not in out:
                 hit = event_hit(index, SUMMARY_KIND, row, own.get(row, floor) * query.weight, query)
-                out[row] = hit.with_(found_by="entity_graph",
-                                     via=f"{how.describe()} -> {facts.units[fact_row].id} -> {hit.unit_id}")
+                out[row] = hit.with_(
+                    found_by="entity_graph", via=f"{how.describe()} -> {facts.units[fact_row].id} -> {hit.unit_id}"
+                )
     return list(out.values())
 
 

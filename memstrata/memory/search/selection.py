@@ -27,8 +27,9 @@ def _rows(index: MemoryIndex, hits: Sequence[Hit]) -> list[int | None]:
     return [index.by_key.get((h.conversation_id, h.unit_id)) for h in hits]
 
 
-def drop_near_duplicates(candidates: Sequence[Hit], index: MemoryIndex, *, max_items: int,
-                         threshold: float = 0.95) -> tuple[list[Hit], int]:
+def drop_near_duplicates(
+    candidates: Sequence[Hit], index: MemoryIndex, *, max_items: int, threshold: float = 0.95
+) -> tuple[list[Hit], int]:
     """The best ``max_items`` turns by score, skipping near-duplicates of a better one; and how many were skipped."""
     best: dict[str, Hit] = {}
     for cand in candidates:
@@ -48,8 +49,9 @@ def drop_near_duplicates(candidates: Sequence[Hit], index: MemoryIndex, *, max_i
     return kept, int(dropped.sum())
 
 
-def mmr(candidates: Sequence[Hit], index: MemoryIndex, *, penalty: float, head: int = default("mmr_head"),
-        picks: int = 80) -> list[Hit]:
+def mmr(
+    candidates: Sequence[Hit], index: MemoryIndex, *, penalty: float, head: int = default("mmr_head"), picks: int = 80
+) -> list[Hit]:
     """Rank by score minus ``penalty`` x the best similarity to what is already ranked (MMR).
 
     Only the first ``picks`` slots are reordered; the rest keep score order.
@@ -85,7 +87,7 @@ def window_first(ranked: Sequence[Hit], quota: int) -> list[Hit]:
     inside a window when its temporal part is 1 (:func:`memstrata.memory.tree.search.window_relevance`
     gives 1 there and H-Mem's Eq. 1, below 1, elsewhere). The other hits keep their order.
     """
-    inside = [h for h in ranked if h.parts.get("temporal", 0.0) >= 1.0][:max(quota, 0)]
+    inside = [h for h in ranked if h.parts.get("temporal", 0.0) >= 1.0][: max(quota, 0)]
     first = {h.key for h in inside}
     return [*inside, *(h for h in ranked if h.key not in first)]
 

@@ -28,8 +28,8 @@ admitted turns first cost recall at small budgets, so ``Context`` defaults to th
 spreading, as a prior and candidates; Eq. 4 and Stage II stay one setting away.
 
 Example:
-    >>> reach, trace = theme_reach(index, query, events, theme_search(ctx))     # doctest: +SKIP
-    >>> [(r.fact_row, r.found_by, r.via) for r in reach][:1]                    # doctest: +SKIP
+    >>> reach, trace = theme_reach(index, query, events, theme_search(ctx))  # doctest: +SKIP
+    >>> [(r.fact_row, r.found_by, r.via) for r in reach][:1]  # doctest: +SKIP
     [(41, 'theme', 'theme:3 -> fact:s4:0-5:2')]
 """
 
@@ -54,7 +54,8 @@ THEME_FINDERS = (THEME_FOUND_BY, SPREAD_FOUND_BY)
 @dataclass(frozen=True)
 class ThemeSearch:
     """One query's theme path settings, built from ``Context``'s theme retrieval section only
-    (:func:`memstrata.runtime.search.theme_search`; ``None`` there when ``theme_search_k`` is 0)."""
+    (:func:`memstrata.runtime.search.theme_search`; ``None`` there when ``theme_search_k`` is 0).
+    """
 
     themes: int
     facts: int
@@ -73,8 +74,10 @@ class ThemeSearch:
             msg = f"theme_select must be one of {SELECTIONS}, not {self.select!r}"
             raise ValueError(msg)
         if not (0 < self.coverage <= 1 and 0 <= self.alpha <= 1 and self.patience >= 1):
-            msg = (f"theme_coverage must be in (0, 1], theme_alpha in [0, 1] and theme_patience at least 1; got "
-                   f"{self.coverage}, {self.alpha}, {self.patience}")
+            msg = (
+                f"theme_coverage must be in (0, 1], theme_alpha in [0, 1] and theme_patience at least 1; got "
+                f"{self.coverage}, {self.alpha}, {self.patience}"
+            )
             raise ValueError(msg)
 
 
@@ -102,10 +105,12 @@ class ThemeTrace:
     uncertainty_measure: str | None = None  # what Stage II measured (offline: the proxy, named as such)
 
 
-def theme_reach(index: MemoryIndex, query: Query, events: dict[str, np.ndarray] | None,
-                search: ThemeSearch | None, *, key: str) -> tuple[list[ThemeReach], ThemeTrace]:
+def theme_reach(
+    index: MemoryIndex, query: Query, events: dict[str, np.ndarray] | None, search: ThemeSearch | None, *, key: str
+) -> tuple[list[ThemeReach], ThemeTrace]:
     """The facts the theme path admits for ``query``, memoized on the snapshot under the caller's ``key`` (the
-    one its event scores are memoized under: query text, dense text, validity factor)."""
+    one its event scores are memoized under: query text, dense text, validity factor).
+    """
     themes, facts = index.events.get(THEME.kind), index.events.get(FACT.kind)
     if search is None or search.themes <= 0 or themes is None or facts is None or not len(themes):
         return [], ThemeTrace()
@@ -117,8 +122,9 @@ def theme_reach(index: MemoryIndex, query: Query, events: dict[str, np.ndarray] 
     return index.memo[key]
 
 
-def _reach(index: MemoryIndex, query: Query, theme_scores: np.ndarray, fact_scores: np.ndarray,
-           s: ThemeSearch) -> tuple[list[ThemeReach], ThemeTrace]:
+def _reach(
+    index: MemoryIndex, query: Query, theme_scores: np.ndarray, fact_scores: np.ndarray, s: ThemeSearch
+) -> tuple[list[ThemeReach], ThemeTrace]:
     themes, facts = index.events[THEME.kind], index.events[FACT.kind]
     members = theme_members(index)
     owner = {f: t for t, rows in enumerate(members) for f in rows}
@@ -142,7 +148,7 @@ def _reach(index: MemoryIndex, query: Query, theme_scores: np.ndarray, fact_scor
     came_from: dict[int, int] = {}
     for t in picked:
         rows = sorted(members[t], key=lambda f: (-fact_scores[f], f))
-        for f in rows[:s.spread] if s.spread > 0 else rows:
+        for f in rows[: s.spread] if s.spread > 0 else rows:
             if f not in came_from:
                 came_from[f] = t
                 induced.append(f)
@@ -153,8 +159,15 @@ def _reach(index: MemoryIndex, query: Query, theme_scores: np.ndarray, fact_scor
     support = {f: float(fact_scores[f] + theme_scores[came_from[f]]) for f in chosen_f}
     if s.stage2:
         chosen_f = _stage2(index, query, chosen_f, support, s, trace)
-    return [ThemeReach(f, support[f], f"{themes.units[came_from[f]].id} -> {facts.units[f].id}",
-                       SPREAD_FOUND_BY if came_from[f] in evoked else THEME_FOUND_BY) for f in chosen_f], trace
+    return [
+        ThemeReach(
+            f,
+            support[f],
+            f"{themes.units[came_from[f]].id} -> {facts.units[f].id}",
+            SPREAD_FOUND_BY if came_from[f] in evoked else THEME_FOUND_BY,
+        )
+        for f in chosen_f
+    ], trace
 
 
 def _top(scores: np.ndarray, n: int) -> list[int]:
@@ -170,21 +183,38 @@ def _select(relevance: np.ndarray, vecs: np.ndarray, s: ThemeSearch, budget: int
     if s.select == "top":
         return order[:budget]
     rel, v = relevance[order], vecs[order]
-    return [order[i] for i in representatives(rel, v @ v.T, k=s.knn, alpha=s.alpha, coverage=s.coverage,
-                                              budget=budget)]
+    return [order[i] for i in representatives(rel, v @ v.T, k=s.knn, alpha=s.alpha, coverage=s.coverage, budget=budget)]
 
 
-def _stage2(index: MemoryIndex, query: Query, chosen: Sequence[int], support: dict[int, float], s: ThemeSearch,
-            trace: ThemeTrace) -> list[int]:
+def _stage2(
+    index: MemoryIndex,
+    query: Query,
+    chosen: Sequence[int],
+    support: dict[int, float],
+    s: ThemeSearch,
+    trace: ThemeTrace,
+) -> list[int]:
     """The chosen facts of the episodes admitted by the coverage proxy, episode by episode in support order."""
     facts = index.events[FACT.kind]
     groups: dict[str, list[int]] = {}
     for f in chosen:
         groups.setdefault(facts.units[f].episode_id, []).append(f)
     order = sorted(groups, key=lambda e: (-sum(support[f] for f in groups[e]), e))
-    terms = [set(tokenize([" ".join([*(facts.units[f].text for f in groups[e]),
-                                     *(index.turns[r].text for f in groups[e] for r in facts.turn_rows[f])])])[0])
-             for e in order]
+    terms = [
+        set(
+            tokenize(
+                [
+                    " ".join(
+                        [
+                            *(facts.units[f].text for f in groups[e]),
+                            *(index.turns[r].text for f in groups[e] for r in facts.turn_rows[f]),
+                        ]
+                    )
+                ]
+            )[0]
+        )
+        for e in order
+    ]
     words = set(tokenize([query.text])[0])
     if not words:  # nothing to lower: Stage II cannot judge, so it admits what Stage I chose
         trace.uncertainty_measure = "none: the query has no content words"
@@ -197,7 +227,8 @@ def _stage2(index: MemoryIndex, query: Query, chosen: Sequence[int], support: di
 
 def episode_rounds(index: MemoryIndex, hits: Sequence[Hit]) -> list[tuple[str, list[Hit]]]:
     """Stage II's offers with a model: the theme path's turn hits grouped by the episode of the fact that brought
-    each (named in its ``via``), the episodes in order of support (their hits' summed score), ties by id."""
+    each (named in its ``via``), the episodes in order of support (their hits' summed score), ties by id.
+    """
     facts = index.events.get(FACT.kind)
     groups: dict[str, list[Hit]] = {}
     for hit in hits:
@@ -214,8 +245,13 @@ def theme_members(index: MemoryIndex) -> list[list[int]]:
     key = "theme_members"
     if key not in index.memo:
         themes, facts = index.events[THEME.kind], index.events[FACT.kind]
-        index.remember(key, [[facts.by_key[(t.conversation_id, f)] for f in t.fact_ids
-                              if (t.conversation_id, f) in facts.by_key] for t in themes.units])
+        index.remember(
+            key,
+            [
+                [facts.by_key[(t.conversation_id, f)] for f in t.fact_ids if (t.conversation_id, f) in facts.by_key]
+                for t in themes.units
+            ],
+        )
     return index.memo[key]
 
 
@@ -223,4 +259,3 @@ def theme_prior_rows(index: MemoryIndex, reached: Sequence[ThemeReach]) -> list[
     """(turn rows, support) of each admitted fact, for :func:`~memstrata.memory.search.fusion.link_prior`."""
     facts = index.events[FACT.kind]
     return [(facts.turn_rows[r.fact_row], r.support) for r in reached]
-

@@ -30,23 +30,39 @@ def top_k(sims: np.ndarray, k: int) -> list[list[int]]:
     return out
 
 
-def knn_edges(conversation_id: str, fact_ids: Sequence[str], fact_vectors: np.ndarray, themes: dict[str, list[str]],
-              theme_vectors: dict[str, np.ndarray], *, k: int) -> list[Edge]:
+def knn_edges(
+    conversation_id: str,
+    fact_ids: Sequence[str],
+    fact_vectors: np.ndarray,
+    themes: dict[str, list[str]],
+    theme_vectors: dict[str, np.ndarray],
+    *,
+    k: int,
+) -> list[Edge]:
     """The conversation's fact and theme graph: membership edges and each node's top-``k`` similar nodes."""
     x = unit_rows(fact_vectors)
     row = {f: i for i, f in enumerate(fact_ids)}
     names = list(themes)
     mu = unit_rows(np.asarray([theme_vectors[t] for t in names])) if names else np.zeros((0, x.shape[1]))
-    edges = [Edge(conversation_id, f, MEMBER, t, "fact", "theme", round(float(x[row[f]] @ mu[i]), 4))
-             for i, t in enumerate(names) for f in themes[t]]
+    edges = [
+        Edge(conversation_id, f, MEMBER, t, "fact", "theme", round(float(x[row[f]] @ mu[i]), 4))
+        for i, t in enumerate(names)
+        for f in themes[t]
+    ]
     if len(x):
         sims = x @ x.T
-        edges += [Edge(conversation_id, fact_ids[i], SIMILAR, fact_ids[j], "fact", "fact", round(float(sims[i, j]), 4))
-                  for i, near in enumerate(top_k(sims, k)) for j in near]
+        edges += [
+            Edge(conversation_id, fact_ids[i], SIMILAR, fact_ids[j], "fact", "fact", round(float(sims[i, j]), 4))
+            for i, near in enumerate(top_k(sims, k))
+            for j in near
+        ]
     if len(mu):
         sims = mu @ mu.T
-        edges += [Edge(conversation_id, names[i], SIMILAR, names[j], "theme", "theme", round(float(sims[i, j]), 4))
-                  for i, near in enumerate(top_k(sims, k)) for j in near]
+        edges += [
+            Edge(conversation_id, names[i], SIMILAR, names[j], "theme", "theme", round(float(sims[i, j]), 4))
+            for i, near in enumerate(top_k(sims, k))
+            for j in near
+        ]
     return edges
 
 
@@ -57,6 +73,7 @@ def is_theme_edge(edge: Edge) -> bool:
 
 def edge_changes(stored: Sequence[Edge], wanted: Sequence[Edge]) -> tuple[list[Edge], list[Edge]]:
     """(stale edges to delete, edges to add): compared by ends, label and weight."""
+
     def key(e: Edge) -> tuple[str, str, str, float]:
         return e.src, e.rel, e.dst, round(e.weight, 4)
 

@@ -26,7 +26,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memstrata.memory.themes.partition import (
-    attach, best_merge, best_split, centroids, label_propagation, unit_rows,
+    attach,
+    best_merge,
+    best_split,
+    centroids,
+    label_propagation,
+    unit_rows,
 )
 
 
@@ -45,8 +50,19 @@ class Regrouped:
         return self.reassigned / self.placed_before if self.placed_before else 0.0
 
 
-def regroup(fact_ids: Sequence[str], vectors: np.ndarray, previous: dict[str, str], *, tau: float,
-            attach_at: float, cap: int, floor: int, knn: int, max_steps: int, eps: float) -> Regrouped:
+def regroup(
+    fact_ids: Sequence[str],
+    vectors: np.ndarray,
+    previous: dict[str, str],
+    *,
+    tau: float,
+    attach_at: float,
+    cap: int,
+    floor: int,
+    knn: int,
+    max_steps: int,
+    eps: float,
+) -> Regrouped:
     """The themes of ``fact_ids`` (rows of ``vectors``), given the theme each fact had (``previous``).
 
     ``knn`` is the first grouping's neighbours per fact; ``max_steps`` bounds the splits and merges of one write;
@@ -86,8 +102,9 @@ def regroup(fact_ids: Sequence[str], vectors: np.ndarray, previous: dict[str, st
     return _named(ids, labels, previous)
 
 
-def _balance(x: np.ndarray, labels: list[Hashable], touched: set[Hashable], *, cap: int, floor: int,
-             max_steps: int, eps: float) -> list[Hashable]:
+def _balance(
+    x: np.ndarray, labels: list[Hashable], touched: set[Hashable], *, cap: int, floor: int, max_steps: int, eps: float
+) -> list[Hashable]:
     """Split the touched themes over ``cap`` and merge the touched ones under ``floor``, f(P)-best each."""
     steps = 0
     queue = [t for t in dict.fromkeys(labels) if t in touched]
@@ -129,8 +146,13 @@ def _named(ids: list[str], labels: list[Hashable], previous: dict[str, str]) -> 
     changed = {t for t, members in themes.items() if set(members) != old_members.get(t, set())}
     placed = [f for f in ids if f in previous]
     now = {f: t for t, members in themes.items() for f in members}
-    return Regrouped(themes=themes, changed=changed, removed=set(old_members) - set(themes),
-                     placed_before=len(placed), reassigned=sum(now[f] != previous[f] for f in placed))
+    return Regrouped(
+        themes=themes,
+        changed=changed,
+        removed=set(old_members) - set(themes),
+        placed_before=len(placed),
+        reassigned=sum(now[f] != previous[f] for f in placed),
+    )
 
 
 def central_order(vectors: np.ndarray) -> list[int]:
@@ -142,7 +164,8 @@ def central_order(vectors: np.ndarray) -> list[int]:
 
 def theme_text(texts: Sequence[str], vectors: np.ndarray, *, words: int) -> tuple[str, list[int]]:
     """The offline text of a theme: its facts nearest the centroid first (a text repeated word for word shown
-    once), while ``words`` allows (at least one); returns the text and the rows it shows."""
+    once), while ``words`` allows (at least one); returns the text and the rows it shows.
+    """
     shown, used, seen = [], 0, set()
     for i in central_order(vectors):
         key = " ".join(texts[i].split()).casefold()

@@ -44,7 +44,6 @@ import numpy as np
 from memstrata.context import default
 
 
-
 def unit_rows(vectors: np.ndarray) -> np.ndarray:
     """Rows scaled to length 1 (zero rows stay zero)."""
     v = np.asarray(vectors, dtype=float)
@@ -68,14 +67,15 @@ def label_propagation(vectors: np.ndarray, *, tau: float, k: int, seed: int = 0)
         sims = x @ x.T
         np.fill_diagonal(sims, -np.inf)
         near = np.argsort(-sims, axis=1, kind="stable")[:, :k]
-        graph.add_weighted_edges_from((i, int(j), float(sims[i, j])) for i in range(len(x)) for j in near[i]
-                                      if sims[i, j] > tau)
+        graph.add_weighted_edges_from(
+            (i, int(j), float(sims[i, j])) for i in range(len(x)) for j in near[i] if sims[i, j] > tau
+        )
     groups = [set(c) for c in nx.community.asyn_lpa_communities(graph, weight="weight", seed=seed)]
     return sorted(groups, key=min)
 
 
 def sparsity_score(sizes: Sequence[int]) -> float:
-    """xMemory Eq. 2: N^2 / (K * sum n_k^2); 1 for equal sizes, lower as sizes grow uneven."""
+    """XMemory Eq. 2: N^2 / (K * sum n_k^2); 1 for equal sizes, lower as sizes grow uneven."""
     sizes = [n for n in sizes if n > 0]
     if not sizes:
         return 0.0
@@ -92,7 +92,7 @@ def centroids(vectors: np.ndarray, labels: Sequence[Hashable]) -> tuple[list[Has
 
 
 def sem_score(vectors: np.ndarray, labels: Sequence[Hashable], *, eps: float = default("theme_scale_floor")) -> float:
-    """xMemory Eq. 3: mean over themes of (mean cosine of a member to its centroid) * g(nearest-theme cosine)."""
+    """XMemory Eq. 3: mean over themes of (mean cosine of a member to its centroid) * g(nearest-theme cosine)."""
     if len(labels) == 0:
         return 0.0
     _, sizes, sums = theme_sums(vectors, labels)
@@ -146,7 +146,7 @@ def _f(sizes: np.ndarray, sums: np.ndarray, eps: float) -> float:
 
 
 def objective(vectors: np.ndarray, labels: Sequence[Hashable], *, eps: float = default("theme_scale_floor")) -> float:
-    """xMemory Eq. 1: f(P) = SparsityScore(P) + SemScore(P)."""
+    """XMemory Eq. 1: f(P) = SparsityScore(P) + SemScore(P)."""
     if len(labels) == 0:
         return 0.0
     _, sizes, sums = theme_sums(vectors, labels)
@@ -155,7 +155,8 @@ def objective(vectors: np.ndarray, labels: Sequence[Hashable], *, eps: float = d
 
 def attach(vector: np.ndarray, centroid_rows: np.ndarray, *, threshold: float) -> int | None:
     """The theme (row of ``centroid_rows``) a new fact joins: the most similar centroid, if it reaches
-    ``threshold``; ``None`` starts a new theme."""
+    ``threshold``; ``None`` starts a new theme.
+    """
     if len(centroid_rows) == 0:
         return None
     sims = unit_rows(centroid_rows) @ unit_rows(np.asarray(vector, dtype=float)[None, :])[0]
@@ -165,7 +166,8 @@ def attach(vector: np.ndarray, centroid_rows: np.ndarray, *, threshold: float) -
 
 def two_means(vectors: np.ndarray, *, k: int, rounds: int = 10) -> list[int]:
     """A deterministic k-means on unit vectors (cosine): seeds are the first member and then, each time, the
-    member least similar to every seed so far; ``rounds`` Lloyd steps. Labels ``0..k-1``."""
+    member least similar to every seed so far; ``rounds`` Lloyd steps. Labels ``0..k-1``.
+    """
     x = unit_rows(vectors)
     seeds = [0]
     while len(seeds) < min(k, len(x)):
@@ -178,13 +180,20 @@ def two_means(vectors: np.ndarray, *, k: int, rounds: int = 10) -> list[int]:
         if _ and np.array_equal(new, labels):
             break
         labels = new
-        centres = unit_rows(np.vstack([x[labels == c].sum(axis=0) if np.any(labels == c) else centres[c]
-                                       for c in range(len(centres))]))
+        centres = unit_rows(
+            np.vstack([x[labels == c].sum(axis=0) if np.any(labels == c) else centres[c] for c in range(len(centres))])
+        )
     return labels.tolist()
 
 
-def best_split(vectors: np.ndarray, labels: Sequence[Hashable], theme: Hashable, *,
-               parts: Sequence[int] = (2, 3), eps: float = default("theme_scale_floor")) -> list[Hashable]:
+def best_split(
+    vectors: np.ndarray,
+    labels: Sequence[Hashable],
+    theme: Hashable,
+    *,
+    parts: Sequence[int] = (2, 3),
+    eps: float = default("theme_scale_floor"),
+) -> list[Hashable]:
     """The labels after splitting ``theme`` by the candidate that maximises f(P).
 
     Candidates: the theme's members clustered into each number of ``parts`` (deterministic k-means on
@@ -214,10 +223,17 @@ def best_split(vectors: np.ndarray, labels: Sequence[Hashable], theme: Hashable,
     return best
 
 
-def best_merge(vectors: np.ndarray, labels: Sequence[Hashable], theme: Hashable, *,
-               neighbours: int = 3, eps: float = default("theme_scale_floor")) -> list[Hashable]:
+def best_merge(
+    vectors: np.ndarray,
+    labels: Sequence[Hashable],
+    theme: Hashable,
+    *,
+    neighbours: int = 3,
+    eps: float = default("theme_scale_floor"),
+) -> list[Hashable]:
     """The labels after merging ``theme`` into whichever of its ``neighbours`` nearest themes (by centroid)
-    gives the highest f(P). With no other theme, the labels are returned unchanged."""
+    gives the highest f(P). With no other theme, the labels are returned unchanged.
+    """
     labels = list(labels)
     keys, sizes, sums = theme_sums(vectors, labels)
     if len(keys) < 2:

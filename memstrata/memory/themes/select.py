@@ -43,7 +43,8 @@ from memstrata.memory.themes.graph import top_k
 
 def knn_neighbours(sims: np.ndarray, k: int) -> list[list[int]]:
     """Each row's ``k`` most similar other rows with a positive similarity, best first (ties by row): the kNN
-    graph's neighbours (:func:`~memstrata.memory.themes.graph.top_k`) whose edge has a weight."""
+    graph's neighbours (:func:`~memstrata.memory.themes.graph.top_k`) whose edge has a weight.
+    """
     w = np.asarray(sims, dtype=float)
     return [[j for j in near if w[i, j] > 0] for i, near in enumerate(top_k(w, k))]
 
@@ -65,9 +66,10 @@ def _covers(sims: np.ndarray, k: int) -> tuple[list[dict[int, float]], float]:
     return weight, max((sum(ws.values()) for ws in weight), default=1.0) or 1.0
 
 
-def representatives(relevance: np.ndarray, sims: np.ndarray, *, k: int, alpha: float, coverage: float,
-                    budget: int) -> list[int]:
-    """xMemory Eq. 4: the greedy coverage-plus-relevance representatives of the candidates, in order chosen.
+def representatives(
+    relevance: np.ndarray, sims: np.ndarray, *, k: int, alpha: float, coverage: float, budget: int
+) -> list[int]:
+    """XMemory Eq. 4: the greedy coverage-plus-relevance representatives of the candidates, in order chosen.
 
     ``relevance`` is each candidate's match to the query; ``sims`` their pairwise similarities (the kNN graph
     keeps each candidate's ``k`` most similar with a positive weight).
@@ -80,8 +82,11 @@ def representatives(relevance: np.ndarray, sims: np.ndarray, *, k: int, alpha: f
     chosen: list[int] = []
     covered: set[int] = set()
     while len(chosen) < min(budget, n) and (not chosen or len(covered) < coverage * n):  # one pick at least
-        gains = [(alpha * sum(ws for u, ws in weight[i].items() if u not in covered) / z + (1 - alpha) * rel[i], -i)
-                 for i in range(n) if i not in chosen]
+        gains = [
+            (alpha * sum(ws for u, ws in weight[i].items() if u not in covered) / z + (1 - alpha) * rel[i], -i)
+            for i in range(n)
+            if i not in chosen
+        ]
         _, best = max(gains)
         chosen.append(-best)
         covered.update(weight[-best])
@@ -137,7 +142,9 @@ def unsaid(query_terms: Set[str], said: Set[str]) -> float:
     return len(query_terms - said) / len(query_terms) if query_terms else 1.0
 
 
-def admit_by_coverage(query_terms: Set[str], unit_terms: Sequence[Set[str]], *, patience: int) -> tuple[list[int], float]:
+def admit_by_coverage(
+    query_terms: Set[str], unit_terms: Sequence[Set[str]], *, patience: int
+) -> tuple[list[int], float]:
     """Stage II's offline proxy: the units (in support order) admitted while they lower the uncertainty.
 
     The uncertainty is the share of ``query_terms`` no admitted unit holds; :class:`UncertaintyGate` admits and

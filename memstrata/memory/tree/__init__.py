@@ -13,8 +13,27 @@ The leaves are HyMem's Level-1 event summaries; the nodes are the ``tree_node`` 
 
 from memstrata.memory.tree.build import Forest, Item, Node, Reinforcement, grow, prune
 from memstrata.memory.tree.windows import (
-    LEVELS, UPPER, TreeLevel, active_levels, tree_levels, window_key, window_span,
+    LEVELS,
+    UPPER,
+    TreeLevel,
+    active_levels,
+    tree_levels,
+    window_key,
+    window_span,
 )
 
-__all__ = ["LEVELS", "UPPER", "Forest", "Item", "Node", "Reinforcement", "TreeLevel", "active_levels", "grow",
-           "prune", "tree_levels", "window_key", "window_span"]
+__all__ = [
+    "LEVELS",
+    "UPPER",
+    "Forest",
+    "Item",
+    "Node",
+    "Reinforcement",
+    "TreeLevel",
+    "active_levels",
+    "grow",
+    "prune",
+    "tree_levels",
+    "window_key",
+    "window_span",
+]

@@ -141,8 +141,11 @@ def grow(forest: Forest, levels: Sequence[TreeLevel], *, active: Iterable[str]) 
     Returns the reinforcements this caused (a leaf's first consolidation, the member a new item joined).
     """
     active = set(active)
-    events = [Reinforcement(i, forest.leaves[i].when) for i in sorted(forest.leaves, key=forest.sort_key)
-              if i not in forest.parent and "week" in active]
+    events = [
+        Reinforcement(i, forest.leaves[i].when)
+        for i in sorted(forest.leaves, key=forest.sort_key)
+        if i not in forest.parent and "week" in active
+    ]
     below = "day"
     for level in levels:
         if level.name not in active:

@@ -10,8 +10,10 @@ is invented.
 
 Example:
     >>> from datetime import datetime
-    >>> kids = [Child("[8 May 2023] Ann, Bo. Ann: I ran the Brighton half in 1:52.", datetime(2023, 5, 8)),
-    ...         Child("[9 May 2023] Ann, Bo. Bo: We booked a trip to Porto for June.", datetime(2023, 5, 9))]
+    >>> kids = [
+    ...     Child("[8 May 2023] Ann, Bo. Ann: I ran the Brighton half in 1:52.", datetime(2023, 5, 8)),
+    ...     Child("[9 May 2023] Ann, Bo. Bo: We booked a trip to Porto for June.", datetime(2023, 5, 9)),
+    ... ]
     >>> text = consolidate(kids, header="week 2023-W19", cap=60, count=lambda s: len(s.split()))
     >>> "Brighton" in text and "Porto" in text and "8 May 2023" in text
     True
@@ -32,8 +34,10 @@ _HEADER = re.compile(r"^\s*\[[^\]]*\]\s*")
 _NUMBERISH = re.compile(r"\b\d[\d,.:/]*\b")
 _DATE_LEAD = re.compile(r"^\s*(\d{1,2} [A-Z][a-z]+ \d{4}): ")
 _NAMES_ONLY = re.compile(r"^[A-Z][\w'-]*(?: [A-Z][\w'-]*)*(?:, [A-Z][\w'-]*(?: [A-Z][\w'-]*)*)*\.?$")
-_MONTH = re.compile(r"\b(?:January|February|March|April|May|June|July|August|September|October|November|"
-                    r"December)\b")
+_MONTH = re.compile(
+    r"\b(?:January|February|March|April|May|June|July|August|September|October|November|"
+    r"December)\b"
+)
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ def _sentences(children: Sequence[Child]) -> list[tuple[str, str]]:
         for sentence in SENTENCE.split(_HEADER.sub("", child.text.strip())):
             lead = _DATE_LEAD.match(sentence)
             if lead:  # a consolidated child's sentence already says its day
-                date, sentence = lead.group(1), sentence[lead.end():]
+                date, sentence = lead.group(1), sentence[lead.end() :]
             sentence = sentence.strip()
             # a bare participant list ("Ann, Bo.") or a fragment carries nothing to find
             if len(content_words(sentence)) >= 3 and not _NAMES_ONLY.match(sentence):
@@ -66,18 +70,21 @@ def _sentences(children: Sequence[Child]) -> list[tuple[str, str]]:
     return out
 
 
-def _pick(candidates: list[tuple[str, str]], fits: Callable[[list[tuple[str, str]]], bool],
-          limit: int) -> list[tuple[str, str]]:
+def _pick(
+    candidates: list[tuple[str, str]], fits: Callable[[list[tuple[str, str]]], bool], limit: int
+) -> list[tuple[str, str]]:
     freq = Counter(w for _, s in candidates for w in dict.fromkeys(content_words(s)))
     kept: list[tuple[str, str]] = []
     have_details: set[str] = set()
     have_words: set[str] = set()
     pool = list(candidates)
     for _ in range(min(limit, len(pool))):  # budget: one pass per possible pick
+
         def gain(c: tuple[str, str]) -> float:
             words = set(content_words(c[1])) - have_words
             new = set(details(c[1])) - have_details
             return 2.0 * len(new) + sum(freq[w] for w in words) / (len(words) ** 0.5 if words else 1.0)
+
         best = max(pool, key=gain, default=None)
         if best is None or gain(best) <= 0 or not fits([*kept, best]):
             break

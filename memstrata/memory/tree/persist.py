@@ -6,10 +6,10 @@ then the reinforcement counts. A crash between the last two loses that batch's
 counts rather than counting them twice.
 
 Example:
-    >>> update = load_tree(store, "u", "c1")                               # doctest: +SKIP
-    >>> grown = update.grow(tree_levels())                                   # doctest: +SKIP
+    >>> update = load_tree(store, "u", "c1")  # doctest: +SKIP
+    >>> grown = update.grow(tree_levels())  # doctest: +SKIP
     >>> texts = {n: offline_text(update, n, caps, counter) for n in update.stale()}  # doctest: +SKIP
-    >>> save_tree(store, "u", update, texts)                                 # doctest: +SKIP
+    >>> save_tree(store, "u", update, texts)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -25,7 +25,14 @@ from memstrata.memory.levels.level1.tree_node import TREE_NODE, TreeNode
 from memstrata.memory.store import Edge, MemoryStore
 from memstrata.memory.timeparse import format_date
 from memstrata.memory.tree.build import (
-    Forest, Item, Node, Reinforcement, age_of, central_leaves, grow, prune,
+    Forest,
+    Item,
+    Node,
+    Reinforcement,
+    age_of,
+    central_leaves,
+    grow,
+    prune,
 )
 from memstrata.memory.tree.consolidate import Child, consolidate
 from memstrata.memory.tree.windows import UPPER, TreeLevel, active_levels, window_span
@@ -72,8 +79,7 @@ class TreeUpdate:
         return out
 
 
-def load_tree(store: MemoryStore, user_id: str, conversation_id: str, *,
-              skip: Collection[str] = ()) -> TreeUpdate:
+def load_tree(store: MemoryStore, user_id: str, conversation_id: str, *, skip: Collection[str] = ()) -> TreeUpdate:
     """The conversation's summaries (the leaves, but ``skip``: open episodes' ones) and stored tree nodes."""
     forest = Forest()
     summaries: dict[str, EventSummary] = {}
@@ -88,8 +94,10 @@ def load_tree(store: MemoryStore, user_id: str, conversation_id: str, *,
     for r in store.get(TREE_NODE.kind, user_id=user_id, conversation_id=conversation_id, with_vectors=True):
         node = TreeNode.model_validate(r.payload)
         stored[node.id] = node
-        forest.add_node(Node(node.id, node.level, node.window, list(node.children), node.timestamp),
-                        np.asarray(r.metadata["_vector"]))
+        forest.add_node(
+            Node(node.id, node.level, node.window, list(node.children), node.timestamp),
+            np.asarray(r.metadata["_vector"]),
+        )
     return TreeUpdate(user_id, conversation_id, forest, summaries, stored)
 
 
@@ -119,10 +127,23 @@ def refresh(update: TreeUpdate, node_id: str, text: str, *, method: str, leaves_
     turns = list(dict.fromkeys(t for i in central for t in update.summaries[i].turn_ids))
     child_kind = SUMMARY_KIND if node.level == "week" else TREE_NODE.kind
     number = int(node_id.rsplit(":", 1)[1].rstrip("+") or 0)
-    unit = TreeNode(user_id=update.user_id, conversation_id=update.conversation_id, id=node_id, level=node.level,
-                    window=node.window, n=number, text=text, children=list(node.children), child_kind=child_kind,
-                    turn_ids=turns, leaves=len(leaves), timestamp=min(times) if times else None,
-                    end=max(times) if times else None, timed=bool(times), method=method)
+    unit = TreeNode(
+        user_id=update.user_id,
+        conversation_id=update.conversation_id,
+        id=node_id,
+        level=node.level,
+        window=node.window,
+        n=number,
+        text=text,
+        children=list(node.children),
+        child_kind=child_kind,
+        turn_ids=turns,
+        leaves=len(leaves),
+        timestamp=min(times) if times else None,
+        end=max(times) if times else None,
+        timed=bool(times),
+        method=method,
+    )
     update.stored[node_id] = unit
     node.stale = False
     return unit
@@ -131,15 +152,36 @@ def refresh(update: TreeUpdate, node_id: str, text: str, *, method: str, leaves_
 def save_tree(store: MemoryStore, update: TreeUpdate, units: Sequence[TreeNode]) -> int:
     """Write the recomputed nodes, their edges and the reinforcement counts; delete pruned nodes and their counts."""
     user, conv, forest = update.user_id, update.conversation_id, update.forest
-    gone = [e for e in store.edges.get(user, conversation_id=conv, rel=REL)
-            if e.dst in update.removed or forest.parent.get(e.src) != e.dst]
+    gone = [
+        e
+        for e in store.edges.get(user, conversation_id=conv, rel=REL)
+        if e.dst in update.removed or forest.parent.get(e.src) != e.dst
+    ]
     store.edges.delete(user, gone)
-    store.edges.add(user, [Edge(conv, child, REL, u.id, src_kind=u.child_kind, dst_kind=TREE_NODE.kind,
-                                turn_ids=tuple(update.summaries[child].turn_ids) if child in update.summaries else ())
-                           for u in units for child in u.children])
+    store.edges.add(
+        user,
+        [
+            Edge(
+                conv,
+                child,
+                REL,
+                u.id,
+                src_kind=u.child_kind,
+                dst_kind=TREE_NODE.kind,
+                turn_ids=tuple(update.summaries[child].turn_ids) if child in update.summaries else (),
+            )
+            for u in units
+            for child in u.children
+        ],
+    )
     store.delete(TREE_NODE.kind, user_id=user, conversation_id=conv, unit_ids=update.removed)  # their n_m, r_m too
-    store.upsert(TREE_NODE.kind, list(units), documents=[u.embed_text() for u in units],
-                 vectors=[forest.vectors[u.id].tolist() for u in units], extra=[u.metadata() for u in units])
+    store.upsert(
+        TREE_NODE.kind,
+        list(units),
+        documents=[u.embed_text() for u in units],
+        vectors=[forest.vectors[u.id].tolist() for u in units],
+        extra=[u.metadata() for u in units],
+    )
     _reinforce(store, update, units)
     return len(units)
 

@@ -14,8 +14,8 @@
   summary that holds it, read from the counters store by :func:`load_reinforcement`.
 
 Example:
-    >>> windows = select_windows(index, query.hint)                            # doctest: +SKIP
-    >>> [(w.level, w.key, w.events) for w in windows]                          # doctest: +SKIP
+    >>> windows = select_windows(index, query.hint)  # doctest: +SKIP
+    >>> [(w.level, w.key, w.events) for w in windows]  # doctest: +SKIP
     [('month', '2023-05', 14)]
 """
 
@@ -28,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from memstrata.memory.search.hmem_score import DAY, Interval, temporal_relevance
 from memstrata.memory.index import MemoryIndex, tokenize
 from memstrata.memory.index.held import PerConversation
 from memstrata.memory.levels.level1.tree_node import TREE_NODE, TreeNode
-from memstrata.memory.search.query import Hit, Query, Scope
 from memstrata.memory.plan.temporal_hints import parse_hint, resolve
+from memstrata.memory.search.hmem_score import DAY, Interval, temporal_relevance
+from memstrata.memory.search.query import Hit, Query, Scope
 from memstrata.memory.tree.windows import level_for_span, window_key, window_span, windows_between
 
 SUMMARY_KIND = "summary"
@@ -78,8 +78,10 @@ def select_windows(index: MemoryIndex, hint: Interval | None, *, limit: int = 64
             if unit.timestamp is not None:
                 wk = window_key(level, unit.timestamp)
                 events[wk] = events.get(wk, 0) + 1
-        found = [Window(level, k, *window_span(k), tuple(sorted(nodes.get(k, ()))), events.get(k, 0))
-                 for k in windows_between(level, hint.start, hint.end, limit=limit)]
+        found = [
+            Window(level, k, *window_span(k), tuple(sorted(nodes.get(k, ()))), events.get(k, 0))
+            for k in windows_between(level, hint.start, hint.end, limit=limit)
+        ]
         index.remember(key, found)
     return index.memo[key]
 
@@ -135,7 +137,8 @@ def window_rows(index: MemoryIndex, hint: Interval | None, scores: np.ndarray, k
 
 def window_of_turn(index: MemoryIndex, hint: Interval | None) -> np.ndarray:
     """Per turn row: the position in :func:`select_windows` of the first window holding one of its days (when it
-    was said, or a date its facts resolved), else -1. Scoring and the evidence tags both read it."""
+    was said, or a date its facts resolved), else -1. Scoring and the evidence tags both read it.
+    """
     if hint is None:
         return np.full(len(index.turns), -1)
     key = f"tree\x1fwindow_of_turn\x1f{hint.start.isoformat()}\x1f{hint.end.isoformat()}"
@@ -157,9 +160,12 @@ def turn_event_times(index: MemoryIndex) -> tuple[np.ndarray, np.ndarray]:
     key = "tree\x1fevent_times"
     if key not in index.memo:
         facts = index.events.get(FACT_KIND)
-        pairs = [(row, when.timestamp())
-                 for unit, rows in zip(facts.units if facts else [], facts.turn_rows if facts else [], strict=True)
-                 if (when := getattr(unit, "event_date", None)) is not None for row in rows]
+        pairs = [
+            (row, when.timestamp())
+            for unit, rows in zip(facts.units if facts else [], facts.turn_rows if facts else [], strict=True)
+            if (when := getattr(unit, "event_date", None)) is not None
+            for row in rows
+        ]
         index.remember(key, (np.array([r for r, _ in pairs], dtype=int), np.array([w for _, w in pairs], dtype=float)))
     return index.memo[key]
 
@@ -167,7 +173,8 @@ def turn_event_times(index: MemoryIndex) -> tuple[np.ndarray, np.ndarray]:
 def anchor_time(index: MemoryIndex, phrase: str) -> datetime | None:
     """When the event a hint is anchored on happened: the absolute date of the best-matching fact when it
     names one ("I ran it two weeks ago" said on 14 April is 31 March), else the time of the best-matching
-    event summary (BM25 over each kind)."""
+    event summary (BM25 over each kind).
+    """
     tokens = tokenize([phrase])[0]
     for kind, field in ((FACT_KIND, "event_date"), (SUMMARY_KIND, "timestamp")):
         table = index.events.get(kind)
@@ -181,10 +188,12 @@ def anchor_time(index: MemoryIndex, phrase: str) -> datetime | None:
     return None
 
 
-def with_anchor(rule: tuple[Scope, Interval | None], index: MemoryIndex, text: str, *,
-                now: datetime | None) -> tuple[Scope, Interval | None]:
+def with_anchor(
+    rule: tuple[Scope, Interval | None], index: MemoryIndex, text: str, *, now: datetime | None
+) -> tuple[Scope, Interval | None]:
     """A rule-based (scope, hint), with the hint of an event-anchored phrase ("the weekend before the
-    concert") dated through the memory when the rules found none; a dated hint makes the scope Short."""
+    concert") dated through the memory when the rules found none; a dated hint makes the scope Short.
+    """
     scope, hint = rule
     if hint is not None:
         return rule
@@ -195,7 +204,8 @@ def with_anchor(rule: tuple[Scope, Interval | None], index: MemoryIndex, text: s
 
 def tag_hits(index: MemoryIndex, query: Query, hits: Sequence[Hit]) -> list[Hit]:
     """Each hit with the query's scope and the window that led to it: the hint's window holding it, else the
-    tree node that reached it (``found_by="tree_node"``, which set it), else none."""
+    tree node that reached it (``found_by="tree_node"``, which set it), else none.
+    """
     windows = select_windows(index, query.hint)
     holder = window_of_turn(index, query.hint)
     out = []
@@ -232,14 +242,27 @@ def load_reinforcement(index: MemoryIndex, counters: Any, user_id: str, conversa
     invalidates the snapshot. A bounded snapshot (``index.bounded``) reads the counters of the summaries it
     holds, by key, not the user's every summary (17,495 of them at 100k turns, read twice a question).
     """
+
     def read(conv: str | None) -> dict[str, dict[str, tuple[int, float | None]]]:
-        """conversation -> summary id -> (n_m, r_m), for one conversation or (``None``) every one."""
+        """Conversation -> summary id -> (n_m, r_m), for one conversation or (``None``) every one."""
         if index.bounded is None:
             found = counters.all(user_id, kind=SUMMARY_KIND, conversation_id=conv)
         else:  # a bounded snapshot holds a few hundred of a large user's summaries: read those by key
             table = index.events.get(SUMMARY_KIND)
-            found = list(counters.get(user_id, [(u.conversation_id, SUMMARY_KIND, u.id) for u in table.units
-                                                if conv in (None, u.conversation_id)]).values()) if table else []
+            found = (
+                list(
+                    counters.get(
+                        user_id,
+                        [
+                            (u.conversation_id, SUMMARY_KIND, u.id)
+                            for u in table.units
+                            if conv in (None, u.conversation_id)
+                        ],
+                    ).values()
+                )
+                if table
+                else []
+            )
         out: dict[str, dict[str, tuple[int, float | None]]] = {}
         for c in found:
             out.setdefault(c.conversation_id, {})[c.unit_id] = (c.reinforcement_count, c.reinforced_at)
@@ -256,7 +279,8 @@ def load_reinforcement(index: MemoryIndex, counters: Any, user_id: str, conversa
 
 def turn_robustness(index: MemoryIndex, now: datetime | None, *, tau_days: float, eta: float) -> np.ndarray:
     """H-Mem Eq. 2 per turn: ``exp(-(t - r) / (tau (1 + eta ln(1 + n))))`` with the best (n, r) of the event
-    summaries holding the turn (r at memory time; never earlier than the turn's own time); 1.0 where untimed."""
+    summaries holding the turn (r at memory time; never earlier than the turn's own time); 1.0 where untimed.
+    """
     n_turns = len(index.turns)
     if now is None:
         return np.ones(n_turns)
@@ -293,4 +317,3 @@ def _robustness(index: MemoryIndex, now: datetime, tau_days: float, eta: float) 
     elapsed = np.clip(now.timestamp() - last, 0, None)
     scale = tau_days * DAY * (1 + eta * np.log1p(counts))
     return np.where(np.isnan(elapsed), 1.0, np.exp(-elapsed / scale))
-

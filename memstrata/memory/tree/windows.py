@@ -112,7 +112,8 @@ def window_span(key: str) -> tuple[datetime, datetime]:
 
 def level_for_span(start: datetime, end: datetime) -> str:
     """A hint's granularity: the smallest level whose window is at least as long as the interval, except that
-    a span of several months shorter than a year (a season) is read as its months, not as its year."""
+    a span of several months shorter than a year (a season) is read as its months, not as its year.
+    """
     days = (end - start).total_seconds() / 86400.0
     return "day" if days <= 1.01 else "week" if days <= 7.01 else "month" if days < 364 else "year"
 

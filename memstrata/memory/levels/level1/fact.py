@@ -16,8 +16,17 @@ prompt. Either way, ids are ``fact:<episode>:<n>``, so re-ingesting the same
 episode rewrites the same ids.
 
 Example:
-    >>> f = Fact(user_id="u", episode_id="ep:s1:0-3", session_id="1", n=0, text="Ann moved to Lisbon.",
-    ...          subject="Ann", relation="move", object="Lisbon", turn_ids=["s1:t2"])
+    >>> f = Fact(
+    ...     user_id="u",
+    ...     episode_id="ep:s1:0-3",
+    ...     session_id="1",
+    ...     n=0,
+    ...     text="Ann moved to Lisbon.",
+    ...     subject="Ann",
+    ...     relation="move",
+    ...     object="Lisbon",
+    ...     turn_ids=["s1:t2"],
+    ... )
     >>> f.id, f.linked_turn_ids(), f.current
     ('fact:s1:0-3:0', ['s1:t2'], True)
 """
@@ -46,8 +55,11 @@ class Fact(Unit):
     object: str = Field(default="", description="the relation's object as written")
     mentions: list[str] = Field(default_factory=list, description="other entity names the statement mentions")
     types: dict[str, str] = Field(default_factory=dict, description="entity name -> type, as extracted")
-    links: list[list[str]] = Field(default_factory=list, description="[subject, label, object] name triples "
-                                   "the statement yields beside its own relation (e.g. a possessive)")
+    links: list[list[str]] = Field(
+        default_factory=list,
+        description="[subject, label, object] name triples "
+        "the statement yields beside its own relation (e.g. a possessive)",
+    )
     entity_ids: list[str] = Field(default_factory=list, description="resolved ids: subject first, then mentions")
     turn_ids: list[str] = Field(default_factory=list)
     event_date: datetime | None = Field(default=None, description="the absolute date a relative phrase names")
@@ -76,9 +88,21 @@ class Fact(Unit):
         return when, when
 
     def metadata(self) -> dict[str, Any]:
-        return {**super().metadata(), "episode_id": self.episode_id, "subject_id": self.subject_id,
-                "relation": self.relation, "superseded": bool(self.superseded_by)}
+        return {
+            **super().metadata(),
+            "episode_id": self.episode_id,
+            "subject_id": self.subject_id,
+            "relation": self.relation,
+            "superseded": bool(self.superseded_by),
+        }
 
 
-FACT = register(Level(kind="fact", unit=Fact, role="event", scopes=("Short", "Long", "Mixed"),
-                      description="atomic facts with a resolved subject, searched beside the Level-1 summaries"))
+FACT = register(
+    Level(
+        kind="fact",
+        unit=Fact,
+        role="event",
+        scopes=("Short", "Long", "Mixed"),
+        description="atomic facts with a resolved subject, searched beside the Level-1 summaries",
+    )
+)

@@ -15,8 +15,13 @@ Ids are ``persona:<speaker>:<dimension>:<version>``. The kind is loaded into the
 it as a Level-1 event: a question takes the persona path (:mod:`memstrata.memory.search.persona`).
 
 Example:
-    >>> p = Persona(user_id="u", speaker="Ann", dimension="basic_info", version=2,
-    ...             items=[PersonaItem(text="Ann moved to Lisbon.", fact_id="fact:s2:0-3:0", turn_ids=["s2:1"])])
+    >>> p = Persona(
+    ...     user_id="u",
+    ...     speaker="Ann",
+    ...     dimension="basic_info",
+    ...     version=2,
+    ...     items=[PersonaItem(text="Ann moved to Lisbon.", fact_id="fact:s2:0-3:0", turn_ids=["s2:1"])],
+    ... )
     >>> p.id, p.current, p.linked_turn_ids()
     ('persona:ann:basic_info:2', True, ['s2:1'])
 """
@@ -89,10 +94,24 @@ class Persona(Unit):
         return self.valid_from, self.valid_to or self.valid_from
 
     def metadata(self) -> dict[str, Any]:
-        return {**super().metadata(), "speaker": self.speaker, "dimension": self.dimension, "version": self.version,
-                "current": self.current, "method": self.method}
+        return {
+            **super().metadata(),
+            "speaker": self.speaker,
+            "dimension": self.dimension,
+            "version": self.version,
+            "current": self.current,
+            "method": self.method,
+        }
 
 
-PERSONA = register(Level(kind="persona", unit=Persona, role="event", scopes=(), lends_prior=False,
-                         description="persona: Bi-Mem's five dimensions per speaker, each a versioned list of items "
-                                     "citing facts; read by the persona path, never ranked as a Level-1 event"))
+PERSONA = register(
+    Level(
+        kind="persona",
+        unit=Persona,
+        role="event",
+        scopes=(),
+        lends_prior=False,
+        description="persona: Bi-Mem's five dimensions per speaker, each a versioned list of items "
+        "citing facts; read by the persona path, never ranked as a Level-1 event",
+    )
+)

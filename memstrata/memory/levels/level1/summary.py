@@ -5,8 +5,14 @@ with a model, it is the model's key information (the ingestion stage decides).
 
 Example:
     >>> from memstrata.memory.levels.level2.episode import Episode
-    >>> ep = Episode(user_id="u", session_id="1", turn_ids=["s1:t0"], start_position=0, end_position=0,
-    ...              text="Ann: I moved to Porto.")
+    >>> ep = Episode(
+    ...     user_id="u",
+    ...     session_id="1",
+    ...     turn_ids=["s1:t0"],
+    ...     start_position=0,
+    ...     end_position=0,
+    ...     text="Ann: I moved to Porto.",
+    ... )
     >>> s = EventSummary(user_id="u", episode_id=ep.id, session_id="1", text="Ann moved to Porto.")
     >>> s.id, s.parent_ids()
     ('sum:s1:0-0', [])
@@ -52,18 +58,38 @@ class EventSummary(Unit):
         return {**super().metadata(), "episode_id": self.episode_id}
 
 
-def offline_summary(episode: Episode, turns: Sequence[Turn], *, max_sentences: int = default("summary_max_sentences"),
-                    max_words: int = default("summary_max_words")) -> EventSummary:
+def offline_summary(
+    episode: Episode,
+    turns: Sequence[Turn],
+    *,
+    max_sentences: int = default("summary_max_sentences"),
+    max_words: int = default("summary_max_words"),
+) -> EventSummary:
     """The extractive Level-1 summary of one episode."""
-    summary = extractive_summary([(t.speaker, t.text) for t in turns], episode.timestamp,
-                                 max_sentences=max_sentences, max_words=max_words)
+    summary = extractive_summary(
+        [(t.speaker, t.text) for t in turns], episode.timestamp, max_sentences=max_sentences, max_words=max_words
+    )
     return EventSummary(
-        user_id=episode.user_id, conversation_id=episode.conversation_id, episode_id=episode.id,
-        session_id=episode.session_id, text=summary.text, participants=summary.participants,
-        keywords=summary.keywords, turn_ids=list(episode.turn_ids), timestamp=episode.timestamp,
-        timestamp_raw=episode.timestamp_raw, method="extractive",
+        user_id=episode.user_id,
+        conversation_id=episode.conversation_id,
+        episode_id=episode.id,
+        session_id=episode.session_id,
+        text=summary.text,
+        participants=summary.participants,
+        keywords=summary.keywords,
+        turn_ids=list(episode.turn_ids),
+        timestamp=episode.timestamp,
+        timestamp_raw=episode.timestamp_raw,
+        method="extractive",
     )
 
 
-SUMMARY = register(Level(kind="summary", unit=EventSummary, role="event", scopes=("Short", "Long", "Mixed"),
-                         description="HyMem Level-1: one event summary per episode, searched first"))
+SUMMARY = register(
+    Level(
+        kind="summary",
+        unit=EventSummary,
+        role="event",
+        scopes=("Short", "Long", "Mixed"),
+        description="HyMem Level-1: one event summary per episode, searched first",
+    )
+)

@@ -35,14 +35,24 @@ class Theme(Unit):
     turn_ids: list[str] = Field(default_factory=list, description="raw turns its member facts come from")
     end: datetime | None = Field(default=None, description="the latest member's time (timestamp: the earliest)")
     method: str = Field(default="extractive", description="'extractive' or 'llm'")
-    superseded_ids: list[str] = Field(default_factory=list, description=(
-        "members that were superseded when the text was built: when another is, the theme is stale and rebuilt"))
-    history: list[dict[str, Any]] = Field(default_factory=list, description=(
-        "earlier texts, oldest first: {text, valid_from, valid_to} (a rebuilt theme keeps what it said)"))
-    calibrations: list[dict[str, Any]] = Field(default_factory=list, description=(
-        "Bi-Mem Eq. 8, with a model: {speaker, persona, scene, condition} per check of the scene's form (``scene``) "
-        "against the speaker's persona (``persona``: its basis), appended, never rewritten (an empty condition: the "
-        "scene was consistent)"))
+    superseded_ids: list[str] = Field(
+        default_factory=list,
+        description=(
+            "members that were superseded when the text was built: when another is, the theme is stale and rebuilt"
+        ),
+    )
+    history: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description=("earlier texts, oldest first: {text, valid_from, valid_to} (a rebuilt theme keeps what it said)"),
+    )
+    calibrations: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description=(
+            "Bi-Mem Eq. 8, with a model: {speaker, persona, scene, condition} per check of the scene's form (``scene``) "
+            "against the speaker's persona (``persona``: its basis), appended, never rewritten (an empty condition: the "
+            "scene was consistent)"
+        ),
+    )
 
     @model_validator(mode="after")
     def _derive_id(self) -> Theme:
@@ -70,7 +80,15 @@ class Theme(Unit):
 
 # Long and Mixed queries take the theme path: a theme gathers facts from across sessions, which a question about
 # one recent moment (Short) does not need.
-THEME = register(Level(kind="theme", unit=Theme, role="event", scopes=("Long", "Mixed"), lends_prior=False,
-                       description="themes: the conversation's facts grouped by what they are about (xMemory's "
-                                   "themes, Bi-Mem's scenes); Long and Mixed queries search them through the "
-                                   "theme path (Stage I and II, spreading), not ranked as Level-1 events"))
+THEME = register(
+    Level(
+        kind="theme",
+        unit=Theme,
+        role="event",
+        scopes=("Long", "Mixed"),
+        lends_prior=False,
+        description="themes: the conversation's facts grouped by what they are about (xMemory's "
+        "themes, Bi-Mem's scenes); Long and Mixed queries search them through the "
+        "theme path (Stage I and II, spreading), not ranked as Level-1 events",
+    )
+)

@@ -13,8 +13,16 @@ queries read raw turns and leaf events only. Leaves without a time sit in
 ``untimed`` windows, in session order, and the node says so.
 
 Example:
-    >>> n = TreeNode(user_id="u", level="week", window="2023-W19", n=0, text="[week 2023-W19] Ann ran.",
-    ...              children=["sum:s1:0-3"], child_kind="summary", turn_ids=["s1:t2"])
+    >>> n = TreeNode(
+    ...     user_id="u",
+    ...     level="week",
+    ...     window="2023-W19",
+    ...     n=0,
+    ...     text="[week 2023-W19] Ann ran.",
+    ...     children=["sum:s1:0-3"],
+    ...     child_kind="summary",
+    ...     turn_ids=["s1:t2"],
+    ... )
     >>> n.id, n.child_ids(), n.linked_turn_ids()
     ('tree:week:2023-W19:0', ['sum:s1:0-3'], ['s1:t2'])
 """
@@ -61,6 +69,13 @@ class TreeNode(Unit):
         return {**super().metadata(), "level": self.level, "window": self.window, "timed": self.timed}
 
 
-TREE_NODE = register(Level(kind="tree_node", unit=TreeNode, role="event", scopes=("Long", "Mixed"),
-                           description="H-Mem temporal-semantic tree: week/month/year consolidations of the "
-                                       "Level-1 summaries (searched by Long and Mixed queries)"))
+TREE_NODE = register(
+    Level(
+        kind="tree_node",
+        unit=TreeNode,
+        role="event",
+        scopes=("Long", "Mixed"),
+        description="H-Mem temporal-semantic tree: week/month/year consolidations of the "
+        "Level-1 summaries (searched by Long and Mixed queries)",
+    )
+)

@@ -30,15 +30,28 @@ class Episode(Unit):
     end_position: int
     text: str = Field(description="The verbatim turns, one rendered turn per line")
     summary_id: str = ""
-    repeated: int = Field(default=0, ge=0, description=(
-        "How many leading turns it repeats from its predecessor (HyMem's overlap): read for context, but their "
-        "facts are the predecessor's, so a fact is written once"))
-    fact_ids: list[str] = Field(default_factory=list, description=(
-        "The facts distilled from it, stored after it: an episode whose facts are not all stored is unfinished"))
-    open: bool = Field(default=False, description=(
-        "The open tail of its session: messages may still join it. Its summary and facts are the offline ones "
-        "(searchable at once); it is re-cut and redone as messages arrive, and summarized with the model, "
-        "placed in the tree and linked into the entity graph only once it closes"))
+    repeated: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "How many leading turns it repeats from its predecessor (HyMem's overlap): read for context, but their "
+            "facts are the predecessor's, so a fact is written once"
+        ),
+    )
+    fact_ids: list[str] = Field(
+        default_factory=list,
+        description=(
+            "The facts distilled from it, stored after it: an episode whose facts are not all stored is unfinished"
+        ),
+    )
+    open: bool = Field(
+        default=False,
+        description=(
+            "The open tail of its session: messages may still join it. Its summary and facts are the offline ones "
+            "(searchable at once); it is re-cut and redone as messages arrive, and summarized with the model, "
+            "placed in the tree and linked into the entity graph only once it closes"
+        ),
+    )
 
     @model_validator(mode="after")
     def _derive_id(self) -> Episode:
@@ -61,19 +74,31 @@ class Episode(Unit):
         return {**super().metadata(), "episode_id": self.id, "open": self.open}
 
 
-def build_episodes(session_turns: Sequence[Turn], spans: Sequence[tuple[int, int]], *,
-                   session_time: datetime | None = None, session_time_raw: str | None = None) -> list[Episode]:
+def build_episodes(
+    session_turns: Sequence[Turn],
+    spans: Sequence[tuple[int, int]],
+    *,
+    session_time: datetime | None = None,
+    session_time_raw: str | None = None,
+) -> list[Episode]:
     """One :class:`Episode` per inclusive (start, end) span of one session's turns (in order)."""
     out = []
     for start, end in spans:
-        turns = session_turns[start:end + 1]
+        turns = session_turns[start : end + 1]
         first = turns[0]
-        out.append(Episode(
-            user_id=first.user_id, conversation_id=first.conversation_id, session_id=first.session_id,
-            turn_ids=[t.id for t in turns], start_position=turns[0].position, end_position=turns[-1].position,
-            text="\n".join(t.render() for t in turns), timestamp=session_time or first.timestamp,
-            timestamp_raw=session_time_raw or first.timestamp_raw,
-        ))
+        out.append(
+            Episode(
+                user_id=first.user_id,
+                conversation_id=first.conversation_id,
+                session_id=first.session_id,
+                turn_ids=[t.id for t in turns],
+                start_position=turns[0].position,
+                end_position=turns[-1].position,
+                text="\n".join(t.render() for t in turns),
+                timestamp=session_time or first.timestamp,
+                timestamp_raw=session_time_raw or first.timestamp_raw,
+            )
+        )
     return out
 
 
@@ -105,5 +130,12 @@ def episode_vector(turn_vectors: Sequence[Sequence[float]]) -> list[float]:
     return (mean / norm).tolist()
 
 
-EPISODE = register(Level(kind="episode", unit=Episode, role="container", searched=False,
-                         description="HyMem Level-2: verbatim episodes, reached from their summary"))
+EPISODE = register(
+    Level(
+        kind="episode",
+        unit=Episode,
+        role="container",
+        searched=False,
+        description="HyMem Level-2: verbatim episodes, reached from their summary",
+    )
+)

@@ -26,8 +26,10 @@ class Turn(Unit):
     text: str
     image_caption: str | None = None
     source_id: str | None = Field(default=None, description="The input's own id, e.g. LoCoMo 'D3:7'")
-    meta: dict[str, str | int | float | bool] = Field(default_factory=dict, description=(
-        "What the app attached at write time (a message's 'metadata'): filterable in listings"))
+    meta: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description=("What the app attached at write time (a message's 'metadata'): filterable in listings"),
+    )
 
     @model_validator(mode="after")
     def _derive_id(self) -> Turn:
@@ -49,8 +51,13 @@ class Turn(Unit):
         return [self.id]
 
     def metadata(self) -> dict[str, Any]:
-        return {**super().metadata(), "position": self.position, "speaker": self.speaker,
-                "source_id": self.source_id, **{meta_key(k): v for k, v in self.meta.items()}}
+        return {
+            **super().metadata(),
+            "position": self.position,
+            "speaker": self.speaker,
+            "source_id": self.source_id,
+            **{meta_key(k): v for k, v in self.meta.items()},
+        }
 
 
 def meta_key(name: str) -> str:
@@ -63,5 +70,12 @@ def changed_turns(turns: Sequence[Turn], stored: dict[str, str]) -> list[Turn]:
     return [t for t in turns if stored.get(t.id) != t.render()]
 
 
-TURN = register(Level(kind="turn", unit=Turn, role="raw", scopes=("Short", "Mixed"),
-                      description="raw turns, verbatim (searched directly by Short and Mixed queries)"))
+TURN = register(
+    Level(
+        kind="turn",
+        unit=Turn,
+        role="raw",
+        scopes=("Short", "Mixed"),
+        description="raw turns, verbatim (searched directly by Short and Mixed queries)",
+    )
+)

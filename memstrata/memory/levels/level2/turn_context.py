@@ -9,8 +9,10 @@ model call.
 
 Example:
     >>> from memstrata.memory.levels.level2.turn import Turn
-    >>> turns = [Turn(user_id="u", session_id="1", position=i, speaker=s, text=t)
-    ...          for i, (s, t) in enumerate([("Ann", "What did you do?"), ("Bob", "Went swimming!")])]
+    >>> turns = [
+    ...     Turn(user_id="u", session_id="1", position=i, speaker=s, text=t)
+    ...     for i, (s, t) in enumerate([("Ann", "What did you do?"), ("Bob", "Went swimming!")])
+    ... ]
     >>> turn_contexts(turns)[1].text
     'Ann: What did you do?\\nBob: Went swimming!'
 """
@@ -53,15 +55,24 @@ def turn_contexts(session_turns: Sequence[Turn], *, width: int = default("contex
     """Each turn of one session (in order) rendered with up to ``width`` turns before and after it."""
     out = []
     for i, turn in enumerate(session_turns):
-        window = session_turns[max(0, i - width): i + width + 1]
-        out.append(TurnContext(
-            user_id=turn.user_id, conversation_id=turn.conversation_id, turn_id=turn.id, session_id=turn.session_id,
-            text="\n".join(t.render() for t in window), timestamp=turn.timestamp, timestamp_raw=turn.timestamp_raw,
-        ))
+        window = session_turns[max(0, i - width) : i + width + 1]
+        out.append(
+            TurnContext(
+                user_id=turn.user_id,
+                conversation_id=turn.conversation_id,
+                turn_id=turn.id,
+                session_id=turn.session_id,
+                text="\n".join(t.render() for t in window),
+                timestamp=turn.timestamp,
+                timestamp_raw=turn.timestamp_raw,
+            )
+        )
     return out
 
 
-def pooled_vectors(turn_vectors: np.ndarray, *, width: int = default("context_width"), neighbour_weight: float = 0.5) -> np.ndarray:
+def pooled_vectors(
+    turn_vectors: np.ndarray, *, width: int = default("context_width"), neighbour_weight: float = 0.5
+) -> np.ndarray:
     """Each turn's contextual vector from the turn vectors alone (no model call), one row per turn.
 
     The normalized weighted sum of the turn's own vector and those of up to ``width``
@@ -77,5 +88,11 @@ def pooled_vectors(turn_vectors: np.ndarray, *, width: int = default("context_wi
     return out / np.where(norms > 0, norms, 1.0)
 
 
-TURN_CONTEXT = register(Level(kind="turn_context", unit=TurnContext, role="view",
-                              description="each turn embedded with its neighbours (a dense view of the raw turns)"))
+TURN_CONTEXT = register(
+    Level(
+        kind="turn_context",
+        unit=TurnContext,
+        role="view",
+        description="each turn embedded with its neighbours (a dense view of the raw turns)",
+    )
+)
