@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -22,6 +24,7 @@ from langchain_openai import ChatOpenAI
 
 from memstrata import Memstrata
 from memstrata.bench.locomo import load_locomo
+from memstrata.bench.provenance import provenance
 
 
 def _session_no(key: str) -> int | None:
@@ -77,6 +80,7 @@ def _summary(args: argparse.Namespace, ingest: dict[str, Any], seconds: float,
     ingest_calls = sum(v.get("calls", 0) for v in ingest_llm.values())
     ingest_fallbacks = sum(v.get("fallbacks", 0) for v in ingest_llm.values())
     return {
+        "provenance": provenance(shlex.join(["python", *sys.argv])),
         "conversation": args.conversation, "sessions": args.sessions or "all", "model": args.model, "base_url": args.base_url,
         "ingest": {"turns": ingest.get("turns_seen"), "episodes": ingest.get("episodes_written"),
                    "seconds": round(seconds, 1), "llm_calls": ingest_calls,

@@ -58,9 +58,15 @@ def provenance(results: Results, names: tuple[str, ...]) -> str:
         block = results[name]["provenance"]
         machine = block["machine"]
         commit = block["commit"] if block["commit"] == "not recorded" else f"`{block['commit']}`"
-        rows.append([f"`{name}.json`", commit, block["date"][:10],
-                     f"{machine['cores']} cores, {machine['memory_gib']} GiB, {machine['platform']}",
-                     f"`{block['command']}`"])
+        rows.append(
+            [
+                f"`{name}.json`",
+                commit,
+                block["date"][:10],
+                f"{machine['cores']} cores, {machine['memory_gib']} GiB, {machine['platform']}",
+                f"`{block['command']}`",
+            ]
+        )
         if block.get("note"):
             notes.append(f"- `{name}.json`: {block['note']}.")
     parts = [table(["results file", "commit", "date", "machine", "command"], rows)]
@@ -77,26 +83,37 @@ def locomo(results: Results) -> str:
     result = results["locomo"]
     budgets = [str(b) for b in result["budgets"]]
     key = str(result["latency_budget"])
-    rows = [[name, *(f"{pct(m['recall_all'][b])} / {pct(m['recall_frac'][b])}" for b in budgets),
-             f"{m['latency_ms']['p50']:.0f} / {m['latency_ms']['p95']:.0f}"] for name, m in _by_recall(result)]
+    rows = [
+        [
+            name,
+            *(f"{pct(m['recall_all'][b])} / {pct(m['recall_frac'][b])}" for b in budgets),
+            f"{m['latency_ms']['p50']:.0f} / {m['latency_ms']['p95']:.0f}",
+        ]
+        for name, m in _by_recall(result)
+    ]
     main = table(["method", *(f"B={b}" for b in budgets), f"p50 / p95 ms at B={key}"], rows)
     counts = result["questions_per_category"]
     cats = [c for c in CATEGORIES if c in counts]
-    by_cat = [[name, *(pct((m["per_category"].get(c) or m["category_5"])["recall_all"][key]) for c in cats)]
-              for name, m in _by_recall(result)]
+    by_cat = [
+        [name, *(pct((m["per_category"].get(c) or m["category_5"])["recall_all"][key]) for c in cats)]
+        for name, m in _by_recall(result)
+    ]
     categories = table(["method", *(f"{c} {CATEGORIES[c]} ({counts[c]})" for c in cats)], by_cat)
-    return "\n\n".join([
-        "## LoCoMo: evidence recall under a token budget",
-        f"recall_all / recall_frac in %, categories 1-4 ({count(result['questions'])} questions of "
-        f"{len(result['conversations'])} conversations); latency is one query's context at B={key}, the query's "
-        "embedding included.",
-        main,
-        f"recall_all at B={key} by category, in % (category 5, adversarial, is not in the headline):",
-        categories,
-        f"The run took {count(result['runtime_seconds'])} s, memstrata's ingestion {count(result['ingest_seconds'])} s, "
-        f"peak memory {count(result['peak_memory_mb'])} MB. {_baselines_alone(results)}",
-        provenance(results, ("locomo", "locomo_baselines")),
-    ])
+    return "\n\n".join(
+        [
+            "## LoCoMo: evidence recall under a token budget",
+            f"recall_all / recall_frac in %, categories 1-4 ({count(result['questions'])} questions of "
+            f"{len(result['conversations'])} conversations); latency is one query's context at B={key}, the query's "
+            "embedding included.",
+            main,
+            f"recall_all at B={key} by category, in % (category 5, adversarial, is not in the headline):",
+            categories,
+            f"The run took {count(result['runtime_seconds'])} s, memstrata's ingestion "
+            f"{count(result['ingest_seconds'])} s, peak memory {count(result['peak_memory_mb'])} MB. "
+            + _baselines_alone(results),
+            provenance(results, ("locomo", "locomo_baselines")),
+        ]
+    )
 
 
 def _baselines_alone(results: Results) -> str:
@@ -104,8 +121,11 @@ def _baselines_alone(results: Results) -> str:
     alone, headline = results["locomo_baselines"], results["locomo"]
     fields = ("recall_all", "recall_frac", "per_category", "category_5")
     same = all(headline["methods"].get(name, {}).get(f) == m[f] for name, m in alone["methods"].items() for f in fields)
-    verdict = ("the same recall_all and recall_frac, at every budget and in every category, as in the run above"
-               if same else "a different recall from the run above (see that file)")
+    verdict = (
+        "the same recall_all and recall_frac, at every budget and in every category, as in the run above"
+        if same
+        else "a different recall from the run above (see that file)"
+    )
     return f"The baselines alone (`locomo_baselines.json`: {', '.join(alone['methods'])}) gave {verdict}."
 
 
@@ -118,23 +138,45 @@ def scale(results: Results) -> str:
             default = " (default)" if path == size["default_path"] else ""
             recall = next(v for k, v in m.items() if k.startswith("planted_recall_all@"))
             first = path == next(iter(size["paths"]))
-            rows.append([count(size["turns"]), path + default, f"{count(m['query_p50_ms'])} / {count(m['query_p95_ms'])}",
-                         f"{recall:.1f}", count(m["query_process_peak_mb"]), count(size["disk_mb"]),
-                         f"{size['copy_turns_per_second']:.1f}" if first else ""])
-    budget = next(k for k in result["sizes"][0]["paths"]["bounded"] if k.startswith("planted_recall_all@"))
+            latency = f"{count(m['query_p50_ms'])} / {count(m['query_p95_ms'])}"
+            rows.append(
+                [
+                    count(size["turns"]),
+                    path + default,
+                    latency,
+                    f"{recall:.1f}",
+                    count(m["query_process_peak_mb"]),
+                    count(size["disk_mb"]),
+                    f"{size['copy_turns_per_second']:.1f}" if first else "",
+                ]
+            )
+    first_path = next(iter(result["sizes"][0]["paths"].values()))
+    budget = next(k for k in first_path if k.startswith("planted_recall_all@"))
     chat = result["chat"]
-    return "\n\n".join([
-        "## Scale: one user with many turns",
-        "LoCoMo's ten conversations ingested through the graph, then perturbed copies of their stored units until "
-        "the user holds the given number of turns; planted questions asked by a separate query process.",
-        table(["turns of one user", "search path", "query p50 / p95 ms", f"planted {budget.replace('planted_', '')}",
-               "query-process peak MB", "disk MB", "copy writes, turns/s"], rows),
-        f"The chat pattern ({count(chat['turns'])} turns, {chat['rounds']} rounds of a one-message write then a "
-        f"query): query p50 / p95 {chat['read_only_p50_ms']} / {chat['read_only_p95_ms']} ms read-only, "
-        f"{chat['after_write_p50_ms']} / {chat['after_write_p95_ms']} ms after a write (p50 ratio "
-        f"{chat['ratio_p50']}); a write's p50 {count(chat['write_p50_ms'])} ms.",
-        provenance(results, ("scale",)),
-    ])
+    return "\n\n".join(
+        [
+            "## Scale: one user with many turns",
+            "LoCoMo's ten conversations ingested through the graph, then perturbed copies of their stored units until "
+            "the user holds the given number of turns; planted questions asked by a separate query process.",
+            table(
+                [
+                    "turns of one user",
+                    "search path",
+                    "query p50 / p95 ms",
+                    f"planted {budget.replace('planted_', '')}",
+                    "query-process peak MB",
+                    "disk MB",
+                    "copy writes, turns/s",
+                ],
+                rows,
+            ),
+            f"The chat pattern ({count(chat['turns'])} turns, {chat['rounds']} rounds of a one-message write then a "
+            f"query): query p50 / p95 {chat['read_only_p50_ms']} / {chat['read_only_p95_ms']} ms read-only, "
+            f"{chat['after_write_p50_ms']} / {chat['after_write_p95_ms']} ms after a write (p50 ratio "
+            f"{chat['ratio_p50']}); a write's p50 {count(chat['write_p50_ms'])} ms.",
+            provenance(results, ("scale",)),
+        ]
+    )
 
 
 def chat(results: Results) -> str:
@@ -145,23 +187,49 @@ def chat(results: Results) -> str:
         budgets = list(result["recall"]["stream"]["recall_all"])
         offline, llm = result["offline"], result.get("llm", {})
         for mode, label in (("stream", "a message at a time"), ("batch", "one call")):
-            seconds = (f"{offline['seconds_per_message']['total']:.1f} (p50 {offline['seconds_per_message']['p50']:.2f}"
-                       f" / p95 {offline['seconds_per_message']['p95']:.2f} a message)" if mode == "stream"
-                       else f"{offline['batch_seconds']:.1f}")
+            seconds = (
+                f"{offline['seconds_per_message']['total']:.1f} (p50 {offline['seconds_per_message']['p50']:.2f}"
+                f" / p95 {offline['seconds_per_message']['p95']:.2f} a message)"
+                if mode == "stream"
+                else f"{offline['batch_seconds']:.1f}"
+            )
             calls = f"{llm[mode]['calls']} / {count(llm[mode]['prompt_tokens'])}" if llm else "-"
             recall = result["recall"][mode]
-            rows.append([f"`{name}`", str(result["messages"]), result["model"], label, seconds, calls,
-                         str(recall["questions"]), " / ".join(pct(recall["recall_all"][b]) for b in budgets)])
-    return "\n\n".join([
-        "## Chat: a message at a time against one call",
-        f"One LoCoMo conversation ({results['chat_conv26']['conversation']}) written one `ingest` call per message, "
-        "and the same messages in one call. The counting model answers every structured call with a valid "
-        "reply, so it counts what memstrata asks of a model, not answer quality; recall is scored on the "
-        "questions whose evidence was written.",
-        table(["file", "messages", "model", "written", "seconds", "model calls / prompt tokens", "questions",
-               f"recall_all % at B={' / '.join(budgets)}"], rows),
-        provenance(results, ("chat_counting", "chat_conv26")),
-    ])
+            rows.append(
+                [
+                    f"`{name}`",
+                    str(result["messages"]),
+                    result["model"],
+                    label,
+                    seconds,
+                    calls,
+                    str(recall["questions"]),
+                    " / ".join(pct(recall["recall_all"][b]) for b in budgets),
+                ]
+            )
+    return "\n\n".join(
+        [
+            "## Chat: a message at a time against one call",
+            f"One LoCoMo conversation ({results['chat_conv26']['conversation']}) written one `ingest` call per "
+            "message, and the same messages in one call. The counting model answers every structured call with a valid "
+            "reply, so it counts what memstrata asks of a model, not answer quality; recall is scored on the "
+            "questions whose evidence was written.",
+            table(
+                [
+                    "file",
+                    "messages",
+                    "model",
+                    "written",
+                    "seconds",
+                    "model calls / prompt tokens",
+                    "questions",
+                    f"recall_all % at B={' / '.join(budgets)}",
+                ],
+                rows,
+            ),
+            provenance(results, ("chat_counting", "chat_conv26")),
+        ]
+    )
 
 
 def llm_mode(results: Results) -> str:
@@ -171,31 +239,73 @@ def llm_mode(results: Results) -> str:
         stats = results[name]["methods"]["memstrata"]
         llm = stats["llm"]
         row = llm["per_category"]["1-4"]
-        rows.append([label, f"`{name}`", count(row["questions"]), pct(row["light_share"]), f"{row['calls']:.1f}",
-                     count(row["prompt_tokens"]), count(row["completion_tokens"]), pct(row["fallback_rate"]),
-                     pct(stats["recall_all"][str(llm["budget"])])])
+        rows.append(
+            [
+                label,
+                f"`{name}`",
+                count(row["questions"]),
+                pct(row["light_share"]),
+                f"{row['calls']:.1f}",
+                count(row["prompt_tokens"]),
+                count(row["completion_tokens"]),
+                pct(row["fallback_rate"]),
+                pct(stats["recall_all"][str(llm["budget"])]),
+            ]
+        )
     small = results["llm_mode"]
     queries = small["queries"]
-    rows.append([f"{small['model']} (a real model)", "`llm_mode`", str(queries["n"]), pct(1.0 - queries["deep_share"]),
-                 f"{queries['calls_per_query']:.1f}", count(queries["prompt_tokens_per_query"]),
-                 count(queries["completion_tokens_per_query"]), pct(queries["fallback_rate"]), "not measured"])
+    rows.append(
+        [
+            f"{small['model']} (a real model)",
+            "`llm_mode`",
+            str(queries["n"]),
+            pct(1.0 - queries["deep_share"]),
+            f"{queries['calls_per_query']:.1f}",
+            count(queries["prompt_tokens_per_query"]),
+            count(queries["completion_tokens_per_query"]),
+            pct(queries["fallback_rate"]),
+            "not measured",
+        ]
+    )
     budget = results["locomo_reader_oracle"]["methods"]["memstrata"]["llm"]["budget"]
-    return "\n\n".join([
-        "## LLM mode: what a query costs",
-        "Per query. The oracle reader is a scripted model that knows each question's gold evidence: it measures "
-        "the pipeline's cost with perfect decisions (never answer quality), on LoCoMo's categories 1-4 with "
-        f"offline ingestion, at B={budget}; forced deep, its self-check always fails. The real model ran on "
-        f"{small['conversation']}'s first {small['sessions']} sessions, ingested with the model "
-        f"({small['ingest']['llm_calls']} calls, {count(small['ingest']['prompt_tokens'])} prompt tokens).",
-        table(["reader", "file", "questions", "light path %", "LLM calls", "prompt tokens", "completion tokens",
-               "fallbacks % of calls", f"recall_all % at B={budget}"], rows),
-        provenance(results, ("locomo_reader_oracle", "locomo_reader_oracle-deep", "llm_mode")),
-    ])
+    return "\n\n".join(
+        [
+            "## LLM mode: what a query costs",
+            "Per query. The oracle reader is a scripted model that knows each question's gold evidence: it measures "
+            "the pipeline's cost with perfect decisions (never answer quality), on LoCoMo's categories 1-4 with "
+            f"offline ingestion, at B={budget}; forced deep, its self-check always fails. The real model ran on "
+            f"{small['conversation']}'s first {small['sessions']} sessions, ingested with the model "
+            f"({small['ingest']['llm_calls']} calls, {count(small['ingest']['prompt_tokens'])} prompt tokens).",
+            table(
+                [
+                    "reader",
+                    "file",
+                    "questions",
+                    "light path %",
+                    "LLM calls",
+                    "prompt tokens",
+                    "completion tokens",
+                    "fallbacks % of calls",
+                    f"recall_all % at B={budget}",
+                ],
+                rows,
+            ),
+            provenance(results, ("locomo_reader_oracle", "locomo_reader_oracle-deep", "llm_mode")),
+        ]
+    )
 
 
 SECTIONS: tuple[Callable[[Results], str], ...] = (locomo, scale, chat, llm_mode)
-FILES = ("locomo", "locomo_baselines", "scale", "chat_counting", "chat_conv26", "locomo_reader_oracle",
-         "locomo_reader_oracle-deep", "llm_mode")
+FILES = (
+    "locomo",
+    "locomo_baselines",
+    "scale",
+    "chat_counting",
+    "chat_conv26",
+    "locomo_reader_oracle",
+    "locomo_reader_oracle-deep",
+    "llm_mode",
+)
 
 
 def load(folder: Path = RESULTS) -> Results:
@@ -214,7 +324,7 @@ def replace(doc: str, block: str) -> str:
     if start < 0 or end < start:
         msg = f"BENCHMARKS.md: the markers {BEGIN!r} and {END!r} are missing or out of order; put them back"
         raise ValueError(msg)
-    return doc[:start] + block + doc[end + len(END):]
+    return doc[:start] + block + doc[end + len(END) :]
 
 
 def main() -> int:

@@ -227,6 +227,32 @@ def test_cli_writes_json_and_plot(tiny_path: Path, tmp_path: Path) -> None:
     assert result["budgets"] == [20, 40]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "bm25" in outcome.output
+    provenance = result["provenance"]
+    assert set(provenance) == {"commit", "date", "machine", "command"}
+    assert provenance["command"] == result["command"]  # under CliRunner, this process's own argv
+    assert provenance["date"].endswith("Z") and provenance["machine"]["cores"] >= 1
+    assert provenance["commit"]  # a short hash, or "not recorded" outside a git checkout
+
+
+def test_provenance_names_the_commit_the_machine_and_the_command() -> None:
+    from memstrata.bench.provenance import NOT_RECORDED, git_commit, provenance
+
+    block = provenance("memstrata bench locomo data.json")
+    assert block["command"] == "memstrata bench locomo data.json"
+    assert set(block["machine"]) == {"cores", "memory_gib", "platform"}
+    assert block["commit"] == git_commit()
+    assert git_commit(Path("/")) == NOT_RECORDED  # no checkout there
+
+
+def test_the_recall_plot_is_titled_with_its_dataset(tiny_path: Path) -> None:
+    from memstrata.bench.report import dataset_name, recall_figure, recall_table
+
+    result = run_locomo(tiny_path, budgets=(500, 1000), methods=[ScriptedMethod()], progress=False, command="test")
+    title = recall_figure(result).axes[0].get_title()
+    assert title.startswith("tiny_locomo evidence recall") and "LoCoMo" not in title
+    assert str(recall_table(result).title).startswith("tiny_locomo ")
+    assert dataset_name({"dataset": {"path": "../shared/data/locomo/locomo10.json"}}) == "locomo10"
+    assert dataset_name({}) == "LoCoMo"  # an old results file without its dataset
 
 
 def test_cli_rejects_unknown_method(tiny_path: Path) -> None:

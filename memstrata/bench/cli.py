@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from memstrata.bench.provenance import provenance
 from memstrata.bench.report import plot_recall, results_tables
 from memstrata.bench.runner import DEFAULT_BUDGETS, METHOD_NAMES, run_locomo
 from memstrata.context import Context
@@ -155,6 +156,7 @@ def chat(
     result = run_chat(path, embeddings=MiniLMEmbeddings(), conversation=conversation, messages=messages,
                       one_session=one_session, ids=ids, model=model, reader_model=reader_model, recall=recall)
     result["command"] = command_line()
+    result["provenance"] = provenance(result["command"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     plot_chat(result, plot)
@@ -196,7 +198,9 @@ def scale(
     console = Console()
     root = Path(tempfile.mkdtemp(prefix="memstrata-scale-", dir=workdir))
     threshold = Context(user_id="-").snapshot_max_turns
-    result: dict = {"command": command_line(), "snapshot_max_turns": threshold, "sizes": [], "note": NOTE}
+    command = command_line()
+    result: dict = {"provenance": provenance(command), "command": command, "snapshot_max_turns": threshold,
+                    "sizes": [], "note": NOTE}
 
     def report(row: dict) -> None:
         result["sizes"].append(row)

@@ -11,21 +11,36 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from memstrata.bench.locomo import CATEGORY_NAMES, HEADLINE_CATEGORIES
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def _pct(value: float) -> str:
     return f"{100.0 * value:.1f}"
 
 
+def dataset_name(result: dict[str, Any]) -> str:
+    """The name of the data file a run read (its stem, e.g. ``locomo10``); ``"LoCoMo"`` if the run did not record it.
+
+    Example:
+        >>> dataset_name({"dataset": {"path": "../shared/data/locomo/locomo10.json"}})
+        'locomo10'
+    """
+    path = result.get("dataset", {}).get("path")
+    return Path(path).stem if path else "LoCoMo"
+
+
 def recall_table(result: dict[str, Any]) -> Table:
     """Methods by budget; each cell is ``recall_all/recall_frac`` in %."""
     budgets = [str(b) for b in result["budgets"]]
-    table = Table(title=f"LoCoMo evidence recall, categories 1-4 ({result['questions']} questions): all/frac %")
+    table = Table(title=f"{dataset_name(result)} evidence recall, categories 1-4 ({result['questions']} questions): "
+                        "all/frac %")
     table.add_column("method", style="bold", no_wrap=True)
     for budget in budgets:
         table.add_column(f"B={budget}", justify="right", no_wrap=True)
@@ -96,6 +111,14 @@ def results_tables(result: dict[str, Any]) -> list[Table]:
 
 def plot_recall(result: dict[str, Any], path: str | Path) -> Path:
     """Write a PNG of recall_all against budget, one line per method; returns the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    recall_figure(result).savefig(out, bbox_inches="tight")
+    return out
+
+
+def recall_figure(result: dict[str, Any]) -> Figure:
+    """recall_all against budget, one line per method, titled with the dataset's name (see :func:`dataset_name`)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -107,15 +130,12 @@ def plot_recall(result: dict[str, Any], path: str | Path) -> Path:
         axes.plot(budgets, [100.0 * stats["recall_all"][str(b)] for b in budgets], marker="o", label=name)
     axes.set_xlabel("context budget (MiniLM tokens)")
     axes.set_ylabel("recall_all (%)")
-    axes.set_title(f"LoCoMo evidence recall, categories 1-4 ({result['questions']} questions)")
+    axes.set_title(f"{dataset_name(result)} evidence recall, categories 1-4 ({result['questions']} questions)")
     axes.set_xticks(budgets)
     axes.set_ylim(0, 100)
     axes.grid(alpha=0.3)
     axes.legend()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, bbox_inches="tight")
-    return out
+    return figure
 
 
 def _by_recall(result: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

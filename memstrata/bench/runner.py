@@ -38,6 +38,7 @@ from memstrata.bench.locomo import (
 )
 from memstrata.bench.method import Method
 from memstrata.bench.metric import RecallTally, merge_tallies, score_context
+from memstrata.bench.provenance import provenance
 from memstrata.memory.tokens import TokenCounter
 
 DEFAULT_BUDGETS: tuple[int, ...] = (500, 1000, 1500, 2000, 4000)
@@ -271,8 +272,10 @@ def _run_info(
     seconds: float,
 ) -> dict[str, Any]:
     data = Path(path).read_bytes()
+    command = command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
     return {
-        "command": command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "provenance": provenance(command),
+        "command": command,
         "budgets": list(budgets),
         "conversations": [c.sample_id for c in convs],
         "dataset": {"path": str(path), "sha256": hashlib.sha256(data).hexdigest()},
