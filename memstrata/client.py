@@ -148,7 +148,8 @@ class Memstrata:
         result = await self._run_retrieval(query, self.context(user_id, **overrides))
         note = str(result.trace.get("answer", ""))
         if result.answer is None and note.startswith("answer failed: "):
-            raise AnswerError(f"{note} (the evidence and the trace are on this error's .result)", result)
+            msg = f"{note} (the evidence and the trace are on this error's .result)"
+            raise AnswerError(msg, result)
         return result
 
     def ask(self, query: str, *, user_id: str, **overrides: Any) -> RetrievalResult:

@@ -112,9 +112,10 @@ def context_tables() -> str:
     for section, members in sections.items():
         out.append(f"### {section}\n")
         out.append("| field | type | default | description |\n|---|---|---|---|")
-        for row in members:
-            # a pipe inside a code span does not split a cell; elsewhere it must be escaped
-            out.append(f"| `{row['name']}` | `{row['type']}` | {row['default']} | {_cell(row['description'])} |")
+        # a pipe inside a code span does not split a cell; elsewhere it must be escaped
+        out.extend(
+            f"| `{row['name']}` | `{row['type']}` | {row['default']} | {_cell(row['description'])} |" for row in members
+        )
         out.append("")
     return "\n".join(out)
 

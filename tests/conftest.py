@@ -141,7 +141,8 @@ def _check_lists(items: list[pytest.Item]) -> None:
         if "::" in key and (module := modules.get(key.split("::")[0])) and not hasattr(module, key.split("::")[1])
     ]
     if gone:
-        raise pytest.UsageError(f"tests/conftest.py lists tests that do not exist: {', '.join(sorted(gone))}")
+        msg = f"tests/conftest.py lists tests that do not exist: {', '.join(sorted(gone))}"
+        raise pytest.UsageError(msg)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

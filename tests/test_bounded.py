@@ -138,7 +138,8 @@ def test_a_bounded_snapshot_reads_the_reinforcement_of_its_own_summaries_only(
     assert held < stored.keys() and any(n for n, _ in stored.values())  # a part of the user's reinforced summaries
 
     def no_full_read(*args, **kwargs):
-        raise AssertionError("a bounded snapshot read every summary's counters")
+        msg = "a bounded snapshot read every summary's counters"
+        raise AssertionError(msg)
 
     monkeypatch.setattr(counters, "all", no_full_read)
     load_reinforcement(index, counters, "u")

@@ -270,7 +270,7 @@ def test_a_new_users_agent_with_the_middleware_works_for_five_turns_and_cites_th
         "I play the cello.",
         "What is my cat called?",
     ]
-    for i, text in enumerate(said):  # retrieve before the first write, then write after each turn
+    for text in said:  # retrieve before the first write, then write after each turn
         agent.invoke({"messages": [("user", text)]}, {"configurable": {"thread_id": "t1"}})
     system = next(str(m.content) for m in model.calls[-1] if isinstance(m, SystemMessage))
     memory = system.split("<memory>\n")[1].split("</memory>")[0]

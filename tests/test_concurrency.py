@@ -175,7 +175,7 @@ def run_together(url: str, jobs: list[tuple[str, Path]]) -> list[dict[str, Any]]
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    for proc, (out, errs) in zip(procs, outs, strict=True):
+    for proc, (_, errs) in zip(procs, outs, strict=True):
         assert proc.returncode == 0, errs[-3000:]
     return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
 

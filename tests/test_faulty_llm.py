@@ -105,7 +105,7 @@ async def test_an_empty_choices_list_is_the_fallback_with_a_clear_error(fault_pr
 
 
 async def test_a_429_waits_for_retry_after_and_then_succeeds(fault_proxy: FaultProxy) -> None:
-    _, outcome, record = await one_decision(fault_proxy, "429")
+    _, _, record = await one_decision(fault_proxy, "429")
     assert fault_proxy.log[:2] == ["429", "pass"]
     assert record.attempts == 2 and "RateLimit" in record.retried[0]
     assert record.seconds >= RETRY_AFTER_S  # it waited as long as the server asked, not the 0.2 s backoff
@@ -165,7 +165,7 @@ def test_a_query_against_a_broken_server_ends_with_the_trace_saying_why(
     mem.ingest(EXAMPLE, user_id="demo")
     fault_proxy.plan(*[fault] * 500)  # every call of the query fails this way
     try:
-        with pytest.raises(AnswerError, match="^answer failed: ") as failed:  # one clear error, not a None
+        with pytest.raises(AnswerError, match=r"^answer failed: ") as failed:  # one clear error, not a None
             mem.ask(
                 "Where does Priya work?",
                 user_id="demo",

@@ -1,4 +1,5 @@
-"""Hostile and malformed input, fuzzed with hypothesis: a clean ingest or a clear error, and nothing changed by an error.
+"""Hostile and malformed input, fuzzed with hypothesis: a clean ingest or a clear error, and nothing changed by an
+error.
 
 Over a thousand generated cases in all: message-level and file-level shapes go through
 the input normalization (where every check runs before anything is written); a
@@ -90,7 +91,9 @@ def test_any_input_normalizes_or_fails_clearly(fuzz_seed: int, capsys: pytest.Ca
     cases = FIXED_CASES if fuzz_seed == FIXED_SEED else RANDOM_CASES
     if fuzz_seed != FIXED_SEED:
         with capsys.disabled():  # straight to the terminal, passed or not
-            print(f"\nfuzz: {cases} cases from seed {fuzz_seed} (replay: MEMSTRATA_FUZZ_SEED={fuzz_seed})")
+            print(  # noqa: T201 - the seed reaches the terminal, so a failing run can be replayed
+                f"\nfuzz: {cases} cases from seed {fuzz_seed} (replay: MEMSTRATA_FUZZ_SEED={fuzz_seed})"
+            )
     check = settings(max_examples=cases, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
         given(SHAPES)(_normalizes_or_fails_clearly)
     )

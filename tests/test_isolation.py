@@ -111,8 +111,9 @@ def test_stored_kinds_hold_only_their_users_rows(memory: tuple[Memstrata, Path])
 
 
 def test_a_thousand_queries_through_every_entry_point_never_cross_tenants(
-    memory: tuple[Memstrata, Path], studio: str
-) -> None:  # noqa: F811 - the imported fixture
+    memory: tuple[Memstrata, Path],
+    studio: str,  # noqa: F811 - the imported fixture
+) -> None:
     from langgraph_sdk import get_sync_client
 
     mem, path = memory

@@ -244,7 +244,7 @@ async def test_an_exhausted_budget_skips_the_call() -> None:
 
 async def test_a_budget_too_small_for_the_prompt_skips_the_call() -> None:
     model = ScriptedChatModel(script=[{"ids": [1]}])
-    value, outcome, _ = await run(model, meter=Meter(budget=3))
+    _, outcome, _ = await run(model, meter=Meter(budget=3))
     assert (outcome, model.calls) == ("skipped_budget", [])
 
 
@@ -376,7 +376,7 @@ async def test_stream_answer_raises_llm_error_when_the_connection_drops_mid_stre
 
 async def test_stream_answer_raises_llm_error_when_the_server_goes_silent() -> None:
     started = time.monotonic()
-    with pytest.raises(LLMError, match="no reply within 0.2s"):
+    with pytest.raises(LLMError, match=r"no reply within 0\.2s"):
         await stream_answer(StreamModel(then=30.0), [HumanMessage("q")], meter=Meter(), timeout=0.2)
     assert time.monotonic() - started < 2
 
@@ -391,18 +391,18 @@ async def test_stream_answer_retries_a_transport_error_before_the_first_token() 
 async def test_stream_answer_raises_llm_error_when_the_transport_stays_down() -> None:
     meter = Meter()
     model = ScriptedChatModel(script=[conn_error()] * 3)
-    with pytest.raises(LLMError, match="connection to the model failed after 0 streamed characters.*APIConnection"):
+    with pytest.raises(LLMError, match=r"connection to the model failed after 0 streamed characters.*APIConnection"):
         await stream_answer(model, [HumanMessage("q")], meter=meter, timeout=1, retries=2)
     assert len(model.calls) == 3 and [c.outcome for c in meter.calls] == ["error"]
 
 
 async def test_stream_answer_does_not_retry_a_model_error_or_silence() -> None:
     model = ScriptedChatModel(script=[ValueError("bad request"), "never"])
-    with pytest.raises(LLMError, match="the model raised an error.*bad request"):
+    with pytest.raises(LLMError, match=r"the model raised an error.*bad request"):
         await stream_answer(model, [HumanMessage("q")], meter=Meter(), timeout=1)
     assert len(model.calls) == 1
     started = time.monotonic()
-    with pytest.raises(LLMError, match="no reply within 0.2s"):
+    with pytest.raises(LLMError, match=r"no reply within 0\.2s"):
         await stream_answer(StreamModel(chunks=[], then=30.0), [HumanMessage("q")], meter=Meter(), timeout=0.2)
     assert time.monotonic() - started < 2
 

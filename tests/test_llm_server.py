@@ -251,7 +251,7 @@ async def test_a_server_killed_mid_call_ends_in_the_fallback_and_llm_error(llama
 
     killed = time.monotonic()
     server.process.kill()
-    with pytest.raises(LLMError, match="connection to the model failed after [1-9][0-9]* streamed characters"):
+    with pytest.raises(LLMError, match=r"connection to the model failed after [1-9][0-9]* streamed characters"):
         await asyncio.wait_for(answer, 60)
     value, outcome = await asyncio.wait_for(decision, 60)
     assert time.monotonic() - killed < 30

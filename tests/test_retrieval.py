@@ -178,7 +178,7 @@ async def test_gate_goes_deep_with_parallel_selection(mem: Memstrata) -> None:
 
 
 async def test_reflection_rewrites_and_loops(mem: Memstrata) -> None:
-    model, script = scripted(
+    model, _ = scripted(
         reflect=[{"finished": False, "new_question": "Priya job Tidewater Labs office"}, {"finished": True}]
     )
     result = await _ask(mem, model, max_iterations=3)

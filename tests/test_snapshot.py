@@ -94,7 +94,8 @@ def test_another_process_writes_are_seen(chroma_server, hash_embeddings) -> None
         "import json, sys; sys.path.insert(0, 'tests')\n"
         "from conftest import EXAMPLE, HashEmbeddings\nfrom memstrata import Memstrata\n"
         f"m = Memstrata(url={chroma_server.url!r}, embeddings=HashEmbeddings())\n"
-        f"m.ingest({{'conversation_id': 'c', 'messages': json.loads(EXAMPLE.read_text())['messages']}}, user_id={user!r})\n"
+        "m.ingest({'conversation_id': 'c', 'messages': json.loads(EXAMPLE.read_text())['messages']}, "
+        f"user_id={user!r})\n"
     )
     subprocess.run(
         [sys.executable, "-c", script], cwd=REPO, check=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"}

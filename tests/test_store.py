@@ -129,7 +129,7 @@ def test_other_embedder_is_a_clear_error_and_reindex_fixes_it(data_dir, hash_emb
         name = "other-embedder"
 
     other = MemoryStore(path=data_dir, embeddings=Other())
-    with pytest.raises(EmbedderMismatchError, match="test-hash-bow.*other-embedder.*reindex"):
+    with pytest.raises(EmbedderMismatchError, match=r"test-hash-bow.*other-embedder.*reindex"):
         other.count("turn", user_id="alice")
     fixed = MemoryStore(path=data_dir, embeddings=Other())
     assert fixed.reindex()["turn"] == 3

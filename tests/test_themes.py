@@ -182,7 +182,7 @@ def test_attach_returns_the_most_similar_centroid_or_none_below_the_threshold() 
     assert attach(deg(0)[0], np.zeros((0, 2)), threshold=0.2) is None
 
 
-KW = dict(tau=0.2, attach_at=0.2, cap=12, floor=1, knn=5, max_steps=100, eps=0.05)
+KW = {"tau": 0.2, "attach_at": 0.2, "cap": 12, "floor": 1, "knn": 5, "max_steps": 100, "eps": 0.05}
 ABC = {
     "a0": [1, 0.1, 0],
     "a1": [1, -0.1, 0],

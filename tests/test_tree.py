@@ -32,7 +32,7 @@ MAY_8 = datetime(2023, 5, 8, 10)  # a Monday, ISO week 19
 
 
 def _vec(angle_deg: float) -> np.ndarray:
-    """A unit vector whose cosine with _vec(0) is cos(angle)."""
+    """A unit vector in the x-y plane at ``angle_deg`` degrees from the x axis: its cosine with it is cos(angle)."""
     a = np.radians(angle_deg)
     return np.array([np.cos(a), np.sin(a), 0.0])
 
@@ -463,7 +463,7 @@ def test_a_snapshot_reads_again_only_the_reinforcement_that_moved(data_dir, monk
     load_reinforcement(fresh, counters, "u")  # a full read gives the same
     assert np.array_equal(after, turn_robustness(fresh, later, tau_days=365, eta=2.0))
     assert (after > before).any()  # the summary's turns gained robustness, and only turns of b changed
-    assert all(t.conversation_id == "b" for t, a, b in zip(index.turns, after, before) if a != b)
+    assert all(t.conversation_id == "b" for t, a, b in zip(index.turns, after, before, strict=True) if a != b)
 
 
 # ---- seeing it -----------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from langchain_core.callbacks import (
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.tools import BaseTool
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from memstrata.client import Memstrata
 from memstrata.result import Evidence, RetrievalResult
@@ -269,7 +269,7 @@ class MemorySaveTool(BaseTool):
     conversation_id: str = "memories"
     speaker: str = "memory"
 
-    model_config = {"arbitrary_types_allowed": True}
+    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     def _message(self, memory: str) -> dict[str, Any]:
         return {"conversation_id": self.conversation_id, "messages": [{"speaker": self.speaker, "text": memory}]}

@@ -249,7 +249,7 @@ def _messages(value: dict[str, Any], key: str) -> list[dict[str, Any]]:
 
 def _is_message(value: dict[str, Any]) -> bool:
     said = value.get("text", value.get("content"))
-    return bool(value.get("speaker") or value.get("role")) and (isinstance(said, str) or isinstance(said, list))
+    return bool(value.get("speaker") or value.get("role")) and isinstance(said, (str, list))
 
 
 def _text_of(value: dict[str, Any]) -> str:

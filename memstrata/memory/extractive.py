@@ -48,7 +48,7 @@ def extractive_summary(
     """Summarize ``(speaker, text)`` turns of one episode."""
     freq = Counter(w for _, text in turns for w in dict.fromkeys(content_words(text)))  # ordered: no hash seed
     candidates = []
-    for order, (speaker, text) in enumerate(turns):
+    for speaker, text in turns:
         for sentence in SENTENCE.split(text.strip()):
             if sentence:
                 candidates.append((_score(sentence, freq), len(candidates), speaker, sentence))

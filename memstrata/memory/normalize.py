@@ -281,7 +281,10 @@ def _meta(value: Any, where: str) -> dict[str, str | int | float | bool]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        msg = f"{where}: 'metadata' must be an object of names to strings, numbers or booleans, got {type(value).__name__}"
+        msg = (
+            f"{where}: 'metadata' must be an object of names to strings, numbers or booleans, "
+            f"got {type(value).__name__}"
+        )
         raise IngestError(msg)
     for key, item in value.items():
         if not isinstance(key, str) or not key.strip() or key.startswith("$"):

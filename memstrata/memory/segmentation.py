@@ -79,7 +79,7 @@ def segment_cores(
     min_turns: int = default("min_episode_turns"),
     window: int = default("segment_window"),
     depth: float = default("segment_depth"),
-    max_gap: timedelta = timedelta(minutes=default("episode_max_gap_minutes")),
+    max_gap: timedelta = timedelta(minutes=default("episode_max_gap_minutes")),  # noqa: B008 - immutable, read once
     forced: set[int] | None = None,
 ) -> list[tuple[int, int]]:
     """The episodes of :func:`segment_session` before any overlap: they tile the turns exactly."""

@@ -58,7 +58,7 @@ class TokenCounter:
         return _count(self.tokenizer_file, text) if text else 0
 
     def count_lines(self, lines: Sequence[str]) -> int:
-        """The tokens of ``"\\n".join(lines)``, summed from the memoized lines' counts.
+        r"""The tokens of ``"\n".join(lines)``, summed from the memoized lines' counts.
 
         Exact when the tokenizer's pre-tokenizer splits on whitespace (MiniLM's WordPiece does), so no token
         spans two lines (``tests/test_tokens.py`` checks it on LoCoMo's turns); another tokenizer file counts

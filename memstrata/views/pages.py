@@ -51,7 +51,7 @@ function filter() {
 box.addEventListener('input', filter);
 filter();
 document.body.dataset.ready = '1';
-"""
+"""  # noqa: E501 - the page's markup, kept byte for byte
 
 _MEMORY = _ENV.from_string("""<!doctype html><html lang="en"><head><meta charset="utf-8">
 <title>memstrata · {{ user }}</title><style>{{ style }}</style></head><body>
@@ -92,7 +92,7 @@ _MEMORY = _ENV.from_string("""<!doctype html><html lang="en"><head><meta charset
 {% endfor %}</ul>{% endif %}
 <p class="dim">turns: {{ u.turn_ids|join(", ") }}</p></details>{% endfor %}
 {% endfor %}
-<script>{{ script|safe }}</script></body></html>""")
+<script>{{ script|safe }}</script></body></html>""")  # noqa: E501 - the page's markup, kept byte for byte
 
 _TRACE = _ENV.from_string("""<!doctype html><html lang="en"><head><meta charset="utf-8">
 <title>memstrata · {{ query }}</title><style>{{ style }}</style></head><body>
@@ -121,7 +121,7 @@ _TRACE = _ENV.from_string("""<!doctype html><html lang="en"><head><meta charset=
 {% for r in trace.llm.records or [] %}<tr><td>{{ r.node }}</td><td>{{ r.outcome }}</td><td>{{ r.prompt_tokens }}</td>
 <td>{{ r.completion_tokens }}</td></tr>{% else %}<tr><td colspan="4" class="dim">none (offline)</td></tr>{% endfor %}
 </table>
-<script>{{ script|safe }}</script></body></html>""")
+<script>{{ script|safe }}</script></body></html>""")  # noqa: E501 - the page's markup, kept byte for byte
 
 
 def memory_page(store: Any, *, user_id: str, conversation_id: str | None = None) -> str:
@@ -227,7 +227,10 @@ def _with_items(
 def _graph(
     store: Any, user_id: str, conversation_id: str | None, *, size: int = 900, limit: int = 300
 ) -> dict[str, Any] | None:
-    """The user's edges (entity graph, tree links) laid out with networkx, as SVG coordinates; ``None`` without edges."""
+    """The user's edges (entity graph, tree links) laid out with networkx, as SVG coordinates.
+
+    ``None`` without edges.
+    """
     import networkx as nx
 
     graph = store.edges.graph(user_id, conversation_id=conversation_id)

@@ -182,15 +182,15 @@ def make_chat_model(base_url: str, **overrides: Any) -> Any:
     """A ``ChatOpenAI`` for the local server: no retries of its own, usage asked for when streaming."""
     from langchain_openai import ChatOpenAI
 
-    settings: dict[str, Any] = dict(
-        base_url=base_url,
-        api_key="sk-local",
-        model="smollm2",
-        temperature=0,
-        timeout=CALL_TIMEOUT_S,
-        max_retries=0,
-        stream_usage=True,
-    )
+    settings: dict[str, Any] = {
+        "base_url": base_url,
+        "api_key": "sk-local",
+        "model": "smollm2",
+        "temperature": 0,
+        "timeout": CALL_TIMEOUT_S,
+        "max_retries": 0,
+        "stream_usage": True,
+    }
     return ChatOpenAI(**(settings | overrides))
 
 

@@ -5,8 +5,8 @@ What this is, truthfully: pattern rules, not a named-entity recogniser.
 - a speaker named in the clause (and the speaker behind "I", the other behind "you");
 - capitalised spans that do not start a sentence (``"Sweden"``, ``"Ms. Okafor"``, ``"Cais do Sodré"``),
   without months, weekdays and sentence-initial words; typed ``organization`` after a word of employment ("works
-  at", "an offer from", "joined", "hired by"), ``place`` after a place preposition ("in", "to", "from", "at", "near", "visited"),
-  else ``name``;
+  at", "an offer from", "joined", "hired by"), ``place`` after a place preposition ("in", "to", "from", "at",
+  "near", "visited"), else ``name``;
 - noun phrases after possessives: ``"my sister"`` is the entity *Caroline's sister* (a relative), and
   ``"my dog Max"`` is *Max* (a pet); each also yields the relation ``(Caroline, dog, Max)``.
 

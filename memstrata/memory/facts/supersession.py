@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from itertools import pairwise
 
 from rapidfuzz import fuzz
 
@@ -74,7 +75,7 @@ def candidate_pairs(facts: Sequence[Fact], *, by_label: bool = False) -> list[tu
     pairs = []
     for group in groups.values():
         ordered = sorted(group, key=_when)
-        for older, newer in zip(ordered, ordered[1:], strict=False):
+        for older, newer in pairwise(ordered):
             if _when(newer) > _when(older) and not _same_object(older.object, newer.object):
                 pairs.append((older, newer))
     return pairs

@@ -213,7 +213,8 @@ def rerank_summaries(
     lets the light module show the summaries of the episodes the turn search found.
     """
     if how not in LEVEL1_RANKS:
-        raise ValueError(f"level1_rank must be one of {LEVEL1_RANKS}, not {how!r}")
+        msg = f"level1_rank must be one of {LEVEL1_RANKS}, not {how!r}"
+        raise ValueError(msg)
     slots = [i for i, (kind, _, _) in enumerate(ranked) if kind == SUMMARY.kind]
     if how == "own" or len(slots) < 2:
         return ranked

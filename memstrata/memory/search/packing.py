@@ -1,4 +1,4 @@
-"""Packing ranked evidence into a context of at most ``budget`` tokens, and rendering it.
+r"""Packing ranked evidence into a context of at most ``budget`` tokens, and rendering it.
 
 Turns are admitted in rank order while they fit (a turn that does not fit is
 skipped, so a long turn never starves the rest), then rendered in
@@ -30,9 +30,9 @@ Example:
     ...     )
     ... ]
     >>> pack_context(items, budget=20, counter=Words())[0]
-    '[session 1]\\nt1 Ann: I live in Porto.'
+    '[session 1]\nt1 Ann: I live in Porto.'
     >>> render([items[0].with_(unit_id="D1:3", time="8 May 2023")])
-    '[D1 · 8 May 2023]\\n3 Ann: I live in Porto.'
+    '[D1 · 8 May 2023]\n3 Ann: I live in Porto.'
 """
 
 from __future__ import annotations
@@ -142,10 +142,10 @@ _HEADER = re.compile(r"^\[(?P<label>[^\]·]+?)(?: · [^\]]*)?\]$")
 
 
 def parse_context(context: str) -> list[tuple[str, str]]:
-    """Read a rendered context back into ``(citation id, "speaker: text")`` pairs, in order.
+    r"""Read a rendered context back into ``(citation id, "speaker: text")`` pairs, in order.
 
     Example:
-        >>> parse_context("[D1 · 8 May 2023]\\n3 Ann: I live in Porto.")
+        >>> parse_context("[D1 · 8 May 2023]\n3 Ann: I live in Porto.")
         [('D1:3', 'Ann: I live in Porto.')]
     """
     out: list[tuple[str, str]] = []

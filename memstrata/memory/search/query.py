@@ -110,7 +110,8 @@ class Hit:
         """
         unknown = changes.keys() - _HIT_FIELDS
         if unknown:
-            raise TypeError(f"Hit has no field(s) {sorted(unknown)}")
+            msg = f"Hit has no field(s) {sorted(unknown)}"
+            raise TypeError(msg)
         new = object.__new__(Hit)
         new.__dict__ = {**self.__dict__, **changes}
         return new

@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 
 from memstrata.memory.text import SENTENCE, content_words, proper_nouns
 from memstrata.memory.timeparse import format_date
@@ -79,12 +80,7 @@ def _pick(
     have_words: set[str] = set()
     pool = list(candidates)
     for _ in range(min(limit, len(pool))):  # budget: one pass per possible pick
-
-        def gain(c: tuple[str, str]) -> float:
-            words = set(content_words(c[1])) - have_words
-            new = set(details(c[1])) - have_details
-            return 2.0 * len(new) + sum(freq[w] for w in words) / (len(words) ** 0.5 if words else 1.0)
-
+        gain = partial(_gain, freq, have_words, have_details)
         best = max(pool, key=gain, default=None)
         if best is None or gain(best) <= 0 or not fits([*kept, best]):
             break
@@ -93,6 +89,15 @@ def _pick(
         have_details |= set(details(best[1]))
         have_words |= set(content_words(best[1]))
     return sorted(kept, key=lambda c: candidates.index(c))
+
+
+def _gain(freq: Counter[str], have_words: set[str], have_details: set[str], candidate: tuple[str, str]) -> float:
+    """What ``candidate`` adds to the picks so far: its new details count double, its new content words by their
+    frequency, scaled down by the root of how many there are.
+    """
+    words = set(content_words(candidate[1])) - have_words
+    new = set(details(candidate[1])) - have_details
+    return 2.0 * len(new) + sum(freq[w] for w in words) / (len(words) ** 0.5 if words else 1.0)
 
 
 def _render(header: str, kept: Sequence[tuple[str, str]], extra: Sequence[str]) -> str:

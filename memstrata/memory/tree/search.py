@@ -194,7 +194,7 @@ def with_anchor(
     """A rule-based (scope, hint), with the hint of an event-anchored phrase ("the weekend before the
     concert") dated through the memory when the rules found none; a dated hint makes the scope Short.
     """
-    scope, hint = rule
+    _, hint = rule
     if hint is not None:
         return rule
     parsed = parse_hint(text, now=now)

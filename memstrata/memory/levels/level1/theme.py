@@ -48,9 +48,9 @@ class Theme(Unit):
     calibrations: list[dict[str, Any]] = Field(
         default_factory=list,
         description=(
-            "Bi-Mem Eq. 8, with a model: {speaker, persona, scene, condition} per check of the scene's form (``scene``) "
-            "against the speaker's persona (``persona``: its basis), appended, never rewritten (an empty condition: the "
-            "scene was consistent)"
+            "Bi-Mem Eq. 8, with a model: {speaker, persona, scene, condition} per check of the scene's form "
+            "(``scene``) against the speaker's persona (``persona``: its basis), appended, never rewritten (an empty "
+            "condition: the scene was consistent)"
         ),
     )
 

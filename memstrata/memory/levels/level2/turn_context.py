@@ -1,4 +1,4 @@
-"""A search view of the raw turns: each turn read with its neighbours in the session.
+r"""A search view of the raw turns: each turn read with its neighbours in the session.
 
 A reply like "Went swimming with the kids!" says little alone; next to the
 question it answers, its vector matches what it is about. One unit per turn,
@@ -14,7 +14,7 @@ Example:
     ...     for i, (s, t) in enumerate([("Ann", "What did you do?"), ("Bob", "Went swimming!")])
     ... ]
     >>> turn_contexts(turns)[1].text
-    'Ann: What did you do?\\nBob: Went swimming!'
+    'Ann: What did you do?\nBob: Went swimming!'
 """
 
 from __future__ import annotations
