@@ -48,6 +48,7 @@ SCRIPTED_NOTICE = (
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: the data folder, the user, the question and the model."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", help="where memstrata keeps its store (default: a fresh temp dir)")
     parser.add_argument("--user", default="demo", help="the memory's user id")
@@ -87,6 +88,7 @@ def choose_model(name: str | None, question: str) -> tuple[BaseChatModel, bool]:
 
 
 def show(messages: list[BaseMessage]) -> None:
+    """Print the exchange: the question, the agent's tool calls, what the tool returned and the answer."""
     for message in messages:
         if isinstance(message, HumanMessage):
             print(f"user: {message.content}")
@@ -100,6 +102,9 @@ def show(messages: list[BaseMessage]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Ingest the example conversation, ask the agent the question, print the exchange and return the
+    agent's final state.
+    """
     args = parse_args(argv)
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="memstrata-agent-")
     memory = Memstrata(path=data_dir)

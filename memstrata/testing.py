@@ -46,6 +46,9 @@ class ScriptedChatModel(BaseChatModel):
         return "memstrata-scripted"
 
     def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Runnable:
+        """A copy that replies to a ``dict`` in the script with a call of the first tool; it shares the
+        script and the call log with this model.
+        """
         name = convert_to_openai_tool(tools[0])["function"]["name"] if tools else None
         clone = self.model_copy(update={"tool_name": name})
         clone._lock = self._lock
@@ -154,6 +157,9 @@ class CountingChatModel(ScriptedChatModel):
     tool_schema: dict[str, Any] | None = None
 
     def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Runnable:
+        """As :meth:`ScriptedChatModel.bind_tools`, keeping the first tool's JSON schema
+        (``tool_schema``), which the replies are built from.
+        """
         clone = super().bind_tools(tools, tool_choice=tool_choice, **kwargs)
         object.__setattr__(
             clone, "tool_schema", convert_to_openai_tool(tools[0])["function"]["parameters"] if tools else None

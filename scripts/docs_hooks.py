@@ -104,6 +104,7 @@ def context_fields() -> list[dict[str, str]]:
 
 
 def context_tables() -> str:
+    """Markdown tables of every ``Context`` field (type, default, description), one per section."""
     rows = context_fields()
     sections: dict[str, list[dict[str, str]]] = {}
     for row in rows:
@@ -170,6 +171,7 @@ def cli_commands() -> list[tuple[list[str], str]]:
 
 
 def cli_reference() -> str:
+    """Every CLI command's ``--help``, one heading and text block each."""
     out = []
     for path, text in cli_commands():
         title = " ".join(["memstrata", *path])
@@ -195,6 +197,9 @@ def room_of(module: str) -> str:
 
 
 def imports_table() -> str:
+    """A Markdown table: for each room, the other rooms of ``memstrata`` it imports and its third-party
+    imports.
+    """
     own: dict[str, set[str]] = {}
     third: dict[str, set[str]] = {}
     stdlib = set(getattr(__import__("sys"), "stdlib_module_names", ()))
@@ -254,6 +259,7 @@ def _benchmarks_page(config: Any) -> tuple[str, list[str]]:
 
 
 def on_files(files: Any, config: Any) -> Any:
+    """MkDocs hook: add BENCHMARKS.md as the page ``results.md`` and copy in the plots it links to."""
     from mkdocs.structure.files import File
 
     text, copies = _benchmarks_page(config)
@@ -264,6 +270,8 @@ def on_files(files: Any, config: Any) -> Any:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """MkDocs hook: replace each ``<!-- gen:... -->`` marker with the text it asks for."""
+
     def generate(match: re.Match) -> str:
         kind, arg = match.group(1), match.group(2)
         if kind == "mermaid":

@@ -83,10 +83,16 @@ class MemstrataMiddleware(AgentMiddleware):
     async def awrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
     ) -> ModelResponse:
+        """The async form of :meth:`wrap_model_call`."""
         context = await self._context(request.messages)
         return await handler(_with_memory(request, context) if context else request)
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> ModelResponse:
+        """Put the memory found for the latest user message into the system message, then call the model.
+
+        With ``retrieve="first_model_call"`` one message's memory is searched once and reused by the
+        model calls that follow it; with ``"never"`` the request passes unchanged.
+        """
         query = self._query(request.messages)
         context = self._cached(query) if query else ""
         if query and context is None:
@@ -124,6 +130,7 @@ class MemstrataMiddleware(AgentMiddleware):
 
     # ---- after the agent's turn -----------------------------------------------------------
     async def aafter_agent(self, state: AgentState, runtime: Any) -> dict[str, Any] | None:
+        """The async form of :meth:`after_agent`."""
         messages = self._messages(state) if self.write_back else []
         if messages:
             await self.memory.aingest(
@@ -132,6 +139,9 @@ class MemstrataMiddleware(AgentMiddleware):
         return None
 
     def after_agent(self, state: AgentState, runtime: Any) -> dict[str, Any] | None:
+        """Write the turn's user and assistant messages to memory (with ``write_back``), under the thread's
+        id, or ``conversation_id`` outside a thread; the agent's state is left as it is.
+        """
         messages = self._messages(state) if self.write_back else []
         if messages:
             self.memory.ingest(messages, user_id=self.user_id, conversation_id=_thread_id() or self.conversation_id)

@@ -74,9 +74,11 @@ class MemstrataStore(BaseStore):
 
     # ---- the BaseStore interface ------------------------------------------------------
     def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run the operations in order (get, put or delete, search, list namespaces), one result each."""
         return [self._one(op) for op in ops]
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """The async form of :meth:`batch`: each operation runs in a worker thread."""
         return [await asyncio.to_thread(self._one, op) for op in ops]
 
     def _one(self, op: Op) -> Result:

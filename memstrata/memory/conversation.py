@@ -43,4 +43,5 @@ class Conversation(BaseModel):
 
     @property
     def turn_count(self) -> int:
+        """How many turns its sessions hold."""
         return sum(len(s.turns) for s in self.sessions)

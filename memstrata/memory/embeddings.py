@@ -69,9 +69,11 @@ class MiniLMEmbeddings(Embeddings):
 
     @property
     def model(self) -> Any:
+        """The sentence-transformers model, loaded from the packaged weights on first use and then cached."""
         return _load_model(minilm_path(), self.device)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Unit-length vectors of ``texts``, encoded ``batch_size`` at a time."""
         if not texts:
             return []
         vectors = self.model.encode(
@@ -84,6 +86,7 @@ class MiniLMEmbeddings(Embeddings):
         return vectors.tolist()
 
     def embed_query(self, text: str) -> list[float]:
+        """The unit-length vector of one text, encoded as :meth:`embed_documents` does."""
         return self.embed_documents([text])[0]
 
 

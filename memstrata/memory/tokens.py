@@ -20,7 +20,10 @@ from memstrata.memory.embeddings import minilm_path
 
 
 class CountsTokens(Protocol):
-    def count(self, text: str) -> int: ...
+    """Anything that counts a text's tokens, such as :class:`TokenCounter`."""
+
+    def count(self, text: str) -> int:
+        """The number of tokens in ``text``."""
 
 
 @lru_cache(maxsize=1)
@@ -55,6 +58,7 @@ class TokenCounter:
         self.tokenizer_file = tokenizer_file or _default_file()
 
     def count(self, text: str) -> int:
+        """The tokens of ``text`` under the tokenizer file, special tokens left out (0 for an empty text)."""
         return _count(self.tokenizer_file, text) if text else 0
 
     def count_lines(self, lines: Sequence[str]) -> int:
@@ -69,6 +73,7 @@ class TokenCounter:
         return sum(self.count(text) for text in lines)
 
     def count_many(self, texts: list[str]) -> list[int]:
+        """The token count of each text, encoded in one batch."""
         if not texts:
             return []
         encs = _tokenizer(self.tokenizer_file).encode_batch(list(texts), add_special_tokens=False)

@@ -43,6 +43,7 @@ class Reach:
     path: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
+        """The path from the seed as one line."""
         return " ".join(self.path)
 
 
@@ -136,6 +137,7 @@ class GraphView:
         return GraphView({**self.parts, conversation_id: part}, self.fact_row)
 
     def name(self, node: Node) -> str | None:
+        """A node's name, or ``None`` when its conversation's part has none."""
         part = self.parts.get(node[0])
         return part.names.get(node) if part else None
 

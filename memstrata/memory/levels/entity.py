@@ -50,12 +50,15 @@ class Entity(Unit):
         return self
 
     def embed_text(self) -> str:
+        """The name and the type: ``"Ann (person)"``."""
         return f"{self.name} ({self.type})"
 
     def child_ids(self) -> list[str]:
+        """The facts that name it."""
         return list(self.fact_ids)
 
     def metadata(self) -> dict[str, Any]:
+        """The base metadata plus its name, type and number of facts."""
         return {**super().metadata(), "name": self.name, "type": self.type, "facts": len(self.fact_ids)}
 
 

@@ -33,6 +33,7 @@ class Interval:
 
     @property
     def center(self) -> float:
+        """The interval's midpoint, in epoch seconds."""
         return (self.start.timestamp() + self.end.timestamp()) / 2
 
 

@@ -45,7 +45,10 @@ from memstrata.memory.search.query import Hit
 
 
 class Counter(Protocol):
-    def count(self, text: str) -> int: ...
+    """Anything that counts a text's tokens, such as :class:`memstrata.memory.tokens.TokenCounter`."""
+
+    def count(self, text: str) -> int:
+        """The number of tokens in ``text``."""
 
 
 def _session_key(item: Hit) -> tuple[str, tuple[int, str], str]:

@@ -54,6 +54,7 @@ class PersonaMatch:
     why: str
 
     def trace(self) -> dict[str, Any]:
+        """The match as a trace entry (the similarity rounded to three places)."""
         return {
             "persona": self.unit_id,
             "conversation_id": self.conversation_id,

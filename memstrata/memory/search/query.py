@@ -49,12 +49,14 @@ class Query:
 
     @property
     def hint(self) -> Interval | None:
+        """The time interval the query names, or ``None`` unless both ends are set."""
         if self.hint_start and self.hint_end:
             return Interval(self.hint_start, self.hint_end)
         return None
 
     @property
     def embed_text(self) -> str:
+        """The text that is embedded: ``dense_text`` when set, else ``text``."""
         return self.dense_text or self.text
 
 
@@ -140,10 +142,16 @@ class Hit:
 _HIT_FIELDS = frozenset(f.name for f in fields(Hit))
 
 
+class Fresh(list):  # type: ignore[type-arg]
+    """Hits that replace the candidates instead of joining them (a deeper HMO tier searches afresh)."""
+
+
 def keep_best(left: list[Hit] | None, right: list[Hit] | None) -> list[Hit]:
     """Reducer: hits by key; a unit found again keeps its best score, stays Level-1 once reached so, and keeps
-    the entity path of a graph search that also reached it.
+    the entity path of a graph search that also reached it. A :class:`Fresh` update replaces them.
     """
+    if isinstance(right, Fresh):
+        return list(right)
     out = {h.key: h for h in left or []}
     for hit in right or []:
         old = out.get(hit.key)

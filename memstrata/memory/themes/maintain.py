@@ -47,6 +47,7 @@ class Regrouped:
 
     @property
     def reassignment_ratio(self) -> float:
+        """The share of the facts that already had a theme whose theme changed (0 when none had one)."""
         return self.reassigned / self.placed_before if self.placed_before else 0.0
 
 

@@ -81,6 +81,7 @@ class Forest:
     vectors: dict[str, np.ndarray] = field(default_factory=dict)
 
     def add_leaf(self, item: Item) -> None:
+        """Add a leaf and its vector, normalized to unit length."""
         self.leaves[item.id] = item
         self.vectors[item.id] = _unit(item.vector)
 
@@ -93,20 +94,25 @@ class Forest:
             self.vectors[node.id] = _unit(vector)
 
     def level_of(self, item_id: str) -> str:
+        """An item's level: ``"day"`` for a leaf, else its node's level."""
         return "day" if item_id in self.leaves else self.nodes[item_id].level
 
     def when(self, item_id: str) -> datetime | None:
+        """An item's time: a leaf's own, a node's start."""
         return self.leaves[item_id].when if item_id in self.leaves else self.nodes[item_id].start
 
     def session(self, item_id: str) -> str:
+        """A leaf's session id; ``""`` for a node."""
         return self.leaves[item_id].session_id if item_id in self.leaves else ""
 
     def sort_key(self, item_id: str) -> tuple[int, float, tuple[int, str, int], str]:
+        """The key of time order: timed items first, by time, then by session order, then by id."""
         when = self.when(item_id)
         order = self.leaves[item_id].order if item_id in self.leaves else (0, "", 0)
         return (when is None, when.timestamp() if when else 0.0, order, item_id)
 
     def at_level(self, level: str) -> list[str]:
+        """The ids at one level: every leaf for ``"day"``, else the nodes of that level."""
         return list(self.leaves) if level == "day" else [n.id for n in self.nodes.values() if n.level == level]
 
     def descendants(self, node_id: str) -> list[str]:
@@ -122,6 +128,7 @@ class Forest:
         return sorted(out, key=self.sort_key)
 
     def ancestors(self, item_id: str) -> list[str]:
+        """The item's parent, its parent's parent and so on up to the root."""
         out, current = [], self.parent.get(item_id)
         while current is not None and current not in out:
             out.append(current)

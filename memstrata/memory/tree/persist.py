@@ -65,6 +65,7 @@ class TreeUpdate:
         return self.stale()
 
     def stale(self) -> list[str]:
+        """The ids of the nodes marked stale, lower levels first (week, month, year), then by id."""
         order = {level: i for i, level in enumerate(UPPER)}
         nodes = [n for n in self.forest.nodes.values() if n.stale]
         return [n.id for n in sorted(nodes, key=lambda n: (order[n.level], n.id))]

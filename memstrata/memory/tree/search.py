@@ -54,9 +54,11 @@ class Window:
     events: int = 0
 
     def describe(self) -> str:
+        """The window as ``"<level> <key>"``."""
         return f"{self.level} {self.key}"
 
     def as_dict(self) -> dict[str, Any]:
+        """The window as a trace entry: its level, key, nodes and events."""
         return {"level": self.level, "window": self.key, "nodes": list(self.nodes), "events": self.events}
 
 

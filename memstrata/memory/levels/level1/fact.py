@@ -81,13 +81,16 @@ class Fact(Unit):
         return not self.superseded_by
 
     def parent_ids(self) -> list[str]:
+        """The episode it was distilled from."""
         return [self.episode_id]
 
     def span(self) -> tuple[datetime | None, datetime | None]:
+        """The date of the event it states, else the time it was said, as both ends."""
         when = self.event_date or self.timestamp
         return when, when
 
     def metadata(self) -> dict[str, Any]:
+        """The base metadata plus its episode, subject, relation and whether it is superseded."""
         return {
             **super().metadata(),
             "episode_id": self.episode_id,

@@ -88,12 +88,15 @@ class Persona(Unit):
         return self.valid_to is None
 
     def linked_turn_ids(self) -> list[str]:
+        """The raw turns its items cite, each once, in order."""
         return list(dict.fromkeys(t for i in self.items for t in i.turn_ids))
 
     def span(self) -> tuple[datetime | None, datetime | None]:
+        """From ``valid_from`` to ``valid_to`` (to ``valid_from`` while no later version replaced it)."""
         return self.valid_from, self.valid_to or self.valid_from
 
     def metadata(self) -> dict[str, Any]:
+        """The base metadata plus its speaker, dimension, version, whether it is current and its method."""
         return {
             **super().metadata(),
             "speaker": self.speaker,

@@ -52,9 +52,11 @@ class EventSummary(Unit):
         return self
 
     def child_ids(self) -> list[str]:
+        """The episode it summarizes."""
         return [self.episode_id]
 
     def metadata(self) -> dict[str, Any]:
+        """The base metadata plus its episode id."""
         return {**super().metadata(), "episode_id": self.episode_id}
 
 

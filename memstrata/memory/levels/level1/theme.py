@@ -62,9 +62,11 @@ class Theme(Unit):
 
     @property
     def size(self) -> int:
+        """How many facts it groups."""
         return len(self.fact_ids)
 
     def child_ids(self) -> list[str]:
+        """Its member facts."""
         return list(self.fact_ids)
 
     def embed_text(self) -> str:
@@ -72,9 +74,11 @@ class Theme(Unit):
         return " ".join([self.text, *(c["condition"] for c in self.calibrations if c.get("condition"))])
 
     def span(self) -> tuple[datetime | None, datetime | None]:
+        """From its earliest member's time to its latest's."""
         return self.timestamp, self.end or self.timestamp
 
     def metadata(self) -> dict[str, Any]:
+        """The base metadata plus its size and method."""
         return {**super().metadata(), "size": self.size, "method": self.method}
 
 

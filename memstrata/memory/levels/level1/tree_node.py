@@ -60,12 +60,15 @@ class TreeNode(Unit):
         return self
 
     def child_ids(self) -> list[str]:
+        """Its children, one level down."""
         return list(self.children)
 
     def span(self) -> tuple[datetime | None, datetime | None]:
+        """From its first child's time to its latest child's."""
         return self.timestamp, self.end or self.timestamp
 
     def metadata(self) -> dict[str, Any]:
+        """The base metadata plus its level, window and whether it is timed."""
         return {**super().metadata(), "level": self.level, "window": self.window, "timed": self.timed}
 
 

@@ -62,15 +62,19 @@ class Episode(Unit):
         return self
 
     def parent_ids(self) -> list[str]:
+        """Its summary."""
         return [self.summary_id]
 
     def child_ids(self) -> list[str]:
+        """Its turns."""
         return list(self.turn_ids)
 
     def span(self) -> tuple[datetime | None, datetime | None]:
+        """Its time, as both ends."""
         return self.timestamp, self.timestamp
 
     def metadata(self) -> dict[str, Any]:
+        """The base metadata plus its id and whether it is open."""
         return {**super().metadata(), "episode_id": self.id, "open": self.open}
 
 

@@ -45,12 +45,15 @@ class Turn(Unit):
         return line
 
     def embed_text(self) -> str:
+        """Its rendered line (:meth:`render`): speaker, text and any photo caption."""
         return self.render()
 
     def linked_turn_ids(self) -> list[str]:
+        """Itself."""
         return [self.id]
 
     def metadata(self) -> dict[str, Any]:
+        """The base metadata plus its position, speaker, source id and the app's metadata (``meta.`` keys)."""
         return {
             **super().metadata(),
             "position": self.position,

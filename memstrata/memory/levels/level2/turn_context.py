@@ -45,9 +45,11 @@ class TurnContext(Unit):
         return self
 
     def linked_turn_ids(self) -> list[str]:
+        """The turn it reads in its context."""
         return [self.turn_id]
 
     def metadata(self) -> dict[str, Any]:
+        """The base metadata plus its turn id."""
         return {**super().metadata(), "turn_id": self.turn_id}
 
 
