@@ -22,5 +22,7 @@ if ! ls "$WHEELS"/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1; then
 fi
 $PIP install --quiet --disable-pip-version-check "$WHEELS"/llama_cpp_python-0.3.36-*.whl
 $PIP install --quiet --disable-pip-version-check -e ".[dev,llm-tests]"
+# Lint before the tests (configured in pyproject.toml). `|| exit 1`: set -e does not stop at a failed left side of &&.
+"$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check . || exit 1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false ANONYMIZED_TELEMETRY=False
 exec "$VENV/bin/python" -m pytest -q "$@"
