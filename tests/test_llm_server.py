@@ -328,7 +328,7 @@ async def test_a_model_instance_is_held_to_the_completion_cap(llama_server: str)
 
 
 async def test_stage2_self_checks_with_the_real_server(chat_model: Any, minilm: Any, tmp_path: Any) -> None:
-    """XMemory's Stage II with a real reader: each self-check is metered, and whatever SmolLM2 says (or fails to
+    """Stage II of xMemory with a real reader: each self-check is metered, and whatever SmolLM2 says (or fails to
     say), the trace's counts agree with the calls made and the evidence stays this user's.
     """
     from test_theme_retrieval import _conversation

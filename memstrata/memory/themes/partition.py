@@ -75,7 +75,7 @@ def label_propagation(vectors: np.ndarray, *, tau: float, k: int, seed: int = 0)
 
 
 def sparsity_score(sizes: Sequence[int]) -> float:
-    """XMemory Eq. 2: N^2 / (K * sum n_k^2); 1 for equal sizes, lower as sizes grow uneven."""
+    """Eq. 2 of xMemory: N^2 / (K * sum n_k^2); 1 for equal sizes, lower as sizes grow uneven."""
     sizes = [n for n in sizes if n > 0]
     if not sizes:
         return 0.0
@@ -92,7 +92,7 @@ def centroids(vectors: np.ndarray, labels: Sequence[Hashable]) -> tuple[list[Has
 
 
 def sem_score(vectors: np.ndarray, labels: Sequence[Hashable], *, eps: float = default("theme_scale_floor")) -> float:
-    """XMemory Eq. 3: mean over themes of (mean cosine of a member to its centroid) * g(nearest-theme cosine)."""
+    """Eq. 3 of xMemory: mean over themes of (mean cosine of a member to its centroid) * g(nearest-theme cosine)."""
     if len(labels) == 0:
         return 0.0
     _, sizes, sums = theme_sums(vectors, labels)
@@ -146,7 +146,7 @@ def _f(sizes: np.ndarray, sums: np.ndarray, eps: float) -> float:
 
 
 def objective(vectors: np.ndarray, labels: Sequence[Hashable], *, eps: float = default("theme_scale_floor")) -> float:
-    """XMemory Eq. 1: f(P) = SparsityScore(P) + SemScore(P)."""
+    """Eq. 1 of xMemory: f(P) = SparsityScore(P) + SemScore(P)."""
     if len(labels) == 0:
         return 0.0
     _, sizes, sums = theme_sums(vectors, labels)

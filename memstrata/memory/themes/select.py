@@ -69,7 +69,7 @@ def _covers(sims: np.ndarray, k: int) -> tuple[list[dict[int, float]], float]:
 def representatives(
     relevance: np.ndarray, sims: np.ndarray, *, k: int, alpha: float, coverage: float, budget: int
 ) -> list[int]:
-    """XMemory Eq. 4: the greedy coverage-plus-relevance representatives of the candidates, in order chosen.
+    """Eq. 4 of xMemory: the greedy coverage-plus-relevance representatives of the candidates, in order chosen.
 
     ``relevance`` is each candidate's match to the query; ``sims`` their pairwise similarities (the kNN graph
     keeps each candidate's ``k`` most similar with a positive weight).
