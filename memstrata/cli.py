@@ -25,6 +25,7 @@ from rich.tree import Tree  # noqa: E402
 from memstrata.client import Memstrata  # noqa: E402
 from memstrata.context import default_data_dir  # noqa: E402
 from memstrata.memory import levels  # noqa: E402
+from memstrata.memory.index.active import tier_sizes  # noqa: E402
 from memstrata.views.extractive_answer import extractive_answer  # noqa: E402
 from memstrata.memory.normalize import IngestError  # noqa: E402
 from memstrata.memory.timeparse import parse_timestamp  # noqa: E402
@@ -296,6 +297,9 @@ def _tree(store: Any, user: str, conversation: str | None) -> Tree:
     summaries = {(r.metadata["conversation_id"], r.payload["episode_id"]): r
                  for r in store.get("summary", user_id=user, conversation_id=conversation)}
     root = Tree(f"[bold]{user}[/] · " + " · ".join(f"{n} {kind}" for kind, n in counts.items()))
+    sizes = tier_sizes(store, user, conversation)
+    root.add(f"[bold]tiers[/] (HMO) · cache {sizes['cache']} records in {sizes['cache_sessions']} sessions · "
+             f"buffer {sizes['buffer']} records · archive {counts.get('summary', 0)} records (all)")
     by_conv: dict[str, dict[str, list[Any]]] = {}
     for ep in episodes:
         by_conv.setdefault(ep.metadata["conversation_id"], {}).setdefault(ep.metadata["session_id"], []).append(ep)

@@ -342,6 +342,27 @@ class Context:
         "tree", "with a model: node consolidations put to the model per ingest (the extractive one does "
                 "the rest)")] = 40
 
+    # ---- HMO's tiers (memstrata.memory.tiers) ---------------------------------------------------------
+    tiers: Annotated[bool, _s(
+        "tiers", "retrieval: a user past snapshot_max_turns is searched cache first, then buffer, then archive "
+                 "(the bounded path), going deeper only when the gate says so; ingestion scores and tiers records "
+                 "whatever this says")] = True
+    tier_recent_sessions: Annotated[int, _s("tiers", "the cache holds every record of this many latest sessions")] = 8
+    tier_pivotal: Annotated[int, _s(
+        "tiers", "the cache also holds this many records of highest priority (HMO's top-k pivotal memories)")] = 64
+    tier_buffer: Annotated[int, _s("tiers", "records of high priority in the buffer (tier 2)")] = 256
+    tier_alpha: Annotated[float, _s("tiers", "HMO Eq. 5: weight of the initial importance")] = 0.6
+    tier_beta: Annotated[float, _s("tiers", "HMO Eq. 5: weight of the persona alignment")] = 0.4
+    tier_gamma: Annotated[float, _s("tiers", "HMO Eq. 5: weight of the recall gain ln(1+n)")] = 0.2
+    tier_decay_days: Annotated[float, _s(
+        "tiers", "HMO Eq. 5: the base decay constant tau in days (more recalls flatten it)")] = 30.0
+    tier_drift: Annotated[float, _s(
+        "tiers", "HMO Eq. 6: tiers 1-2 are re-ranked when the persona's cosine distance from its anchor passes "
+                 "this")] = 0.05
+    importance_batch: Annotated[int, _s(
+        "tiers", "with a model: records scored per importance call (one call per this many newly closed "
+                 "episodes)")] = 8
+
     def __post_init__(self) -> None:
         if isinstance(self.now, str):  # Studio and the API send JSON strings
             from memstrata.memory.timeparse import parse_timestamp
@@ -363,10 +384,13 @@ class Context:
             msg = "Context.persona_cues: one cue per dimension (basic_info, interests, personality, values, relationships)"
             raise ValueError(msg)
         for name in ("level1_k", "coarse_n", "context_budget", "max_fanout", "llm_batch_size", "max_sub_queries",
-                     "embed_batch", "max_episode_turns", "min_episode_turns"):
+                     "embed_batch", "max_episode_turns", "min_episode_turns", "importance_batch"):
             if getattr(self, name) < 1:
                 msg = f"Context.{name} must be >= 1, got {getattr(self, name)}"
                 raise ValueError(msg)
+        if min(self.tier_recent_sessions, self.tier_pivotal, self.tier_buffer) < 0 or self.tier_decay_days <= 0:
+            msg = "Context.tier_recent_sessions, tier_pivotal and tier_buffer must be >= 0 and tier_decay_days > 0"
+            raise ValueError(msg)
         if self.max_iterations < 0 or self.llm_token_budget < 0:
             msg = "Context.max_iterations and Context.llm_token_budget must be >= 0"
             raise ValueError(msg)

@@ -104,6 +104,8 @@ class RetrievalState(TypedDict, total=False):
     sub_answers: Annotated[list[dict[str, Any]], add]  # H-Mem's A_k: one answer per sub-query searched
     missing: Annotated[list[dict[str, Any]], add]  # missing-info queries: {iteration, round, query}
     halted: str | None  # the node where llm_token_budget stopped the query
+    tier_fresh: bool  # the gate just went a tier deeper: the next lookup's candidates replace the candidates
+    tier: int  # HMO's tier searched: 1 the cache, 2 with the buffer, 3 the archive; 0 no tiers (a small user)
     persona: dict[str, Any]  # the persona dimension the question takes (the best any lookup found), for the context
     answer: str | None
     evidence: list[dict[str, Any]]

@@ -1,5 +1,6 @@
 """The ingestion graph: raw turns -> turn contexts -> Level-2 episodes -> Level-1 summaries and atomic facts ->
-entity graph -> themes -> persona (and, with a model, the scenes' calibration) -> temporal tree -> derived kinds.
+entity graph -> themes -> persona (and, with a model, the scenes' calibration) -> HMO's importance and tiers ->
+temporal tree -> derived kinds.
 
 A message without a position is appended after its session's stored turns. Each session's open tail is cut
 into episodes; closed ones are never cut again, and only closed episodes reach the entity graph and the tree,
@@ -24,6 +25,7 @@ from memstrata.nodes.ingest.entities import link_entities
 from memstrata.nodes.ingest.episodes import segment_episodes
 from memstrata.nodes.ingest.persona import distill_persona
 from memstrata.nodes.ingest.themes import group_themes
+from memstrata.nodes.ingest.tiers import rank_tiers
 from memstrata.nodes.ingest.tree import consolidate_tree
 from memstrata.nodes.ingest.turns import store_turns
 from memstrata.state import IngestInput, IngestOutput, IngestState
@@ -36,6 +38,7 @@ builder.add_node("distill_batch", distill_batch)
 builder.add_node("link_entities", link_entities)
 builder.add_node("group_themes", group_themes)
 builder.add_node("distill_persona", distill_persona)
+builder.add_node("rank_tiers", rank_tiers)
 builder.add_node("consolidate_tree", consolidate_tree)
 builder.add_node("derive_units", derive_units)
 
@@ -46,7 +49,8 @@ builder.add_conditional_edges("segment_episodes", route_episodes, ["distill_batc
 builder.add_edge("distill_batch", "link_entities")
 builder.add_edge("link_entities", "group_themes")
 builder.add_edge("group_themes", "distill_persona")
-builder.add_edge("distill_persona", "consolidate_tree")
+builder.add_edge("distill_persona", "rank_tiers")
+builder.add_edge("rank_tiers", "consolidate_tree")
 builder.add_edge("consolidate_tree", "derive_units")
 builder.add_edge("derive_units", END)
 

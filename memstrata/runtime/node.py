@@ -53,6 +53,7 @@ class NodeRun:
         scope_kinds: scope -> the unit kinds it searches directly.
         event_k: how many of each Level-1 kind's best units the light module reads.
         pool_size: turns each query brings to the candidates at least (enough to fill the context budget).
+        tier: the HMO tier searched (1 the cache, 2 with the buffer, 3 the archive; 0: no tiers).
     """
 
     ctx: Context
@@ -68,6 +69,7 @@ class NodeRun:
     scope_kinds: dict[str, list[str]] = field(default_factory=dict)
     event_k: dict[str, int] = field(default_factory=dict)
     pool_size: int = 0
+    tier: int = 0
 
     async def release(self) -> None:
         """The query's candidates are chosen: drop a bounded run's working set and hand its heap back."""
@@ -109,7 +111,8 @@ async def open_node(runtime: Any, node: str, state: Mapping[str, Any] | None = N
     run = NodeRun(ctx, store, step, run_key=key)
     queries = list(queries)
     if search_index:
-        run.index = await search.open_index(ctx, store, run=key, queries=queries)
+        run.tier = state["tier"] if "tier" in state else await search.first_tier(ctx, store)
+        run.index = await search.open_index(ctx, store, run=key, queries=queries, tier=run.tier)
     if queries:
         run.vectors = await search.query_vectors(ctx, store, queries)
     if graph and run.index is not None:

@@ -25,7 +25,10 @@ from memstrata.memory.search.themes import ThemeSearch
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.index.bounded import Bounds, release_run, working_set
 from memstrata.memory.index.held import PerConversation, moved
+from memstrata.memory.index.active import active_index, active_rows
+from memstrata.memory.index.active import moved as tiers_moved
 from memstrata.memory.index.snapshot import cached_snapshot, forget_snapshot
+from memstrata.memory.tiers.priority import PriorityWeights
 from memstrata.memory.levels import ENTITY, FACT, TREE_NODE, levels, scope_table
 from memstrata.memory.search.fusion import Weights
 from memstrata.memory.search.query import Query
@@ -40,14 +43,17 @@ _SIZES_LOCK = threading.Lock()
 
 
 async def open_index(ctx: Context, store: MemoryStore, *, run: str | None = None,
-                     queries: Sequence[Query] = ()) -> MemoryIndex:
+                     queries: Sequence[Query] = (), tier: int = 0) -> MemoryIndex:
     """The search snapshot a node reads.
 
     Up to ``Context.snapshot_max_turns`` raw turns: the user's whole memory, loaded once per
-    process and updated after writes. Above it: the bounded snapshot of one retrieval ``run``
-    (:mod:`memstrata.memory.index.bounded`), grown with the candidates of ``queries`` the run
+    process and updated after writes. Above it: with ``tier`` 1 or 2, HMO's active tiers (the cache, or the
+    cache and the buffer, :mod:`memstrata.memory.index.active`); else (the archive) the bounded snapshot of one
+    retrieval ``run`` (:mod:`memstrata.memory.index.bounded`), grown with the candidates of ``queries`` the run
     has not searched before.
     """
+    if tier in (1, 2) and (index := await _active(ctx, store, tier)) is not None:
+        return await _reinforced(store, ctx, index)
     if await _is_large(store, ctx):
         ws = working_set(store, user_id=ctx.user_id, conversation_id=ctx.conversation_id, run=run or "",
                          bounds=bounds(ctx), window_widths=ctx.window_widths)
@@ -63,6 +69,40 @@ async def open_index(ctx: Context, store: MemoryStore, *, run: str | None = None
         refresh_seconds=ctx.snapshot_refresh_s, window_widths=ctx.window_widths, freeze=ctx.gc_freeze))
 
 
+async def first_tier(ctx: Context, store: MemoryStore) -> int:
+    """Where a query starts: the cache (1) for a user past ``snapshot_max_turns`` with records in it and
+    ``Context.tiers`` on; else 0, no tiers (the whole-memory snapshot holds everything the cache would)."""
+    if not ctx.tiers or not await _is_large(store, ctx):
+        return 0
+    return 1 if await _active(ctx, store, 1) is not None else 0
+
+
+async def _active(ctx: Context, store: MemoryStore, depth: int) -> MemoryIndex | None:
+    return await asyncio.to_thread(active_index, store, user_id=ctx.user_id, conversation_id=ctx.conversation_id,
+                                   depth=depth, bounds=bounds(ctx), refresh_seconds=ctx.snapshot_refresh_s,
+                                   window_widths=ctx.window_widths)
+
+
+async def record_use(ctx: Context, store: MemoryStore, chosen: Sequence[Any], *,
+                     now: datetime | None) -> dict[str, Any]:
+    """HMO's read-side update for a tiered query's cited turns (:mod:`memstrata.memory.tiers.use`), off the loop."""
+    from memstrata.memory.tiers.anchor import read_anchor
+    from memstrata.memory.tiers.use import record_use as use, used_records
+
+    def run() -> dict[str, Any]:
+        items = used_records(store, ctx.user_id, [(h.conversation_id, h.session_id, h.unit_id) for h in chosen])
+        rows = active_rows(store, user_id=ctx.user_id, conversation_id=ctx.conversation_id,
+                           refresh_seconds=ctx.snapshot_refresh_s)
+        done = use(store, ctx.user_id, items, active=rows, persona=read_anchor(store, ctx.user_id),
+                   now=now.timestamp() if now else time.time(), weights=tier_weights(ctx),
+                   recent_sessions=ctx.tier_recent_sessions, pivotal=ctx.tier_pivotal, buffer=ctx.tier_buffer)
+        if done.get("moves"):
+            tiers_moved(store, ctx.user_id)
+        return done
+
+    return await asyncio.to_thread(run)
+
+
 async def close_index(ctx: Context, store: MemoryStore, *, run: str | None) -> None:
     """End of a retrieval run: drop its bounded working set, if it had one, and hand the freed heap back.
 
@@ -74,6 +114,12 @@ async def close_index(ctx: Context, store: MemoryStore, *, run: str | None) -> N
     """
     if release_run(store, user_id=ctx.user_id, conversation_id=ctx.conversation_id, run=run or ""):
         await asyncio.to_thread(trim_heap)
+
+
+def tier_weights(ctx: Context) -> PriorityWeights:
+    """HMO Eq. 5's coefficients, from the ``tier_*`` settings."""
+    return PriorityWeights(alpha=ctx.tier_alpha, beta=ctx.tier_beta, gamma=ctx.tier_gamma,
+                           tau_days=ctx.tier_decay_days)
 
 
 def bounds(ctx: Context) -> Bounds:

@@ -155,6 +155,26 @@ class WorkingSet:
                 self.index = self._build()
             return self.index
 
+    def hold_sessions(self, keys: Sequence[str]) -> MemoryIndex:
+        """The snapshot over every searched unit of these whole sessions (HMO's active tiers), read once each.
+
+        No dense or lexical search reads anything here: the candidates are the sessions, whatever the queries.
+        """
+        with self.lock:
+            wanted = [k for k in dict.fromkeys(keys) if k not in self.sessions]
+            reads = [functools.partial(self.store.get, lv.kind, user_id=self.user_id, with_vectors=True,
+                                       conversation_id=self.conversation_id, selective=True,
+                                       where={"session_key": {"$in": wanted[start:start + 200]}})
+                     for lv in levels.levels(searched=True) for start in range(0, len(wanted), 200)]
+            with ThreadPoolExecutor(max_workers=_READERS) as pool:
+                for found in pool.map(lambda read: read(), reads):
+                    self._keep(found)
+            self.reads += len(reads)
+            self.sessions += wanted
+            if self.index is None or wanted:
+                self.index = self._build()
+            return self.index
+
     def _unit(self, record: Any) -> Any:
         """The record's unit, parsed once per run (a run builds its snapshot again after each new query)."""
         key = (record.kind, record.metadata["conversation_id"], record.unit_id)

@@ -8,7 +8,8 @@
 - :mod:`~memstrata.memory.store.sequences`: each session's next free position and latest time, so a
   message written without a position is appended, never put in the place of a stored one;
 - ``items``: the values a LangGraph store user put (:mod:`memstrata.integrations.store`), in the same place;
-- ``journal``: what a user updated or deleted (:mod:`memstrata.memories`), in the same place.
+- ``journal``: what a user updated or deleted (:mod:`memstrata.memories`), in the same place;
+- ``tier_state``: per user, the persona anchor of HMO's drift gate (:mod:`memstrata.nodes.ingest.tiers`).
 
 All three build filters and keys with :mod:`~memstrata.memory.store.tenant`, and
 :meth:`MemoryStore.delete_user` clears a user from all three.
@@ -55,6 +56,7 @@ class MemoryStore(VectorStore):
         self.items = open_table("items", path=folder, client=self.client)  # what a LangGraph store user put
         self.sequences = Sequences(open_table("sequences", path=folder, client=self.client))
         self.journal = open_table("journal", path=folder, client=self.client)  # what was updated or deleted
+        self.tier_state = open_table("tier_state", path=folder, client=self.client)  # HMO's persona anchor per user
 
     def delete(self, kind: str, *, user_id: str, conversation_id: str, unit_ids: Sequence[str]) -> None:
         """Remove units and their counters (a unit's reinforcement, recall and tier go with it)."""
@@ -141,6 +143,7 @@ class MemoryStore(VectorStore):
         removed["items"] = self.items.delete(user_id=user_id)
         removed["sequences"] = self.sequences.delete(user_id=user_id)
         removed["journal"] = self.journal.delete(user_id=user_id)
+        removed["tier_state"] = self.tier_state.delete(user_id=user_id)
         return removed
 
 

@@ -1,4 +1,5 @@
-"""Per-unit usage data beside the units: reinforcement (H-Mem's n_m, r_m), recall count, last access, tier.
+"""Per-unit usage data beside the units: reinforcement (H-Mem's n_m, r_m), HMO's recall count, last access,
+initial importance, priority and tier.
 
 These change when memory is used, not when it is written, so they live apart
 from the vectors, in the same table store as the edges: updating them never
@@ -53,7 +54,12 @@ class UnitCounters:
         reinforced_at: H-Mem's r_m, when it last was (epoch seconds).
         recall_count: HMO's recall count, how often it was returned as evidence.
         last_access: when it last was (epoch seconds).
-        tier: its storage tier, when one was set.
+        tier: its storage tier (HMO: ``"cache"``, ``"buffer"``; ``None`` is the archive).
+        importance: HMO's initial importance, 1-10, set once when its episode closes.
+        priority: HMO's priority (Eq. 5) when it was last scored.
+        scored_at: the memory time of that scoring (epoch seconds).
+        session_key: a scored record's ``conversation/session`` (the cache holds whole recent sessions).
+        record_time: a scored record's memory time (epoch seconds).
     """
 
     conversation_id: str
@@ -64,6 +70,11 @@ class UnitCounters:
     recall_count: int = 0
     last_access: float | None = None
     tier: str | None = None
+    importance: float | None = None
+    priority: float | None = None
+    scored_at: float | None = None
+    session_key: str | None = None
+    record_time: float | None = None
 
 
 def _key(user_id: str, item: Item) -> str:
@@ -82,7 +93,11 @@ def _from_row(row: TableRow) -> UnitCounters:
                         reinforcement_count=int(f.get("reinforcement_count") or 0),
                         reinforced_at=_optional_float(f.get("reinforced_at")),
                         recall_count=int(f.get("recall_count") or 0),
-                        last_access=_optional_float(f.get("last_access")), tier=str(tier) if tier is not None else None)
+                        last_access=_optional_float(f.get("last_access")), tier=str(tier) if tier else None,
+                        importance=_optional_float(f.get("importance")),
+                        priority=_optional_float(f.get("priority")), scored_at=_optional_float(f.get("scored_at")),
+                        session_key=str(f["session_key"]) if f.get("session_key") else None,
+                        record_time=_optional_float(f.get("record_time")))
 
 
 def _items(items: Sequence[Item]) -> list[Item]:
@@ -121,7 +136,10 @@ class CounterStore:
                          c.conversation_id, {"kind": c.kind, "unit_id": c.unit_id,
                                              "reinforcement_count": c.reinforcement_count,
                                              "reinforced_at": c.reinforced_at, "recall_count": c.recall_count,
-                                             "last_access": c.last_access, "tier": c.tier})
+                                             "last_access": c.last_access, "tier": c.tier,
+                                             "importance": c.importance, "priority": c.priority,
+                                             "scored_at": c.scored_at, "session_key": c.session_key,
+                                             "record_time": c.record_time})
                 for c in counters]
         with self._lock:
             self.reinforcements.bump(user_id, [c.conversation_id for c in counters])
@@ -164,6 +182,27 @@ class CounterStore:
             msg = f"tier must be a non-empty string, got {tier!r}"
             raise StoreError(msg)
         self._merge(user_id, items, {"tier": tier})
+
+    def set_scores(self, user_id: str, scores: Mapping[Item, Mapping[str, Scalar]]) -> None:
+        """Set HMO's fields per unit (``importance``, ``priority``, ``scored_at``, ``tier`` (``""`` is the
+        archive), ``session_key``, ``record_time``), keeping everything else. Like recalls, never a reinforcement: no snapshot is rebuilt for it."""
+        allowed = {"importance", "priority", "scored_at", "tier", "session_key", "record_time"}
+        rows = []
+        for item, fields in scores.items():
+            if not set(fields) <= allowed:
+                msg = f"set_scores sets only {sorted(allowed)}, got {sorted(fields)}"
+                raise StoreError(msg)
+            [checked] = _items([item])
+            rows.append(TableRow(_key(tenant.check_user(user_id), checked), user_id, checked[0],
+                                 {"kind": checked[1], "unit_id": checked[2], **fields}))
+        if rows:
+            with self._lock:
+                self.table.merge(rows)
+
+    def active(self, user_id: str, *, conversation_id: str | None = None) -> list[UnitCounters]:
+        """The records in HMO's active tiers (cache and buffer) of the user."""
+        return [_from_row(r) for tier in ("cache", "buffer")
+                for r in self.table.get(user_id=user_id, conversation_id=conversation_id, match={"tier": tier})]
 
     def delete(self, user_id: str, items: Sequence[Item]) -> int:
         """Delete the counters of these units; the number gone."""

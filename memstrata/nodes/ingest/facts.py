@@ -97,11 +97,11 @@ async def _llm_facts(step: Step, ep: Episode, turns: list[Turn], fallback: list[
 
     value, outcome = await step.decide(EpisodeFacts, "FACT_PROMPT", user, node="facts",
                                        fallback=lambda: EpisodeFacts(), validate=valid)
-    repeated = set(ep.turn_ids[:ep.repeated])  # a fact only of these is the predecessor's
-    usable = [f for f in value.facts if f.statement.strip() and f.subject.strip()
-              and not (f.messages and all(turns[i].id in repeated for i in f.messages))]
+    usable = [f for f in value.facts if f.statement.strip() and f.subject.strip()]
     if outcome not in GOOD_OUTCOMES or (not usable and fallback):
         return fallback, False  # garbage, or nothing where the clauses found statements
+    repeated = set(ep.turn_ids[: ep.repeated])  # a fact only of these is the predecessor's
+    usable = [f for f in usable if not (f.messages and all(turns[i].id in repeated for i in f.messages))]
     types = {e.name.strip(): e.type if e.type in ENTITY_TYPES else "thing" for e in value.entities if e.name.strip()}
     types.update({t.speaker: "speaker" for t in turns})
     return [_fact(ep, turns, f, n, types) for n, f in enumerate(usable)], True

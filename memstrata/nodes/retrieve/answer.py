@@ -28,6 +28,7 @@ from memstrata.memory.search.persona import persona_block
 from memstrata.memory.search.themes import THEME_FINDERS
 from memstrata.memory.tokens import TokenCounter
 from memstrata.nodes.common import progress
+from memstrata.runtime import search
 from memstrata.runtime.node import open_node
 from memstrata.runtime.step import Step
 from memstrata.nodes.retrieve.prompting import pool_block
@@ -52,6 +53,7 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
         context = f"{block}\n{context}" if context else block
         tokens = counter.count(context)
     await run.release()  # the candidates are chosen: a bounded run's working set can go
+    use = await search.record_use(ctx, run.store, chosen, now=run.now) if state.get("tier") else None
     text, note = None, "offline: no model configured"
     if step.model is not None and ctx.generate_answer:
         text, note = await _answer_text(state, context, step)
@@ -59,6 +61,7 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     calls = [*state.get("llm_calls", []), *step.records]
     trace = build_trace(state, calls, note, tokens, len(ranked), chosen)
     trace["runtime_opens"] = dict(step.shared.opens)
+    trace["tiers"] = tier_trace(state, use)
     trace["persona"] = {**state["persona"], "included": bool(block), "why": why} if state.get("persona") else None
     trace["budget"] = {"llm_token_budget": ctx.llm_token_budget, "spent": step.shared.spent,
                        "halted_at": state.get("halted") or step.halted}
@@ -126,6 +129,19 @@ async def _answer_text(state: RetrievalState, context: str, step: Step) -> tuple
 def _sub_answers(state: RetrievalState) -> str:
     lines = [f"- {a['question']}: {a['answer']}" for a in state.get("sub_answers", [])]
     return "\n<sub_answers>\n" + "\n".join(lines) + "\n</sub_answers>" if lines else ""
+
+
+def tier_trace(state: RetrievalState, use: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Which HMO tier answered and why, what each tier searched cost, and what the use moved (``None``: no tiers)."""
+    if not state.get("tier"):
+        return None
+    events = state.get("events", [])
+    lookups = [e for e in events if e["node"] == "lookup_level1" and e.get("tier")]
+    gates = {e["round"]: e for e in events if e["node"] == "gate" and e.get("tier")}
+    steps = [{"tier": e["tier"], "seconds": e["seconds"], "turns_searched": e["turns_searched"],
+              "candidates": e["turns"], "deeper": gates.get(i + 1, {}).get("path") == "next tier",
+              "why": gates.get(i + 1, {}).get("reason", "")} for i, e in enumerate(lookups)]
+    return {"answered": state["tier"], "steps": steps, "use": use}
 
 
 def build_trace(state: RetrievalState, calls: list[dict[str, Any]], note: str, tokens: int, candidates: int,

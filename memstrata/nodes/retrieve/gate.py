@@ -8,6 +8,10 @@ selection over the top-N fans out with ``Send``). Offline, retrieval confidence
 and query-term coverage decide, and the light path goes through the missing-info
 follow-up as before. A call the token budget cannot afford stops deepening: the
 query goes straight to its answer with what it has.
+
+For a large user the query starts in HMO's cache (:mod:`memstrata.memory.index.active`). There the same decision is
+HMO's self-reflective trigger (§3.2): "go deeper" searches the next tier (the buffer, then the archive) instead of
+the deep module, which runs only in the archive; offline the confidence is the same, less its Short-scope clause.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from memstrata.memory.levels.level1.summary import SUMMARY
 from memstrata.memory.plan.rules import coverage
 from memstrata.memory.search.query import Hit
 from memstrata.memory.search.selection import coverage_texts
+from memstrata.memory.tiers.assign import TIER_NAMES
 from memstrata.nodes.common import progress
 from memstrata.runtime.node import open_node
 from memstrata.runtime.step import Step
@@ -48,21 +53,28 @@ def light_summaries(state: RetrievalState) -> list[Hit]:
     return [h for h in state.get("level1", []) if h.kind == SUMMARY.kind]
 
 
-def offline_confidence(state: RetrievalState, ctx: Context) -> tuple[bool, str]:
-    """Light context suffices when the best summary is close and the question's words are all covered."""
+def offline_confidence(state: RetrievalState, ctx: Context, *, tiered: bool = False) -> tuple[bool, str]:
+    """Light context suffices when the best summary is close and the question's words are all covered.
+
+    ``tiered``: the question is whether an HMO tier (the cache, the buffer) holds the answer, not whether the
+    summaries alone do, so a Short-scope query (one that needs raw turns) may stay: a tier holds its turns too.
+    """
     light = [c for c in state.get("candidates", []) if c.level == "level1"]
     cov = coverage(state["query"], coverage_texts(light, ctx.gate_texts))
     top = max((c.parts.get("own", 0.0) for c in light), default=0.0)
     short = any(q.scope == "Short" for q in state.get("active", []))
-    ok = bool(state.get("level1")) and cov >= ctx.gate_coverage and top >= ctx.gate_threshold and not short
+    ok = (bool(state.get("level1")) and cov >= ctx.gate_coverage and top >= ctx.gate_threshold
+          and (tiered or not short))
     return ok, f"coverage {cov:.2f}, best turn {top:.2f}, short-scope {short}"
 
 
 async def gate(state: RetrievalState, runtime: Runtime[Context]) -> Command[
-        Literal["select_level1", "backtrack_level2", "follow_up", "next_wave", "answer"]]:
-    """Accept the light path, or go deep (the model's selection fans out with ``Send``)."""
+        Literal["select_level1", "backtrack_level2", "follow_up", "next_wave", "answer", "lookup_level1"]]:
+    """Accept the light path, go deep (the model's selection fans out with ``Send``), or, in an HMO tier above the
+    archive, search the next tier: the same self-check (offline: the same confidence) is HMO's trigger."""
     ctx = runtime.context
-    ok, why = offline_confidence(state, ctx)
+    tier = state.get("tier", 0)
+    ok, why = offline_confidence(state, ctx, tiered=0 < tier < 3)
     step = (await open_node(runtime, "gate", state)).step
     memory = "\n".join(f"[{h.time}] {h.text}" for h in light_summaries(state))
     verdict, how = await step.decide(
@@ -73,10 +85,14 @@ async def gate(state: RetrievalState, runtime: Runtime[Context]) -> Command[
     light = verdict.finished == 0
     modelled = how in GOOD_OUTCOMES
     round_no = state.get("round", 0) + 1
-    event = {"node": "gate", "iteration": state.get("iteration", 0), "round": round_no,
-             "path": "light" if light else "deep", "how": how,
+    deeper = 0 < tier < 3 and not light and not step.halted
+    event = {"node": "gate", "iteration": state.get("iteration", 0), "round": round_no, "tier": tier,
+             "path": "next tier" if deeper else "light" if light else "deep", "how": how,
              "reason": f"model self-check: finished={verdict.finished}" if modelled else why}
     update: dict[str, Any] = {"events": [event], "llm_calls": step.records, "round": round_no}
+    if deeper:
+        progress("gate", f"{TIER_NAMES[tier]} cannot answer ({event['reason']}): searching {TIER_NAMES[tier + 1]}")
+        return Command(update={**update, "tier": tier + 1, "tier_fresh": True}, goto="lookup_level1")
     if light and modelled and verdict.answer.strip():
         query = state.get("active", [None])[0]
         update["pool"] = [{"iteration": state.get("iteration", 0), "round": round_no, "path": "light",

@@ -1,14 +1,18 @@
 """Retrieval: HyMem's light module, the top-k lookup over Level-1 events (and direct raw turns by scope); with a model,
-xMemory's Stage II over the theme path's turns (:mod:`memstrata.nodes.retrieve.stage2`)."""
+xMemory's Stage II over the theme path's turns (:mod:`memstrata.nodes.retrieve.stage2`). A large user's lookup
+searches the HMO tier the query has reached (the cache first; :mod:`memstrata.nodes.retrieve.gate` goes deeper)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from langgraph.runtime import Runtime
 
 from memstrata.context import Context
 from memstrata.memory.search.light import light_lookup
+from memstrata.memory.search.query import Fresh
+from memstrata.memory.tiers.assign import TIER_NAMES
 from memstrata.nodes.common import progress
 from memstrata.nodes.retrieve.stage2 import reader_stage2
 from memstrata.runtime.node import open_node
@@ -18,9 +22,10 @@ from memstrata.state import RetrievalState
 async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Top-k events of each kind per active query, the coarse top-``coarse_n``, and their linked turns."""
     ctx = runtime.context
-    progress("lookup_level1", "searching summaries")
+    started = time.perf_counter()
     queries = list(state.get("active") or [])
     run = await open_node(runtime, "lookup_level1", state, search_index=True, queries=queries, graph=True)
+    progress("lookup_level1", f"searching summaries{f' in {TIER_NAMES[run.tier]}' if run.tier else ''}")
     found = light_lookup(run.index, queries, run.vectors, level1_k=run.event_k,
                          coarse_n=ctx.coarse_n, weights=run.weights, now=run.now,
                          scope_kinds=run.scope_kinds, raw_per_query=run.pool_size,
@@ -30,9 +35,12 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
     turns, stage2 = await reader_stage2(run.step, run.index, state["query"], found.turns)
     persona = max((m.trace() for m in found.persona.values()), key=lambda m: m["similarity"], default=None)
     held = state.get("persona")
+    deeper = state.get("tier_fresh", False)  # the first lookup of a deeper tier: its candidates replace the last's
     return {**({"persona": persona} if persona and (not held or persona["similarity"] > held["similarity"]) else {}),
-        "level1": found.level1, "coarse": found.coarse, "candidates": turns, "llm_calls": run.step.records,
-        "events": [{"node": "lookup_level1", "iteration": state.get("iteration", 0),
+        "level1": found.level1, "coarse": found.coarse, "candidates": Fresh(turns) if deeper else turns,
+        "tier_fresh": False, "llm_calls": run.step.records,
+        "events": [{"node": "lookup_level1", "iteration": state.get("iteration", 0), "tier": run.tier,
+                    "seconds": round(time.perf_counter() - started, 4), "turns_searched": len(run.index.turns),
                     "queries": [q.text for q in queries], "level1": len(found.level1), "coarse": len(found.coarse),
                     "turns": len(found.turns), "found_by": found.kinds,
                     "graph_events": len(found.graph_events), "graph_events_added": sum(found.graph_events.values()),

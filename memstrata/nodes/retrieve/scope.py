@@ -58,6 +58,7 @@ async def predict_scope(state: RetrievalState, runtime: Runtime[Context]) -> dic
     active = [q for q in scoped if not q.depends_on]  # dependents wait for their prerequisites
     progress("predict_scope", ", ".join(f"{q.id}: {q.scope}" for q in scoped))
     return {"active": active, "sub_queries": scoped, "searched": [q.id for q in active], "llm_calls": step.records,
+            "tier": run.tier,
             "events": [{"node": "predict_scope", "how": how,
                         "scopes": {q.id: [q.scope, _iso(q.hint_start), _iso(q.hint_end)] for q in scoped},
                         "windows": {q.id: [w.as_dict() for w in select_windows(index, q.hint)] for q in scoped}}]}

@@ -1,0 +1,110 @@
+"""HMO's active tiers as search snapshots: the cache (tier 1), and the cache with the buffer (tiers 1-2).
+
+Each is a :class:`~memstrata.memory.index.snapshot.MemoryIndex` over every searched unit of the whole sessions
+that hold the tier's records (:meth:`WorkingSet.hold_sessions`), so a search of it scores exactly as the
+whole-memory snapshot would score those sessions. They are small (``tier_recent_sessions`` sessions plus at most
+``tier_pivotal + tier_buffer`` records' sessions) and held per process; the archive is searched through the
+bounded path (:mod:`memstrata.memory.index.bounded`).
+
+Which records are active is read from the counters store every ``refresh_seconds`` at most; a snapshot is built
+again when its sessions changed or this process wrote units of the user. What the active snapshots cannot do, by
+construction: expand through the entity graph (entities are not per session) or select the temporal tree's windows
+(tree nodes neither); the archive does both.
+
+Example:
+    >>> index = active_index(store, user_id="alice", conversation_id=None, depth=1, bounds=b)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from memstrata.context import default
+from memstrata.memory.index.bounded import Bounds, WorkingSet
+from memstrata.memory.index.snapshot import MemoryIndex
+
+CACHE, BUFFER = "cache", "buffer"
+
+
+@dataclass
+class _Held:
+    checked: float
+    rows: list[Any]  # the active records' counters
+    sessions: dict[int, tuple[str, ...]]  # depth -> the session keys of its records
+    sets: dict[int, WorkingSet] = field(default_factory=dict)
+    version: int = -1
+
+
+_HELD: dict[tuple[int, str, str | None], _Held] = {}
+_LOCK = threading.Lock()
+
+
+def active_sessions(rows: Sequence[Any]) -> dict[int, tuple[str, ...]]:
+    """Per depth (1: the cache, 2: cache and buffer), the sessions holding its records, newest record first."""
+    order = sorted(rows, key=lambda c: (-(c.record_time or 0.0), c.session_key or ""))
+    cache = tuple(dict.fromkeys(c.session_key for c in order if c.tier == CACHE and c.session_key))
+    both = tuple(dict.fromkeys(c.session_key for c in order if c.session_key))
+    return {1: cache, 2: both}
+
+
+def active_index(store: Any, *, user_id: str, conversation_id: str | None, depth: int, bounds: Bounds,
+                 refresh_seconds: float = 5.0, window_widths: Sequence[int] = default("window_widths"),
+                 ) -> MemoryIndex | None:
+    """The snapshot of tier ``depth`` (1 or 2); ``None`` when no record is in an active tier yet.
+
+    A held snapshot is kept while the sessions it holds are still wanted, give or take a few: sessions that
+    joined are read and added, and it is built again only when more than half as many as are wanted left it
+    (a demoted record's session stays searchable until then, which costs a little time and no recall).
+    """
+    with _LOCK:
+        held = _refreshed(store, user_id, conversation_id, refresh_seconds)
+        keys = held.sessions.get(depth, ())
+        if not keys:
+            return None
+        ws = held.sets.get(depth)
+        if ws is None or len(set(ws.sessions) - set(keys)) > len(keys) // 2:
+            ws = held.sets[depth] = WorkingSet(store, user_id=user_id, conversation_id=conversation_id,
+                                               bounds=bounds, window_widths=window_widths)
+    return ws.hold_sessions(list(keys))
+
+
+def active_rows(store: Any, *, user_id: str, conversation_id: str | None, refresh_seconds: float = 5.0,
+                ) -> list[Any]:
+    """The active records' counters as this process holds them (read again every ``refresh_seconds``)."""
+    with _LOCK:
+        return list(_refreshed(store, user_id, conversation_id, refresh_seconds).rows)
+
+
+def moved(store: Any, user_id: str) -> None:
+    """This process moved records between tiers: the next read of the active records reads them again."""
+    with _LOCK:
+        for key, held in _HELD.items():
+            if key[0] == id(store) and key[1] == user_id:
+                held.checked = float("-inf")
+
+
+def _refreshed(store: Any, user_id: str, conversation_id: str | None, refresh_seconds: float) -> _Held:
+    key = (id(store), user_id, conversation_id)
+    version = store.versions.get(user_id)
+    held = _HELD.get(key)
+    if held is not None and held.version == version and time.monotonic() - held.checked <= refresh_seconds:
+        return held
+    rows = store.counters.active(user_id, conversation_id=conversation_id)
+    if held is None or held.version != version:  # this process wrote units: every snapshot is built again
+        held = _HELD[key] = _Held(time.monotonic(), rows, active_sessions(rows), version=version)
+    else:
+        held.checked, held.rows, held.sessions = time.monotonic(), rows, active_sessions(rows)
+    return held
+
+
+def tier_sizes(store: Any, user_id: str, conversation_id: str | None = None) -> dict[str, int]:
+    """How many records each active tier holds, and their sessions."""
+    rows = store.counters.active(user_id, conversation_id=conversation_id)
+    sessions = active_sessions(rows)
+    return {"cache": sum(1 for c in rows if c.tier == CACHE), "buffer": sum(1 for c in rows if c.tier == BUFFER),
+            "cache_sessions": len(sessions[1]), "active_sessions": len(sessions[2])}
+

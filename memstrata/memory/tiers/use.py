@@ -1,0 +1,63 @@
+"""What a retrieval's use does to HMO's records (§3.2-3.3): recall counts, lazy scoring, promotion and demotion.
+
+The records whose turns a retrieval cited are *used*: their recall count grows by one and their last access is the
+memory time of the query. Each is scored now (Eq. 5: its importance, its alignment with the persona anchor, its new
+recall count and no decay since it was just used), an archive record lazily, for the first time since it left the
+active tiers; then all are ranked alongside the active records (:func:`~memstrata.memory.tiers.assign.place_recalled`):
+an archive record that outranks the buffer's last is promoted, and what it displaces is demoted.
+
+Only the counters store is written, so a promotion never invalidates a search snapshot; the active tiers' snapshots
+take the change at their next refresh (:mod:`memstrata.memory.index.active`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from memstrata.memory.store.counters import UnitCounters
+from memstrata.memory.tiers.assign import ARCHIVE, Record, place_recalled
+from memstrata.memory.tiers.priority import PriorityWeights, alignment, priority
+
+
+def used_records(store: Any, user_id: str, turns: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """The records (closed episodes' summaries) holding these ``(conversation, session, turn id)`` turns."""
+    if not turns:
+        return []
+    used = {(c, t) for c, _, t in turns}
+    keys = sorted({f"{c}/{s}" for c, s, _ in turns})
+    episodes = store.get("episode", user_id=user_id, where={"session_key": {"$in": keys}})
+    return [(r.metadata["conversation_id"], "summary", "sum:" + r.unit_id.removeprefix("ep:")) for r in episodes
+            if not r.payload.get("open") and any((r.metadata["conversation_id"], t) in used
+                                                 for t in r.payload.get("turn_ids", []))]
+
+
+def record_use(store: Any, user_id: str, items: list[tuple[str, str, str]], *, active: Sequence[UnitCounters],
+               persona: np.ndarray | None, now: float, weights: PriorityWeights, recent_sessions: int, pivotal: int,
+               buffer: int) -> dict[str, Any]:
+    """Count the use, score the used records, move what ranks in or out; what happened, for the trace."""
+    if not items:
+        return {"recalled": 0, "scored_lazily": 0, "promoted": 0, "demoted": 0}
+    store.counters.record_recall(user_id, items, at=now)
+    stored = store.counters.get(user_id, items)
+    known = {i: c for i, c in stored.items() if c.session_key}  # scored at ingestion (else written before tiers)
+    vectors = {(r.metadata["conversation_id"], "summary", r.unit_id): r.metadata["_vector"]
+               for r in store.get_keys("summary", user_id=user_id, keys=[(i[0], i[2]) for i in known],
+                                       with_vectors=True)}
+    fresh = {i: priority(c.importance if c.importance is not None else 5.0, alignment(vectors.get(i), persona),
+                         recalls=c.recall_count, age_days=0.0, weights=weights) for i, c in known.items()}
+    recalled = [Record(i, c.session_key or "", c.record_time, fresh[i]) for i, c in known.items()]
+    others = [Record((c.conversation_id, c.kind, c.unit_id), c.session_key or "", c.record_time, c.priority or 0.0)
+              for c in active if (c.conversation_id, c.kind, c.unit_id) not in known and c.session_key]
+    tiers = {(c.conversation_id, c.kind, c.unit_id): c.tier for c in active} | {i: c.tier for i, c in known.items()}
+    moves = place_recalled(others, recalled, tiers, recent_sessions=recent_sessions, pivotal=pivotal, buffer=buffer)
+    writes: dict[tuple[str, str, str], dict[str, Any]] = {
+        i: {"priority": round(p, 6), "scored_at": now} for i, p in fresh.items()}
+    for item, tier in moves.items():
+        writes.setdefault(item, {})["tier"] = tier
+    store.counters.set_scores(user_id, writes)
+    return {"recalled": len(items), "scored_lazily": sum(1 for c in known.values() if not c.tier),
+            "promoted": sum(1 for i, t in moves.items() if t and not tiers.get(i)),
+            "demoted": sum(1 for t in moves.values() if t == ARCHIVE), "moves": len(moves)}

@@ -1,0 +1,211 @@
+"""HMO's tiers: importance, Eq. 5, the drift gate, tiered search, lazy scoring, promotion, isolation and forget.
+
+The tiered search runs on users past ``snapshot_max_turns``; these tests set that threshold low, so the bundled
+example (36 turns, three sessions, six episodes) is a "large" user whose tiers are one session (recent) plus one
+pivotal record (the cache) and two more (the buffer).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import EXAMPLE, HashEmbeddings, assert_store_ok
+from memstrata import Memstrata
+from memstrata.memory.tiers.assign import ARCHIVE, BUFFER, CACHE, Record, assign_tiers, place_recalled
+from memstrata.memory.tiers.importance import offline_importance, signals
+from memstrata.memory.tiers.priority import PriorityWeights, decay, drift, priority
+
+SMALL = {"snapshot_max_turns": 5, "tier_recent_sessions": 1, "tier_pivotal": 1, "tier_buffer": 2}
+
+
+@pytest.fixture
+def mem(tmp_path: Path) -> Any:
+    memory = Memstrata(path=tmp_path / "store", embeddings=HashEmbeddings())
+    yield memory
+    memory.close()
+
+
+def _tiers(mem: Memstrata, user: str) -> dict[str, str | None]:
+    return {c.unit_id: c.tier for c in mem.store.counters.all(user, kind="summary") if c.session_key}
+
+
+# ---- the pure parts --------------------------------------------------------------------------------------------
+@given(st.integers(0, 50), st.integers(1, 50), st.floats(0.1, 400), st.floats(10, 365))  # no underflow to 0
+def test_eq5_more_recalls_decay_slower_and_score_higher(n: int, more: int, age: float, tau: float) -> None:
+    assert decay(n + more, age, tau_days=tau) >= decay(n, age, tau_days=tau)
+    assert decay(n, age, tau_days=tau) > decay(n, age + 10, tau_days=tau)
+    w = PriorityWeights(tau_days=tau)
+    assert priority(6, 0.3, recalls=n + more, age_days=age, weights=w) > priority(6, 0.3, recalls=n, age_days=age,
+                                                                                   weights=w)
+
+
+def test_eq5_importance_and_alignment_raise_priority_and_negative_alignment_counts_as_none() -> None:
+    w = PriorityWeights()
+    assert priority(9, 0.2, recalls=0, age_days=5, weights=w) > priority(3, 0.2, recalls=0, age_days=5, weights=w)
+    assert priority(5, 0.8, recalls=0, age_days=5, weights=w) > priority(5, 0.1, recalls=0, age_days=5, weights=w)
+    assert priority(5, -0.9, recalls=0, age_days=5, weights=w) == priority(5, 0.0, recalls=0, age_days=5, weights=w)
+
+
+def test_offline_importance_ranks_milestones_over_small_talk() -> None:
+    milestone = signals(["Priya: I signed the lease in Lisbon on 3 March, I'm moving at the end of April!",
+                         "Tom: I'm so proud of you, we will visit in May."], novelty=0.7, speakers=["Priya", "Tom"])
+    small_talk = signals(["Priya: hi!", "Tom: hey, thanks", "Priya: ok"], novelty=0.1, speakers=["Priya", "Tom"])
+    high, low = offline_importance(milestone), offline_importance(small_talk)
+    assert 1 <= low < 3 < 5 < high <= 10
+    assert milestone.entities > 0 and milestone.dates > 0 and milestone.plans > 0 and small_talk.filler == 1.0
+
+
+def test_drift_is_the_cosine_distance_from_the_anchor() -> None:
+    a = np.array([1.0, 0.0])
+    assert drift(a, a) == pytest.approx(0.0) and drift(a, np.array([0.0, 1.0])) == pytest.approx(1.0)
+    assert drift(a, None) == 1.0 and drift(None, a) == 0.0
+
+
+def test_tiers_hold_recent_sessions_then_pivotal_then_buffer_and_a_used_record_is_promoted() -> None:
+    records = [Record(("c", "summary", f"r{i}"), f"c/{i}", float(i), priority=p)
+               for i, p in enumerate([0.9, 0.2, 0.5, 0.4, 0.1])]
+    tiers = assign_tiers(records, recent_sessions=1, pivotal=1, buffer=2)
+    assert tiers == {("c", "summary", "r4"): CACHE, ("c", "summary", "r0"): CACHE, ("c", "summary", "r2"): BUFFER,
+                     ("c", "summary", "r3"): BUFFER, ("c", "summary", "r1"): ARCHIVE}
+    active = [r for r in records if tiers[r.item] != ARCHIVE]
+    used = Record(("c", "summary", "r1"), "c/1", 1.0, priority=0.45)  # scored lazily: now above r3's 0.4
+    moves = place_recalled(active, [used], tiers, recent_sessions=1, pivotal=1, buffer=2)
+    assert moves == {("c", "summary", "r1"): BUFFER, ("c", "summary", "r3"): ARCHIVE}
+    kept = place_recalled(active, [Record(used.item, "c/1", 1.0, priority=0.3)], tiers, recent_sessions=1,
+                          pivotal=1, buffer=2)
+    assert kept == {}  # ranked out: it stays in the archive, nothing is displaced
+
+
+# ---- ingestion ---------------------------------------------------------------------------------------------------
+def test_ingestion_scores_every_closed_episode_and_tiers_them(mem: Memstrata) -> None:
+    stats = mem.ingest(EXAMPLE, user_id="ann", close=True, **SMALL)
+    assert stats["records_scored"] == mem.store.count("summary", user_id="ann") > 0
+    rows = [c for c in mem.store.counters.all("ann", kind="summary")]
+    assert all(c.importance is not None and 1 <= c.importance <= 10 and c.priority is not None for c in rows)
+    tiers = _tiers(mem, "ann")
+    assert sorted(t or ARCHIVE for t in tiers.values()).count(BUFFER) == 2
+    latest = max(c.session_key for c in rows)
+    assert all(tiers[c.unit_id] == CACHE for c in rows if c.session_key == latest)  # the recent session
+    assert sum(1 for t in tiers.values() if t == CACHE) == sum(c.session_key == latest for c in rows) + 1
+    assert_store_ok(mem.store, "ann")
+
+
+def test_an_open_episode_is_no_record_until_it_closes(mem: Memstrata) -> None:
+    mem.ingest([{"speaker": "Ann", "text": "I adopted a grey cat named Miso."}], user_id="ann", **SMALL)
+    assert mem.store.counters.active("ann") == []  # the open tail is searchable, not yet a record
+    mem.ingest([{"speaker": "Ann", "text": "She loves boxes."}], user_id="ann", close=True, **SMALL)
+    assert [c.tier for c in mem.store.counters.active("ann")] == [CACHE]
+
+
+def test_the_drift_gate_reranks_the_active_tiers_only_past_its_threshold(mem: Memstrata) -> None:
+    from memstrata.memory.tiers.anchor import read_anchor
+
+    first = mem.ingest(EXAMPLE, user_id="ann", close=True, **SMALL)
+    assert first["tiers_reranked"] is True and read_anchor(mem.store, "ann") is not None  # the first anchor
+    before = {c.unit_id: c.priority for c in mem.store.counters.active("ann")}
+    more = [{"speaker": "Priya", "text": "Work at Tidewater Labs is going well, I lead the data team now.",
+             "timestamp": "2024-06-01T10:00:00"}]
+    calm = mem.ingest(more, user_id="ann", conversation_id="priya-tom", close=True, **SMALL, tier_drift=2.0)
+    assert calm["tiers_reranked"] is False and calm["persona_drift"] <= 2.0
+    after = {c.unit_id: c.priority for c in mem.store.counters.active("ann")}
+    assert all(after[k] == p for k, p in before.items() if k in after)  # stored priorities, untouched
+    again = [{"speaker": "Priya", "text": "I quit and now I surf every morning in Ericeira.",
+              "timestamp": "2024-07-01T10:00:00"}]
+    moved = mem.ingest(again, user_id="ann", conversation_id="priya-tom", close=True, **SMALL, tier_drift=0.0)
+    assert moved["tiers_reranked"] is True and moved["persona_drift"] > 0.0
+    rescored = {c.unit_id: (c.priority, c.scored_at) for c in mem.store.counters.active("ann")}
+    assert any(rescored[k][0] != p for k, p in after.items() if k in rescored)
+    assert_store_ok(mem.store, "ann")
+
+
+def test_with_a_model_importance_is_the_models_score_and_garbage_falls_back(tmp_path: Path) -> None:
+    from memstrata.prompts import PROMPTS
+    from memstrata.testing import ScriptedChatModel
+
+    def reply(messages: list[Any]) -> Any:
+        system, user = str(messages[0].content), str(messages[1].content)
+        if system.startswith(PROMPTS["IMPORTANCE_PROMPT"][:40]):
+            n = user.count("<record index=")
+            return {"scores": [{"index": i, "score": 9} for i in range(n)]}
+        return "no structured reply"
+
+    model = ScriptedChatModel(default=reply)
+    mem = Memstrata(path=tmp_path / "llm", embeddings=HashEmbeddings(), model=model)
+    stats = mem.ingest(EXAMPLE, user_id="ann", close=True, **SMALL, importance_batch=4)
+    rows = mem.store.counters.all("ann", kind="summary")
+    assert rows and all(c.importance == 9.0 for c in rows) and stats["importance_fallbacks"] == 0
+    assert stats["llm"]["importance"]["calls"] == -(-len(rows) // 4)  # one call per batch of four
+    bad = Memstrata(path=tmp_path / "bad", embeddings=HashEmbeddings(),
+                    model=ScriptedChatModel(default=lambda m: {"scores": [{"index": 99, "score": 3}]}))
+    stats = bad.ingest(EXAMPLE, user_id="ann", close=True, **SMALL)
+    rows = bad.store.counters.all("ann", kind="summary")
+    assert stats["importance_fallbacks"] == len(rows) and all(c.importance != 3 for c in rows)  # the offline scores
+    mem.close()
+    bad.close()
+
+
+# ---- retrieval ---------------------------------------------------------------------------------------------------
+def test_a_query_searches_the_cache_then_the_buffer_then_the_archive_and_the_trace_says_so(mem: Memstrata) -> None:
+    mem.ingest(EXAMPLE, user_id="ann", close=True, **SMALL)
+    hard = mem.retrieve("When did Tom run the Brighton half marathon?", user_id="ann", **SMALL)
+    steps = hard.trace["tiers"]["steps"]
+    assert [s["tier"] for s in steps] == list(range(1, len(steps) + 1))  # never skips a tier, never goes back
+    assert hard.trace["tiers"]["answered"] == steps[-1]["tier"]
+    assert all(s["deeper"] for s in steps[:-1]) and not steps[-1]["deeper"]
+    assert all(s["seconds"] >= 0 and s["turns_searched"] > 0 and s["why"] for s in steps)
+    assert [s["turns_searched"] for s in steps] == sorted(s["turns_searched"] for s in steps)
+    assert "Brighton" in hard.context
+    whole = mem.retrieve("When did Tom run the Brighton half marathon?", user_id="ann", **{**SMALL, "tiers": False})
+    assert whole.trace["tiers"] is None and "Brighton" in whole.context
+    small = mem.retrieve("Where does Priya work?", user_id="ann")  # below the threshold: no tiers
+    assert small.trace["tiers"] is None
+
+
+def test_use_counts_recalls_scores_the_archive_lazily_and_promotes(mem: Memstrata) -> None:
+    mem.ingest(EXAMPLE, user_id="ann", close=True, **SMALL)
+    archive = {c.unit_id: c for c in mem.store.counters.all("ann", kind="summary") if not c.tier}
+    assert archive
+    result = mem.retrieve("When did Tom run the Brighton half marathon?", user_id="ann", **SMALL)
+    use = result.trace["tiers"]["use"]
+    assert use["recalled"] >= 1
+    after = {c.unit_id: c for c in mem.store.counters.all("ann", kind="summary")}
+    used = [k for k, c in after.items() if c.recall_count]
+    assert len(used) == use["recalled"]
+    touched_archive = [k for k in archive if after[k].recall_count]
+    untouched = [k for k in archive if not after[k].recall_count]
+    assert all(after[k].priority == archive[k].priority for k in untouched)  # never scored while unused
+    assert all(after[k].priority != archive[k].priority for k in touched_archive)  # scored when used
+    assert use["scored_lazily"] == len(touched_archive)
+    assert sum(1 for c in after.values() if c.tier == BUFFER) == 2  # promotion displaces, sizes hold
+    assert use["promoted"] == use["demoted"] or use["promoted"] == 0
+    assert_store_ok(mem.store, "ann")
+
+
+def test_a_new_user_with_tiers_on_is_answered_before_and_after_the_first_write(mem: Memstrata) -> None:
+    empty = mem.retrieve("What is the cat called?", user_id="new", **SMALL)
+    assert empty.evidence == [] and empty.trace["tiers"] is None
+    mem.ingest([{"speaker": "Ann", "text": "I adopted a grey cat named Miso."}], user_id="new", close=True, **SMALL)
+    assert "Miso" in mem.retrieve("What is the cat called?", user_id="new", **SMALL).context
+
+
+def test_tiers_and_counters_stay_with_their_user_and_forget_takes_them(mem: Memstrata) -> None:
+    for user in ("ann", "bob"):
+        mem.ingest(EXAMPLE, user_id=user, close=True, **SMALL)
+    bob = {c.unit_id: (c.tier, c.priority, c.recall_count) for c in mem.store.counters.all("bob", kind="summary")}
+    for _ in range(3):
+        mem.retrieve("When did Tom run the Brighton half marathon?", user_id="ann", **SMALL)
+    assert {c.unit_id: (c.tier, c.priority, c.recall_count)
+            for c in mem.store.counters.all("bob", kind="summary")} == bob
+    assert any(c.recall_count for c in mem.store.counters.all("ann", kind="summary"))
+    mem.delete_user("ann")
+    assert mem.store.counters.all("ann") == [] and mem.store.tier_state.count(user_id="ann") == 0
+    assert mem.store.tier_state.count(user_id="bob") == 1 and mem.store.counters.active("bob")
+    gone = mem.retrieve("When did Tom run the Brighton half marathon?", user_id="ann", **SMALL)
+    assert gone.evidence == []
+    assert_store_ok(mem.store, "bob")
