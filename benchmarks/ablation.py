@@ -22,12 +22,13 @@ from typing import Any
 import numpy as np
 
 from memstrata.bench.locomo import LocomoConversation, load_locomo
+from memstrata.context import default
 from memstrata.memory.embeddings import MiniLMEmbeddings
+from memstrata.memory.index import Bm25 as _Bm25
+from memstrata.memory.index import tokenize
 from memstrata.memory.search.fusion import ranks_to_unit, standardize
-from memstrata.memory.index import Bm25 as _Bm25, tokenize
 from memstrata.memory.timeparse import format_date, parse_timestamp
 from memstrata.memory.tokens import TokenCounter
-from memstrata.context import default
 
 WINDOW_WIDTHS = default("window_widths")
 
@@ -37,8 +38,10 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'])")
 
 def windows(rendered: list[str], sessions: np.ndarray, width: int) -> list[str]:
     n = len(rendered)
-    return ["\n".join(rendered[j] for j in range(i - width, i + width + 1) if 0 <= j < n and sessions[j] == sessions[i])
-            for i in range(n)]
+    return [
+        "\n".join(rendered[j] for j in range(i - width, i + width + 1) if 0 <= j < n and sessions[j] == sessions[i])
+        for i in range(n)
+    ]
 
 
 def prepare(conv: LocomoConversation, emb: MiniLMEmbeddings, counter: TokenCounter) -> dict[str, Any]:
@@ -49,8 +52,10 @@ def prepare(conv: LocomoConversation, emb: MiniLMEmbeddings, counter: TokenCount
     lines = [f"{t.dia_id.split(':')[1]} {t.speaker}: {t.text}" for t in turns]
     captions = [f" [shares a photo: {t.caption}]" if t.caption else "" for t in turns]
     dates = {int(k.split("_")[1]): v for k, v in conv.raw["conversation"].items() if k.endswith("date_time")}
-    header = {s: counter.count(f"[D{s} · {format_date(parse_timestamp(dates[s])) if s in dates else ''}]")
-              for s in set(sessions.tolist())}
+    header = {
+        s: counter.count(f"[D{s} · {format_date(parse_timestamp(dates[s])) if s in dates else ''}]")
+        for s in set(sessions.tolist())
+    }
     questions = [q.question for q in conv.questions]
     sentences, owner = [], []
     for i, t in enumerate(turns):
@@ -64,21 +69,30 @@ def prepare(conv: LocomoConversation, emb: MiniLMEmbeddings, counter: TokenCount
     bm25 = {w: _Bm25.build(windows(rendered, sessions, w)) for w in sorted({0, 1, 2, *WINDOW_WIDTHS})}
     qtokens = [tokenize([q])[0] for q in questions]
     return {
-        "id": conv.sample_id, "sessions": sessions, "ids": [t.dia_id for t in turns],
-        "speakers": sorted({t.speaker for t in turns}), "speaker": np.array([t.speaker for t in turns]),
+        "id": conv.sample_id,
+        "sessions": sessions,
+        "ids": [t.dia_id for t in turns],
+        "speakers": sorted({t.speaker for t in turns}),
+        "speaker": np.array([t.speaker for t in turns]),
         "cost": np.array(counter.count_many([a + b for a, b in zip(lines, captions, strict=True)])),
-        "cost_plain": np.array(counter.count_many(lines)), "header": header,
+        "cost_plain": np.array(counter.count_many(lines)),
+        "header": header,
         "caption_tokens": [set(tokenize([t.caption])[0]) if t.caption else set() for t in turns],
-        "questions": questions, "qtokens": [set(q) for q in qtokens],
-        "gold": [list(q.evidence) for q in conv.questions], "category": [q.category for q in conv.questions],
-        "Q": embed(questions), "turn": embed(rendered), "context": embed(windows(rendered, sessions, 1)),
-        "sentence": embed(sentences), "sentence_owner": np.array(owner),
+        "questions": questions,
+        "qtokens": [set(q) for q in qtokens],
+        "gold": [list(q.evidence) for q in conv.questions],
+        "category": [q.category for q in conv.questions],
+        "Q": embed(questions),
+        "turn": embed(rendered),
+        "context": embed(windows(rendered, sessions, 1)),
+        "sentence": embed(sentences),
+        "sentence_owner": np.array(owner),
         "bm25": {w: np.stack([b.scores(q) for q in qtokens]) for w, b in bm25.items()},
     }
 
 
 def pack(c: dict[str, Any], order: np.ndarray, cost: np.ndarray, budget: int) -> set[int]:
-    """memstrata's packing rule: admit in rank order while it fits, a header per new session."""
+    """Memstrata's packing rule: admit in rank order while it fits, a header per new session."""
     used, opened, chosen = 0, set(), set()
     for i in order[:800]:
         s = int(c["sessions"][i])
@@ -90,8 +104,9 @@ def pack(c: dict[str, Any], order: np.ndarray, cost: np.ndarray, budget: int) ->
     return chosen
 
 
-def evaluate(data: list[dict[str, Any]], score: Callable[[dict[str, Any], int], np.ndarray], *,
-             captions: str = "all") -> dict[str, Any]:
+def evaluate(
+    data: list[dict[str, Any]], score: Callable[[dict[str, Any], int], np.ndarray], *, captions: str = "all"
+) -> dict[str, Any]:
     """recall_all per budget (%), per category at B=1500, and which questions were found at B=1500.
 
     ``captions``: all, none or matching.
@@ -121,8 +136,11 @@ def evaluate(data: list[dict[str, Any]], score: Callable[[dict[str, Any], int], 
             per_cat[cat][0] += got[BUDGETS.index(1500)]
             per_cat[cat][1] += 1
             n += 1
-    return {"recall_all": [round(100 * h / n, 1) for h in hits],
-            "cat@1500": {k: round(100 * v[0] / v[1], 1) for k, v in sorted(per_cat.items())}, "found": found}
+    return {
+        "recall_all": [round(100 * h / n, 1) for h in hits],
+        "cat@1500": {k: round(100 * v[0] / v[1], 1) for k, v in sorted(per_cat.items())},
+        "found": found,
+    }
 
 
 # ---- scorers ------------------------------------------------------------------------------------
@@ -149,14 +167,22 @@ def speaker(c: dict[str, Any], qi: int, weight: float = 0.7) -> np.ndarray:
     return 1 + weight * np.isin(c["speaker"], named)
 
 
-def scorer(views: tuple[str, ...] = ("turn",), widths: tuple[int, ...] = (0,), *, speaker_weight: float = 0.0,
-           sentences: bool = False, per_token: float = 0.0, zscores: bool = False,
-           ) -> Callable[[dict[str, Any], int], np.ndarray]:
+def scorer(
+    views: tuple[str, ...] = ("turn",),
+    widths: tuple[int, ...] = (0,),
+    *,
+    speaker_weight: float = 0.0,
+    sentences: bool = False,
+    per_token: float = 0.0,
+    zscores: bool = False,
+) -> Callable[[dict[str, Any], int], np.ndarray]:
     """Half dense, half BM25; fused by rank (the first push) or, with ``zscores``, by z-score like memstrata now."""
+
     def score(c: dict[str, Any], qi: int) -> np.ndarray:
         if zscores:
-            s = (sum(standardize(c[v] @ c["Q"][qi]) for v in views) / max(len(views), 1)
-                 + sum(standardize(c["bm25"][w][qi]) for w in widths) / max(len(widths), 1))
+            s = sum(standardize(c[v] @ c["Q"][qi]) for v in views) / max(len(views), 1) + sum(
+                standardize(c["bm25"][w][qi]) for w in widths
+            ) / max(len(widths), 1)
             s = (s - s.min()) / (s.max() - s.min()) if s.max() > s.min() else np.zeros_like(s)
             return s * speaker(c, qi, speaker_weight)
         d = dense(c, qi, views)
@@ -164,6 +190,7 @@ def scorer(views: tuple[str, ...] = ("turn",), widths: tuple[int, ...] = (0,), *
             d = (d * len(views) + sentence_max(c, qi)) / (len(views) + 1)
         s = (d + lexical(c, qi, widths)) / 2 * speaker(c, qi, speaker_weight)
         return s / c["cost"] ** per_token if per_token else s
+
     return score
 
 
@@ -174,22 +201,36 @@ ROWS: list[tuple[str, Callable[[dict[str, Any], int], np.ndarray], str]] = [
     ("+ speaker prior 0.7", scorer(VIEWS, speaker_weight=0.7), "all"),
     ("+ BM25 on 1-neighbour windows", scorer(VIEWS, (0, 1), speaker_weight=0.7), "all"),
     ("+ BM25 on 2-neighbour windows", scorer(VIEWS, (0, 1, 2), speaker_weight=0.7), "all"),
-    ("+ captions only where they share a word with the question",
-     scorer(VIEWS, (0, 1, 2), speaker_weight=0.7), "matching"),
+    (
+        "+ captions only where they share a word with the question",
+        scorer(VIEWS, (0, 1, 2), speaker_weight=0.7),
+        "matching",
+    ),
     ("  (no captions at all, for reference)", scorer(VIEWS, (0, 1, 2), speaker_weight=0.7), "none"),
-    ("x sentence-level dense view added (failed)",
-     scorer(VIEWS, (0, 1, 2), speaker_weight=0.7, sentences=True), "matching"),
-    ("x score per token^0.2, to favour cheap turns (failed)",
-     scorer(VIEWS, (0, 1, 2), speaker_weight=0.7, per_token=0.2), "matching"),
+    (
+        "x sentence-level dense view added (failed)",
+        scorer(VIEWS, (0, 1, 2), speaker_weight=0.7, sentences=True),
+        "matching",
+    ),
+    (
+        "x score per token^0.2, to favour cheap turns (failed)",
+        scorer(VIEWS, (0, 1, 2), speaker_weight=0.7, per_token=0.2),
+        "matching",
+    ),
     ("+ z-score fusion instead of rank fusion", scorer(VIEWS, (0, 1, 2), speaker_weight=0.7, zscores=True), "matching"),
-    ("+ BM25 on 4- and 8-neighbour windows (memstrata's views now)",
-     scorer(VIEWS, WINDOW_WIDTHS, speaker_weight=0.7, zscores=True), "matching"),
+    (
+        "+ BM25 on 4- and 8-neighbour windows (memstrata's views now)",
+        scorer(VIEWS, WINDOW_WIDTHS, speaker_weight=0.7, zscores=True),
+        "matching",
+    ),
 ]
 # Each view ranking alone (with the speaker prior): the material for the per-question ceiling below.
 SINGLE: list[tuple[str, Callable[[dict[str, Any], int], np.ndarray], str]] = [
     (f"  single view: dense {v}", scorer((v,), (), speaker_weight=0.7, zscores=True), "matching") for v in VIEWS
-] + [(f"  single view: BM25 window {w}", scorer((), (w,), speaker_weight=0.7, zscores=True), "matching")
-     for w in WINDOW_WIDTHS]
+] + [
+    (f"  single view: BM25 window {w}", scorer((), (w,), speaker_weight=0.7, zscores=True), "matching")
+    for w in WINDOW_WIDTHS
+]
 
 
 def main() -> None:
@@ -215,8 +256,11 @@ def main() -> None:
     # An oracle that, knowing the gold turns, picks for each question whichever ranking above found them all.
     # No fusion of these signals can be expected to pass it by much: it bounds what re-weighting them can reach.
     ceiling = 100 * float(np.mean(np.any(np.array(found), axis=0)))
-    print(f"| ceiling: best of the {len(found)} rankings above, picked per question with the answer known "
-          f"| | | {ceiling:.1f} | | | |", flush=True)
+    print(
+        f"| ceiling: best of the {len(found)} rankings above, picked per question with the answer known "
+        f"| | | {ceiling:.1f} | | | |",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

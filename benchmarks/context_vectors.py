@@ -38,9 +38,13 @@ def pool_copy(source: Path, target: Path, emb: MiniLMEmbeddings, width: int = 1)
         vecs = pooled_vectors(np.array([r.metadata["_vector"] for r in recs]), width=width)
         pooled |= {(r.metadata["conversation_id"], r.unit_id): v.tolist() for r, v in zip(recs, vecs, strict=True)}
     views = [TurnContext.model_validate(r.payload) for r in mem.store.get("turn_context", user_id="bench")]
-    mem.store.upsert("turn_context", views, documents=[v.embed_text() for v in views],
-                     vectors=[pooled[(v.conversation_id, v.turn_id)] for v in views],
-                     extra=[v.metadata() for v in views])
+    mem.store.upsert(
+        "turn_context",
+        views,
+        documents=[v.embed_text() for v in views],
+        vectors=[pooled[(v.conversation_id, v.turn_id)] for v in views],
+        extra=[v.metadata() for v in views],
+    )
     mem.close()
 
 
@@ -69,8 +73,9 @@ def main() -> None:
                     continue
                 gold = [texts[e] for e in q.evidence if e in texts]
                 for budget in budgets:
-                    context = mem.retrieve(q.question, user_id="bench", conversation_id=conv.sample_id,
-                                           context_budget=budget).context
+                    context = mem.retrieve(
+                        q.question, user_id="bench", conversation_id=conv.sample_id, context_budget=budget
+                    ).context
                     totals.setdefault(name, {}).setdefault(budget, []).append(score_context(context, gold)[0])
             mem.close()
     for name, per in totals.items():

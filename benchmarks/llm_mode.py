@@ -33,8 +33,17 @@ def _session_no(key: str) -> int | None:
 
 
 def _model(base_url: str, name: str, max_tokens: int) -> ChatOpenAI:
-    return ChatOpenAI(base_url=base_url, api_key="sk-local", model=name, temperature=0, timeout=120,
-                      max_retries=0, stream_usage=True, max_tokens=max_tokens, extra_body={"max_tokens": max_tokens})
+    return ChatOpenAI(
+        base_url=base_url,
+        api_key="sk-local",
+        model=name,
+        temperature=0,
+        timeout=120,
+        max_retries=0,
+        stream_usage=True,
+        max_tokens=max_tokens,
+        extra_body={"max_tokens": max_tokens},
+    )
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -44,9 +53,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         # A prefix of the sessions, and only the questions whose evidence lies inside it.
         body = {k: v for k, v in raw["conversation"].items() if not _session_no(k) or _session_no(k) <= args.sessions}
         raw = {**raw, "conversation": body}
-        conv.questions = [q for q in conv.questions if all(int(e[1:].split(":")[0]) <= args.sessions for e in q.evidence)]
-    mem = Memstrata(path=tempfile.mkdtemp(prefix="memstrata-llm-"), model=_model(args.base_url, args.model, 256),
-                    llm_timeout_s=120)
+        conv.questions = [
+            q for q in conv.questions if all(int(e[1:].split(":")[0]) <= args.sessions for e in q.evidence)
+        ]
+    mem = Memstrata(
+        path=tempfile.mkdtemp(prefix="memstrata-llm-"), model=_model(args.base_url, args.model, 256), llm_timeout_s=120
+    )
     started = time.perf_counter()
     ingest = await mem.aingest(raw, user_id="llm")
     ingest_seconds = time.perf_counter() - started
@@ -56,11 +68,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.perf_counter()
         result = await mem.aask(q.question, user_id="llm", conversation_id=conv.sample_id)
         llm = result.trace["llm"]
-        queries.append({"question": q.question, "path": result.trace["path"], "calls": llm["calls"],
-                        "prompt_tokens": llm["prompt_tokens"], "completion_tokens": llm["completion_tokens"],
-                        "fallbacks": llm["fallbacks"], "outcomes": llm.get("outcomes", {}),
-                        "usage_sources": llm["usage_sources"], "seconds": round(time.perf_counter() - t0, 2),
-                        "answered": result.answer is not None})
+        queries.append(
+            {
+                "question": q.question,
+                "path": result.trace["path"],
+                "calls": llm["calls"],
+                "prompt_tokens": llm["prompt_tokens"],
+                "completion_tokens": llm["completion_tokens"],
+                "fallbacks": llm["fallbacks"],
+                "outcomes": llm.get("outcomes", {}),
+                "usage_sources": llm["usage_sources"],
+                "seconds": round(time.perf_counter() - t0, 2),
+                "answered": result.answer is not None,
+            }
+        )
         _save(args, _summary(args, ingest, ingest_seconds, queries))
     return _summary(args, ingest, ingest_seconds, queries)
 
@@ -70,8 +91,9 @@ def _save(args: argparse.Namespace, report: dict[str, Any]) -> None:
     args.out.write_text(json.dumps(report, indent=1))
 
 
-def _summary(args: argparse.Namespace, ingest: dict[str, Any], seconds: float,
-             queries: list[dict[str, Any]]) -> dict[str, Any]:
+def _summary(
+    args: argparse.Namespace, ingest: dict[str, Any], seconds: float, queries: list[dict[str, Any]]
+) -> dict[str, Any]:
     n = max(1, len(queries))
     outcomes: Counter[str] = Counter()
     for q in queries:
@@ -81,21 +103,34 @@ def _summary(args: argparse.Namespace, ingest: dict[str, Any], seconds: float,
     ingest_fallbacks = sum(v.get("fallbacks", 0) for v in ingest_llm.values())
     return {
         "provenance": provenance(shlex.join(["python", *sys.argv])),
-        "conversation": args.conversation, "sessions": args.sessions or "all", "model": args.model, "base_url": args.base_url,
-        "ingest": {"turns": ingest.get("turns_seen"), "episodes": ingest.get("episodes_written"),
-                   "seconds": round(seconds, 1), "llm_calls": ingest_calls,
-                   "prompt_tokens": sum(v.get("prompt_tokens", 0) for v in ingest_llm.values()),
-                   "completion_tokens": sum(v.get("completion_tokens", 0) for v in ingest_llm.values()),
-                   "fallback_rate": round(ingest_fallbacks / max(1, ingest_calls), 3),
-                   "per_node": {k: {kk: v.get(kk) for kk in ("calls", "prompt_tokens", "completion_tokens",
-                                                             "fallbacks")} for k, v in ingest_llm.items()}},
-        "queries": {"n": len(queries), "deep_share": round(sum(q["path"] == "deep" for q in queries) / n, 3),
-                    "calls_per_query": round(sum(q["calls"] for q in queries) / n, 2),
-                    "prompt_tokens_per_query": round(sum(q["prompt_tokens"] for q in queries) / n, 1),
-                    "completion_tokens_per_query": round(sum(q["completion_tokens"] for q in queries) / n, 1),
-                    "fallback_rate": round(sum(q["fallbacks"] for q in queries) / max(1, sum(q["calls"] for q in queries)), 3),
-                    "outcomes": dict(outcomes), "seconds_per_query": round(sum(q["seconds"] for q in queries) / n, 2),
-                    "answered": sum(q["answered"] for q in queries)},
+        "conversation": args.conversation,
+        "sessions": args.sessions or "all",
+        "model": args.model,
+        "base_url": args.base_url,
+        "ingest": {
+            "turns": ingest.get("turns_seen"),
+            "episodes": ingest.get("episodes_written"),
+            "seconds": round(seconds, 1),
+            "llm_calls": ingest_calls,
+            "prompt_tokens": sum(v.get("prompt_tokens", 0) for v in ingest_llm.values()),
+            "completion_tokens": sum(v.get("completion_tokens", 0) for v in ingest_llm.values()),
+            "fallback_rate": round(ingest_fallbacks / max(1, ingest_calls), 3),
+            "per_node": {
+                k: {kk: v.get(kk) for kk in ("calls", "prompt_tokens", "completion_tokens", "fallbacks")}
+                for k, v in ingest_llm.items()
+            },
+        },
+        "queries": {
+            "n": len(queries),
+            "deep_share": round(sum(q["path"] == "deep" for q in queries) / n, 3),
+            "calls_per_query": round(sum(q["calls"] for q in queries) / n, 2),
+            "prompt_tokens_per_query": round(sum(q["prompt_tokens"] for q in queries) / n, 1),
+            "completion_tokens_per_query": round(sum(q["completion_tokens"] for q in queries) / n, 1),
+            "fallback_rate": round(sum(q["fallbacks"] for q in queries) / max(1, sum(q["calls"] for q in queries)), 3),
+            "outcomes": dict(outcomes),
+            "seconds_per_query": round(sum(q["seconds"] for q in queries) / n, 2),
+            "answered": sum(q["answered"] for q in queries),
+        },
         "per_query": queries,
     }
 
@@ -112,7 +147,7 @@ def main() -> None:
     args = parser.parse_args()
     report = asyncio.run(run(args))
     _save(args, report)
-    print(json.dumps({k: v for k, v in report.items() if k != "per_query"}, indent=1))  # noqa: T201 - a script
+    print(json.dumps({k: v for k, v in report.items() if k != "per_query"}, indent=1))
 
 
 if __name__ == "__main__":

@@ -40,8 +40,9 @@ def analyse(args: argparse.Namespace) -> dict[str, Any]:
             if q.category == 5:
                 continue
             questions[q.category] += 1
-            ctx = mem.retrieve(q.question, user_id=args.user, conversation_id=conv.sample_id,
-                               context_budget=args.budget)
+            ctx = mem.retrieve(
+                q.question, user_id=args.user, conversation_id=conv.sample_id, context_budget=args.budget
+            )
             missing = [e for e in q.evidence if texts[e].text not in ctx.context]
             if not missing:
                 continue
@@ -54,11 +55,22 @@ def analyse(args: argparse.Namespace) -> dict[str, Any]:
                 other = texts[e].speaker.split()[0].lower() not in q.question.lower()
                 buckets[q.category]["spoken_by_unnamed"] += other
                 if len(examples[q.category]) < args.examples:
-                    examples[q.category].append({"question": q.question, "turn": e, "bucket": bucket,
-                                                 "rank": order.index(e) if e in order else None,
-                                                 "speaker": texts[e].speaker, "text": texts[e].text[:160]})
-    return {"budget": args.budget, "questions": dict(questions),
-            "buckets": {c: dict(b) for c, b in sorted(buckets.items())}, "examples": examples}
+                    examples[q.category].append(
+                        {
+                            "question": q.question,
+                            "turn": e,
+                            "bucket": bucket,
+                            "rank": order.index(e) if e in order else None,
+                            "speaker": texts[e].speaker,
+                            "text": texts[e].text[:160],
+                        }
+                    )
+    return {
+        "budget": args.budget,
+        "questions": dict(questions),
+        "buckets": {c: dict(b) for c, b in sorted(buckets.items())},
+        "examples": examples,
+    }
 
 
 def _bucket(order: list[str], turn: str, fitted: int) -> str:
@@ -78,7 +90,7 @@ def main() -> None:
     args = parser.parse_args()
     report = analyse(args)
     args.out.write_text(json.dumps(report, indent=1, default=str))
-    print(json.dumps({k: report[k] for k in ("budget", "questions", "buckets")}, indent=1))  # noqa: T201
+    print(json.dumps({k: report[k] for k in ("budget", "questions", "buckets")}, indent=1))
 
 
 if __name__ == "__main__":

@@ -29,14 +29,16 @@ def main() -> None:
         texts = conv.turn_texts()
         for q in (q for q in conv.questions if q.category == 3):
             counts["questions"] += 1
-            result = mem.retrieve(q.question, user_id="bench", conversation_id=conv.sample_id,
-                                  context_budget=args.budget)
+            result = mem.retrieve(
+                q.question, user_id="bench", conversation_id=conv.sample_id, context_budget=args.budget
+            )
             counts["recall_all"] += score_context(result.context, [texts[e] for e in q.evidence if e in texts])[0]
             taken = result.trace.get("persona")
             if taken:
                 counts["took_the_path"] += 1
-                [unit] = mem.store.get("persona", user_id="bench", conversation_id=conv.sample_id,
-                                       unit_ids=[taken["persona"]])
+                [unit] = mem.store.get(
+                    "persona", user_id="bench", conversation_id=conv.sample_id, unit_ids=[taken["persona"]]
+                )
                 cited = {t for item in unit.payload["items"] for t in item["turn_ids"]}
                 counts["items_cite_a_gold_turn"] += bool(cited & set(q.evidence))
         mem.close()

@@ -1,6 +1,6 @@
 """Where one offline ingest's time goes, per stage: each named LoCoMo conversation into a fresh embedded store.
 
-    python benchmarks/stage_times.py ../shared/data/locomo/locomo10.json --conversations conv-26,conv-30
+python benchmarks/stage_times.py ../shared/data/locomo/locomo10.json --conversations conv-26,conv-30
 """
 
 from __future__ import annotations
@@ -24,9 +24,18 @@ def main() -> None:
         started = time.time()
         stats = mem.ingest(conv.raw, user_id="b", close=True)
         stages = {k: round(v, 2) for k, v in stats.get("stage_seconds", {}).items()}
-        print(conv.sample_id, json.dumps({"seconds": round(time.time() - started, 1), "stages": stages,
-                                          "themes": stats.get("themes"),
-                                          "persona_versions": stats.get("persona_versions")}), flush=True)
+        print(
+            conv.sample_id,
+            json.dumps(
+                {
+                    "seconds": round(time.time() - started, 1),
+                    "stages": stages,
+                    "themes": stats.get("themes"),
+                    "persona_versions": stats.get("persona_versions"),
+                }
+            ),
+            flush=True,
+        )
         mem.close()
 
 

@@ -48,11 +48,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "themes alone": {**_THEMES, "theme_select": "top", "theme_stage2": False, "theme_spread": 0},
     "themes + Eq. 4": {**_THEMES, "theme_select": "eq4", "theme_stage2": False, "theme_spread": 0},
     "themes + Eq. 4 + Stage II": {**_THEMES, "theme_select": "eq4", "theme_stage2": True, "theme_spread": 0},
-    "themes + Eq. 4 + Stage II + spreading": {**_THEMES, "theme_select": "eq4", "theme_stage2": True,
-                                              "theme_spread": 3},
+    "themes + Eq. 4 + Stage II + spreading": {
+        **_THEMES,
+        "theme_select": "eq4",
+        "theme_stage2": True,
+        "theme_spread": 3,
+    },
     "themes + spreading (the default)": {**_THEMES, "theme_select": "top", "theme_stage2": False, "theme_spread": 3},
-    "themes + spreading + first 20% of the budget": {**_THEMES, "theme_select": "top", "theme_stage2": False,
-                                                    "theme_spread": 3, "theme_share": 0.2},
+    "themes + spreading + first 20% of the budget": {
+        **_THEMES,
+        "theme_select": "top",
+        "theme_stage2": False,
+        "theme_spread": 3,
+        "theme_share": 0.2,
+    },
     # Bi-Mem's persona: the line and its items' turns for questions that ask to infer about a named speaker
     "no persona path": {"persona_search": False},
 }
@@ -82,8 +91,9 @@ def run(path: str, conversations: list[str], budgets: list[int], cache: Path, na
                 texts = conv.turn_texts()
                 gold = [texts[e] for e in q.evidence if e in texts]
                 for budget in budgets:
-                    result = mem.retrieve(q.question, user_id="bench", conversation_id=conv.sample_id,
-                                          context_budget=budget, **settings)
+                    result = mem.retrieve(
+                        q.question, user_id="bench", conversation_id=conv.sample_id, context_budget=budget, **settings
+                    )
                     hit, _ = score_context(result.context, gold)
                     scopes = result.trace.get("scopes", {})
                     for key in ("all", str(q.category), f"scope {scopes.get('q0', '?')}"):
@@ -94,8 +104,9 @@ def run(path: str, conversations: list[str], budgets: list[int], cache: Path, na
             mem.close()
         register(FACT)
         out[name] = {key: {b: round(100 * sum(v) / len(v), 1) for b, v in per.items()} for key, per in tally.items()}
-        out[name]["questions per scope"] = {key[6:]: len(next(iter(per.values())))
-                                            for key, per in tally.items() if key.startswith("scope ")}
+        out[name]["questions per scope"] = {
+            key[6:]: len(next(iter(per.values()))) for key, per in tally.items() if key.startswith("scope ")
+        }
         out[name]["sub-queries per scope"] = sub_queries
         print(name, json.dumps(out[name]), flush=True)
     search.pool_size = pool_size
@@ -115,8 +126,13 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--out", default="")
     args = parser.parse_args()
-    result = run(args.path, [c for c in args.conversations.split(",") if c],
-                 [int(b) for b in args.budgets.split(",")], Path(args.cache), args.variants.split(","))
+    result = run(
+        args.path,
+        [c for c in args.conversations.split(",") if c],
+        [int(b) for b in args.budgets.split(",")],
+        Path(args.cache),
+        args.variants.split(","),
+    )
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2))
 

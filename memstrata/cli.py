@@ -16,29 +16,32 @@ from typing import Annotated, Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import typer  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
-from rich.table import Table  # noqa: E402
-from rich.tree import Tree  # noqa: E402
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.tree import Tree
 
-from memstrata.client import Memstrata  # noqa: E402
-from memstrata.context import default_data_dir  # noqa: E402
-from memstrata.memory import levels  # noqa: E402
-from memstrata.memory.index.active import tier_sizes  # noqa: E402
-from memstrata.views.extractive_answer import extractive_answer  # noqa: E402
-from memstrata.memory.normalize import IngestError  # noqa: E402
-from memstrata.memory.timeparse import parse_timestamp  # noqa: E402
-from memstrata.memory.store import StoreError  # noqa: E402
-from memstrata.runtime.llm import AnswerError  # noqa: E402
+from memstrata.client import Memstrata
+from memstrata.context import default_data_dir
+from memstrata.memory import levels
+from memstrata.memory.index.active import tier_sizes
+from memstrata.memory.normalize import IngestError
+from memstrata.memory.store import StoreError
+from memstrata.memory.timeparse import parse_timestamp
+from memstrata.runtime.llm import AnswerError
+from memstrata.views.extractive_answer import extractive_answer
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()
 err = Console(stderr=True)
 
-DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Embedded store folder (default $MEMSTRATA_DATA_DIR "
-                                                                 "or ~/.memstrata).")]
-ChromaUrl = Annotated[str | None, typer.Option("--chroma-url", help="Use a Chroma server instead of the embedded store.")]
+DataDir = Annotated[
+    Path | None, typer.Option("--data-dir", help="Embedded store folder (default $MEMSTRATA_DATA_DIR or ~/.memstrata).")
+]
+ChromaUrl = Annotated[
+    str | None, typer.Option("--chroma-url", help="Use a Chroma server instead of the embedded store.")
+]
 User = Annotated[str, typer.Option("--user", "-u", help="The user whose memory this is (tenant id).")]
 FLAG = ""  # a flag's metavar: the help shows no value to give (typer would show "<bool>", yet takes none)
 
@@ -50,18 +53,27 @@ def _mem(data_dir: Path | None, chroma_url: str | None, **settings: Any) -> Mems
     return Memstrata(path=folder, url=chroma_url, **settings)
 
 
-def _read_mem(data_dir: Path | None, chroma_url: str | None, user: str, conversation: str | None = None,
-              **settings: Any) -> Memstrata:
+def _read_mem(
+    data_dir: Path | None, chroma_url: str | None, user: str, conversation: str | None = None, **settings: Any
+) -> Memstrata:
     """The store a reading command reads: never created by reading, and holding the user (and conversation)."""
     folder = data_dir or default_data_dir()
     if not chroma_url and not folder.is_dir():
-        _fail(StoreError(f"no memstrata store at {folder}" + (" (it is a file)" if folder.exists() else "")
-                         + ": ingest into it first, or pass the right --data-dir"))
+        _fail(
+            StoreError(
+                f"no memstrata store at {folder}"
+                + (" (it is a file)" if folder.exists() else "")
+                + ": ingest into it first, or pass the right --data-dir"
+            )
+        )
     mem = _mem(data_dir, chroma_url, **settings)
     if not mem.store.count(levels.raw_kind(), user_id=user, conversation_id=conversation):
         where = f"conversation {conversation!r} of user {user!r}" if conversation else f"user {user!r}"
-        held = " (the user has other conversations)" if conversation and mem.store.count(
-            levels.raw_kind(), user_id=user) else ""
+        held = (
+            " (the user has other conversations)"
+            if conversation and mem.store.count(levels.raw_kind(), user_id=user)
+            else ""
+        )
         _fail(StoreError(f"no memory for {where} in {chroma_url or folder}{held}"))
     return mem
 
@@ -80,8 +92,12 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _main(version: Annotated[bool, typer.Option("--version", metavar=FLAG, callback=_version, is_eager=True,
-                                                help="Print the version and exit.")] = False) -> None:
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", metavar=FLAG, callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
     """memstrata: long-term hierarchical memory for LLM agents."""
 
 
@@ -109,21 +125,43 @@ def _meta_pairs(pairs: list[str]) -> dict[str, Any] | None:
 def ingest(
     path: Annotated[Path, typer.Argument(help="LoCoMo JSON, or a JSON list of {speaker, text, timestamp} messages.")],
     user: User,
-    conversation: Annotated[str | None, typer.Option("--conversation", "-c", help="Only this conversation "
-                                                     "(LoCoMo sample_id), or the id for a plain message list.")] = None,
+    conversation: Annotated[
+        str | None,
+        typer.Option(
+            "--conversation",
+            "-c",
+            help="Only this conversation (LoCoMo sample_id), or the id for a plain message list.",
+        ),
+    ] = None,
     data_dir: DataDir = None,
     chroma_url: ChromaUrl = None,
     model: Annotated[str | None, typer.Option("--model", help="Chat model for LLM mode (else offline).")] = None,
-    close: Annotated[bool, typer.Option("--close", metavar=FLAG, help="Close every session's open episode now (a finished "
-                                                        "record); else it closes when the chat goes quiet.")] = False,
-    meta: Annotated[list[str] | None, typer.Option("--meta", help=(
-        "NAME=VALUE attached to every message written (repeat for several); `list --meta` filters on it.")
-    )] = None,
+    close: Annotated[
+        bool,
+        typer.Option(
+            "--close",
+            metavar=FLAG,
+            help="Close every session's open episode now (a finished record); else it closes when the chat goes quiet.",
+        ),
+    ] = False,
+    meta: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--meta",
+            help=("NAME=VALUE attached to every message written (repeat for several); `list --meta` filters on it."),
+        ),
+    ] = None,
 ) -> None:
     """Ingest conversations into a user's memory: messages with ids or times are stored once, others appended."""
     mem = _mem(data_dir, chroma_url, model=model)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:  # nothing left behind, on success or error
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:  # nothing left behind, on success or error
         task = bar.add_task("reading", total=None)
 
         def on_progress(event: dict[str, Any]) -> None:
@@ -135,8 +173,15 @@ def ingest(
 
         try:
             # For LoCoMo files --conversation selects a sample_id; for message lists it names the conversation.
-            stats = mem.ingest(path, user_id=user, conversation_id=conversation, only_conversation=conversation,
-                               close=close, metadata=_meta_pairs(meta or []), on_progress=on_progress)
+            stats = mem.ingest(
+                path,
+                user_id=user,
+                conversation_id=conversation,
+                only_conversation=conversation,
+                close=close,
+                metadata=_meta_pairs(meta or []),
+                on_progress=on_progress,
+            )
         except (IngestError, StoreError) as exc:
             _fail(exc)
         bar.update(task, completed=bar.tasks[0].total or 0)
@@ -147,13 +192,25 @@ def ingest(
 
 def _stats_table(stats: dict[str, Any]) -> Table:
     table = Table(title="ingest", show_header=False)
-    for key in ("conversations", "turns_seen", "turns_added", "sessions_touched", "episodes_written",
-                "episodes_replaced", "summaries_written", "seconds", "turns_per_second"):
+    for key in (
+        "conversations",
+        "turns_seen",
+        "turns_added",
+        "sessions_touched",
+        "episodes_written",
+        "episodes_replaced",
+        "summaries_written",
+        "seconds",
+        "turns_per_second",
+    ):
         if key in stats:
             table.add_row(key, str(stats[key]))
     for node, row in (stats.get("llm") or {}).items():
-        table.add_row(f"llm {node}", f"{row.get('calls', 0)} calls, {row.get('prompt_tokens', 0)}+"
-                                     f"{row.get('completion_tokens', 0)} tokens, {row.get('fallbacks', 0)} fallbacks")
+        table.add_row(
+            f"llm {node}",
+            f"{row.get('calls', 0)} calls, {row.get('prompt_tokens', 0)}+"
+            f"{row.get('completion_tokens', 0)} tokens, {row.get('fallbacks', 0)} fallbacks",
+        )
     return table
 
 
@@ -162,8 +219,9 @@ def ask(
     question: Annotated[str, typer.Argument(help="The question.")],
     user: User,
     conversation: Annotated[str | None, typer.Option("--conversation", "-c", help="Only this conversation.")] = None,
-    budget: Annotated[int, typer.Option("--budget", "-b", min=1, max=1_000_000,
-                                        help="Context budget in tokens.")] = 1500,
+    budget: Annotated[
+        int, typer.Option("--budget", "-b", min=1, max=1_000_000, help="Context budget in tokens.")
+    ] = 1500,
     model: Annotated[str | None, typer.Option("--model", help="Chat model for LLM mode (else offline).")] = None,
     as_json: Annotated[bool, typer.Option("--json", metavar=FLAG, help="Print the full result as JSON.")] = False,
     top: Annotated[int, typer.Option("--top", min=1, help="Evidence rows shown ranked before the context.")] = 5,
@@ -193,15 +251,19 @@ def ask(
     if result.answer is not None:
         console.print(f"[bold]answer:[/] {result.answer}\n")
     elif result.trace.get("path") == "light" and result.evidence:
-        found = extractive_answer(question, [(f"{e.speaker}: {e.text}", parse_timestamp(e.time))
-                                             for e in result.evidence])
+        found = extractive_answer(
+            question, [(f"{e.speaker}: {e.text}", parse_timestamp(e.time)) for e in result.evidence]
+        )
         if found:
-            console.print(f"[bold]extractive answer[/] [dim](a clause of the best turn, no model)[/]: {found}\n",
-                          highlight=False)
+            console.print(
+                f"[bold]extractive answer[/] [dim](a clause of the best turn, no model)[/]: {found}\n", highlight=False
+            )
     trace = result.trace
-    console.print(f"[dim]path: {trace.get('path')} · iterations: {trace.get('iterations')} · "
-                  f"{len(result.evidence)} turns · {result.context_tokens}/{budget} tokens · "
-                  f"llm calls: {trace.get('llm', {}).get('calls', 0)}[/]")
+    console.print(
+        f"[dim]path: {trace.get('path')} · iterations: {trace.get('iterations')} · "
+        f"{len(result.evidence)} turns · {result.context_tokens}/{budget} tokens · "
+        f"llm calls: {trace.get('llm', {}).get('calls', 0)}[/]"
+    )
     for gate in trace.get("gate", []):
         console.print(f"[dim]gate {gate['iteration']}: {gate['path']} ({gate['reason']})[/]")
     if not result.evidence:
@@ -222,8 +284,9 @@ def _evidence_table(evidence: list[Any]) -> Table:
     for rank, e in enumerate(evidence, 1):
         parts = e.score_parts
         how = f"via {e.found_by}" if e.level == "level1" else "raw-turn search"
-        why = (f"{how}; own match {parts.get('own', 0):.2f}, fused {parts.get('semantic', 0):.2f}"
-               + (f", time {parts['temporal']:.2f}" if parts.get("temporal") else ""))
+        why = f"{how}; own match {parts.get('own', 0):.2f}, fused {parts.get('semantic', 0):.2f}" + (
+            f", time {parts['temporal']:.2f}" if parts.get("temporal") else ""
+        )
         cite = e.turn_id + (f" · {e.time}" if e.time else "")
         table.add_row(str(rank), cite, f"{e.speaker}: {e.text}"[:160], f"{e.score:.3f}", why)
     return table
@@ -233,17 +296,39 @@ def _evidence_table(evidence: list[Any]) -> Table:
 def inspect(
     user: User,
     conversation: Annotated[str | None, typer.Option("--conversation", "-c", help="Only this conversation.")] = None,
-    unit: Annotated[str | None, typer.Option("--unit", help="Show one episode/summary/turn id with its raw turns.")] = None,
-    html: Annotated[Path | None, typer.Option("--html", help="Write the memory as one self-contained HTML page.")] = None,
-    entities: Annotated[bool, typer.Option("--entities", metavar=FLAG, help="List the entities of the entity graph.")] = False,
-    themes: Annotated[bool, typer.Option("--themes", metavar=FLAG, help="List the themes: the facts grouped by what they are about, with their raw turns.")] = False,
-    persona: Annotated[str | None, typer.Option(
-        "--persona", help="One speaker's persona: five dimensions with their citations, history and calibration.")] = None,
-    tree: Annotated[bool, typer.Option("--tree", metavar=FLAG, help="Draw the temporal tree: year > month > week > day.")] = False,
-    window: Annotated[str | None, typer.Option(
-        "--window", help="What one tree window holds: 2023-05-08, 2023-W19, 2023-05, 2023 or untimed.")] = None,
-    entity: Annotated[str | None, typer.Option(
-        "--entity", help="One entity: its profile, relations, and facts with their raw turns.")] = None,
+    unit: Annotated[
+        str | None, typer.Option("--unit", help="Show one episode/summary/turn id with its raw turns.")
+    ] = None,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Write the memory as one self-contained HTML page.")
+    ] = None,
+    entities: Annotated[
+        bool, typer.Option("--entities", metavar=FLAG, help="List the entities of the entity graph.")
+    ] = False,
+    themes: Annotated[
+        bool,
+        typer.Option(
+            "--themes",
+            metavar=FLAG,
+            help="List the themes: the facts grouped by what they are about, with their raw turns.",
+        ),
+    ] = False,
+    persona: Annotated[
+        str | None,
+        typer.Option(
+            "--persona", help="One speaker's persona: five dimensions with their citations, history and calibration."
+        ),
+    ] = None,
+    tree: Annotated[
+        bool, typer.Option("--tree", metavar=FLAG, help="Draw the temporal tree: year > month > week > day.")
+    ] = False,
+    window: Annotated[
+        str | None,
+        typer.Option("--window", help="What one tree window holds: 2023-05-08, 2023-W19, 2023-05, 2023 or untimed."),
+    ] = None,
+    entity: Annotated[
+        str | None, typer.Option("--entity", help="One entity: its profile, relations, and facts with their raw turns.")
+    ] = None,
     data_dir: DataDir = None,
     chroma_url: ChromaUrl = None,
 ) -> None:
@@ -257,8 +342,9 @@ def inspect(
         if tree or window:
             from memstrata.views.tree import tree_view, window_view
 
-            console.print(window_view(store, user, conversation, window) if window else tree_view(
-                store, user, conversation))
+            console.print(
+                window_view(store, user, conversation, window) if window else tree_view(store, user, conversation)
+            )
             return
         if persona:
             from memstrata.views.persona import persona_view
@@ -275,8 +361,11 @@ def inspect(
         if entities or entity:
             from memstrata.views.entities import entity_detail, entity_table
 
-            for part in entity_detail(store, user, conversation, entity) if entity else [
-                    entity_table(store, user, conversation)]:
+            for part in (
+                entity_detail(store, user, conversation, entity)
+                if entity
+                else [entity_table(store, user, conversation)]
+            ):
                 console.print(part)
             return
         if html is not None:
@@ -294,12 +383,16 @@ def _tree(store: Any, user: str, conversation: str | None) -> Tree:
     counts = {lv.kind: store.count(lv.kind, user_id=user, conversation_id=conversation) for lv in levels.levels()}
     episodes = store.get("episode", user_id=user, conversation_id=conversation)
     # episode ids repeat across conversations (ep:s1:0-5): a summary is its conversation's
-    summaries = {(r.metadata["conversation_id"], r.payload["episode_id"]): r
-                 for r in store.get("summary", user_id=user, conversation_id=conversation)}
+    summaries = {
+        (r.metadata["conversation_id"], r.payload["episode_id"]): r
+        for r in store.get("summary", user_id=user, conversation_id=conversation)
+    }
     root = Tree(f"[bold]{user}[/] · " + " · ".join(f"{n} {kind}" for kind, n in counts.items()))
     sizes = tier_sizes(store, user, conversation)
-    root.add(f"[bold]tiers[/] (HMO) · cache {sizes['cache']} records in {sizes['cache_sessions']} sessions · "
-             f"buffer {sizes['buffer']} records · archive {counts.get('summary', 0)} records (all)")
+    root.add(
+        f"[bold]tiers[/] (HMO) · cache {sizes['cache']} records in {sizes['cache_sessions']} sessions · "
+        f"buffer {sizes['buffer']} records · archive {counts.get('summary', 0)} records (all)"
+    )
     by_conv: dict[str, dict[str, list[Any]]] = {}
     for ep in episodes:
         by_conv.setdefault(ep.metadata["conversation_id"], {}).setdefault(ep.metadata["session_id"], []).append(ep)
@@ -313,19 +406,26 @@ def _tree(store: Any, user: str, conversation: str | None) -> Tree:
             for ep in eps:
                 p = ep.payload
                 state = " · [yellow]open[/] (closes when the chat goes quiet)" if p.get("open") else ""
-                e_node = s_node.add(f"[green]{p['id']}[/] · {len(p['turn_ids'])} turns "
-                                    f"({p['turn_ids'][0]} … {p['turn_ids'][-1]}){state}")
+                e_node = s_node.add(
+                    f"[green]{p['id']}[/] · {len(p['turn_ids'])} turns "
+                    f"({p['turn_ids'][0]} … {p['turn_ids'][-1]}){state}"
+                )
                 summary = summaries.get((conv_id, p["id"]))
                 if summary:
-                    e_node.add(f"[magenta]{summary.unit_id}[/] [dim]({summary.payload.get('method')})[/] "
-                               f"{summary.document[:160]}")
+                    e_node.add(
+                        f"[magenta]{summary.unit_id}[/] [dim]({summary.payload.get('method')})[/] "
+                        f"{summary.document[:160]}"
+                    )
     return root
 
 
 def _show_unit(store: Any, user: str, conversation: str | None, unit: str) -> None:
     """One unit of any kind, what it contains one level down, and its raw turns."""
-    found = [(lv, r) for lv in reversed(levels.levels())
-             for r in store.get(lv.kind, user_id=user, conversation_id=conversation, unit_ids=[unit])]
+    found = [
+        (lv, r)
+        for lv in reversed(levels.levels())
+        for r in store.get(lv.kind, user_id=user, conversation_id=conversation, unit_ids=[unit])
+    ]
     if not found:
         _fail(StoreError(f"no unit {unit!r} for user {user!r}"))
         return
@@ -339,8 +439,12 @@ def _show_unit(store: Any, user: str, conversation: str | None, unit: str) -> No
             if child and lv.role != "raw":
                 console.print(f"\n[bold]contains {lv.kind}[/] {child_id}:")
                 console.print(child[0].document, markup=False)
-    raws = store.get(levels.raw_kind(), user_id=user, conversation_id=item.conversation_id,
-                     unit_ids=item.linked_turn_ids() or item.child_ids())
+    raws = store.get(
+        levels.raw_kind(),
+        user_id=user,
+        conversation_id=item.conversation_id,
+        unit_ids=item.linked_turn_ids() or item.child_ids(),
+    )
     if raws and level.role != "raw":
         console.print(f"\n[bold]raw turns[/] ({len(raws)}):")
         for r in sorted(raws, key=lambda r: (r.metadata.get("session_id", ""), r.metadata.get("position", 0))):
@@ -355,9 +459,16 @@ def list_memories(
     speaker: Annotated[str | None, typer.Option("--speaker", help="Only turns of this speaker.")] = None,
     since: Annotated[str | None, typer.Option("--since", help="From this time on (e.g. 2024-04-01).")] = None,
     until: Annotated[str | None, typer.Option("--until", help="Up to this time.")] = None,
-    meta: Annotated[list[str] | None, typer.Option("--meta", help=(
-        "NAME=VALUE: only memories whose write attached this metadata (repeat for several; a number or "
-        "true/false matches as such)."))] = None,
+    meta: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--meta",
+            help=(
+                "NAME=VALUE: only memories whose write attached this metadata (repeat for several; a number or "
+                "true/false matches as such)."
+            ),
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=100_000, help="Rows per page.")] = 50,
     offset: Annotated[int, typer.Option("--offset", min=0, help="Rows skipped (the page's start).")] = 0,
     as_json: Annotated[bool, typer.Option("--json", metavar=FLAG, help="Print the rows as JSON.")] = False,
@@ -367,8 +478,17 @@ def list_memories(
     """List a user's memories in time order: one kind, with filters and paging (and its conversations)."""
     mem = _read_mem(data_dir, chroma_url, user, conversation)
     try:
-        rows = mem.memories(user, kind=kind, conversation_id=conversation, speaker=speaker, since=since,
-                            until=until, metadata=_meta_pairs(meta or []), limit=limit, offset=offset)
+        rows = mem.memories(
+            user,
+            kind=kind,
+            conversation_id=conversation,
+            speaker=speaker,
+            since=since,
+            until=until,
+            metadata=_meta_pairs(meta or []),
+            limit=limit,
+            offset=offset,
+        )
     except (KeyError, ValueError) as exc:
         _fail(exc)
     if as_json:
@@ -422,18 +542,24 @@ def delete(
 
 
 @app.command()
-def history(user: User,
-            conversation: Annotated[str | None, typer.Option("--conversation", "-c", help="Only this conversation.")]
-            = None,
-            data_dir: DataDir = None, chroma_url: ChromaUrl = None) -> None:
+def history(
+    user: User,
+    conversation: Annotated[str | None, typer.Option("--conversation", "-c", help="Only this conversation.")] = None,
+    data_dir: DataDir = None,
+    chroma_url: ChromaUrl = None,
+) -> None:
     """What was updated or deleted in a user's memory, oldest first."""
     for event in _mem(data_dir, chroma_url).history(user, conversation_id=conversation):
         typer.echo(json.dumps(event))  # one JSON object a line, never wrapped
 
 
 @app.command()
-def forget(user: User, data_dir: DataDir = None, chroma_url: ChromaUrl = None,
-           yes: Annotated[bool, typer.Option("--yes", metavar=FLAG, help="Do not ask for confirmation.")] = False) -> None:
+def forget(
+    user: User,
+    data_dir: DataDir = None,
+    chroma_url: ChromaUrl = None,
+    yes: Annotated[bool, typer.Option("--yes", metavar=FLAG, help="Do not ask for confirmation.")] = False,
+) -> None:
     """Delete every trace of a user."""
     if not yes and not typer.confirm(f"Delete all memory of user {user!r}?"):
         raise typer.Exit(code=1)
@@ -442,10 +568,12 @@ def forget(user: User, data_dir: DataDir = None, chroma_url: ChromaUrl = None,
 
 
 @app.command()
-def check(user: User,
-          conversation: Annotated[str | None, typer.Option("--conversation", "-c", help="Only this conversation.")]
-          = None,
-          data_dir: DataDir = None, chroma_url: ChromaUrl = None) -> None:
+def check(
+    user: User,
+    conversation: Annotated[str | None, typer.Option("--conversation", "-c", help="Only this conversation.")] = None,
+    data_dir: DataDir = None,
+    chroma_url: ChromaUrl = None,
+) -> None:
     """Verify the invariants every write keeps (parents, entities, edges, counters, word index, positions)."""
     from memstrata.memory.store.invariants import check_store
 
@@ -458,16 +586,33 @@ def check(user: User,
 
 
 @app.command()
-def reindex(data_dir: DataDir = None, chroma_url: ChromaUrl = None,
-            scopes_only: Annotated[bool, typer.Option("--scopes-only", metavar=FLAG, help="only stamp the tenant scope on a store made before it (no re-embedding)")] = False,
-            words_only: Annotated[bool, typer.Option("--words", metavar=FLAG, help="only build the word index of an embedded store made before it (no re-embedding)")]
-            = False,
-            ) -> None:
+def reindex(
+    data_dir: DataDir = None,
+    chroma_url: ChromaUrl = None,
+    scopes_only: Annotated[
+        bool,
+        typer.Option(
+            "--scopes-only",
+            metavar=FLAG,
+            help="only stamp the tenant scope on a store made before it (no re-embedding)",
+        ),
+    ] = False,
+    words_only: Annotated[
+        bool,
+        typer.Option(
+            "--words",
+            metavar=FLAG,
+            help="only build the word index of an embedded store made before it (no re-embedding)",
+        ),
+    ] = False,
+) -> None:
     """Re-embed every collection with the current embedder (after changing models), and rebuild the word index."""
     store = _mem(data_dir, chroma_url).store
     if scopes_only or words_only:
-        done = {**({"scopes": store.stamp_scopes()} if scopes_only else {}),
-                **({"words": store.index_words()} if words_only else {})}
+        done = {
+            **({"scopes": store.stamp_scopes()} if scopes_only else {}),
+            **({"words": store.index_words()} if words_only else {}),
+        }
     else:
         done = {"embedded": store.reindex(), "words": store.index_words()}
     console.print(json.dumps(done))

@@ -57,119 +57,209 @@ class Context:
     # Required, but given an empty default so that a run without it (Studio, the API) gets the clear error below
     # rather than the dataclass's TypeError.
     user_id: Annotated[str, _s("tenant", "the user whose memory this run reads or writes; required")] = ""
-    conversation_id: Annotated[str | None, _s(
-        "tenant", "retrieval: search only this conversation; ingestion: the id of inputs that carry none")] = None
-    data_dir: Annotated[str | None, _s("store", "embedded store folder (default $MEMSTRATA_DATA_DIR or "
-                                                "~/.memstrata); ignored when chroma_url is set")] = None
+    conversation_id: Annotated[
+        str | None,
+        _s("tenant", "retrieval: search only this conversation; ingestion: the id of inputs that carry none"),
+    ] = None
+    data_dir: Annotated[
+        str | None,
+        _s(
+            "store",
+            "embedded store folder (default $MEMSTRATA_DATA_DIR or ~/.memstrata); ignored when chroma_url is set",
+        ),
+    ] = None
     chroma_url: Annotated[str | None, _s("store", "a Chroma server URL instead of the embedded store")] = None
-    embeddings: SkipJsonSchema[Annotated[Embeddings | None, _s(
-        "store", "Python only: the embedder (default the packaged all-MiniLM-L6-v2); a store remembers which one "
-                 "wrote it")]] = None
-    snapshot_refresh_s: Annotated[float, _s(
-        "store", "seconds a search snapshot is trusted before a count check looks for other processes' writes")] = 5.0
-    snapshot_max_turns: Annotated[int, _s(
-        "store", "above this many raw turns of the searched scope, a query reads its candidates from the store (HNSW "
-                 "and the word index) and builds a snapshot of those alone, instead of holding the whole memory in "
-                 "memory; 0 always does so")] = 20000
-    bounded_dense_k: Annotated[int, _s(
-        "store", "bounded path: turns and turn views each query reads through Chroma's HNSW index")] = 200
-    bounded_event_k: Annotated[int, _s(
-        "store", "bounded path: units of every other searched kind each query reads through the HNSW index")] = 60
-    bounded_lexical_k: Annotated[int, _s(
-        "store", "bounded path: units per kind read for each content word of a query (the word index's best BM25 "
-                 "matches of the words together, or Chroma's full-text index per word on a server)")] = 40
-    bounded_lexical_terms: Annotated[int, _s(
-        "store", "bounded path: content words of a query (its longest) whose matches are read")] = 6
-    bounded_entity_facts: Annotated[int, _s(
-        "store", "bounded path: facts read for the entities a query names")] = 200
-    snapshot_large_recheck_s: Annotated[float, _s(
-        "store", "seconds a scope found larger than snapshot_max_turns is trusted to stay so (the size check "
-                 "reads up to snapshot_max_turns ids)")] = 60.0
+    embeddings: SkipJsonSchema[
+        Annotated[
+            Embeddings | None,
+            _s(
+                "store",
+                "Python only: the embedder (default the packaged all-MiniLM-L6-v2); a store remembers which one "
+                "wrote it",
+            ),
+        ]
+    ] = None
+    snapshot_refresh_s: Annotated[
+        float,
+        _s("store", "seconds a search snapshot is trusted before a count check looks for other processes' writes"),
+    ] = 5.0
+    snapshot_max_turns: Annotated[
+        int,
+        _s(
+            "store",
+            "above this many raw turns of the searched scope, a query reads its candidates from the store (HNSW "
+            "and the word index) and builds a snapshot of those alone, instead of holding the whole memory in "
+            "memory; 0 always does so",
+        ),
+    ] = 20000
+    bounded_dense_k: Annotated[
+        int, _s("store", "bounded path: turns and turn views each query reads through Chroma's HNSW index")
+    ] = 200
+    bounded_event_k: Annotated[
+        int, _s("store", "bounded path: units of every other searched kind each query reads through the HNSW index")
+    ] = 60
+    bounded_lexical_k: Annotated[
+        int,
+        _s(
+            "store",
+            "bounded path: units per kind read for each content word of a query (the word index's best BM25 "
+            "matches of the words together, or Chroma's full-text index per word on a server)",
+        ),
+    ] = 40
+    bounded_lexical_terms: Annotated[
+        int, _s("store", "bounded path: content words of a query (its longest) whose matches are read")
+    ] = 6
+    bounded_entity_facts: Annotated[int, _s("store", "bounded path: facts read for the entities a query names")] = 200
+    snapshot_large_recheck_s: Annotated[
+        float,
+        _s(
+            "store",
+            "seconds a scope found larger than snapshot_max_turns is trusted to stay so (the size check "
+            "reads up to snapshot_max_turns ids)",
+        ),
+    ] = 60.0
     query_vector_cache: Annotated[int, _s("store", "query vectors this process keeps for repeated texts")] = 2048
-    bounded_sessions: Annotated[int, _s(
-        "store", "bounded path: whole sessions (turns and views) loaded for one retrieval")] = 80
-    bounded_cache_units: Annotated[int, _s(
-        "store", "bounded path: turns and views of recently read sessions this process keeps for later "
-                 "retrievals (checked against the store before use; 0 keeps none)")] = 50_000
-    gc_freeze: Annotated[bool, _s(
-        "store", "after a whole-memory snapshot is built, freeze the process's objects out of Python's garbage "
-                 "collector scans (process-wide; unfreezes and collects first): full collections of a large "
-                 "snapshot cost a query after a write several tenths of a second")] = True
-    blas_threads: Annotated[int | None, _s(
-        "store", "numpy BLAS threads of this process, set when a store opens (process-wide; None leaves them "
-                 "alone). memstrata's matrix products are small, and multi-threaded OpenBLAS spins threads that "
-                 "slow the embedding model on a few cores")] = 1
+    bounded_sessions: Annotated[
+        int, _s("store", "bounded path: whole sessions (turns and views) loaded for one retrieval")
+    ] = 80
+    bounded_cache_units: Annotated[
+        int,
+        _s(
+            "store",
+            "bounded path: turns and views of recently read sessions this process keeps for later "
+            "retrievals (checked against the store before use; 0 keeps none)",
+        ),
+    ] = 50_000
+    gc_freeze: Annotated[
+        bool,
+        _s(
+            "store",
+            "after a whole-memory snapshot is built, freeze the process's objects out of Python's garbage "
+            "collector scans (process-wide; unfreezes and collects first): full collections of a large "
+            "snapshot cost a query after a write several tenths of a second",
+        ),
+    ] = True
+    blas_threads: Annotated[
+        int | None,
+        _s(
+            "store",
+            "numpy BLAS threads of this process, set when a store opens (process-wide; None leaves them "
+            "alone). memstrata's matrix products are small, and multi-threaded OpenBLAS spins threads that "
+            "slow the embedding model on a few cores",
+        ),
+    ] = 1
     # ---- the model ------------------------------------------------------------------
-    model: Annotated[BaseChatModel | str | None, _s(
-        "llm", "a chat model or model name; LLM mode is on only when this (or $MEMSTRATA_MODEL) is set")] = None
+    model: Annotated[
+        BaseChatModel | str | None,
+        _s("llm", "a chat model or model name; LLM mode is on only when this (or $MEMSTRATA_MODEL) is set"),
+    ] = None
     llm_token_budget: Annotated[int, _s("llm", "LLM tokens (prompt + completion) one query may spend")] = 20000
     llm_timeout_s: Annotated[float, _s("llm", "per-call timeout of a model call")] = 60.0
     llm_retries: Annotated[int, _s("llm", "transport retries of a model call")] = 2
     llm_max_tokens: Annotated[int, _s("llm", "cap on the completion tokens of one model call")] = 1024
     max_fanout: Annotated[int, _s("llm", "the most parallel Send branches (summaries, selection batches)")] = 4
-    prompts: Annotated[dict[str, str], _s(
-        "llm", "overrides of prompt constants by name, e.g. {\"REFLECT_PROMPT\": \"...\"}")] = field(
-        default_factory=dict)
+    prompts: Annotated[
+        dict[str, str], _s("llm", 'overrides of prompt constants by name, e.g. {"REFLECT_PROMPT": "..."}')
+    ] = field(default_factory=dict)
     generate_answer: Annotated[bool, _s("llm", "with a model, write an answer (retrieve turns this off)")] = True
     # ---- planning (H-Mem) -------------------------------------------------------------
     max_sub_queries: Annotated[int, _s("planning", "the original query plus sub-queries, at most")] = 4
     sub_query_weight: Annotated[float, _s("planning", "score weight of a sub-query relative to the original")] = 0.95
-    scope_kinds: Annotated[dict[str, list[str]] | None, _s(
-        "planning", "scope -> unit kinds it searches directly; default: each kind's declared scopes")] = None
-    now: Annotated[datetime | None, _s(
-        "planning", "reference time for relative dates and decay; default: the user's latest turn")] = None
+    scope_kinds: Annotated[
+        dict[str, list[str]] | None,
+        _s("planning", "scope -> unit kinds it searches directly; default: each kind's declared scopes"),
+    ] = None
+    now: Annotated[
+        datetime | None, _s("planning", "reference time for relative dates and decay; default: the user's latest turn")
+    ] = None
     # ---- HyMem light module ---------------------------------------------------------------
     level1_k: Annotated[int, _s("light", "Level-1 events the light module reads per query (HyMem k)")] = 10
-    level1_rank: Annotated[Literal["own", "turns", "fused"], _s(
-        "light", "how the light module orders summaries: by their own text match, by their best linked raw "
-                 "turn, or both fused by rank")] = "fused"
-    direct_turns: Annotated[int, _s(
-        "light", "raw turns a Short or Mixed query reads directly, besides those reached through events")] = 30
-    window_turns: Annotated[int, _s(
-        "light", "for a query whose time hint selects tree windows: its best turns inside them, which join the "
-                 "candidates and enter the context first (H-Mem: evidence inside the window is preferred; "
-                 "0 leaves it to the temporal score)")] = 3
+    level1_rank: Annotated[
+        Literal["own", "turns", "fused"],
+        _s(
+            "light",
+            "how the light module orders summaries: by their own text match, by their best linked raw "
+            "turn, or both fused by rank",
+        ),
+    ] = "fused"
+    direct_turns: Annotated[
+        int, _s("light", "raw turns a Short or Mixed query reads directly, besides those reached through events")
+    ] = 30
+    window_turns: Annotated[
+        int,
+        _s(
+            "light",
+            "for a query whose time hint selects tree windows: its best turns inside them, which join the "
+            "candidates and enter the context first (H-Mem: evidence inside the window is preferred; "
+            "0 leaves it to the temporal score)",
+        ),
+    ] = 3
     # ---- the gate ---------------------------------------------------------------------------
-    gate_threshold: Annotated[float, _s(
-        "gate", "offline: the best light turn's own similarity (0-1) needed to stay on the light path")] = 0.55
-    gate_coverage: Annotated[float, _s(
-        "gate", "offline: share of the question's words the light evidence must cover")] = 0.999
+    gate_threshold: Annotated[
+        float, _s("gate", "offline: the best light turn's own similarity (0-1) needed to stay on the light path")
+    ] = 0.55
+    gate_coverage: Annotated[
+        float, _s("gate", "offline: share of the question's words the light evidence must cover")
+    ] = 0.999
     gate_texts: Annotated[int, _s("gate", "offline: best light turns whose words count for coverage")] = 15
     # ---- HyMem deep module ------------------------------------------------------------------
     coarse_n: Annotated[int, _s("deep", "Level-1 events the deep module considers (HyMem N)")] = 30
     llm_batch_size: Annotated[int, _s("deep", "Level-1 entries per parallel LLM selection branch (HyMem d)")] = 10
     select_fallback: Annotated[int, _s("deep", "entries a failed LLM selection keeps from its batch")] = 3
-    selection_priority: Annotated[float, _s(
-        "deep", "with a model: score added to the turns of the episodes it selected, so they enter the context "
-                "first (0 ranks by score alone)")] = 1.0
+    selection_priority: Annotated[
+        float,
+        _s(
+            "deep",
+            "with a model: score added to the turns of the episodes it selected, so they enter the context "
+            "first (0 ranks by score alone)",
+        ),
+    ] = 1.0
     backtrack_raw_top: Annotated[int, _s("deep", "best raw turns per query added to the backtracked ones")] = 60
     backtrack_keep: Annotated[int, _s("deep", "candidates kept per query, at least")] = 120
-    backtrack_keep_per_token: Annotated[float, _s(
-        "deep", "candidates kept per token of context budget, when that is more")] = 0.125
-    duplicate_threshold: Annotated[float, _s(
-        "deep", "cosine above which a lower-ranked turn counts as a near-duplicate and is skipped")] = 0.95
+    backtrack_keep_per_token: Annotated[
+        float, _s("deep", "candidates kept per token of context budget, when that is more")
+    ] = 0.125
+    duplicate_threshold: Annotated[
+        float, _s("deep", "cosine above which a lower-ranked turn counts as a near-duplicate and is skipped")
+    ] = 0.95
     # ---- follow-up (H-Mem) ----------------------------------------------------------------------
     follow_up_weight: Annotated[float, _s("follow_up", "score weight of the missing-info query")] = 0.9
     follow_up_texts: Annotated[int, _s("follow_up", "best candidates the missing-info check reads")] = 10
     follow_up_turns: Annotated[int, _s("follow_up", "raw turns the missing-info query adds")] = 10
     follow_up_evidence: Annotated[int, _s("follow_up", "best candidates a sub-query's reasoning branch carries")] = 80
-    anchor_names: Annotated[int, _s(
-        "follow_up", "offline: names and places of the best evidence a missing-info query or a dependent "
-                     "rewrite is anchored on, at most")] = 4
-    anchor_hits: Annotated[int, _s(
-        "follow_up", "offline: best evidence whose names anchor a missing-info query or a dependent "
-                     "sub-query's rewrite")] = 3
-    reason_tokens: Annotated[int, _s(
-        "follow_up", "with a model: evidence tokens each sub-query's answer and missing-info call reads")] = 800
+    anchor_names: Annotated[
+        int,
+        _s(
+            "follow_up",
+            "offline: names and places of the best evidence a missing-info query or a dependent "
+            "rewrite is anchored on, at most",
+        ),
+    ] = 4
+    anchor_hits: Annotated[
+        int,
+        _s(
+            "follow_up",
+            "offline: best evidence whose names anchor a missing-info query or a dependent sub-query's rewrite",
+        ),
+    ] = 3
+    reason_tokens: Annotated[
+        int, _s("follow_up", "with a model: evidence tokens each sub-query's answer and missing-info call reads")
+    ] = 800
     # ---- reflection (HyMem) ---------------------------------------------------------------------
     max_iterations: Annotated[int, _s("reflect", "reflection rounds at most")] = 1
-    reflect_coverage: Annotated[float, _s(
-        "reflect", "offline: share of a sub-query's words the evidence must cover to count as answered; below it "
-                   "a rewrite round runs (it comes after the follow-up has already searched for the missing "
-                   "words, so it is kept for evidence that misses much of the question)")] = 0.6
+    reflect_coverage: Annotated[
+        float,
+        _s(
+            "reflect",
+            "offline: share of a sub-query's words the evidence must cover to count as answered; below it "
+            "a rewrite round runs (it comes after the follow-up has already searched for the missing "
+            "words, so it is kept for evidence that misses much of the question)",
+        ),
+    ] = 0.6
     reflect_texts: Annotated[int, _s("reflect", "offline: best candidates the coverage check reads")] = 20
-    rewrite_terms: Annotated[int, _s(
-        "reflect", "offline: feedback terms from the evidence a rewrite adds to an uncovered sub-query")] = 4
+    rewrite_terms: Annotated[
+        int, _s("reflect", "offline: feedback terms from the evidence a rewrite adds to an uncovered sub-query")
+    ] = 4
     rewrite_decay: Annotated[float, _s("reflect", "score weight of a rewrite, to the power of its round")] = 0.9
     # ---- scoring (H-Mem Eq. 1-3 and the turn views) -------------------------------------------
     w_semantic: Annotated[float, _s("scoring", "H-Mem Eq. 3 weight of the semantic score")] = 0.70
@@ -177,191 +267,344 @@ class Context:
     w_robustness: Annotated[float, _s("scoring", "H-Mem Eq. 3 weight of robustness (decay)")] = 0.15
     temporal_lambda: Annotated[float, _s("scoring", "H-Mem Eq. 1: overlap share against centre distance")] = 0.5
     decay_tau_days: Annotated[float, _s("scoring", "H-Mem Eq. 2 time constant of the decay, in days")] = 365.0
-    decay_eta: Annotated[float, _s(
-        "scoring", "H-Mem Eq. 2 reinforcement strength: how much each consolidation the temporal tree records "
-                   "(n_m) slows the decay of the turns it holds")] = 0.5
-    episode_prior: Annotated[float, _s(
-        "scoring", "share of a turn's semantic score taken from the best Level-1 event linking to it")] = 0.15
-    neighbour_share: Annotated[float, _s(
-        "scoring", "a turn scores at least this share of its best neighbour (answers follow questions)")] = 0.4
+    decay_eta: Annotated[
+        float,
+        _s(
+            "scoring",
+            "H-Mem Eq. 2 reinforcement strength: how much each consolidation the temporal tree records "
+            "(n_m) slows the decay of the turns it holds",
+        ),
+    ] = 0.5
+    episode_prior: Annotated[
+        float, _s("scoring", "share of a turn's semantic score taken from the best Level-1 event linking to it")
+    ] = 0.15
+    neighbour_share: Annotated[
+        float, _s("scoring", "a turn scores at least this share of its best neighbour (answers follow questions)")
+    ] = 0.4
     speaker_prior: Annotated[float, _s("scoring", "relative boost of turns spoken by a speaker the query names")] = 0.7
-    when_prior: Annotated[float, _s(
-        "scoring", "relative boost, for a question asking for a time, of turns that tell one")] = 0.3
-    window_widths: Annotated[tuple[int, ...], _s(
-        "scoring", "neighbours each side of the BM25 window views of a turn")] = (0, 1, 2, 4, 8)
+    when_prior: Annotated[
+        float, _s("scoring", "relative boost, for a question asking for a time, of turns that tell one")
+    ] = 0.3
+    window_widths: Annotated[
+        tuple[int, ...], _s("scoring", "neighbours each side of the BM25 window views of a turn")
+    ] = (0, 1, 2, 4, 8)
     # ---- packing ----------------------------------------------------------------------------------
     context_budget: Annotated[int, _s("packing", "tokens of the returned context (MiniLM tokenizer)")] = 1500
-    diversity: Annotated[float, _s(
-        "packing", "MMR penalty on turns similar to ones already ranked; 0 ranks by score alone")] = 0.15
+    diversity: Annotated[
+        float, _s("packing", "MMR penalty on turns similar to ones already ranked; 0 ranks by score alone")
+    ] = 0.15
     mmr_head: Annotated[int, _s("packing", "candidates MMR looks at")] = 300
-    mmr_tokens_per_pick: Annotated[int, _s(
-        "packing", "MMR reorders context_budget / this many slots (a turn costs about 20 tokens at least)")] = 20
+    mmr_tokens_per_pick: Annotated[
+        int, _s("packing", "MMR reorders context_budget / this many slots (a turn costs about 20 tokens at least)")
+    ] = 20
     # ---- ingestion ---------------------------------------------------------------------------------
     max_episode_turns: Annotated[int, _s("ingestion", "offline segmentation: longest episode")] = 12
     min_episode_turns: Annotated[int, _s("ingestion", "offline segmentation: shortest episode")] = 3
     episode_overlap: Annotated[int, _s("ingestion", "turns an episode repeats from its predecessor")] = 1
     episode_max_gap_minutes: Annotated[float, _s("ingestion", "a longer silence always starts an episode")] = 30.0
     segment_window: Annotated[int, _s("ingestion", "turns each side of a gap the topic-shift score compares")] = 2
-    segment_depth: Annotated[float, _s(
-        "ingestion", "a topic cut needs similarity this many std below the session mean")] = 0.5
-    session_gap_hours: Annotated[float, _s(
-        "ingestion", "messages without a session: a longer silence since the conversation's latest message starts "
-                     "a new session (across calls too)")] = 6.0
-    episode_quiet_minutes: Annotated[float, _s(
-        "ingestion", "a session's open tail closes into episodes once its latest message is this much older than "
-                     "now (Context.now, else the clock); messages without a time never go quiet. Closing also "
-                     "happens at a boundary, at max_episode_turns, when a later session starts, or on request")] = 30.0
+    segment_depth: Annotated[
+        float, _s("ingestion", "a topic cut needs similarity this many std below the session mean")
+    ] = 0.5
+    session_gap_hours: Annotated[
+        float,
+        _s(
+            "ingestion",
+            "messages without a session: a longer silence since the conversation's latest message starts "
+            "a new session (across calls too)",
+        ),
+    ] = 6.0
+    episode_quiet_minutes: Annotated[
+        float,
+        _s(
+            "ingestion",
+            "a session's open tail closes into episodes once its latest message is this much older than "
+            "now (Context.now, else the clock); messages without a time never go quiet. Closing also "
+            "happens at a boundary, at max_episode_turns, when a later session starts, or on request",
+        ),
+    ] = 30.0
     context_width: Annotated[int, _s("ingestion", "neighbours each side in a turn's contextual view")] = 1
-    context_vectors: Annotated[Literal["encoded", "pooled"], _s(
-        "ingestion", "a contextual view's vector: its text encoded by the embedder, or its turns' vectors pooled "
-        "(no model call; neighbours weigh half)")] = "pooled"
+    context_vectors: Annotated[
+        Literal["encoded", "pooled"],
+        _s(
+            "ingestion",
+            "a contextual view's vector: its text encoded by the embedder, or its turns' vectors pooled "
+            "(no model call; neighbours weigh half)",
+        ),
+    ] = "pooled"
     summary_max_sentences: Annotated[int, _s("ingestion", "extractive summary: sentences at most")] = 5
     summary_max_words: Annotated[int, _s("ingestion", "extractive summary: words at most")] = 90
     embed_batch: Annotated[int, _s("ingestion", "units embedded and written per batch")] = 256
     # ---- facts and H-Mem's entity graph --------------------------------------------------------------
-    entity_typo_ratio: Annotated[float, _s(
-        "entities", "rapidfuzz ratio at or above which two names of compatible type are one entity")] = 90.0
-    supersede_max_calls: Annotated[int, _s(
-        "entities", "with a model: supersession pairs put to the model per conversation (the rule decides "
-                    "the rest)")] = 20
+    entity_typo_ratio: Annotated[
+        float, _s("entities", "rapidfuzz ratio at or above which two names of compatible type are one entity")
+    ] = 90.0
+    supersede_max_calls: Annotated[
+        int,
+        _s(
+            "entities", "with a model: supersession pairs put to the model per conversation (the rule decides the rest)"
+        ),
+    ] = 20
     fact_k: Annotated[int, _s("entities", "facts the light module reads per query, beside the Level-1 summaries")] = 20
     graph_hops: Annotated[int, _s("entities", "hops of expansion from the entities a query names (0 turns it off)")] = 2
-    graph_facts: Annotated[int, _s(
-        "entities", "facts reached through the entity graph that add their turns to the candidates, per query")] = 30
+    graph_facts: Annotated[
+        int, _s("entities", "facts reached through the entity graph that add their turns to the candidates, per query")
+    ] = 30
     graph_hop_decay: Annotated[float, _s("entities", "weight kept per hop of graph expansion")] = 0.5
     entity_recent_events: Annotated[int, _s("entities", "latest facts an entity's profile lists")] = 20
-    superseded_weight: Annotated[float, _s(
-        "entities", "score factor of a superseded fact, unless the query asks about the past")] = 0.8
+    superseded_weight: Annotated[
+        float, _s("entities", "score factor of a superseded fact, unless the query asks about the past")
+    ] = 0.8
     # ---- themes (xMemory's themes, Bi-Mem's scenes) ---------------------------------------------------
-    theme_tau: Annotated[float, _s(
-        "themes", "the first grouping links two facts whose cosine similarity exceeds this (Bi-Mem Eq. 5; the "
-                  "paper's 0.2 with the same encoder), among each fact's theme_knn nearest")] = 0.2
-    theme_attach: Annotated[float, _s(
-        "themes", "a new fact joins the theme whose centroid is most similar if the cosine reaches this, else it "
-                  "starts a theme (xMemory's attach); the same bar as an edge of the first grouping")] = 0.2
-    theme_cap: Annotated[int, _s(
-        "themes", "a theme with more facts is split by the candidate that maximises f(P) (xMemory's cap, its "
-                  "Table 8: 12)")] = 12
-    theme_floor: Annotated[int, _s(
-        "themes", "a theme with fewer facts is merged into the neighbour that maximises f(P)")] = 2
-    theme_scale_floor: Annotated[float, _s(
-        "themes", "xMemory Eq. 3's epsilon: the least spread of nearest-theme similarities that counts (with few "
-                  "themes their median absolute deviation can be nearly 0)")] = 0.05
+    theme_tau: Annotated[
+        float,
+        _s(
+            "themes",
+            "the first grouping links two facts whose cosine similarity exceeds this (Bi-Mem Eq. 5; the "
+            "paper's 0.2 with the same encoder), among each fact's theme_knn nearest",
+        ),
+    ] = 0.2
+    theme_attach: Annotated[
+        float,
+        _s(
+            "themes",
+            "a new fact joins the theme whose centroid is most similar if the cosine reaches this, else it "
+            "starts a theme (xMemory's attach); the same bar as an edge of the first grouping",
+        ),
+    ] = 0.2
+    theme_cap: Annotated[
+        int,
+        _s(
+            "themes",
+            "a theme with more facts is split by the candidate that maximises f(P) (xMemory's cap, its Table 8: 12)",
+        ),
+    ] = 12
+    theme_floor: Annotated[
+        int, _s("themes", "a theme with fewer facts is merged into the neighbour that maximises f(P)")
+    ] = 2
+    theme_scale_floor: Annotated[
+        float,
+        _s(
+            "themes",
+            "xMemory Eq. 3's epsilon: the least spread of nearest-theme similarities that counts (with few "
+            "themes their median absolute deviation can be nearly 0)",
+        ),
+    ] = 0.05
     theme_max_steps: Annotated[int, _s("themes", "splits and merges of one conversation per ingest, at most")] = 1000
     theme_words: Annotated[int, _s("themes", "words of a theme's text, at most")] = 80
-    theme_knn: Annotated[int, _s(
-        "themes", "similarity edges kept per fact and per theme in the edge store (xMemory's kNN graph), the "
-                  "neighbours per fact the first grouping propagates over, and the neighbours per candidate of Eq. 4 "
-                  "at query time")] = 5
-    theme_llm_calls: Annotated[int, _s(
-        "themes", "with a model: theme summaries put to the model per ingest (the extractive text does the "
-                  "rest)")] = 40
+    theme_knn: Annotated[
+        int,
+        _s(
+            "themes",
+            "similarity edges kept per fact and per theme in the edge store (xMemory's kNN graph), the "
+            "neighbours per fact the first grouping propagates over, and the neighbours per candidate of Eq. 4 "
+            "at query time",
+        ),
+    ] = 5
+    theme_llm_calls: Annotated[
+        int,
+        _s("themes", "with a model: theme summaries put to the model per ingest (the extractive text does the rest)"),
+    ] = 40
     # ---- theme retrieval (xMemory's Stage I and II, Bi-Mem's spreading) ----------------------------------
-    theme_llm_per_episode: Annotated[int, _s(
-        "themes", "with a model: theme summaries per newly closed episode of the write, at most (a message's cost "
-                  "stays flat however many themes there are)")] = 2
-    theme_search_k: Annotated[int, _s(
-        "theme retrieval", "best-matching themes a query starts from (0 turns the theme path off)")] = 8
-    theme_fact_seeds: Annotated[int, _s(
-        "theme retrieval", "best-matching facts whose themes join the candidates (Bi-Mem Eq. 9: a fact evokes its "
-                           "scene; only with theme_spread > 0)")] = 10
-    theme_select: Annotated[Literal["eq4", "top"], _s(
-        "theme retrieval", "how themes and facts are chosen among the candidates: 'eq4' (xMemory Eq. 4, coverage "
-                           "and relevance on their kNN graph) or 'top' (best match only)")] = "top"
-    theme_alpha: Annotated[float, _s(
-        "theme retrieval", "xMemory Eq. 4's alpha: the weight of new coverage against relevance")] = 0.5
-    theme_coverage: Annotated[float, _s(
-        "theme retrieval", "Eq. 4 stops once its picks cover this share of the candidates")] = 0.8
+    theme_llm_per_episode: Annotated[
+        int,
+        _s(
+            "themes",
+            "with a model: theme summaries per newly closed episode of the write, at most (a message's cost "
+            "stays flat however many themes there are)",
+        ),
+    ] = 2
+    theme_search_k: Annotated[
+        int, _s("theme retrieval", "best-matching themes a query starts from (0 turns the theme path off)")
+    ] = 8
+    theme_fact_seeds: Annotated[
+        int,
+        _s(
+            "theme retrieval",
+            "best-matching facts whose themes join the candidates (Bi-Mem Eq. 9: a fact evokes its "
+            "scene; only with theme_spread > 0)",
+        ),
+    ] = 10
+    theme_select: Annotated[
+        Literal["eq4", "top"],
+        _s(
+            "theme retrieval",
+            "how themes and facts are chosen among the candidates: 'eq4' (xMemory Eq. 4, coverage "
+            "and relevance on their kNN graph) or 'top' (best match only)",
+        ),
+    ] = "top"
+    theme_alpha: Annotated[
+        float, _s("theme retrieval", "xMemory Eq. 4's alpha: the weight of new coverage against relevance")
+    ] = 0.5
+    theme_coverage: Annotated[
+        float, _s("theme retrieval", "Eq. 4 stops once its picks cover this share of the candidates")
+    ] = 0.8
     theme_pick: Annotated[int, _s("theme retrieval", "themes Stage I picks per query, at most")] = 8
     theme_fact_pick: Annotated[int, _s("theme retrieval", "facts Stage I picks per query, at most")] = 24
-    theme_spread: Annotated[int, _s(
-        "theme retrieval", "Bi-Mem Eq. 10's m: a picked theme brings its m best-matching facts (the paper's range "
-                           "1-3); 0 turns spreading off (a picked theme offers all its facts, no fact evokes a "
-                           "theme)")] = 3
-    theme_stage2: Annotated[bool, _s(
-        "theme retrieval", "Stage II: admit the picked facts' episodes, in order of support, only while they lower "
-                           "the uncertainty: with a model, the reader's own (one self-check per episode offered); "
-                           "offline, a proxy (the share of the query's words no admitted episode says)")] = False
-    theme_stage2_checks: Annotated[int, _s(
-        "theme retrieval", "with a model, Stage II's self-checks per lookup, at most (each is one model call on the "
-                           "query's budget; the episodes never offered are not admitted)")] = 4
-    theme_share: Annotated[float, _s(
-        "theme retrieval", "share of the context budget the theme path's admitted turns take first (counted at "
-                           "mmr_tokens_per_pick a turn; the rest is filled in score order; 0: they only lend a "
-                           "prior and join the candidates)")] = 0.0
-    theme_patience: Annotated[int, _s(
-        "theme retrieval", "Stage II stops after this many episodes in a row that say nothing new")] = 2
+    theme_spread: Annotated[
+        int,
+        _s(
+            "theme retrieval",
+            "Bi-Mem Eq. 10's m: a picked theme brings its m best-matching facts (the paper's range "
+            "1-3); 0 turns spreading off (a picked theme offers all its facts, no fact evokes a "
+            "theme)",
+        ),
+    ] = 3
+    theme_stage2: Annotated[
+        bool,
+        _s(
+            "theme retrieval",
+            "Stage II: admit the picked facts' episodes, in order of support, only while they lower "
+            "the uncertainty: with a model, the reader's own (one self-check per episode offered); "
+            "offline, a proxy (the share of the query's words no admitted episode says)",
+        ),
+    ] = False
+    theme_stage2_checks: Annotated[
+        int,
+        _s(
+            "theme retrieval",
+            "with a model, Stage II's self-checks per lookup, at most (each is one model call on the "
+            "query's budget; the episodes never offered are not admitted)",
+        ),
+    ] = 4
+    theme_share: Annotated[
+        float,
+        _s(
+            "theme retrieval",
+            "share of the context budget the theme path's admitted turns take first (counted at "
+            "mmr_tokens_per_pick a turn; the rest is filled in score order; 0: they only lend a "
+            "prior and join the candidates)",
+        ),
+    ] = 0.0
+    theme_patience: Annotated[
+        int, _s("theme retrieval", "Stage II stops after this many episodes in a row that say nothing new")
+    ] = 2
     # ---- persona (Bi-Mem's five dimensions and reflective calibration) -----------------------------------
-    persona_cues: Annotated[tuple[str, str, str, str, str], _s(
-        "persona", "offline: what each dimension is about (basic_info, interests, personality, values, "
-                   "relationships, in that order); a speaker's fact joins the dimension whose cue it is nearest")] = (
+    persona_cues: Annotated[
+        tuple[str, str, str, str, str],
+        _s(
+            "persona",
+            "offline: what each dimension is about (basic_info, interests, personality, values, "
+            "relationships, in that order); a speaker's fact joins the dimension whose cue it is nearest",
+        ),
+    ] = (
         "name, age, job, occupation, work, studies, school, where they live, home town, country, moving house",
         "hobbies, what they like, love or enjoy doing, dislikes, favourite activities, sports, music, books, art",
         "personality traits, feelings, emotions, mood, temperament, being shy, outgoing, kind, anxious, brave",
         "what they believe in, value and care about, goals, dreams, motivation, faith, principles, causes",
-        "family, friends, partner, husband, wife, children, parents, siblings, colleagues, mentor, pets")
-    persona_floor: Annotated[float, _s(
-        "persona", "offline: the similarity a fact needs to its nearest dimension cue to join that dimension")] = 0.15
-    persona_same: Annotated[float, _s(
-        "persona", "facts at least this similar count as one item said again (its recurrence)")] = 0.85
+        "family, friends, partner, husband, wife, children, parents, siblings, colleagues, mentor, pets",
+    )
+    persona_floor: Annotated[
+        float, _s("persona", "offline: the similarity a fact needs to its nearest dimension cue to join that dimension")
+    ] = 0.15
+    persona_same: Annotated[
+        float, _s("persona", "facts at least this similar count as one item said again (its recurrence)")
+    ] = 0.85
     persona_items: Annotated[int, _s("persona", "items per dimension, at most")] = 5
-    persona_min_facts: Annotated[int, _s(
-        "persona", "a speaker gets a persona once this many of their current facts are in closed episodes")] = 3
-    persona_llm_calls: Annotated[int, _s(
-        "persona", "with a model: speakers distilled by the model per ingest (Eq. 7; the offline items do the "
-                   "rest)")] = 4
-    persona_llm_growth: Annotated[float, _s(
-        "persona", "with a model: the persona is rebuilt once the speaker's current facts reach this many times the "
-                   "count it was built from (or when a fact it cites stops being current), not at every write")] = 1.5
-    persona_llm_facts: Annotated[int, _s(
-        "persona", "with a model: a speaker's facts shown to the distillation, at most (most recurrent first)")] = 60
-    persona_calibrations: Annotated[int, _s(
-        "persona", "with a model: scenes (themes) checked against their speaker's persona per ingest (Eq. 8: a "
-                   "compensatory condition appended, never a rewrite); offline there is no calibration")] = 8
-    persona_calibrations_per_episode: Annotated[int, _s(
-        "persona", "with a model: scene checks per newly closed episode of the write, at most (the rest stay due)")] = 2
-    persona_search: Annotated[bool, _s(
-        "persona", "retrieval: a question that asks to infer something about a named speaker (would, likely, "
-                   "might...) gets the best-matching persona dimension as one cited line, and its items' turns "
-                   "as candidates")] = True
-    persona_share: Annotated[float, _s(
-        "persona", "retrieval: the largest share of the context budget the persona line may take (else it is left "
-                   "out, and the trace says so)")] = 0.25
-    persona_similarity: Annotated[float, _s(
-        "persona", "retrieval: the similarity the question needs to a dimension's text for its line")] = 0.2
+    persona_min_facts: Annotated[
+        int, _s("persona", "a speaker gets a persona once this many of their current facts are in closed episodes")
+    ] = 3
+    persona_llm_calls: Annotated[
+        int,
+        _s(
+            "persona", "with a model: speakers distilled by the model per ingest (Eq. 7; the offline items do the rest)"
+        ),
+    ] = 4
+    persona_llm_growth: Annotated[
+        float,
+        _s(
+            "persona",
+            "with a model: the persona is rebuilt once the speaker's current facts reach this many times the "
+            "count it was built from (or when a fact it cites stops being current), not at every write",
+        ),
+    ] = 1.5
+    persona_llm_facts: Annotated[
+        int, _s("persona", "with a model: a speaker's facts shown to the distillation, at most (most recurrent first)")
+    ] = 60
+    persona_calibrations: Annotated[
+        int,
+        _s(
+            "persona",
+            "with a model: scenes (themes) checked against their speaker's persona per ingest (Eq. 8: a "
+            "compensatory condition appended, never a rewrite); offline there is no calibration",
+        ),
+    ] = 8
+    persona_calibrations_per_episode: Annotated[
+        int,
+        _s("persona", "with a model: scene checks per newly closed episode of the write, at most (the rest stay due)"),
+    ] = 2
+    persona_search: Annotated[
+        bool,
+        _s(
+            "persona",
+            "retrieval: a question that asks to infer something about a named speaker (would, likely, "
+            "might...) gets the best-matching persona dimension as one cited line, and its items' turns "
+            "as candidates",
+        ),
+    ] = True
+    persona_share: Annotated[
+        float,
+        _s(
+            "persona",
+            "retrieval: the largest share of the context budget the persona line may take (else it is left "
+            "out, and the trace says so)",
+        ),
+    ] = 0.25
+    persona_similarity: Annotated[
+        float, _s("persona", "retrieval: the similarity the question needs to a dimension's text for its line")
+    ] = 0.2
     # ---- H-Mem's temporal-semantic tree -------------------------------------------------------------
-    tree_alphas: Annotated[tuple[float, float, float], _s(
-        "tree", "H-Mem alpha: the similarity a child needs to join a week, month or year cluster of its own "
-                "window (else it gets a new parent)")] = (0.8, 0.7, 0.6)
-    tree_token_caps: Annotated[tuple[int, int, int], _s(
-        "tree", "tokens of a week, month and year node's consolidated summary, at most")] = (120, 160, 200)
-    tree_node_leaves: Annotated[int, _s(
-        "tree", "a tree node reaches the raw turns of this many of its most central event summaries")] = 3
+    tree_alphas: Annotated[
+        tuple[float, float, float],
+        _s(
+            "tree",
+            "H-Mem alpha: the similarity a child needs to join a week, month or year cluster of its own "
+            "window (else it gets a new parent)",
+        ),
+    ] = (0.8, 0.7, 0.6)
+    tree_token_caps: Annotated[
+        tuple[int, int, int], _s("tree", "tokens of a week, month and year node's consolidated summary, at most")
+    ] = (120, 160, 200)
+    tree_node_leaves: Annotated[
+        int, _s("tree", "a tree node reaches the raw turns of this many of its most central event summaries")
+    ] = 3
     tree_k: Annotated[int, _s("tree", "tree nodes the light module reads per Long or Mixed query")] = 5
-    tree_llm_calls: Annotated[int, _s(
-        "tree", "with a model: node consolidations put to the model per ingest (the extractive one does "
-                "the rest)")] = 40
+    tree_llm_calls: Annotated[
+        int,
+        _s("tree", "with a model: node consolidations put to the model per ingest (the extractive one does the rest)"),
+    ] = 40
 
     # ---- HMO's tiers (memstrata.memory.tiers) ---------------------------------------------------------
-    tiers: Annotated[bool, _s(
-        "tiers", "retrieval: a user past snapshot_max_turns is searched cache first, then buffer, then archive "
-                 "(the bounded path), going deeper only when the gate says so; ingestion scores and tiers records "
-                 "whatever this says")] = True
+    tiers: Annotated[
+        bool,
+        _s(
+            "tiers",
+            "retrieval: a user past snapshot_max_turns is searched cache first, then buffer, then archive "
+            "(the bounded path), going deeper only when the gate says so; ingestion scores and tiers records "
+            "whatever this says",
+        ),
+    ] = True
     tier_recent_sessions: Annotated[int, _s("tiers", "the cache holds every record of this many latest sessions")] = 8
-    tier_pivotal: Annotated[int, _s(
-        "tiers", "the cache also holds this many records of highest priority (HMO's top-k pivotal memories)")] = 64
+    tier_pivotal: Annotated[
+        int, _s("tiers", "the cache also holds this many records of highest priority (HMO's top-k pivotal memories)")
+    ] = 64
     tier_buffer: Annotated[int, _s("tiers", "records of high priority in the buffer (tier 2)")] = 256
     tier_alpha: Annotated[float, _s("tiers", "HMO Eq. 5: weight of the initial importance")] = 0.6
     tier_beta: Annotated[float, _s("tiers", "HMO Eq. 5: weight of the persona alignment")] = 0.4
     tier_gamma: Annotated[float, _s("tiers", "HMO Eq. 5: weight of the recall gain ln(1+n)")] = 0.2
-    tier_decay_days: Annotated[float, _s(
-        "tiers", "HMO Eq. 5: the base decay constant tau in days (more recalls flatten it)")] = 30.0
-    tier_drift: Annotated[float, _s(
-        "tiers", "HMO Eq. 6: tiers 1-2 are re-ranked when the persona's cosine distance from its anchor passes "
-                 "this")] = 0.05
-    importance_batch: Annotated[int, _s(
-        "tiers", "with a model: records scored per importance call (one call per this many newly closed "
-                 "episodes)")] = 8
+    tier_decay_days: Annotated[
+        float, _s("tiers", "HMO Eq. 5: the base decay constant tau in days (more recalls flatten it)")
+    ] = 30.0
+    tier_drift: Annotated[
+        float,
+        _s(
+            "tiers", "HMO Eq. 6: tiers 1-2 are re-ranked when the persona's cosine distance from its anchor passes this"
+        ),
+    ] = 0.05
+    importance_batch: Annotated[
+        int,
+        _s("tiers", "with a model: records scored per importance call (one call per this many newly closed episodes)"),
+    ] = 8
 
     def __post_init__(self) -> None:
         if isinstance(self.now, str):  # Studio and the API send JSON strings
@@ -373,8 +616,10 @@ class Context:
                 raise ValueError(msg)
             self.now = parsed
         if not isinstance(self.user_id, str) or not self.user_id.strip():
-            msg = ("Context.user_id is required: pass the user whose memory this run reads or writes "
-                   "(in Studio or the API, as the run's context: {\"user_id\": \"...\"})")
+            msg = (
+                "Context.user_id is required: pass the user whose memory this run reads or writes "
+                '(in Studio or the API, as the run\'s context: {"user_id": "..."})'
+            )
             raise ValueError(msg)
         self.window_widths = tuple(self.window_widths)
         self.tree_alphas = tuple(self.tree_alphas)  # type: ignore[assignment]
@@ -383,8 +628,18 @@ class Context:
         if len(self.persona_cues) != 5:
             msg = "Context.persona_cues: one cue per dimension (basic_info, interests, personality, values, relationships)"
             raise ValueError(msg)
-        for name in ("level1_k", "coarse_n", "context_budget", "max_fanout", "llm_batch_size", "max_sub_queries",
-                     "embed_batch", "max_episode_turns", "min_episode_turns", "importance_batch"):
+        for name in (
+            "level1_k",
+            "coarse_n",
+            "context_budget",
+            "max_fanout",
+            "llm_batch_size",
+            "max_sub_queries",
+            "embed_batch",
+            "max_episode_turns",
+            "min_episode_turns",
+            "importance_batch",
+        ):
             if getattr(self, name) < 1:
                 msg = f"Context.{name} must be >= 1, got {getattr(self, name)}"
                 raise ValueError(msg)
@@ -415,7 +670,8 @@ class Context:
 
 def default(name: str) -> Any:
     """The built-in default of the setting ``name``: for pure code that takes the setting as an argument and
-    has a default of its own (tree alphas, window widths), so the value is written down once, here."""
+    has a default of its own (tree alphas, window widths), so the value is written down once, here.
+    """
     for f in fields(Context):
         if f.name == name:
             return f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]

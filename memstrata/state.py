@@ -22,9 +22,9 @@ def merge_dicts(left: dict[str, Any] | None, right: dict[str, Any] | None) -> di
         old = out.get(key)
         if isinstance(value, dict) and isinstance(old, dict):
             out[key] = merge_dicts(old, value)
-        elif isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(old, (int, float)):
-            out[key] = old + value
-        elif isinstance(value, list) and isinstance(old, list):
+        elif (isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(old, (int, float))) or (
+            isinstance(value, list) and isinstance(old, list)
+        ):
             out[key] = old + value
         else:
             out[key] = value
@@ -141,5 +141,17 @@ class SubQueryTask(TypedDict):
     llm_calls: list[dict[str, Any]]
 
 
-__all__ = ["EpisodeBatch", "IngestInput", "IngestOutput", "IngestState", "RetrievalInput", "RetrievalOutput",
-           "RetrievalState", "SelectBatch", "SubQueryTask", "keep_best", "merge_dicts", "union"]
+__all__ = [
+    "EpisodeBatch",
+    "IngestInput",
+    "IngestOutput",
+    "IngestState",
+    "RetrievalInput",
+    "RetrievalOutput",
+    "RetrievalState",
+    "SelectBatch",
+    "SubQueryTask",
+    "keep_best",
+    "merge_dicts",
+    "union",
+]

@@ -15,8 +15,8 @@ from memstrata.bench.baselines import RandomMethod, reciprocal_rank_fusion
 from memstrata.bench.locomo import LocomoConversation, LocomoTurn, load_locomo, normalize_evidence, parse_conversation
 from memstrata.bench.metric import is_present, score_context
 from memstrata.bench.packing import pack_lines
-from memstrata.bench.runner import run_locomo
 from memstrata.bench.report import llm_table
+from memstrata.bench.runner import run_locomo
 from memstrata.memory.tokens import TokenCounter
 
 BUDGETS = (500, 1000, 1500, 2000, 4000)
@@ -36,14 +36,19 @@ def _turn(dia_id: str, speaker: str, text: str, **extra: str) -> dict[str, str]:
 def tiny_locomo() -> list[dict]:
     """One conversation, two sessions, a dangling date key and five QA items."""
     body = {
-        "speaker_a": "Ann", "speaker_b": "Bo",
+        "speaker_a": "Ann",
+        "speaker_b": "Bo",
         "session_1_date_time": "1:00 pm on 8 May, 2023",
-        "session_1": [_turn("D1:1", "Ann", "I adopted a grey cat named Miso."),
-                      _turn("D1:2", "Bo", "Lovely! Send a picture.", blip_caption="a grey cat on a sofa"),
-                      _turn("D1:3", "Ann", "I start a pottery class on Friday.")],
+        "session_1": [
+            _turn("D1:1", "Ann", "I adopted a grey cat named Miso."),
+            _turn("D1:2", "Bo", "Lovely! Send a picture.", blip_caption="a grey cat on a sofa"),
+            _turn("D1:3", "Ann", "I start a pottery class on Friday."),
+        ],
         "session_2_date_time": "2:00 pm on 9 June, 2023",
-        "session_2": [_turn("D2:1", "Bo", "I am moving to Lisbon next month."),
-                      _turn("D2:2", "Ann", "Lisbon is wonderful in summer.")],
+        "session_2": [
+            _turn("D2:1", "Bo", "I am moving to Lisbon next month."),
+            _turn("D2:2", "Ann", "Lisbon is wonderful in summer."),
+        ],
         "session_3_date_time": "3:00 pm on 1 July, 2023",
     }
     qa = [
@@ -64,15 +69,18 @@ def tiny_path(tmp_path: Path) -> Path:
 
 
 # ---- evidence normalization -------------------------------------------------------
-@pytest.mark.parametrize(("raw", "expected"), [
-    (["D:11:26"], ["D11:26"]),
-    (["D30:05"], ["D30:5"]),
-    (["D1:3; D2:4"], ["D1:3", "D2:4"]),
-    (["D8:6,D9:17"], ["D8:6", "D9:17"]),
-    (["D9:1 D4:4\tD4:6"], ["D9:1", "D4:4", "D4:6"]),
-    (["D", ""], []),
-    (["D3:7", "D3:07"], ["D3:7"]),
-])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (["D:11:26"], ["D11:26"]),
+        (["D30:05"], ["D30:5"]),
+        (["D1:3; D2:4"], ["D1:3", "D2:4"]),
+        (["D8:6,D9:17"], ["D8:6", "D9:17"]),
+        (["D9:1 D4:4\tD4:6"], ["D9:1", "D4:4", "D4:6"]),
+        (["D", ""], []),
+        (["D3:7", "D3:07"], ["D3:7"]),
+    ],
+)
 def test_normalize_evidence(raw: list[str], expected: list[str]) -> None:
     assert normalize_evidence(raw) == expected
 
@@ -179,8 +187,9 @@ class ScriptedMethod:
 
 
 def test_recall_on_tiny_dataset(tiny_path: Path) -> None:
-    result = run_locomo(tiny_path, budgets=(500, 1000, 1500), methods=[ScriptedMethod()], progress=False,
-                        command="test")
+    result = run_locomo(
+        tiny_path, budgets=(500, 1000, 1500), methods=[ScriptedMethod()], progress=False, command="test"
+    )
     stats = result["methods"]["scripted"]
     assert result["questions"] == 3
     assert result["command"] == "test"
@@ -218,8 +227,19 @@ def test_cli_writes_json_and_plot(tiny_path: Path, tmp_path: Path) -> None:
     from memstrata.bench.cli import bench_app
 
     out, plot = tmp_path / "r.json", tmp_path / "r.png"
-    args = ["locomo", str(tiny_path), "--methods", "bm25,random", "--budgets", "20,40",
-            "--out", str(out), "--plot", str(plot), "--no-progress"]
+    args = [
+        "locomo",
+        str(tiny_path),
+        "--methods",
+        "bm25,random",
+        "--budgets",
+        "20,40",
+        "--out",
+        str(out),
+        "--plot",
+        str(plot),
+        "--no-progress",
+    ]
     outcome = CliRunner().invoke(bench_app, args)
     assert outcome.exit_code == 0, outcome.output
     result = json.loads(out.read_text())
@@ -287,8 +307,14 @@ class MemoEmbeddings(Embeddings):
 
 @pytest.mark.integration
 def test_baselines_on_conv26(locomo_path: Path, minilm) -> None:  # type: ignore[no-untyped-def]
-    result = run_locomo(locomo_path, conversations=["conv-26"], methods=["bm25", "dense", "hybrid_rrf", "random"],
-                        questions_per_conversation=8, embeddings=MemoEmbeddings(minilm), progress=False)
+    result = run_locomo(
+        locomo_path,
+        conversations=["conv-26"],
+        methods=["bm25", "dense", "hybrid_rrf", "random"],
+        questions_per_conversation=8,
+        embeddings=MemoEmbeddings(minilm),
+        progress=False,
+    )
     assert result["conversations"] == ["conv-26"]
     assert result["questions"] == sum(result["questions_per_category"][c] for c in "1234")
     for name, stats in result["methods"].items():
@@ -308,8 +334,7 @@ def test_baselines_on_conv26(locomo_path: Path, minilm) -> None:  # type: ignore
 @pytest.mark.integration
 def test_memstrata_method_stays_within_budget(tiny_path: Path, hash_embeddings) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("memstrata.graphs.retrieval", reason="the retrieval graph is not written yet")
-    result = run_locomo(tiny_path, methods=["memstrata"], embeddings=hash_embeddings, budgets=(50, 500),
-                        progress=False)
+    result = run_locomo(tiny_path, methods=["memstrata"], embeddings=hash_embeddings, budgets=(50, 500), progress=False)
     stats = result["methods"]["memstrata"]
     assert stats["budget_violations"] == 0
     assert result["ingest_seconds"] > 0
@@ -319,8 +344,12 @@ def test_memstrata_method_stays_within_budget(tiny_path: Path, hash_embeddings) 
 @pytest.mark.integration
 def test_oracle_reader_bench_reports_cost_per_path(tiny_path: Path, hash_embeddings) -> None:  # type: ignore[no-untyped-def]
     """``--reader oracle`` meters every query; ``oracle-deep`` is the same pipeline forced onto the deep path."""
-    runs = {r: run_locomo(tiny_path, methods=["memstrata"], embeddings=hash_embeddings, budgets=(1500,),
-                          progress=False, reader=r)["methods"]["memstrata"]["llm"] for r in ("oracle", "oracle-deep")}
+    runs = {
+        r: run_locomo(
+            tiny_path, methods=["memstrata"], embeddings=hash_embeddings, budgets=(1500,), progress=False, reader=r
+        )["methods"]["memstrata"]["llm"]
+        for r in ("oracle", "oracle-deep")
+    }
     light, deep = runs["oracle"]["per_category"]["1-4"], runs["oracle-deep"]["per_category"]["1-4"]
     assert light["questions"] == deep["questions"] == 3 and deep["light_share"] == 0.0
     assert set(deep["tokens_by_path"]) == {"deep"} and "select_level1" in deep["per_node"]
@@ -333,13 +362,37 @@ def test_oracle_reader_bench_reports_cost_per_path(tiny_path: Path, hash_embeddi
 
 def test_bench_scale_smoke(tmp_path, locomo_path) -> None:
     """``memstrata bench scale`` at its smallest: one original conversation, then copies; both search paths,
-    queries in a separate process, the chat pattern, JSON and plot."""
+    queries in a separate process, the chat pattern, JSON and plot.
+    """
     out, plot = tmp_path / "scale.json", tmp_path / "scale.png"
     done = subprocess.run(
-        [sys.executable, "-m", "memstrata.cli", "bench", "scale", str(locomo_path), "--sizes", "400,1200",
-         "--originals", "1", "--questions", "8", "--chat-turns", "500", "--chat-rounds", "3", "--out", str(out),
-         "--plot", str(plot)],
-        capture_output=True, text=True, timeout=1500, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        [
+            sys.executable,
+            "-m",
+            "memstrata.cli",
+            "bench",
+            "scale",
+            str(locomo_path),
+            "--sizes",
+            "400,1200",
+            "--originals",
+            "1",
+            "--questions",
+            "8",
+            "--chat-turns",
+            "500",
+            "--chat-rounds",
+            "3",
+            "--out",
+            str(out),
+            "--plot",
+            str(plot),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     small, grown = result["sizes"]
@@ -372,7 +425,10 @@ def test_bench_set_reads_context_fields_and_refuses_unknown_ones() -> None:
     from memstrata.bench.cli import _settings
 
     assert _settings(["theme_search_k=0", "theme_select=top", "theme_stage2=true"]) == {
-        "theme_search_k": 0, "theme_select": "top", "theme_stage2": True}
+        "theme_search_k": 0,
+        "theme_select": "top",
+        "theme_stage2": True,
+    }
     for bad in (["no_such_field=1"], ["theme_search_k"]):
         with pytest.raises(typer.BadParameter):
             _settings(bad)

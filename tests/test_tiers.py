@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import EXAMPLE, HashEmbeddings, assert_store_ok
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import EXAMPLE, HashEmbeddings, assert_store_ok
 from memstrata import Memstrata
 from memstrata.memory.tiers.assign import ARCHIVE, BUFFER, CACHE, Record, assign_tiers, place_recalled
 from memstrata.memory.tiers.importance import offline_importance, signals
@@ -41,8 +41,9 @@ def test_eq5_more_recalls_decay_slower_and_score_higher(n: int, more: int, age: 
     assert decay(n + more, age, tau_days=tau) >= decay(n, age, tau_days=tau)
     assert decay(n, age, tau_days=tau) > decay(n, age + 10, tau_days=tau)
     w = PriorityWeights(tau_days=tau)
-    assert priority(6, 0.3, recalls=n + more, age_days=age, weights=w) > priority(6, 0.3, recalls=n, age_days=age,
-                                                                                   weights=w)
+    assert priority(6, 0.3, recalls=n + more, age_days=age, weights=w) > priority(
+        6, 0.3, recalls=n, age_days=age, weights=w
+    )
 
 
 def test_eq5_importance_and_alignment_raise_priority_and_negative_alignment_counts_as_none() -> None:
@@ -53,8 +54,14 @@ def test_eq5_importance_and_alignment_raise_priority_and_negative_alignment_coun
 
 
 def test_offline_importance_ranks_milestones_over_small_talk() -> None:
-    milestone = signals(["Priya: I signed the lease in Lisbon on 3 March, I'm moving at the end of April!",
-                         "Tom: I'm so proud of you, we will visit in May."], novelty=0.7, speakers=["Priya", "Tom"])
+    milestone = signals(
+        [
+            "Priya: I signed the lease in Lisbon on 3 March, I'm moving at the end of April!",
+            "Tom: I'm so proud of you, we will visit in May.",
+        ],
+        novelty=0.7,
+        speakers=["Priya", "Tom"],
+    )
     small_talk = signals(["Priya: hi!", "Tom: hey, thanks", "Priya: ok"], novelty=0.1, speakers=["Priya", "Tom"])
     high, low = offline_importance(milestone), offline_importance(small_talk)
     assert 1 <= low < 3 < 5 < high <= 10
@@ -68,17 +75,25 @@ def test_drift_is_the_cosine_distance_from_the_anchor() -> None:
 
 
 def test_tiers_hold_recent_sessions_then_pivotal_then_buffer_and_a_used_record_is_promoted() -> None:
-    records = [Record(("c", "summary", f"r{i}"), f"c/{i}", float(i), priority=p)
-               for i, p in enumerate([0.9, 0.2, 0.5, 0.4, 0.1])]
+    records = [
+        Record(("c", "summary", f"r{i}"), f"c/{i}", float(i), priority=p)
+        for i, p in enumerate([0.9, 0.2, 0.5, 0.4, 0.1])
+    ]
     tiers = assign_tiers(records, recent_sessions=1, pivotal=1, buffer=2)
-    assert tiers == {("c", "summary", "r4"): CACHE, ("c", "summary", "r0"): CACHE, ("c", "summary", "r2"): BUFFER,
-                     ("c", "summary", "r3"): BUFFER, ("c", "summary", "r1"): ARCHIVE}
+    assert tiers == {
+        ("c", "summary", "r4"): CACHE,
+        ("c", "summary", "r0"): CACHE,
+        ("c", "summary", "r2"): BUFFER,
+        ("c", "summary", "r3"): BUFFER,
+        ("c", "summary", "r1"): ARCHIVE,
+    }
     active = [r for r in records if tiers[r.item] != ARCHIVE]
     used = Record(("c", "summary", "r1"), "c/1", 1.0, priority=0.45)  # scored lazily: now above r3's 0.4
     moves = place_recalled(active, [used], tiers, recent_sessions=1, pivotal=1, buffer=2)
     assert moves == {("c", "summary", "r1"): BUFFER, ("c", "summary", "r3"): ARCHIVE}
-    kept = place_recalled(active, [Record(used.item, "c/1", 1.0, priority=0.3)], tiers, recent_sessions=1,
-                          pivotal=1, buffer=2)
+    kept = place_recalled(
+        active, [Record(used.item, "c/1", 1.0, priority=0.3)], tiers, recent_sessions=1, pivotal=1, buffer=2
+    )
     assert kept == {}  # ranked out: it stays in the archive, nothing is displaced
 
 
@@ -109,14 +124,24 @@ def test_the_drift_gate_reranks_the_active_tiers_only_past_its_threshold(mem: Me
     first = mem.ingest(EXAMPLE, user_id="ann", close=True, **SMALL)
     assert first["tiers_reranked"] is True and read_anchor(mem.store, "ann") is not None  # the first anchor
     before = {c.unit_id: c.priority for c in mem.store.counters.active("ann")}
-    more = [{"speaker": "Priya", "text": "Work at Tidewater Labs is going well, I lead the data team now.",
-             "timestamp": "2024-06-01T10:00:00"}]
+    more = [
+        {
+            "speaker": "Priya",
+            "text": "Work at Tidewater Labs is going well, I lead the data team now.",
+            "timestamp": "2024-06-01T10:00:00",
+        }
+    ]
     calm = mem.ingest(more, user_id="ann", conversation_id="priya-tom", close=True, **SMALL, tier_drift=2.0)
     assert calm["tiers_reranked"] is False and calm["persona_drift"] <= 2.0
     after = {c.unit_id: c.priority for c in mem.store.counters.active("ann")}
     assert all(after[k] == p for k, p in before.items() if k in after)  # stored priorities, untouched
-    again = [{"speaker": "Priya", "text": "I quit and now I surf every morning in Ericeira.",
-              "timestamp": "2024-07-01T10:00:00"}]
+    again = [
+        {
+            "speaker": "Priya",
+            "text": "I quit and now I surf every morning in Ericeira.",
+            "timestamp": "2024-07-01T10:00:00",
+        }
+    ]
     moved = mem.ingest(again, user_id="ann", conversation_id="priya-tom", close=True, **SMALL, tier_drift=0.0)
     assert moved["tiers_reranked"] is True and moved["persona_drift"] > 0.0
     rescored = {c.unit_id: (c.priority, c.scored_at) for c in mem.store.counters.active("ann")}
@@ -141,8 +166,11 @@ def test_with_a_model_importance_is_the_models_score_and_garbage_falls_back(tmp_
     rows = mem.store.counters.all("ann", kind="summary")
     assert rows and all(c.importance == 9.0 for c in rows) and stats["importance_fallbacks"] == 0
     assert stats["llm"]["importance"]["calls"] == -(-len(rows) // 4)  # one call per batch of four
-    bad = Memstrata(path=tmp_path / "bad", embeddings=HashEmbeddings(),
-                    model=ScriptedChatModel(default=lambda m: {"scores": [{"index": 99, "score": 3}]}))
+    bad = Memstrata(
+        path=tmp_path / "bad",
+        embeddings=HashEmbeddings(),
+        model=ScriptedChatModel(default=lambda m: {"scores": [{"index": 99, "score": 3}]}),
+    )
     stats = bad.ingest(EXAMPLE, user_id="ann", close=True, **SMALL)
     rows = bad.store.counters.all("ann", kind="summary")
     assert stats["importance_fallbacks"] == len(rows) and all(c.importance != 3 for c in rows)  # the offline scores
@@ -200,8 +228,9 @@ def test_tiers_and_counters_stay_with_their_user_and_forget_takes_them(mem: Mems
     bob = {c.unit_id: (c.tier, c.priority, c.recall_count) for c in mem.store.counters.all("bob", kind="summary")}
     for _ in range(3):
         mem.retrieve("When did Tom run the Brighton half marathon?", user_id="ann", **SMALL)
-    assert {c.unit_id: (c.tier, c.priority, c.recall_count)
-            for c in mem.store.counters.all("bob", kind="summary")} == bob
+    assert {
+        c.unit_id: (c.tier, c.priority, c.recall_count) for c in mem.store.counters.all("bob", kind="summary")
+    } == bob
     assert any(c.recall_count for c in mem.store.counters.all("ann", kind="summary"))
     mem.delete_user("ann")
     assert mem.store.counters.all("ann") == [] and mem.store.tier_state.count(user_id="ann") == 0

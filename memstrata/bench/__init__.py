@@ -2,7 +2,7 @@
 
 Example:
     >>> from memstrata.bench import run_locomo
-    >>> result = run_locomo("locomo10.json", methods=["bm25", "random"])   # doctest: +SKIP
+    >>> result = run_locomo("locomo10.json", methods=["bm25", "random"])  # doctest: +SKIP
 """
 
 from memstrata.bench.runner import METHOD_NAMES, run_locomo

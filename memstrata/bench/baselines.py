@@ -5,8 +5,8 @@ rendered as ``speaker: text [shares a photo: caption]``, and packs them in rank
 order into the budget. Ties keep conversation order (a stable sort).
 
 Example:
-    >>> method = BM25Method()                               # doctest: +SKIP
-    >>> method.prepare(conversation)                        # doctest: +SKIP
+    >>> method = BM25Method()  # doctest: +SKIP
+    >>> method.prepare(conversation)  # doctest: +SKIP
     >>> method.context("Where did Ann move?", conversation, 500)  # doctest: +SKIP
     'Ann: I moved to Lisbon...'
 """
@@ -78,8 +78,12 @@ class RankedTurnsMethod:
             msg = f"{self.name}: prepare({conversation.sample_id!r}) must run before its questions"
             raise RuntimeError(msg)
         order = self._ranking(question)
-        return pack_lines([self.lines[i] for i in order], budget=budget, counter=self.counter,
-                          line_tokens=[self.line_tokens[i] for i in order])
+        return pack_lines(
+            [self.lines[i] for i in order],
+            budget=budget,
+            counter=self.counter,
+            line_tokens=[self.line_tokens[i] for i in order],
+        )
 
     def _ranking(self, question: str) -> np.ndarray:
         # The runner asks each question at several budgets in a row; ranking once

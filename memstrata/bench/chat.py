@@ -41,8 +41,11 @@ def chat_messages(conv: LocomoConversation, n: int, *, one_session: bool, ids: b
     start = parse_timestamp(body.get("session_1_date_time")) or datetime(2023, 1, 1, 9, 0)
     out = []
     for i, turn in enumerate(conv.turns[:n]):
-        when = start + timedelta(minutes=i) if one_session else (
-            parse_timestamp(body.get(f"session_{turn.session}_date_time")) or start)
+        when = (
+            start + timedelta(minutes=i)
+            if one_session
+            else (parse_timestamp(body.get(f"session_{turn.session}_date_time")) or start)
+        )
         message: dict[str, Any] = {"speaker": turn.speaker, "text": turn.text, "timestamp": when.isoformat()}
         if turn.caption:
             message["blip_caption"] = turn.caption
@@ -61,15 +64,22 @@ def _model(model: str, reader_model: str) -> Any:
         return CountingChatModel()
     from langchain_openai import ChatOpenAI
 
-    return ChatOpenAI(model=reader_model, base_url=model.rstrip("/") + ("" if model.rstrip("/").endswith("/v1")
-                                                                         else "/v1"),
-                      api_key="not-needed", max_retries=0, timeout=120, temperature=0)
+    return ChatOpenAI(
+        model=reader_model,
+        base_url=model.rstrip("/") + ("" if model.rstrip("/").endswith("/v1") else "/v1"),
+        api_key="not-needed",
+        max_retries=0,
+        timeout=120,
+        temperature=0,
+    )
 
 
 def _llm(stats: dict[str, Any]) -> dict[str, dict[str, int]]:
     """Calls and prompt tokens per call site of one ingest."""
-    return {site: {"calls": int(v.get("calls", 0)), "prompt_tokens": int(v.get("prompt_tokens", 0))}
-            for site, v in (stats.get("llm") or {}).items()}
+    return {
+        site: {"calls": int(v.get("calls", 0)), "prompt_tokens": int(v.get("prompt_tokens", 0))}
+        for site, v in (stats.get("llm") or {}).items()
+    }
 
 
 def _turns(mem: Any, conv_id: str) -> list[tuple[str, int, str]]:
@@ -80,13 +90,15 @@ def _turns(mem: Any, conv_id: str) -> list[tuple[str, int, str]]:
 def _recall(mem: Any, conv: LocomoConversation, written: set[str], budgets: tuple[int, ...]) -> dict[str, Any]:
     texts = {t.dia_id: t.text for t in conv.turns}
     questions = [q for q in conv.questions if set(q.evidence) <= written]
-    hits = {b: 0 for b in budgets}
+    hits = dict.fromkeys(budgets, 0)
     for q in questions:
         for b in budgets:
             context = mem.retrieve(q.question, user_id=USER, conversation_id=conv.sample_id, context_budget=b).context
             hits[b] += score_context(str(context), [texts[e] for e in q.evidence])[0]
-    return {"questions": len(questions),
-            "recall_all": {str(b): round(hits[b] / len(questions), 4) if questions else None for b in budgets}}
+    return {
+        "questions": len(questions),
+        "recall_all": {str(b): round(hits[b] / len(questions), 4) if questions else None for b in budgets},
+    }
 
 
 def _window_ratio(values: list[int], size: int) -> float | None:
@@ -94,10 +106,20 @@ def _window_ratio(values: list[int], size: int) -> float | None:
     return round(last / first, 3) if first else None
 
 
-def run_chat(path: str | Path, *, embeddings: Embeddings, conversation: str | None = None, messages: int = 60,
-             one_session: bool = True, ids: bool = True, model: str = "none", reader_model: str = "smollm2",
-             budgets: tuple[int, ...] = (500, 1000, 1500, 2000, 4000), recall: bool = True,
-             progress: Any = None) -> dict[str, Any]:
+def run_chat(
+    path: str | Path,
+    *,
+    embeddings: Embeddings,
+    conversation: str | None = None,
+    messages: int = 60,
+    one_session: bool = True,
+    ids: bool = True,
+    model: str = "none",
+    reader_model: str = "smollm2",
+    budgets: tuple[int, ...] = (500, 1000, 1500, 2000, 4000),
+    recall: bool = True,
+    progress: Any = None,
+) -> dict[str, Any]:
     """Write one conversation a message at a time and in one call; the measurements as a JSON-ready dict."""
     from memstrata import Memstrata
 
@@ -111,8 +133,14 @@ def run_chat(path: str | Path, *, embeddings: Embeddings, conversation: str | No
     for i, (row, now) in enumerate(zip(rows, times, strict=True)):
         started = time.perf_counter()
         stats = stream.ingest([row], user_id=USER, conversation_id=conv.sample_id, now=now)
-        per.append({"position": i, "seconds": round(time.perf_counter() - started, 4), "llm": _llm(stats),
-                    "turns_added": stats["turns_added"]})
+        per.append(
+            {
+                "position": i,
+                "seconds": round(time.perf_counter() - started, 4),
+                "llm": _llm(stats),
+                "turns_added": stats["turns_added"],
+            }
+        )
         if progress:
             progress(i + 1, len(rows))
     started = time.perf_counter()
@@ -125,34 +153,53 @@ def run_chat(path: str | Path, *, embeddings: Embeddings, conversation: str | No
     seconds = [p["seconds"] for p in per]
     same = _turns(stream, conv.sample_id) == _turns(batch, conv.sample_id)
     result: dict[str, Any] = {
-        "conversation": conv.sample_id, "messages": len(rows), "one_session": one_session, "ids": ids,
+        "conversation": conv.sample_id,
+        "messages": len(rows),
+        "one_session": one_session,
+        "ids": ids,
         "model": model if model in ("none", "counting") else f"{model} ({reader_model})",
-        "offline": {"seconds_per_message": {"p50": round(statistics.median(seconds), 4),
-                                            "p95": round(sorted(seconds)[int(0.95 * (len(seconds) - 1))], 4),
-                                            "total": round(sum(seconds), 3)},
-                    "batch_seconds": round(batch_seconds, 3),
-                    "turns_stored": {"stream": len(_turns(stream, conv.sample_id)),
-                                     "batch": len(_turns(batch, conv.sample_id))},
-                    "same_turns": same},
+        "offline": {
+            "seconds_per_message": {
+                "p50": round(statistics.median(seconds), 4),
+                "p95": round(sorted(seconds)[int(0.95 * (len(seconds) - 1))], 4),
+                "total": round(sum(seconds), 3),
+            },
+            "batch_seconds": round(batch_seconds, 3),
+            "turns_stored": {
+                "stream": len(_turns(stream, conv.sample_id)),
+                "batch": len(_turns(batch, conv.sample_id)),
+            },
+            "same_turns": same,
+        },
         "per_message": per,
     }
     if model != "none":
         streamed = sum(tokens)
         result["llm"] = {
-            "stream": {"calls": sum(calls), "prompt_tokens": streamed,
-                       "per_site": {s: {k: sum(p["llm"].get(s, {}).get(k, 0) for p in per)
-                                        for k in ("calls", "prompt_tokens")} for s in SITES}},
-            "batch": {"calls": sum(v["calls"] for v in batch_llm.values()), "prompt_tokens": batch_tokens,
-                      "per_site": batch_llm},
+            "stream": {
+                "calls": sum(calls),
+                "prompt_tokens": streamed,
+                "per_site": {
+                    s: {k: sum(p["llm"].get(s, {}).get(k, 0) for p in per) for k in ("calls", "prompt_tokens")}
+                    for s in SITES
+                },
+            },
+            "batch": {
+                "calls": sum(v["calls"] for v in batch_llm.values()),
+                "prompt_tokens": batch_tokens,
+                "per_site": batch_llm,
+            },
             "calls_per_message": round(sum(calls) / len(rows), 3),
             "last10_over_first10": _window_ratio(tokens, 10),
             "second_half_over_first_half": _window_ratio(tokens, len(tokens) // 2),
             "stream_over_batch": round(streamed / batch_tokens, 3) if batch_tokens else None,
         }
     if recall:
-        written = {t.dia_id for t in conv.turns[:len(rows)]}
-        result["recall"] = {"stream": _recall(stream, conv, written, budgets),
-                            "batch": _recall(batch, conv, written, budgets)}
+        written = {t.dia_id for t in conv.turns[: len(rows)]}
+        result["recall"] = {
+            "stream": _recall(stream, conv, written, budgets),
+            "batch": _recall(batch, conv, written, budgets),
+        }
     for mem in (stream, batch):
         mem.close()
     return result
@@ -179,9 +226,12 @@ def plot_chat(result: dict[str, Any], path: str | Path) -> None:
                 bottom = [b + v for b, v in zip(bottom, values, strict=True)]
         ax.set_ylabel("prompt tokens")
         llm = result["llm"]
-        ax.set_title(f"{result['conversation']}, {result['messages']} messages written one at a time "
-                     f"({result['model']}): {llm['stream']['prompt_tokens']} prompt tokens, "
-                     f"{llm['batch']['prompt_tokens']} in one call", fontsize=9)
+        ax.set_title(
+            f"{result['conversation']}, {result['messages']} messages written one at a time "
+            f"({result['model']}): {llm['stream']['prompt_tokens']} prompt tokens, "
+            f"{llm['batch']['prompt_tokens']} in one call",
+            fontsize=9,
+        )
         ax.legend(fontsize=8)
     ax = axes[-1][0]
     ax.plot(x, [p["seconds"] for p in per], marker=".")

@@ -25,8 +25,7 @@ from memstrata.runtime.process import limit_blas
 
 BLAS_THREADS = Context.blas_threads  # memstrata's default cap, applied to every method of a bench run
 
-bench_app = typer.Typer(name="bench", help="Benchmarks: evidence recall under a token budget.",
-                        no_args_is_help=True)
+bench_app = typer.Typer(name="bench", help="Benchmarks: evidence recall under a token budget.", no_args_is_help=True)
 
 
 def _split(value: str | None) -> list[str] | None:
@@ -89,21 +88,32 @@ def locomo(
     conversations: Annotated[str | None, typer.Option(help="comma-separated sample ids, e.g. conv-26,conv-30")] = None,
     methods: Annotated[str | None, typer.Option(help=f"comma-separated, from {','.join(METHOD_NAMES)}")] = None,
     out: Annotated[Path, typer.Option(help="results JSON")] = Path("benchmarks/results/locomo.json"),
-    plot: Annotated[Path, typer.Option(help="recall_all vs budget PNG")] = Path(
-        "benchmarks/results/locomo_recall.png"),
-    budgets: Annotated[str, typer.Option(help="comma-separated token budgets")] = ",".join(
-        map(str, DEFAULT_BUDGETS)),
+    plot: Annotated[Path, typer.Option(help="recall_all vs budget PNG")] = Path("benchmarks/results/locomo_recall.png"),
+    budgets: Annotated[str, typer.Option(help="comma-separated token budgets")] = ",".join(map(str, DEFAULT_BUDGETS)),
     limit: Annotated[int | None, typer.Option(help="first N questions of each conversation only")] = None,
     torch_threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's own)")] = None,
     progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
-    reader: Annotated[str | None, typer.Option(help=(
-        "run memstrata in LLM mode and report its LLM cost: 'oracle' (an upper-bound instrument that knows the "
-        "gold evidence; never answer quality), 'oracle-deep' (the same, forced onto the deep path), or the base "
-        "URL of an OpenAI-compatible server"))] = None,
+    reader: Annotated[
+        str | None,
+        typer.Option(
+            help=(
+                "run memstrata in LLM mode and report its LLM cost: 'oracle' (an upper-bound instrument that knows the "
+                "gold evidence; never answer quality), 'oracle-deep' (the same, forced onto the deep path), or the base "
+                "URL of an OpenAI-compatible server"
+            )
+        ),
+    ] = None,
     reader_model: Annotated[str, typer.Option(help="model name sent to a --reader URL")] = "smollm2",
-    set_: Annotated[list[str] | None, typer.Option("--set", help=(
-        "a Context setting memstrata runs with, as KEY=VALUE (repeatable), for an ablation row; e.g. "
-        "--set theme_search_k=0"))] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help=(
+                "a Context setting memstrata runs with, as KEY=VALUE (repeatable), for an ablation row; e.g. "
+                "--set theme_search_k=0"
+            ),
+        ),
+    ] = None,
 ) -> None:
     """Evidence recall@B of memstrata and the baselines on LoCoMo, measured in one run."""
     settings = _settings(set_ or [])
@@ -112,9 +122,18 @@ def locomo(
 
         torch.set_num_threads(torch_threads)
     limit_blas(BLAS_THREADS)  # memstrata's default, set before any method runs: the baselines run under it too
-    result = run_locomo(path, conversations=_split(conversations), budgets=_budgets(budgets),
-                        methods=_methods(methods), progress=progress, questions_per_conversation=limit,
-                        command=command_line(), reader=reader, reader_model=reader_model, settings=settings)
+    result = run_locomo(
+        path,
+        conversations=_split(conversations),
+        budgets=_budgets(budgets),
+        methods=_methods(methods),
+        progress=progress,
+        questions_per_conversation=limit,
+        command=command_line(),
+        reader=reader,
+        reader_model=reader_model,
+        settings=settings,
+    )
     result["torch_threads"] = torch_threads
     result["settings"] = settings  # the Context fields memstrata ran with (--set)
     result["blas_threads"] = BLAS_THREADS
@@ -124,37 +143,61 @@ def locomo(
     console = Console()
     for table in results_tables(result):
         console.print(table)
-    console.print(f"{result['questions']} questions in {result['runtime_seconds']:.0f} s; "
-                  f"peak memory {result['peak_memory_mb']:.0f} MB; wrote {out} and {plot}")
+    console.print(
+        f"{result['questions']} questions in {result['runtime_seconds']:.0f} s; "
+        f"peak memory {result['peak_memory_mb']:.0f} MB; wrote {out} and {plot}"
+    )
 
 
 @bench_app.command("chat")
 def chat(
     path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="locomo10.json")] = Path(
-        "../shared/data/locomo/locomo10.json"),
+        "../shared/data/locomo/locomo10.json"
+    ),
     conversation: Annotated[str | None, typer.Option(help="sample id (default: the file's first)")] = None,
     messages: Annotated[int, typer.Option(min=2, help="the conversation's first N turns")] = 60,
-    one_session: Annotated[bool, typer.Option(help=(
-        "stamp the messages one minute apart in one live session; --no-one-session keeps each LoCoMo "
-        "session's time"))] = True,
+    one_session: Annotated[
+        bool,
+        typer.Option(
+            help=(
+                "stamp the messages one minute apart in one live session; --no-one-session keeps each LoCoMo "
+                "session's time"
+            )
+        ),
+    ] = True,
     ids: Annotated[bool, typer.Option(help="send each message with its dia_id as its id")] = True,
-    model: Annotated[str, typer.Option(help=(
-        "'none' (offline), 'counting' (memstrata.testing.CountingChatModel: schema-valid replies, for "
-        "counting calls and prompt tokens), or the base URL of an OpenAI-compatible server"))] = "none",
+    model: Annotated[
+        str,
+        typer.Option(
+            help=(
+                "'none' (offline), 'counting' (memstrata.testing.CountingChatModel: schema-valid replies, for "
+                "counting calls and prompt tokens), or the base URL of an OpenAI-compatible server"
+            )
+        ),
+    ] = "none",
     reader_model: Annotated[str, typer.Option(help="model name sent to a --model URL")] = "smollm2",
-    recall: Annotated[bool, typer.Option(help="score both stores on the questions whose evidence was written")]
-    = True,
+    recall: Annotated[bool, typer.Option(help="score both stores on the questions whose evidence was written")] = True,
     out: Annotated[Path, typer.Option(help="results JSON")] = Path("benchmarks/results/chat.json"),
     plot: Annotated[Path, typer.Option(help="prompt tokens and seconds per message, PNG")] = Path(
-        "benchmarks/results/chat.png"),
+        "benchmarks/results/chat.png"
+    ),
 ) -> None:
     """One conversation written a message at a time, against the same messages in one call."""
     from memstrata.bench.chat import plot_chat, run_chat
     from memstrata.memory.embeddings import MiniLMEmbeddings
 
     limit_blas(BLAS_THREADS)
-    result = run_chat(path, embeddings=MiniLMEmbeddings(), conversation=conversation, messages=messages,
-                      one_session=one_session, ids=ids, model=model, reader_model=reader_model, recall=recall)
+    result = run_chat(
+        path,
+        embeddings=MiniLMEmbeddings(),
+        conversation=conversation,
+        messages=messages,
+        one_session=one_session,
+        ids=ids,
+        model=model,
+        reader_model=reader_model,
+        recall=recall,
+    )
     result["command"] = command_line()
     result["provenance"] = provenance(result["command"])
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -165,7 +208,8 @@ def chat(
     if "llm" in summary:
         summary["llm"] = {k: v for k, v in summary["llm"].items() if k not in ("stream", "batch")} | {
             "stream": {k: summary["llm"]["stream"][k] for k in ("calls", "prompt_tokens")},
-            "batch": {k: summary["llm"]["batch"][k] for k in ("calls", "prompt_tokens")}}
+            "batch": {k: summary["llm"]["batch"][k] for k in ("calls", "prompt_tokens")},
+        }
     Console().print_json(json.dumps(summary))
     Console().print(f"wrote {out} and {plot}")
 
@@ -181,8 +225,10 @@ def scale(
     out: Annotated[Path, typer.Option(help="results JSON")] = Path("benchmarks/results/scale.json"),
     plot: Annotated[Path, typer.Option(help="latency vs size PNG")] = Path("benchmarks/results/scale_latency.png"),
     workdir: Annotated[Path | None, typer.Option(help="where the stores are built (default: a temp folder)")] = None,
-    originals: Annotated[int | None, typer.Option(
-        help="LoCoMo conversations ingested through the graph before copies start (default: all)")] = None,
+    originals: Annotated[
+        int | None,
+        typer.Option(help="LoCoMo conversations ingested through the graph before copies start (default: all)"),
+    ] = None,
 ) -> None:
     """One user with many turns (planted LoCoMo questions), and the chat pattern of write-then-read."""
     import shutil
@@ -199,8 +245,13 @@ def scale(
     root = Path(tempfile.mkdtemp(prefix="memstrata-scale-", dir=workdir))
     threshold = Context(user_id="-").snapshot_max_turns
     command = command_line()
-    result: dict = {"provenance": provenance(command), "command": command, "snapshot_max_turns": threshold,
-                    "sizes": [], "note": NOTE}
+    result: dict = {
+        "provenance": provenance(command),
+        "command": command,
+        "snapshot_max_turns": threshold,
+        "sizes": [],
+        "note": NOTE,
+    }
 
     def report(row: dict) -> None:
         result["sizes"].append(row)
@@ -209,11 +260,18 @@ def scale(
         out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
     try:
-        run_sizes(path, targets, questions=questions, budget=budget, workdir=root, threshold=threshold,
-                  originals=originals, report=report)
+        run_sizes(
+            path,
+            targets,
+            questions=questions,
+            budget=budget,
+            workdir=root,
+            threshold=threshold,
+            originals=originals,
+            report=report,
+        )
         if chat_rounds:
-            result["chat"] = chat_pattern(path, turns=chat_turns, rounds=chat_rounds, workdir=root,
-                                          originals=originals)
+            result["chat"] = chat_pattern(path, turns=chat_turns, rounds=chat_rounds, workdir=root, originals=originals)
             console.print(result["chat"])
     finally:
         shutil.rmtree(root, ignore_errors=True)

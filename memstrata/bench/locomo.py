@@ -23,7 +23,11 @@ from typing import Any
 HEADLINE_CATEGORIES: tuple[int, ...] = (1, 2, 3, 4)
 ADVERSARIAL_CATEGORY = 5
 CATEGORY_NAMES: dict[int, str] = {
-    1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial",
+    1: "multi-hop",
+    2: "temporal",
+    3: "open-domain",
+    4: "single-hop",
+    5: "adversarial",
 }
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
@@ -133,15 +137,20 @@ def normalize_evidence(raw: Iterable[str]) -> list[str]:
 
 def parse_turns(body: dict[str, Any]) -> list[LocomoTurn]:
     """The turns of one ``conversation`` object, from the ``session_N`` lists only."""
-    numbers = sorted(
-        int(m.group(1)) for key in body if (m := _SESSION_KEY.match(key)) and isinstance(body[key], list)
-    )
+    numbers = sorted(int(m.group(1)) for key in body if (m := _SESSION_KEY.match(key)) and isinstance(body[key], list))
     turns: list[LocomoTurn] = []
     for number in numbers:
         for raw in body[f"session_{number}"]:
             dia_id = normalize_dia_id(str(raw.get("dia_id", ""))) or f"D{number}:{len(turns)}"
-            turns.append(LocomoTurn(dia_id=dia_id, session=number, speaker=str(raw["speaker"]),
-                                    text=str(raw["text"]), caption=raw.get("blip_caption") or None))
+            turns.append(
+                LocomoTurn(
+                    dia_id=dia_id,
+                    session=number,
+                    speaker=str(raw["speaker"]),
+                    text=str(raw["text"]),
+                    caption=raw.get("blip_caption") or None,
+                )
+            )
     return turns
 
 
@@ -153,8 +162,9 @@ def parse_question(item: dict[str, Any], known: set[str]) -> tuple[LocomoQuestio
     if not kept:
         return None, dropped
     answer = item.get("answer", item.get("adversarial_answer", ""))
-    return LocomoQuestion(question=str(item["question"]), category=int(item["category"]), evidence=kept,
-                          answer=str(answer)), dropped
+    return LocomoQuestion(
+        question=str(item["question"]), category=int(item["category"]), evidence=kept, answer=str(answer)
+    ), dropped
 
 
 def parse_conversation(item: dict[str, Any]) -> LocomoConversation:
@@ -171,8 +181,14 @@ def parse_conversation(item: dict[str, Any]) -> LocomoConversation:
             dropped_questions += 1
         else:
             questions.append(question)
-    return LocomoConversation(sample_id=str(item["sample_id"]), turns=turns, questions=questions, raw=item,
-                              dropped_questions=dropped_questions, dropped_ids=dropped_ids)
+    return LocomoConversation(
+        sample_id=str(item["sample_id"]),
+        turns=turns,
+        questions=questions,
+        raw=item,
+        dropped_questions=dropped_questions,
+        dropped_ids=dropped_ids,
+    )
 
 
 def load_locomo(path: str | Path, *, conversations: Sequence[str] | None = None) -> list[LocomoConversation]:

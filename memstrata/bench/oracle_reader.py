@@ -42,9 +42,16 @@ from memstrata.testing import ScriptedChatModel
 _ROLE = re.compile(r"<role>(.*?)</role>", re.S)
 _LINE = re.compile(r"^\[(?P<id>[^\]·]+?)(?: · (?P<time>[^\]]+))?\] (?P<speaker>[^:]+): (?P<text>.*)$")
 _CITED = re.compile(r"\b(D\d+:\d+)\b")
-_NODES = {"DECOMPOSE_PROMPT": "decompose", "SCOPE_PROMPT": "predict_scope", "LIGHT_ANSWER_PROMPT": "gate",
-          "SELECT_PROMPT": "select_level1", "FOLLOW_UP_PROMPT": "follow_up", "DEPENDENT_PROMPT": "rewrite_dependent",
-          "REFLECT_PROMPT": "reflect", "ANSWER_PROMPT": "answer"}
+_NODES = {
+    "DECOMPOSE_PROMPT": "decompose",
+    "SCOPE_PROMPT": "predict_scope",
+    "LIGHT_ANSWER_PROMPT": "gate",
+    "SELECT_PROMPT": "select_level1",
+    "FOLLOW_UP_PROMPT": "follow_up",
+    "DEPENDENT_PROMPT": "rewrite_dependent",
+    "REFLECT_PROMPT": "reflect",
+    "ANSWER_PROMPT": "answer",
+}
 
 
 def _section(text: str, tag: str) -> str:
@@ -82,11 +89,16 @@ class OracleReader:
         role = _ROLE.search(str(messages[0].content))
         node = self.roles.get(role.group(1) if role else "", "answer")
         system, user = str(messages[0].content), str(messages[1].content)
-        handlers = {"decompose": lambda: self.plan(user, system), "predict_scope": lambda: self.scopes(user, system),
-                    "gate": lambda: self.light_verdict(_section(user, "memory")),
-                    "select_level1": lambda: self.selection(_section(user, "memory")),
-                    "follow_up": lambda: self.sub_answer(user), "rewrite_dependent": lambda: self.rewrite(user),
-                    "reflect": lambda: self.reflection(user), "answer": lambda: self.cite(user)}
+        handlers = {
+            "decompose": lambda: self.plan(user, system),
+            "predict_scope": lambda: self.scopes(user, system),
+            "gate": lambda: self.light_verdict(_section(user, "memory")),
+            "select_level1": lambda: self.selection(_section(user, "memory")),
+            "follow_up": lambda: self.sub_answer(user),
+            "rewrite_dependent": lambda: self.rewrite(user),
+            "reflect": lambda: self.reflection(user),
+            "answer": lambda: self.cite(user),
+        }
         return handlers[node]()
 
     # ---- what the oracle knows ---------------------------------------------------------------------------------
@@ -102,8 +114,9 @@ class OracleReader:
         found = self.present(text)
         if not found:
             return "The memory does not say."
-        return "From the memory: " + "; ".join(self.gold[t][:120] for t in found) + " " + \
-            " ".join(f"[{t}]" for t in found)
+        return (
+            "From the memory: " + "; ".join(self.gold[t][:120] for t in found) + " " + " ".join(f"[{t}]" for t in found)
+        )
 
     # ---- decisions --------------------------------------------------------------------------------------------
     def light_verdict(self, memory: str) -> dict[str, Any]:
@@ -133,12 +146,22 @@ class OracleReader:
 
     def sub_answer(self, user: str) -> dict[str, Any]:
         lines = [m for m in (_LINE.match(x) for x in _section(user, "memory").splitlines()) if m]
-        hits = [Hit(kind="turn", unit_id=m["id"].strip(), conversation_id="", score=0.0, speaker=m["speaker"],
-                    text=m["text"], time=m["time"]) for m in lines]
-        rule = anchored_follow_up(_section(user, "sub_question"), [f"{h.speaker}: {h.text}" for h in hits[:10]],
-                                  hits[:3])
-        return {"answer": self.cite(_section(user, "memory")), "missing": rule is not None,
-                "query": rule or ""}
+        hits = [
+            Hit(
+                kind="turn",
+                unit_id=m["id"].strip(),
+                conversation_id="",
+                score=0.0,
+                speaker=m["speaker"],
+                text=m["text"],
+                time=m["time"],
+            )
+            for m in lines
+        ]
+        rule = anchored_follow_up(
+            _section(user, "sub_question"), [f"{h.speaker}: {h.text}" for h in hits[:10]], hits[:3]
+        )
+        return {"answer": self.cite(_section(user, "memory")), "missing": rule is not None, "query": rule or ""}
 
     def rewrite(self, user: str) -> dict[str, Any]:
         answers = _section(user, "prerequisite_answers").replace("- ", " ").split()
@@ -148,7 +171,9 @@ class OracleReader:
         question = _section(user, "question")
         most = re.search(r"At most (\d+) sub-questions", system)
         parts = decompose_query(question, max_parts=int(most.group(1)) if most else 4)[1:]
-        return {"sub_queries": [{"id": q.id, "question": q.text} for q in parts] or [{"id": "q1", "question": question}]}
+        return {
+            "sub_queries": [{"id": q.id, "question": q.text} for q in parts] or [{"id": "q1", "question": question}]
+        }
 
     def scopes(self, user: str, system: str) -> dict[str, Any]:
         when = re.search(r"reference date (.+?)\.\s", system)
@@ -157,8 +182,14 @@ class OracleReader:
         for line in _section(user, "sub_questions").splitlines():
             qid, _, text = line.partition(": ")
             scope, hint = predict_scope(text, now=now)
-            items.append({"id": qid, "scope": scope, "start_date": hint.start.date().isoformat() if hint else None,
-                          "end_date": hint.end.date().isoformat() if hint else None})
+            items.append(
+                {
+                    "id": qid,
+                    "scope": scope,
+                    "start_date": hint.start.date().isoformat() if hint else None,
+                    "end_date": hint.end.date().isoformat() if hint else None,
+                }
+            )
         return {"items": items}
 
 

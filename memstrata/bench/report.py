@@ -4,7 +4,7 @@ Both read only the results dict that :func:`memstrata.bench.runner.run_locomo`
 returns (or its JSON file), so old runs can be re-rendered.
 
 Example:
-    >>> tables = results_tables(result)                     # doctest: +SKIP
+    >>> tables = results_tables(result)  # doctest: +SKIP
     >>> plot_recall(result, "benchmarks/results/locomo_recall.png")  # doctest: +SKIP
 """
 
@@ -39,8 +39,9 @@ def dataset_name(result: dict[str, Any]) -> str:
 def recall_table(result: dict[str, Any]) -> Table:
     """Methods by budget; each cell is ``recall_all/recall_frac`` in %."""
     budgets = [str(b) for b in result["budgets"]]
-    table = Table(title=f"{dataset_name(result)} evidence recall, categories 1-4 ({result['questions']} questions): "
-                        "all/frac %")
+    table = Table(
+        title=f"{dataset_name(result)} evidence recall, categories 1-4 ({result['questions']} questions): all/frac %"
+    )
     table.add_column("method", style="bold", no_wrap=True)
     for budget in budgets:
         table.add_column(f"B={budget}", justify="right", no_wrap=True)
@@ -58,10 +59,14 @@ def cost_table(result: dict[str, Any]) -> Table:
         table.add_column(header, justify="right", no_wrap=True)
     for name, stats in _by_recall(result):
         latency = stats["latency_ms"]
-        table.add_row(name, f"{latency['p50']:.0f}", f"{latency['p95']:.0f}",
-                      f"{stats.get('prepare_seconds', 0.0):.1f}",
-                      f"{stats.get('mean_context_tokens', {}).get(key, 0.0):.0f}",
-                      str(stats.get("budget_violations", 0)))
+        table.add_row(
+            name,
+            f"{latency['p50']:.0f}",
+            f"{latency['p95']:.0f}",
+            f"{stats.get('prepare_seconds', 0.0):.1f}",
+            f"{stats.get('mean_context_tokens', {}).get(key, 0.0):.0f}",
+            str(stats.get("budget_violations", 0)),
+        )
     return table
 
 
@@ -87,19 +92,38 @@ def llm_table(result: dict[str, Any]) -> Table | None:
         return None
     key = str(llm["budget"])
     table = Table(title=f"LLM mode, reader {llm['reader']}: per query at B={key}")
-    for header in ("category", "n", "light %", "calls", "prompt tok", "completion tok", "tok light / deep path",
-                   "context tok", "recall_all %", "top nodes by tokens"):
+    for header in (
+        "category",
+        "n",
+        "light %",
+        "calls",
+        "prompt tok",
+        "completion tok",
+        "tok light / deep path",
+        "context tok",
+        "recall_all %",
+        "top nodes by tokens",
+    ):
         table.add_column(header, justify="left" if header in ("category", "top nodes by tokens") else "right")
     for cat, row in llm["per_category"].items():
-        recall = (stats["recall_all"] if cat == "1-4" else stats["per_category"].get(cat, {}).get("recall_all", {}))
+        recall = stats["recall_all"] if cat == "1-4" else stats["per_category"].get(cat, {}).get("recall_all", {})
         nodes = sorted(row["per_node"].items(), key=lambda kv: -(kv[1]["prompt_tokens"] + kv[1]["completion_tokens"]))
         top = ", ".join(f"{n} {v['prompt_tokens'] + v['completion_tokens']:.0f}" for n, v in nodes[:4])
         name = CATEGORY_NAMES.get(int(cat), cat) if cat.isdigit() else cat
         by_path = row.get("tokens_by_path", {})
         paths = " / ".join(f"{by_path[p]:.0f}" if p in by_path else "-" for p in ("light", "deep"))
-        table.add_row(name, str(row["questions"]), _pct(row["light_share"]), f"{row['calls']:.1f}",
-                      f"{row['prompt_tokens']:.0f}", f"{row['completion_tokens']:.0f}", paths, f"{row['context_tokens']:.0f}",
-                      _pct(recall[key]) if key in recall else "-", top)
+        table.add_row(
+            name,
+            str(row["questions"]),
+            _pct(row["light_share"]),
+            f"{row['calls']:.1f}",
+            f"{row['prompt_tokens']:.0f}",
+            f"{row['completion_tokens']:.0f}",
+            paths,
+            f"{row['context_tokens']:.0f}",
+            _pct(recall[key]) if key in recall else "-",
+            top,
+        )
     return table
 
 
@@ -163,6 +187,7 @@ def markdown_categories(result: dict[str, Any], budget: str = "1500") -> str:
     cats = sorted(next(iter(methods.values()))["per_category"])
     rows = ["| method | " + " | ".join(f"cat {c}" for c in cats) + " |", "|" + "---|" * (len(cats) + 1)]
     for name, m in methods.items():
-        rows.append(f"| {name} | " + " | ".join(
-            f"{100 * m['per_category'][c]['recall_all'][budget]:.1f}" for c in cats) + " |")
+        rows.append(
+            f"| {name} | " + " | ".join(f"{100 * m['per_category'][c]['recall_all'][budget]:.1f}" for c in cats) + " |"
+        )
     return "\n".join(rows)

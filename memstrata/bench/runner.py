@@ -4,9 +4,10 @@ All methods see the same conversations, questions and budgets in the same
 process, so their numbers sit side by side as ``shared/docs/EVAL.md`` asks.
 
 Example:
-    >>> result = run_locomo("locomo10.json", conversations=["conv-26"],
-    ...                     methods=["bm25", "random"], progress=False)   # doctest: +SKIP
-    >>> result["methods"]["bm25"]["recall_all"]["1500"]                  # doctest: +SKIP
+    >>> result = run_locomo(
+    ...     "locomo10.json", conversations=["conv-26"], methods=["bm25", "random"], progress=False
+    ... )  # doctest: +SKIP
+    >>> result["methods"]["bm25"]["recall_all"]["1500"]  # doctest: +SKIP
     0.6...
 """
 
@@ -64,8 +65,12 @@ class MethodStats:
 
 
 def resolve_methods(
-    methods: Sequence[str | Method] | None, *, embeddings: Embeddings | None = None, reader: str | None = None,
-    reader_model: str = "smollm2", settings: dict[str, Any] | None = None,
+    methods: Sequence[str | Method] | None,
+    *,
+    embeddings: Embeddings | None = None,
+    reader: str | None = None,
+    reader_model: str = "smollm2",
+    settings: dict[str, Any] | None = None,
 ) -> list[Method]:
     """Build methods from names (``memstrata``, ``bm25``, ``dense``, ``hybrid_rrf``, ``random``) or pass objects through.
 
@@ -85,21 +90,37 @@ def resolve_methods(
 
         embeddings = MiniLMEmbeddings()
     counter = TokenCounter()
-    return [_build_method(m, embeddings=embeddings, counter=counter, reader=reader, reader_model=reader_model,
-                          settings=settings)
-            if isinstance(m, str) else m for m in wanted]
+    return [
+        _build_method(
+            m, embeddings=embeddings, counter=counter, reader=reader, reader_model=reader_model, settings=settings
+        )
+        if isinstance(m, str)
+        else m
+        for m in wanted
+    ]
 
 
-def _build_method(name: str, *, embeddings: Embeddings | None, counter: TokenCounter, reader: str | None = None,
-                  reader_model: str = "smollm2", settings: dict[str, Any] | None = None) -> Method:
+def _build_method(
+    name: str,
+    *,
+    embeddings: Embeddings | None,
+    counter: TokenCounter,
+    reader: str | None = None,
+    reader_model: str = "smollm2",
+    settings: dict[str, Any] | None = None,
+) -> Method:
     if name not in METHOD_NAMES:
         msg = f"methods: unknown method {name!r}; choose from {list(METHOD_NAMES)}"
         raise ValueError(msg)
     if name == "memstrata" and reader:
         from memstrata.bench.reader import ReaderMethod
 
-        return ReaderMethod(embeddings=embeddings, reader=reader, model_name=reader_model,  # type: ignore[arg-type]
-                            settings=settings)
+        return ReaderMethod(
+            embeddings=embeddings,
+            reader=reader,
+            model_name=reader_model,  # type: ignore[arg-type]
+            settings=settings,
+        )
     if name == "memstrata":
         from memstrata.bench.system import MemstrataMethod
 
@@ -146,8 +167,9 @@ def run_locomo(
     convs = load_locomo(path, conversations=conversations)
     for conv in convs:
         conv.questions = conv.questions[:questions_per_conversation]
-    active = resolve_methods(methods, embeddings=embeddings, reader=reader, reader_model=reader_model,
-                             settings=settings)
+    active = resolve_methods(
+        methods, embeddings=embeddings, reader=reader, reader_model=reader_model, settings=settings
+    )
     _check_unique([m.name for m in active])
     stats = {m.name: MethodStats(budgets=budgets) for m in active}
     latency_budget = LATENCY_BUDGET if LATENCY_BUDGET in budgets else budgets[len(budgets) // 2]
@@ -167,15 +189,23 @@ def run_locomo(
         if rows is not None:
             from memstrata.bench.reader import cost_report
 
-            result["methods"][method.name]["llm"] = {"reader": reader, "budget": latency_budget,
-                                                     "per_category": cost_report(rows)}
+            result["methods"][method.name]["llm"] = {
+                "reader": reader,
+                "budget": latency_budget,
+                "per_category": cost_report(rows),
+            }
     result.update(_run_info(path, convs, budgets, command, time.perf_counter() - started))
     return result
 
 
 def _run_all(
-    convs: list[LocomoConversation], methods: list[Method], stats: dict[str, MethodStats], *,
-    counter: TokenCounter, latency_budget: int, bars: Progress,
+    convs: list[LocomoConversation],
+    methods: list[Method],
+    stats: dict[str, MethodStats],
+    *,
+    counter: TokenCounter,
+    latency_budget: int,
+    bars: Progress,
 ) -> None:
     task = bars.add_task("queries", total=sum(len(c.questions) for c in convs) * len(methods))
     for conv in convs:
@@ -189,8 +219,9 @@ def _run_all(
                 gold = [texts[dia_id] for dia_id in question.evidence]
                 if begin is not None:
                     begin(question, conv)
-                _run_question(method, question, conv, gold, stats[method.name], counter=counter,
-                              latency_budget=latency_budget)
+                _run_question(
+                    method, question, conv, gold, stats[method.name], counter=counter, latency_budget=latency_budget
+                )
                 bars.advance(task)
 
 
@@ -201,8 +232,14 @@ def _timed_prepare(method: Method, conv: LocomoConversation) -> float:
 
 
 def _run_question(
-    method: Method, question: LocomoQuestion, conv: LocomoConversation, gold: list[str], stats: MethodStats, *,
-    counter: TokenCounter, latency_budget: int,
+    method: Method,
+    question: LocomoQuestion,
+    conv: LocomoConversation,
+    gold: list[str],
+    stats: MethodStats,
+    *,
+    counter: TokenCounter,
+    latency_budget: int,
 ) -> None:
     """Ask one question at every budget, timing the latency budget, and tally the scores."""
     contexts: dict[int, str] = {}
@@ -224,12 +261,18 @@ def _run_question(
 
 
 def _report(
-    convs: list[LocomoConversation], stats: dict[str, MethodStats], *, counter: TokenCounter, latency_budget: int,
+    convs: list[LocomoConversation],
+    stats: dict[str, MethodStats],
+    *,
+    counter: TokenCounter,
+    latency_budget: int,
 ) -> dict[str, Any]:
     methods = {name: _method_report(s, latency_budget) for name, s in stats.items()}
     headline = sum(1 for c in convs for q in c.questions if q.category in HEADLINE_CATEGORIES)
-    per_category = {str(cat): sum(1 for c in convs for q in c.questions if q.category == cat)
-                    for cat in (*HEADLINE_CATEGORIES, ADVERSARIAL_CATEGORY)}
+    per_category = {
+        str(cat): sum(1 for c in convs for q in c.questions if q.category == cat)
+        for cat in (*HEADLINE_CATEGORIES, ADVERSARIAL_CATEGORY)
+    }
     memstrata = stats.get("memstrata")
     return {
         "methods": methods,
@@ -249,11 +292,16 @@ def _method_report(stats: MethodStats, latency_budget: int) -> dict[str, Any]:
     n = stats.contexts or 1
     return {
         **headline.summary(),
-        "per_category": {str(c): {**stats.tally(c).summary(), "questions": stats.tally(c).questions}
-                         for c in HEADLINE_CATEGORIES},
+        "per_category": {
+            str(c): {**stats.tally(c).summary(), "questions": stats.tally(c).questions} for c in HEADLINE_CATEGORIES
+        },
         "category_5": {**adversarial.summary(), "questions": adversarial.questions},
-        "latency_ms": {"p50": float(np.percentile(latencies, 50)), "p95": float(np.percentile(latencies, 95)),
-                       "budget": latency_budget, "queries": len(stats.latencies_ms)},
+        "latency_ms": {
+            "p50": float(np.percentile(latencies, 50)),
+            "p95": float(np.percentile(latencies, 95)),
+            "budget": latency_budget,
+            "queries": len(stats.latencies_ms),
+        },
         "prepare_seconds": stats.prepare_seconds,
         "mean_context_tokens": {str(b): stats.context_tokens.get(b, 0) / n for b in stats.budgets},
         "budget_violations": stats.budget_violations,
@@ -263,12 +311,17 @@ def _method_report(stats: MethodStats, latency_budget: int) -> dict[str, Any]:
 def _token_stats(convs: list[LocomoConversation], counter: TokenCounter) -> dict[str, float]:
     """Size of each whole conversation rendered as the baselines render turns."""
     sizes = counter.count_many(["\n".join(t.render() for t in c.turns) for c in convs])
-    return {"conversation_tokens_mean": float(np.mean(sizes)) if sizes else 0.0,
-            "conversation_tokens_max": float(max(sizes, default=0))}
+    return {
+        "conversation_tokens_mean": float(np.mean(sizes)) if sizes else 0.0,
+        "conversation_tokens_max": float(max(sizes, default=0)),
+    }
 
 
 def _run_info(
-    path: str | Path, convs: list[LocomoConversation], budgets: tuple[int, ...], command: str | None,
+    path: str | Path,
+    convs: list[LocomoConversation],
+    budgets: tuple[int, ...],
+    command: str | None,
     seconds: float,
 ) -> dict[str, Any]:
     data = Path(path).read_bytes()
@@ -313,5 +366,11 @@ def _close(method: Method) -> None:
 
 
 def _progress_bars(enabled: bool) -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=Console(stderr=True), disable=not enabled)
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        disable=not enabled,
+    )

@@ -50,15 +50,41 @@ from memstrata.bench.locomo import HEADLINE_CATEGORIES, LocomoConversation, load
 from memstrata.bench.metric import RecallTally
 
 USER = "scale"
-NAMES = ["Avery", "Bruno", "Chiara", "Dmitri", "Esme", "Farid", "Greta", "Hiro", "Ines", "Jonas", "Kalani", "Lior",
-         "Mateus", "Nadia", "Oskar", "Priyanka", "Quentin", "Rosa", "Soren", "Talia", "Umar", "Vera", "Wren", "Ximena"]
+NAMES = [
+    "Avery",
+    "Bruno",
+    "Chiara",
+    "Dmitri",
+    "Esme",
+    "Farid",
+    "Greta",
+    "Hiro",
+    "Ines",
+    "Jonas",
+    "Kalani",
+    "Lior",
+    "Mateus",
+    "Nadia",
+    "Oskar",
+    "Priyanka",
+    "Quentin",
+    "Rosa",
+    "Soren",
+    "Talia",
+    "Umar",
+    "Vera",
+    "Wren",
+    "Ximena",
+]
 YEARS_PER_COPY = 2
 # An ISO date (its day kept valid when the year moves) or a bare year.
 _DATE_OR_YEAR = re.compile(r"\b(?P<y>\d{4})-(?P<m>\d\d)-(?P<d>\d\d)|\b(?P<year>(?:19|20|21)\d\d)\b")
-NOTE = ("the originals are ingested through the ingestion graph; each copy is a perturbed copy of the originals' "
-        "stored units, edges and counters, reusing their vectors (not re-embedded, not re-derived), so the copies' "
-        "write throughput measures storage and indexing only; copies are moved back in time so the originals stay "
-        "the newest memory; queries run in a separate process")
+NOTE = (
+    "the originals are ingested through the ingestion graph; each copy is a perturbed copy of the originals' "
+    "stored units, edges and counters, reusing their vectors (not re-embedded, not re-derived), so the copies' "
+    "write throughput measures storage and indexing only; copies are moved back in time so the originals stay "
+    "the newest memory; queries run in a separate process"
+)
 
 
 def shift_years(text: str, years: int) -> str:
@@ -106,17 +132,30 @@ def copy_conversation(store: Any, conv: LocomoConversation, k: int) -> int:
     for level in levels.levels():
         records = store.get(level.kind, user_id=USER, conversation_id=conv.sample_id, with_vectors=True)
         units = [level.unit.model_validate_json(sub(r.metadata["payload"])) for r in records]
-        store.upsert(level.kind, units, documents=[sub(r.document) for r in records],
-                     vectors=[r.metadata["_vector"] for r in records], extra=[u.metadata() for u in units])
+        store.upsert(
+            level.kind,
+            units,
+            documents=[sub(r.document) for r in records],
+            vectors=[r.metadata["_vector"] for r in records],
+            extra=[u.metadata() for u in units],
+        )
         turns += len(units) if level.role == "raw" else 0
-    edges = [Edge(**{**json.loads(sub(json.dumps(dataclasses.asdict(e)))), "turn_ids": tuple(e.turn_ids)})
-             for e in store.edges.get(USER, conversation_id=conv.sample_id)]
+    edges = [
+        Edge(**{**json.loads(sub(json.dumps(dataclasses.asdict(e)))), "turn_ids": tuple(e.turn_ids)})
+        for e in store.edges.get(USER, conversation_id=conv.sample_id)
+    ]
     store.edges.add(USER, edges)
     seconds = years * 365.2425 * 86400
-    counters = [dataclasses.replace(
-        c, conversation_id=target, unit_id=sub(json.dumps(c.unit_id)).strip('"'),
-        reinforced_at=c.reinforced_at + seconds if c.reinforced_at is not None else None)
-        for c in store.counters.all(USER) if c.conversation_id == conv.sample_id]
+    counters = [
+        dataclasses.replace(
+            c,
+            conversation_id=target,
+            unit_id=sub(json.dumps(c.unit_id)).strip('"'),
+            reinforced_at=c.reinforced_at + seconds if c.reinforced_at is not None else None,
+        )
+        for c in store.counters.all(USER)
+        if c.conversation_id == conv.sample_id
+    ]
     store.counters.put(USER, counters)
     store.versions.bump(USER)  # the copies' journal is not needed by any snapshot of this process
     return turns
@@ -130,8 +169,9 @@ def _disk_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
 
-def planted_recall(mem: Any, convs: Sequence[LocomoConversation], *, questions: int, budget: int, seed: int = 0,
-                   **settings: Any) -> tuple[float, list[float]]:
+def planted_recall(
+    mem: Any, convs: Sequence[LocomoConversation], *, questions: int, budget: int, seed: int = 0, **settings: Any
+) -> tuple[float, list[float]]:
     """recall_all of a sample of the original questions asked of the whole user, and each query's ms."""
     pool = [(c, q) for c in convs for q in c.questions if q.category in HEADLINE_CATEGORIES]
     sample = random.Random(seed).sample(pool, min(questions, len(pool)))
@@ -149,8 +189,9 @@ def planted_recall(mem: Any, convs: Sequence[LocomoConversation], *, questions: 
 class GrowingStore:
     """One user's store, grown in steps: the originals through the graph once, then perturbed copies."""
 
-    def __init__(self, path: Path, *, embeddings: Embeddings | None, workdir: Path, prefix: str,
-                 originals: int | None = None) -> None:
+    def __init__(
+        self, path: Path, *, embeddings: Embeddings | None, workdir: Path, prefix: str, originals: int | None = None
+    ) -> None:
         from memstrata import Memstrata
 
         self.convs = load_locomo(path)[:originals]
@@ -182,14 +223,26 @@ class GrowingStore:
         self.mem.close()
 
 
-def query_in_child(folder: Path, path: Path, *, questions: int, budget: int, bounded: bool,
-                   originals: int | None) -> dict[str, Any]:
+def query_in_child(
+    folder: Path, path: Path, *, questions: int, budget: int, bounded: bool, originals: int | None
+) -> dict[str, Any]:
     """Planted questions asked by a fresh process that only opens the store and queries it."""
-    job = {"folder": str(folder), "path": str(path), "questions": questions, "budget": budget, "bounded": bounded,
-           "originals": originals}
-    done = subprocess.run([sys.executable, "-c", "from memstrata.bench.scale import child_main; child_main()"],
-                          input=json.dumps(job), capture_output=True, text=True, check=False,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+    job = {
+        "folder": str(folder),
+        "path": str(path),
+        "questions": questions,
+        "budget": budget,
+        "bounded": bounded,
+        "originals": originals,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", "from memstrata.bench.scale import child_main; child_main()"],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
+    )
     if done.returncode != 0:
         msg = f"the query process failed:\n{done.stderr[-3000:]}"
         raise RuntimeError(msg)
@@ -206,7 +259,7 @@ def child_main() -> None:
     start = time.perf_counter()
     mem.retrieve("warm up", user_id=USER, **settings)  # loads the model, and the snapshot on that path
     warm_ms = (time.perf_counter() - start) * 1000
-    convs = load_locomo(Path(job["path"]))[:job["originals"]]
+    convs = load_locomo(Path(job["path"]))[: job["originals"]]
     recall, latencies = planted_recall(mem, convs, questions=job["questions"], budget=job["budget"], **settings)
     mem.close()
     print(json.dumps({"recall": recall, "latencies": latencies, "warm_ms": warm_ms, "peak_mb": _own_peak_mb()}))
@@ -226,18 +279,31 @@ def _own_peak_mb() -> float:
 
 def measure(store: GrowingStore, path: Path, *, questions: int, budget: int, bounded: bool) -> dict[str, Any]:
     """One size on one search path."""
-    got = query_in_child(store.folder, path, questions=questions, budget=budget, bounded=bounded,
-                         originals=len(store.convs))
+    got = query_in_child(
+        store.folder, path, questions=questions, budget=budget, bounded=bounded, originals=len(store.convs)
+    )
     lat = got["latencies"]
-    return {"query_p50_ms": round(float(np.percentile(lat, 50)), 1),
-            "query_p95_ms": round(float(np.percentile(lat, 95)), 1),
-            f"planted_recall_all@{budget}": round(100 * got["recall"], 1), "questions": len(lat),
-            "first_query_ms": round(got["warm_ms"], 0), "query_process_peak_mb": round(got["peak_mb"], 0)}
+    return {
+        "query_p50_ms": round(float(np.percentile(lat, 50)), 1),
+        "query_p95_ms": round(float(np.percentile(lat, 95)), 1),
+        f"planted_recall_all@{budget}": round(100 * got["recall"], 1),
+        "questions": len(lat),
+        "first_query_ms": round(got["warm_ms"], 0),
+        "query_process_peak_mb": round(got["peak_mb"], 0),
+    }
 
 
-def run_sizes(path: Path, targets: Sequence[int], *, questions: int, budget: int, workdir: Path,
-              threshold: int, originals: int | None = None,
-              report: Callable[[dict[str, Any]], None] = lambda _: None) -> list[dict[str, Any]]:
+def run_sizes(
+    path: Path,
+    targets: Sequence[int],
+    *,
+    questions: int,
+    budget: int,
+    workdir: Path,
+    threshold: int,
+    originals: int | None = None,
+    report: Callable[[dict[str, Any]], None] = lambda _: None,
+) -> list[dict[str, Any]]:
     """Grow one store through the sizes (ascending) and measure each."""
     store = GrowingStore(path, embeddings=None, workdir=workdir, prefix="scale-", originals=originals)
     rows = []
@@ -245,14 +311,18 @@ def run_sizes(path: Path, targets: Sequence[int], *, questions: int, budget: int
         for target in sorted(targets):
             store.grow(target)
             row: dict[str, Any] = {
-                "turns": store.turns, "original_turns": store.original_turns,
+                "turns": store.turns,
+                "original_turns": store.original_turns,
                 "ingest_turns_per_second": round(store.original_turns / store.ingest_s, 1) if store.ingest_s else None,
                 "copied_turns": store.copied_turns,
                 "copy_turns_per_second": round(store.copied_turns / store.copy_s, 1) if store.copy_s else None,
-                "disk_mb": round(_disk_mb(store.folder), 1), "paths": {}}
+                "disk_mb": round(_disk_mb(store.folder), 1),
+                "paths": {},
+            }
             large = store.turns > threshold
             row["paths"]["bounded" if large else "snapshot"] = measure(
-                store, path, questions=questions, budget=budget, bounded=large)
+                store, path, questions=questions, budget=budget, bounded=large
+            )
             if not large:
                 row["paths"]["bounded"] = measure(store, path, questions=questions, budget=budget, bounded=True)
             row["default_path"] = "bounded" if large else "snapshot"
@@ -263,8 +333,9 @@ def run_sizes(path: Path, targets: Sequence[int], *, questions: int, budget: int
     return rows
 
 
-def chat_pattern(path: Path, *, turns: int, rounds: int, workdir: Path, seed: int = 0,
-                 originals: int | None = None) -> dict[str, Any]:
+def chat_pattern(
+    path: Path, *, turns: int, rounds: int, workdir: Path, seed: int = 0, originals: int | None = None
+) -> dict[str, Any]:
     """Read-only queries against write-one-message-then-query, on a user holding about ``turns`` turns.
 
     Each write adds one message to a session that grows by one message per round,
@@ -284,18 +355,29 @@ def chat_pattern(path: Path, *, turns: int, rounds: int, workdir: Path, seed: in
         read_ms.append(_timed(lambda: mem.retrieve(rng.choice(pool), user_id=USER)))
         turn = rng.choice(target.turns)
         session.append({"speaker": turn.speaker, "dia_id": f"D900:{i + 1}", "text": f"{turn.text} (again, {i})"})
-        item = {"sample_id": target.sample_id, "conversation": {
-            "speaker_a": speakers["speaker_a"], "speaker_b": speakers["speaker_b"],
-            "session_900_date_time": "1:00 pm on 1 January, 2024", "session_900": list(session)}}
+        item = {
+            "sample_id": target.sample_id,
+            "conversation": {
+                "speaker_a": speakers["speaker_a"],
+                "speaker_b": speakers["speaker_b"],
+                "session_900_date_time": "1:00 pm on 1 January, 2024",
+                "session_900": list(session),
+            },
+        }
         write_ms.append(_timed(lambda: mem.ingest(item, user_id=USER)))
         after_write_ms.append(_timed(lambda: mem.retrieve(rng.choice(pool), user_id=USER)))
     mem.close()
     p50_read, p50_after = float(np.percentile(read_ms, 50)), float(np.percentile(after_write_ms, 50))
-    return {"turns": held, "rounds": rounds,
-            "read_only_p50_ms": round(p50_read, 1), "read_only_p95_ms": round(float(np.percentile(read_ms, 95)), 1),
-            "after_write_p50_ms": round(p50_after, 1),
-            "after_write_p95_ms": round(float(np.percentile(after_write_ms, 95)), 1),
-            "ratio_p50": round(p50_after / p50_read, 2), "write_p50_ms": round(float(np.percentile(write_ms, 50)), 1)}
+    return {
+        "turns": held,
+        "rounds": rounds,
+        "read_only_p50_ms": round(p50_read, 1),
+        "read_only_p95_ms": round(float(np.percentile(read_ms, 95)), 1),
+        "after_write_p50_ms": round(p50_after, 1),
+        "after_write_p95_ms": round(float(np.percentile(after_write_ms, 95)), 1),
+        "ratio_p50": round(p50_after / p50_read, 2),
+        "write_p50_ms": round(float(np.percentile(write_ms, 50)), 1),
+    }
 
 
 def _timed(call: Callable[[], Any]) -> float:
@@ -318,8 +400,9 @@ def plot_scale(result: dict[str, Any], path: Path) -> Path:
         if rows:
             xs = [s["turns"] for s in rows]
             axes.plot(xs, [s["paths"][name]["query_p50_ms"] for s in rows], marker=marker, label=f"{name} p50")
-            axes.plot(xs, [s["paths"][name]["query_p95_ms"] for s in rows], marker=marker, linestyle="--",
-                      label=f"{name} p95")
+            axes.plot(
+                xs, [s["paths"][name]["query_p95_ms"] for s in rows], marker=marker, linestyle="--", label=f"{name} p95"
+            )
     axes.set_xscale("log")
     axes.set_xlabel("turns held by one user")
     axes.set_ylabel("query latency, ms")

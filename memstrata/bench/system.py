@@ -4,9 +4,9 @@ Each conversation goes into a fresh embedded store in its own temporary
 folder, so nothing leaks between conversations or runs.
 
 Example:
-    >>> method = MemstrataMethod(embeddings=MiniLMEmbeddings())      # doctest: +SKIP
-    >>> method.prepare(conversation)                                  # doctest: +SKIP
-    >>> method.context("Where did Ann move?", conversation, 1500)     # doctest: +SKIP
+    >>> method = MemstrataMethod(embeddings=MiniLMEmbeddings())  # doctest: +SKIP
+    >>> method.prepare(conversation)  # doctest: +SKIP
+    >>> method.context("Where did Ann move?", conversation, 1500)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -53,8 +53,9 @@ class MemstrataMethod:
         if self._mem is None:
             msg = f"{self.name}: prepare({conversation.sample_id!r}) must run before its questions"
             raise RuntimeError(msg)
-        result = self._mem.retrieve(question, user_id=BENCH_USER, conversation_id=conversation.sample_id,
-                                    context_budget=budget)
+        result = self._mem.retrieve(
+            question, user_id=BENCH_USER, conversation_id=conversation.sample_id, context_budget=budget
+        )
         return str(result.context)
 
     def close(self) -> None:

@@ -26,8 +26,7 @@ from memstrata.nodes.retrieve.select import select_level1
 from memstrata.nodes.retrieve.waves import next_wave
 from memstrata.state import RetrievalInput, RetrievalOutput, RetrievalState
 
-builder = StateGraph(RetrievalState, context_schema=Context, input_schema=RetrievalInput,
-                     output_schema=RetrievalOutput)
+builder = StateGraph(RetrievalState, context_schema=Context, input_schema=RetrievalInput, output_schema=RetrievalOutput)
 builder.add_node("decompose", decompose)
 builder.add_node("predict_scope", predict_scope)
 builder.add_node("lookup_level1", lookup_level1)

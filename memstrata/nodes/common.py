@@ -27,21 +27,26 @@ def progress(stage: str, message: str, **extra: Any) -> None:
 
 def touched_conversations(state: Mapping[str, Any]) -> list[str]:
     """The conversations an ingestion run must redo the per-conversation stages of: those with newly closed episodes,
-    then those a stopped earlier write left unfinished (``repaired``), each once, in that order."""
+    then those a stopped earlier write left unfinished (``repaired``), each once, in that order.
+    """
     return list(dict.fromkeys([*(c for c, _ in state.get("closed", [])), *state.get("repaired", [])]))
 
 
-async def conversations_to_redo(state: Mapping[str, Any], store: Any, user_id: str,
-                                lacking: Callable[[Any, str, list[str]], list[str]]) -> tuple[list[str], list[str]]:
+async def conversations_to_redo(
+    state: Mapping[str, Any], store: Any, user_id: str, lacking: Callable[[Any, str, list[str]], list[str]]
+) -> tuple[list[str], list[str]]:
     """(touched, missing): the touched conversations, and those of the write's other conversations that ``lacking``
-    (run on a worker thread) finds without what the stage builds (written before the stage existed, or stopped)."""
+    (run on a worker thread) finds without what the stage builds (written before the stage existed, or stopped).
+    """
     touched = touched_conversations(state)
-    missing = await asyncio.to_thread(lacking, store, user_id,
-                                      [c for c in state.get("conversations", []) if c not in touched])
+    missing = await asyncio.to_thread(
+        lacking, store, user_id, [c for c in state.get("conversations", []) if c not in touched]
+    )
     return touched, missing
 
 
 def per_write(state: Mapping[str, Any], per_episode: int, cap: int) -> int:
     """Model calls a stage may make for one write: ``per_episode`` per newly closed episode, at most ``cap``, so a
-    message's cost does not grow with the memory it joins."""
+    message's cost does not grow with the memory it joins.
+    """
     return min(cap, per_episode * max(1, len(state.get("closed", []))))

@@ -6,7 +6,9 @@
 from memstrata.prompts import ingestion, retrieval
 
 PROMPTS: dict[str, str] = {
-    name: value for module in (ingestion, retrieval) for name, value in vars(module).items()
+    name: value
+    for module in (ingestion, retrieval)
+    for name, value in vars(module).items()
     if name.endswith("_PROMPT") and isinstance(value, str)
 }
 

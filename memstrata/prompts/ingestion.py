@@ -1,5 +1,6 @@
 """Ingestion prompts. Our own wording of xMemory's boundary test (App. C.1) and HyMem's summary module (App. B.1);
-the theme prompt is ours."""
+the theme prompt is ours.
+"""
 
 BOUNDARY_PROMPT = """<role>You split a dialogue session into episodes: runs of consecutive messages about one topic or event.</role>
 <criteria>

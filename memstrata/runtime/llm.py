@@ -263,7 +263,7 @@ def extract_json(text: str) -> Any:
         for i in range(start, min(len(text), start + 20000)):
             depth += {"{": 1, "}": -1}.get(text[i], 0)
             if depth == 0:
-                candidates.append(text[start:i + 1])
+                candidates.append(text[start : i + 1])
                 break
         start = text.find("{", start + 1)
     for c in candidates:
@@ -315,15 +315,18 @@ def _check(schema: type[T], reply: AIMessage, validate: Callable[[T], T] | None)
     return value if checked is None else checked
 
 
-def _repair(messages: list[BaseMessage], reply: AIMessage, exc: Exception, schema: type[BaseModel]) -> list[BaseMessage]:
+def _repair(
+    messages: list[BaseMessage], reply: AIMessage, exc: Exception, schema: type[BaseModel]
+) -> list[BaseMessage]:
     """The conversation plus the bad reply (as plain text) and what was wrong with it."""
     calls = [*reply.tool_calls, *reply.invalid_tool_calls]
     shown = (reply.text + "".join(f"\n{c.get('name')}({c.get('args')})" for c in calls)).strip()
     return [
         *messages,
         AIMessage(shown[:2000] or "(no content)"),
-        HumanMessage(f"That output was invalid: {str(exc)[:500]}\n"
-                     f"Reply again with only a valid {schema.__name__} tool call."),
+        HumanMessage(
+            f"That output was invalid: {str(exc)[:500]}\nReply again with only a valid {schema.__name__} tool call."
+        ),
     ]
 
 
@@ -360,7 +363,8 @@ def _bind(model: BaseChatModel, schema: type[BaseModel], max_tokens: int | None 
 
 def _retrying(retries: int, timeout: float, failed: list[str]) -> AsyncRetrying:
     """Tenacity over transport errors: backoff, or a 429's ``Retry-After`` (capped at ``timeout``); each failure
-    that is retried is described into ``failed``."""
+    that is retried is described into ``failed``.
+    """
     backoff = wait_exponential(multiplier=0.2, max=2.0)
 
     def wait(state: RetryCallState) -> float:
@@ -372,13 +376,26 @@ def _retrying(retries: int, timeout: float, failed: list[str]) -> AsyncRetrying:
         exc = state.outcome.exception() if state.outcome else None
         failed.append(_describe(exc, timeout) if exc is not None else "unknown")
 
-    return AsyncRetrying(stop=stop_after_attempt(retries + 1), wait=wait, retry=retry_if_exception(is_transient),
-                         before_sleep=note, reraise=True)
+    return AsyncRetrying(
+        stop=stop_after_attempt(retries + 1),
+        wait=wait,
+        retry=retry_if_exception(is_transient),
+        before_sleep=note,
+        reraise=True,
+    )
 
 
-async def _invoke(model: BaseChatModel, schema: type[BaseModel], messages: list[BaseMessage],
-                  *, node: str, timeout: float, retries: int, failed: list[str],
-                  max_tokens: int | None = None) -> AIMessage:
+async def _invoke(
+    model: BaseChatModel,
+    schema: type[BaseModel],
+    messages: list[BaseMessage],
+    *,
+    node: str,
+    timeout: float,
+    retries: int,
+    failed: list[str],
+    max_tokens: int | None = None,
+) -> AIMessage:
     """One reply, each attempt bounded by ``timeout``; only transport errors are retried (each noted in ``failed``)."""
     bound = _bind(model, schema, max_tokens)
     config = {"tags": INTERNAL_TAGS, "run_name": f"memstrata.{node}", "metadata": {"memstrata_node": node}}
@@ -434,8 +451,17 @@ async def decide(
         >>> from memstrata.testing import ScriptedChatModel
         >>> class Yes(BaseModel):
         ...     yes: bool
-        >>> asyncio.run(decide(ScriptedChatModel(script=["not json"] * 2), Yes, "s", "u", node="n",
-        ...                    fallback=lambda: Yes(yes=False), meter=Meter()))
+        >>> asyncio.run(
+        ...     decide(
+        ...         ScriptedChatModel(script=["not json"] * 2),
+        ...         Yes,
+        ...         "s",
+        ...         "u",
+        ...         node="n",
+        ...         fallback=lambda: Yes(yes=False),
+        ...         meter=Meter(),
+        ...     )
+        ... )
         (Yes(yes=False), 'fallback')
     """
     if model is None:
@@ -447,21 +473,43 @@ async def decide(
             return fallback(), "skipped_budget"
         started, failed = time.monotonic(), list[str]()
         try:
-            reply = await _invoke(model, schema, messages, node=node, timeout=timeout, retries=retries, failed=failed,
-                                  max_tokens=max_tokens)
+            reply = await _invoke(
+                model,
+                schema,
+                messages,
+                node=node,
+                timeout=timeout,
+                retries=retries,
+                failed=failed,
+                max_tokens=max_tokens,
+            )
         except Exception as exc:  # noqa: BLE001 - any transport failure ends in the fallback
-            meter.add(CallRecord(node, "error", *usage_of(messages, None), error=_describe(exc, timeout),
-                                 seconds=time.monotonic() - started, attempts=len(failed) + 1, retried=failed))
-            logger.warning("memstrata.%s: LLM call failed after %d attempt(s) (%s); using the fallback", node,
-                           len(failed) + 1, _describe(exc, timeout))
+            meter.add(
+                CallRecord(
+                    node,
+                    "error",
+                    *usage_of(messages, None),
+                    error=_describe(exc, timeout),
+                    seconds=time.monotonic() - started,
+                    attempts=len(failed) + 1,
+                    retried=failed,
+                )
+            )
+            logger.warning(
+                "memstrata.%s: LLM call failed after %d attempt(s) (%s); using the fallback",
+                node,
+                len(failed) + 1,
+                _describe(exc, timeout),
+            )
             return fallback(), "error"
         seconds, tries = time.monotonic() - started, {"attempts": len(failed) + 1, "retried": failed}
         try:
             value = _check(schema, reply, validate)
         except _INVALID as exc:
             outcome = "invalid" if attempt == 0 else "fallback"
-            meter.add(CallRecord(node, outcome, *usage_of(messages, reply), error=str(exc)[:300], seconds=seconds,
-                                 **tries))
+            meter.add(
+                CallRecord(node, outcome, *usage_of(messages, reply), error=str(exc)[:300], seconds=seconds, **tries)
+            )
             messages = _repair(messages, reply, exc, schema)
             continue
         outcome = "repaired" if attempt else ("ok" if reply.tool_calls else "parsed_text")
@@ -544,19 +592,35 @@ async def stream_answer(
         except Exception as exc:  # noqa: BLE001 - every failure becomes one clear LLMError
             # A silent server is not retried: the user is already waiting on the stream.
             if parts or attempt == retries or not is_transient(exc) or isinstance(exc, TimeoutError):
-                _stream_failed(prompt, "".join(parts), exc, node=node, meter=meter, timeout=timeout, started=started,
-                               failed=failed)
+                _stream_failed(
+                    prompt, "".join(parts), exc, node=node, meter=meter, timeout=timeout, started=started, failed=failed
+                )
             failed.append(_describe(exc, timeout))
             asked = retry_after(exc)
             await asyncio.sleep(max(min(2.0, 0.2 * 2**attempt), min(asked, timeout) if asked is not None else 0.0))
     reply = AIMessage("".join(parts), usage_metadata=usage)
-    meter.add(CallRecord(node, "ok", *usage_of(prompt, reply), seconds=time.monotonic() - started,
-                         attempts=len(failed) + 1, retried=failed))
+    meter.add(
+        CallRecord(
+            node,
+            "ok",
+            *usage_of(prompt, reply),
+            seconds=time.monotonic() - started,
+            attempts=len(failed) + 1,
+            retried=failed,
+        )
+    )
     return reply.text
 
 
-async def _stream_into(parts: list[str], model: BaseChatModel, prompt: list[BaseMessage], *, node: str,
-                       timeout: float, max_tokens: int | None = None) -> UsageMetadata | None:
+async def _stream_into(
+    parts: list[str],
+    model: BaseChatModel,
+    prompt: list[BaseMessage],
+    *,
+    node: str,
+    timeout: float,
+    max_tokens: int | None = None,
+) -> UsageMetadata | None:
     """Append the streamed text to ``parts``; return the summed usage, if the server sent any."""
     config = {"run_name": f"memstrata.{node}", "metadata": {"memstrata_node": node}}
     usage: UsageMetadata | None = None
@@ -568,13 +632,32 @@ async def _stream_into(parts: list[str], model: BaseChatModel, prompt: list[Base
     return usage
 
 
-def _stream_failed(prompt: list[BaseMessage], partial: str, exc: Exception, *, node: str, meter: Meter,
-                   timeout: float, started: float, failed: list[str]) -> NoReturn:
+def _stream_failed(
+    prompt: list[BaseMessage],
+    partial: str,
+    exc: Exception,
+    *,
+    node: str,
+    meter: Meter,
+    timeout: float,
+    started: float,
+    failed: list[str],
+) -> NoReturn:
     """Record the failed stream (tokens so far counted locally) and raise :class:`LLMError`."""
     p, c, src = usage_of(prompt, AIMessage(partial))
-    meter.add(CallRecord(node, "error", p, c, src, error=_describe(exc, timeout), seconds=time.monotonic() - started,
-                         attempts=len(failed) + 1, retried=failed))
+    meter.add(
+        CallRecord(
+            node,
+            "error",
+            p,
+            c,
+            src,
+            error=_describe(exc, timeout),
+            seconds=time.monotonic() - started,
+            attempts=len(failed) + 1,
+            retried=failed,
+        )
+    )
     kind = "the connection to the model failed" if is_transient(exc) else "the model raised an error"
-    msg = (f"memstrata.{node}: {kind} after {len(partial)} streamed characters "
-           f"({_describe(exc, timeout)})")
+    msg = f"memstrata.{node}: {kind} after {len(partial)} streamed characters ({_describe(exc, timeout)})"
     raise LLMError(msg) from exc

@@ -27,8 +27,8 @@ from memstrata.context import Context
 from memstrata.memory.entity_graph.expansion import GraphSearch
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.search.fusion import Weights
-from memstrata.memory.search.themes import ThemeSearch
 from memstrata.memory.search.query import Query
+from memstrata.memory.search.themes import ThemeSearch
 from memstrata.memory.store import MemoryStore
 from memstrata.runtime import search
 from memstrata.runtime.resolve import aresolve_store
@@ -80,9 +80,17 @@ class NodeRun:
         close_meter(self.run_key)
 
 
-async def open_node(runtime: Any, node: str, state: Mapping[str, Any] | None = None, *,
-                    search_index: bool = False, queries: Sequence[Query] = (), graph: bool = False,
-                    new_query: bool = False, ingest: bool = False) -> NodeRun:
+async def open_node(
+    runtime: Any,
+    node: str,
+    state: Mapping[str, Any] | None = None,
+    *,
+    search_index: bool = False,
+    queries: Sequence[Query] = (),
+    graph: bool = False,
+    new_query: bool = False,
+    ingest: bool = False,
+) -> NodeRun:
     """Open what node ``node`` reads, in one call.
 
     Args:
@@ -98,8 +106,10 @@ async def open_node(runtime: Any, node: str, state: Mapping[str, Any] | None = N
     """
     ctx = runtime.context
     if not isinstance(ctx, Context):  # a run started with no context at all (Studio, the API)
-        msg = ("the run has no context: pass one with the user whose memory it reads or writes, "
-               "e.g. context={\"user_id\": \"...\"}")
+        msg = (
+            "the run has no context: pass one with the user whose memory it reads or writes, "
+            'e.g. context={"user_id": "..."}'
+        )
         raise ValueError(msg)
     store = await aresolve_store(ctx, getattr(runtime, "store", None))
     if ingest:

@@ -6,7 +6,7 @@ compiled with a :class:`~memstrata.integrations.store.MemstrataStore` uses that 
 
 Example:
     >>> ctx = Context(user_id="alice")
-    >>> resolve_model(ctx) is None        # offline unless a model is configured
+    >>> resolve_model(ctx) is None  # offline unless a model is configured
     True
 """
 
@@ -87,7 +87,10 @@ def resolve_model(ctx: Context) -> BaseChatModel | None:
     base_url = os.environ.get("OPENAI_BASE_URL")
     local = bool(base_url) and "api.openai.com" not in base_url
     return ChatOpenAI(
-        model=str(model), timeout=ctx.llm_timeout_s, max_retries=0, stream_usage=True,
+        model=str(model),
+        timeout=ctx.llm_timeout_s,
+        max_retries=0,
+        stream_usage=True,
         max_tokens=ctx.llm_max_tokens,
         # llama.cpp, vLLM and Ollama read max_tokens, not OpenAI's newer max_completion_tokens.
         extra_body={"max_tokens": ctx.llm_max_tokens} if local else None,

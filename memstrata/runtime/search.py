@@ -21,18 +21,18 @@ import numpy as np
 
 from memstrata.context import Context
 from memstrata.memory.entity_graph.expansion import GraphSearch, GraphView
-from memstrata.memory.search.themes import ThemeSearch
 from memstrata.memory.index import MemoryIndex
-from memstrata.memory.index.bounded import Bounds, release_run, working_set
-from memstrata.memory.index.held import PerConversation, moved
 from memstrata.memory.index.active import active_index, active_rows
 from memstrata.memory.index.active import moved as tiers_moved
+from memstrata.memory.index.bounded import Bounds, release_run, working_set
+from memstrata.memory.index.held import PerConversation, moved
 from memstrata.memory.index.snapshot import cached_snapshot, forget_snapshot
-from memstrata.memory.tiers.priority import PriorityWeights
 from memstrata.memory.levels import ENTITY, FACT, TREE_NODE, levels, scope_table
 from memstrata.memory.search.fusion import Weights
 from memstrata.memory.search.query import Query
+from memstrata.memory.search.themes import ThemeSearch
 from memstrata.memory.store import MemoryStore
+from memstrata.memory.tiers.priority import PriorityWeights
 from memstrata.memory.tree.search import load_reinforcement, reinforcement_current
 from memstrata.runtime.process import trim_heap
 
@@ -42,8 +42,9 @@ _SIZES: dict[tuple[Any, ...], tuple[float, bool]] = {}
 _SIZES_LOCK = threading.Lock()
 
 
-async def open_index(ctx: Context, store: MemoryStore, *, run: str | None = None,
-                     queries: Sequence[Query] = (), tier: int = 0) -> MemoryIndex:
+async def open_index(
+    ctx: Context, store: MemoryStore, *, run: str | None = None, queries: Sequence[Query] = (), tier: int = 0
+) -> MemoryIndex:
     """The search snapshot a node reads.
 
     Up to ``Context.snapshot_max_turns`` raw turns: the user's whole memory, loaded once per
@@ -55,47 +56,84 @@ async def open_index(ctx: Context, store: MemoryStore, *, run: str | None = None
     if tier in (1, 2) and (index := await _active(ctx, store, tier)) is not None:
         return await _reinforced(store, ctx, index)
     if await _is_large(store, ctx):
-        ws = working_set(store, user_id=ctx.user_id, conversation_id=ctx.conversation_id, run=run or "",
-                         bounds=bounds(ctx), window_widths=ctx.window_widths)
+        ws = working_set(
+            store,
+            user_id=ctx.user_id,
+            conversation_id=ctx.conversation_id,
+            run=run or "",
+            bounds=bounds(ctx),
+            window_widths=ctx.window_widths,
+        )
         vectors = await query_vectors(ctx, store, list(queries)) if queries else None
         index = await asyncio.to_thread(ws.ensure, [q.text for q in queries], vectors)
         return await _reinforced(store, ctx, index)
-    cached = MemoryIndex.fresh(store, user_id=ctx.user_id, conversation_id=ctx.conversation_id,
-                               refresh_seconds=ctx.snapshot_refresh_s)
+    cached = MemoryIndex.fresh(
+        store, user_id=ctx.user_id, conversation_id=ctx.conversation_id, refresh_seconds=ctx.snapshot_refresh_s
+    )
     if cached is not None and cached.window_widths == ctx.window_widths:
         return await _reinforced(store, ctx, cached)
-    return await _reinforced(store, ctx, await asyncio.to_thread(
-        MemoryIndex.load, store, user_id=ctx.user_id, conversation_id=ctx.conversation_id,
-        refresh_seconds=ctx.snapshot_refresh_s, window_widths=ctx.window_widths, freeze=ctx.gc_freeze))
+    return await _reinforced(
+        store,
+        ctx,
+        await asyncio.to_thread(
+            MemoryIndex.load,
+            store,
+            user_id=ctx.user_id,
+            conversation_id=ctx.conversation_id,
+            refresh_seconds=ctx.snapshot_refresh_s,
+            window_widths=ctx.window_widths,
+            freeze=ctx.gc_freeze,
+        ),
+    )
 
 
 async def first_tier(ctx: Context, store: MemoryStore) -> int:
     """Where a query starts: the cache (1) for a user past ``snapshot_max_turns`` with records in it and
-    ``Context.tiers`` on; else 0, no tiers (the whole-memory snapshot holds everything the cache would)."""
+    ``Context.tiers`` on; else 0, no tiers (the whole-memory snapshot holds everything the cache would).
+    """
     if not ctx.tiers or not await _is_large(store, ctx):
         return 0
     return 1 if await _active(ctx, store, 1) is not None else 0
 
 
 async def _active(ctx: Context, store: MemoryStore, depth: int) -> MemoryIndex | None:
-    return await asyncio.to_thread(active_index, store, user_id=ctx.user_id, conversation_id=ctx.conversation_id,
-                                   depth=depth, bounds=bounds(ctx), refresh_seconds=ctx.snapshot_refresh_s,
-                                   window_widths=ctx.window_widths)
+    return await asyncio.to_thread(
+        active_index,
+        store,
+        user_id=ctx.user_id,
+        conversation_id=ctx.conversation_id,
+        depth=depth,
+        bounds=bounds(ctx),
+        refresh_seconds=ctx.snapshot_refresh_s,
+        window_widths=ctx.window_widths,
+    )
 
 
-async def record_use(ctx: Context, store: MemoryStore, chosen: Sequence[Any], *,
-                     now: datetime | None) -> dict[str, Any]:
+async def record_use(
+    ctx: Context, store: MemoryStore, chosen: Sequence[Any], *, now: datetime | None
+) -> dict[str, Any]:
     """HMO's read-side update for a tiered query's cited turns (:mod:`memstrata.memory.tiers.use`), off the loop."""
     from memstrata.memory.tiers.anchor import read_anchor
-    from memstrata.memory.tiers.use import record_use as use, used_records
+    from memstrata.memory.tiers.use import record_use as use
+    from memstrata.memory.tiers.use import used_records
 
     def run() -> dict[str, Any]:
         items = used_records(store, ctx.user_id, [(h.conversation_id, h.session_id, h.unit_id) for h in chosen])
-        rows = active_rows(store, user_id=ctx.user_id, conversation_id=ctx.conversation_id,
-                           refresh_seconds=ctx.snapshot_refresh_s)
-        done = use(store, ctx.user_id, items, active=rows, persona=read_anchor(store, ctx.user_id),
-                   now=now.timestamp() if now else time.time(), weights=tier_weights(ctx),
-                   recent_sessions=ctx.tier_recent_sessions, pivotal=ctx.tier_pivotal, buffer=ctx.tier_buffer)
+        rows = active_rows(
+            store, user_id=ctx.user_id, conversation_id=ctx.conversation_id, refresh_seconds=ctx.snapshot_refresh_s
+        )
+        done = use(
+            store,
+            ctx.user_id,
+            items,
+            active=rows,
+            persona=read_anchor(store, ctx.user_id),
+            now=now.timestamp() if now else time.time(),
+            weights=tier_weights(ctx),
+            recent_sessions=ctx.tier_recent_sessions,
+            pivotal=ctx.tier_pivotal,
+            buffer=ctx.tier_buffer,
+        )
         if done.get("moves"):
             tiers_moved(store, ctx.user_id)
         return done
@@ -118,27 +156,37 @@ async def close_index(ctx: Context, store: MemoryStore, *, run: str | None) -> N
 
 def tier_weights(ctx: Context) -> PriorityWeights:
     """HMO Eq. 5's coefficients, from the ``tier_*`` settings."""
-    return PriorityWeights(alpha=ctx.tier_alpha, beta=ctx.tier_beta, gamma=ctx.tier_gamma,
-                           tau_days=ctx.tier_decay_days)
+    return PriorityWeights(alpha=ctx.tier_alpha, beta=ctx.tier_beta, gamma=ctx.tier_gamma, tau_days=ctx.tier_decay_days)
 
 
 def bounds(ctx: Context) -> Bounds:
     """The bounded path's candidate counts, from the ``bounded_*`` settings."""
-    return Bounds(dense_k=ctx.bounded_dense_k, event_k=ctx.bounded_event_k, lexical_k=ctx.bounded_lexical_k,
-                  lexical_terms=ctx.bounded_lexical_terms, sessions=ctx.bounded_sessions,
-                  entity_facts=ctx.bounded_entity_facts, cached_units=ctx.bounded_cache_units,
-                  latest_seconds=ctx.snapshot_refresh_s)
+    return Bounds(
+        dense_k=ctx.bounded_dense_k,
+        event_k=ctx.bounded_event_k,
+        lexical_k=ctx.bounded_lexical_k,
+        lexical_terms=ctx.bounded_lexical_terms,
+        sessions=ctx.bounded_sessions,
+        entity_facts=ctx.bounded_entity_facts,
+        cached_units=ctx.bounded_cache_units,
+        latest_seconds=ctx.snapshot_refresh_s,
+    )
 
 
 async def _is_large(store: MemoryStore, ctx: Context) -> bool:
     """Whether the searched scope holds more than ``snapshot_max_turns`` raw turns (re-checked every
-    ``snapshot_refresh_s``); a scope that grew past it drops its whole-memory snapshot."""
+    ``snapshot_refresh_s``); a scope that grew past it drops its whole-memory snapshot.
+    """
     key = (id(store), ctx.user_id, ctx.conversation_id, ctx.snapshot_max_turns)
     with _SIZES_LOCK:
         seen = _SIZES.get(key)
     # A large scope is re-checked less often: the check reads up to snapshot_max_turns ids (~0.16 s at 20k),
     # and the bounded path is correct at any size, so a scope that shrank only costs speed for a while.
-    trust = max(ctx.snapshot_refresh_s, ctx.snapshot_large_recheck_s) if seen is not None and seen[1] else ctx.snapshot_refresh_s
+    trust = (
+        max(ctx.snapshot_refresh_s, ctx.snapshot_large_recheck_s)
+        if seen is not None and seen[1]
+        else ctx.snapshot_refresh_s
+    )
     if seen is not None and time.monotonic() - seen[0] < trust:
         return seen[1]
     held = cached_snapshot(store, ctx.user_id, ctx.conversation_id)
@@ -148,8 +196,13 @@ async def _is_large(store: MemoryStore, ctx: Context) -> bool:
         with _SIZES_LOCK:
             _SIZES[key] = (time.monotonic(), False)
         return False
-    large = await asyncio.to_thread(store.holds_more_than, levels(role="raw")[0].kind, ctx.snapshot_max_turns,
-                                    user_id=ctx.user_id, conversation_id=ctx.conversation_id)
+    large = await asyncio.to_thread(
+        store.holds_more_than,
+        levels(role="raw")[0].kind,
+        ctx.snapshot_max_turns,
+        user_id=ctx.user_id,
+        conversation_id=ctx.conversation_id,
+    )
     with _SIZES_LOCK:
         _SIZES[key] = (time.monotonic(), large)
     if large:
@@ -193,22 +246,39 @@ async def query_vectors(ctx: Context, store: MemoryStore, queries: list[Query]) 
 
 def weights(ctx: Context) -> Weights:
     """The fusion settings of a run."""
-    return Weights(semantic=ctx.w_semantic, temporal=ctx.w_temporal, robustness=ctx.w_robustness,
-                   tau_days=ctx.decay_tau_days, eta=ctx.decay_eta, episode_prior=ctx.episode_prior,
-                   neighbour=ctx.neighbour_share, speaker=ctx.speaker_prior, when=ctx.when_prior,
-                   lam=ctx.temporal_lambda)
+    return Weights(
+        semantic=ctx.w_semantic,
+        temporal=ctx.w_temporal,
+        robustness=ctx.w_robustness,
+        tau_days=ctx.decay_tau_days,
+        eta=ctx.decay_eta,
+        episode_prior=ctx.episode_prior,
+        neighbour=ctx.neighbour_share,
+        speaker=ctx.speaker_prior,
+        when=ctx.when_prior,
+        lam=ctx.temporal_lambda,
+    )
 
 
 def theme_search(ctx: Context, *, reader: bool = False) -> ThemeSearch | None:
     """The theme path's settings of a run (``None`` when ``theme_search_k`` is 0). With a ``reader`` (a model),
-    Stage II is the reader's own (:mod:`memstrata.nodes.retrieve.stage2`), so the path leaves out its offline proxy."""
+    Stage II is the reader's own (:mod:`memstrata.nodes.retrieve.stage2`), so the path leaves out its offline proxy.
+    """
     if ctx.theme_search_k <= 0:
         return None
-    return ThemeSearch(themes=ctx.theme_search_k, facts=ctx.theme_fact_seeds, select=ctx.theme_select,
-                       alpha=ctx.theme_alpha, coverage=ctx.theme_coverage, theme_budget=ctx.theme_pick,
-                       fact_budget=ctx.theme_fact_pick, spread=ctx.theme_spread,
-                       stage2=ctx.theme_stage2 and not reader,
-                       patience=ctx.theme_patience, knn=ctx.theme_knn)
+    return ThemeSearch(
+        themes=ctx.theme_search_k,
+        facts=ctx.theme_fact_seeds,
+        select=ctx.theme_select,
+        alpha=ctx.theme_alpha,
+        coverage=ctx.theme_coverage,
+        theme_budget=ctx.theme_pick,
+        fact_budget=ctx.theme_fact_pick,
+        spread=ctx.theme_spread,
+        stage2=ctx.theme_stage2 and not reader,
+        patience=ctx.theme_patience,
+        knn=ctx.theme_knn,
+    )
 
 
 def scope_kinds(ctx: Context) -> dict[str, list[str]]:
@@ -223,9 +293,12 @@ def reference_now(ctx: Context, index: MemoryIndex) -> datetime | None:
 
 def event_k(ctx: Context) -> dict[str, int]:
     """How many of each event kind's best units the light module reads: ``fact_k`` for facts, ``tree_k`` for
-    tree nodes, else ``level1_k``."""
-    return {lv.kind: ctx.fact_k if lv.kind == FACT.kind else ctx.tree_k if lv.kind == TREE_NODE.kind else ctx.level1_k
-            for lv in levels(role="event")}
+    tree nodes, else ``level1_k``.
+    """
+    return {
+        lv.kind: ctx.fact_k if lv.kind == FACT.kind else ctx.tree_k if lv.kind == TREE_NODE.kind else ctx.level1_k
+        for lv in levels(role="event")
+    }
 
 
 def pool_size(ctx: Context) -> int:
@@ -262,8 +335,13 @@ def graph_view(store: MemoryStore, ctx: Context, index: MemoryIndex) -> GraphVie
     """
     facts, entities = index.events[FACT.kind], index.tables[ENTITY.kind]
     if index.bounded is not None:
-        edges = [e for conv in index.bounded if ctx.conversation_id in (None, conv)
-                 for e in store.edges.get(ctx.user_id, conversation_id=conv) if e.src_kind == ENTITY.kind]
+        edges = [
+            e
+            for conv in index.bounded
+            if ctx.conversation_id in (None, conv)
+            for e in store.edges.get(ctx.user_id, conversation_id=conv)
+            if e.src_kind == ENTITY.kind
+        ]
         return GraphView.build(entities.units, facts.units, edges, fact_row=facts.by_key)
 
     def read(conv: str | None) -> dict[str, list[Any]]:
@@ -285,8 +363,9 @@ def graph_view(store: MemoryStore, ctx: Context, index: MemoryIndex) -> GraphVie
             units_changed = moved(seen, unit_stamp)
             changed = None if changed is None or units_changed is None else changed | units_changed
         if changed is None:
-            view = GraphView.build(entities.units, facts.units, [e for part in edges.parts.values() for e in part],
-                                   fact_row=facts.by_key)
+            view = GraphView.build(
+                entities.units, facts.units, [e for part in edges.parts.values() for e in part], fact_row=facts.by_key
+            )
         else:
             for conv in changed - {"*"}:
                 view = view.replace(conv, entities.units, edges.parts.get(conv, []))

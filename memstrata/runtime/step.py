@@ -26,7 +26,7 @@ unknown; the meter is then rebuilt from the calls the state carries.
 Example:
     >>> shared = SharedMeter(budget=1000, completion_cap=100)
     >>> a, b = MeterView(shared), MeterView(shared)
-    >>> a.affords(500), b.affords(500)      # a's call is in flight, b's would not fit
+    >>> a.affords(500), b.affords(500)  # a's call is in flight, b's would not fit
     (True, False)
 """
 
@@ -119,8 +119,9 @@ class MeterView(Meter):
 def open_meter(ctx: Context, calls: list[dict[str, Any]] | None = None) -> str:
     """Start a query's shared meter; returns its run key (kept in the state)."""
     key = uuid.uuid4().hex
-    _OPEN[key] = SharedMeter(budget=ctx.llm_token_budget, completion_cap=ctx.llm_max_tokens,
-                             calls=[CallRecord(**c) for c in calls or []])
+    _OPEN[key] = SharedMeter(
+        budget=ctx.llm_token_budget, completion_cap=ctx.llm_max_tokens, calls=[CallRecord(**c) for c in calls or []]
+    )
     while len(_OPEN) > _MAX_OPEN:
         _OPEN.popitem(last=False)
     return key
@@ -130,8 +131,9 @@ def shared_meter(ctx: Context, key: str | None, calls: list[dict[str, Any]] | No
     """The query's meter; rebuilt from the state's call records when this process never saw the key."""
     if key and key in _OPEN:
         return _OPEN[key]
-    meter = SharedMeter(budget=ctx.llm_token_budget, completion_cap=ctx.llm_max_tokens,
-                        calls=[CallRecord(**c) for c in calls or []])
+    meter = SharedMeter(
+        budget=ctx.llm_token_budget, completion_cap=ctx.llm_max_tokens, calls=[CallRecord(**c) for c in calls or []]
+    )
     if key:
         _OPEN[key] = meter
     return meter
@@ -159,7 +161,8 @@ class Step:
     @classmethod
     def for_query(cls, ctx: Context, key: str | None, calls: list[dict[str, Any]] | None = None) -> Step:
         """A retrieval node's step on the query's meter (``key``: the state's ``run_key``; ``calls`` rebuild a
-        meter this process never saw)."""
+        meter this process never saw).
+        """
         return cls(ctx, shared_meter(ctx, key, calls))
 
     @classmethod
@@ -169,21 +172,41 @@ class Step:
 
     def sibling(self, *, offline: bool = False) -> Step:
         """Another step on the same model and budget, whose calls are counted apart (``offline``: no model, so
-        every decision is its fallback). Nothing is resolved again."""
+        every decision is its fallback). Nothing is resolved again.
+        """
         twin = object.__new__(Step)
         twin.ctx, twin.model, twin.shared = self.ctx, None if offline else self.model, self.shared
         twin.meter = MeterView(self.shared)
         return twin
 
-    async def decide(self, schema: type[T], prompt: str, user: str, *, node: str, fallback: Callable[[], T],
-                     validate: Callable[[T], T] | None = None, **fmt: Any) -> tuple[T, str]:
+    async def decide(
+        self,
+        schema: type[T],
+        prompt: str,
+        user: str,
+        *,
+        node: str,
+        fallback: Callable[[], T],
+        validate: Callable[[T], T] | None = None,
+        **fmt: Any,
+    ) -> tuple[T, str]:
         """One structured decision with the named prompt (``fmt`` fills its placeholders); a call the budget
-        cannot afford halts the query."""
+        cannot afford halts the query.
+        """
         system = self.ctx.prompt(prompt)
-        value, how = await decide(self.model, schema, system.format(**fmt) if fmt else system, user, node=node,
-                                  fallback=fallback, meter=self.meter, validate=validate,
-                                  timeout=self.ctx.llm_timeout_s, retries=self.ctx.llm_retries,
-                                  max_tokens=self.ctx.llm_max_tokens)
+        value, how = await decide(
+            self.model,
+            schema,
+            system.format(**fmt) if fmt else system,
+            user,
+            node=node,
+            fallback=fallback,
+            meter=self.meter,
+            validate=validate,
+            timeout=self.ctx.llm_timeout_s,
+            retries=self.ctx.llm_retries,
+            max_tokens=self.ctx.llm_max_tokens,
+        )
         if how == "skipped_budget" and self.shared.halted is None:
             self.shared.halted = node
         return value, how

@@ -51,9 +51,16 @@ def active_sessions(rows: Sequence[Any]) -> dict[int, tuple[str, ...]]:
     return {1: cache, 2: both}
 
 
-def active_index(store: Any, *, user_id: str, conversation_id: str | None, depth: int, bounds: Bounds,
-                 refresh_seconds: float = 5.0, window_widths: Sequence[int] = default("window_widths"),
-                 ) -> MemoryIndex | None:
+def active_index(
+    store: Any,
+    *,
+    user_id: str,
+    conversation_id: str | None,
+    depth: int,
+    bounds: Bounds,
+    refresh_seconds: float = 5.0,
+    window_widths: Sequence[int] = default("window_widths"),
+) -> MemoryIndex | None:
     """The snapshot of tier ``depth`` (1 or 2); ``None`` when no record is in an active tier yet.
 
     A held snapshot is kept while the sessions it holds are still wanted, give or take a few: sessions that
@@ -67,13 +74,19 @@ def active_index(store: Any, *, user_id: str, conversation_id: str | None, depth
             return None
         ws = held.sets.get(depth)
         if ws is None or len(set(ws.sessions) - set(keys)) > len(keys) // 2:
-            ws = held.sets[depth] = WorkingSet(store, user_id=user_id, conversation_id=conversation_id,
-                                               bounds=bounds, window_widths=window_widths)
+            ws = held.sets[depth] = WorkingSet(
+                store, user_id=user_id, conversation_id=conversation_id, bounds=bounds, window_widths=window_widths
+            )
     return ws.hold_sessions(list(keys))
 
 
-def active_rows(store: Any, *, user_id: str, conversation_id: str | None, refresh_seconds: float = 5.0,
-                ) -> list[Any]:
+def active_rows(
+    store: Any,
+    *,
+    user_id: str,
+    conversation_id: str | None,
+    refresh_seconds: float = 5.0,
+) -> list[Any]:
     """The active records' counters as this process holds them (read again every ``refresh_seconds``)."""
     with _LOCK:
         return list(_refreshed(store, user_id, conversation_id, refresh_seconds).rows)
@@ -105,6 +118,9 @@ def tier_sizes(store: Any, user_id: str, conversation_id: str | None = None) -> 
     """How many records each active tier holds, and their sessions."""
     rows = store.counters.active(user_id, conversation_id=conversation_id)
     sessions = active_sessions(rows)
-    return {"cache": sum(1 for c in rows if c.tier == CACHE), "buffer": sum(1 for c in rows if c.tier == BUFFER),
-            "cache_sessions": len(sessions[1]), "active_sessions": len(sessions[2])}
-
+    return {
+        "cache": sum(1 for c in rows if c.tier == CACHE),
+        "buffer": sum(1 for c in rows if c.tier == BUFFER),
+        "cache_sessions": len(sessions[1]),
+        "active_sessions": len(sessions[2]),
+    }

@@ -129,8 +129,10 @@ class Bm25:
     def _postings(self, term: str) -> tuple[np.ndarray, np.ndarray]:
         if term not in self._arrays:
             docs = self.postings[term]
-            self._arrays[term] = (np.fromiter(docs.keys(), dtype=np.int64, count=len(docs)),
-                                  np.fromiter(docs.values(), dtype=np.float64, count=len(docs)))
+            self._arrays[term] = (
+                np.fromiter(docs.keys(), dtype=np.int64, count=len(docs)),
+                np.fromiter(docs.values(), dtype=np.float64, count=len(docs)),
+            )
         return self._arrays[term]
 
     def window_scores(self, query_tokens: list[str], windows: list[np.ndarray]) -> np.ndarray:

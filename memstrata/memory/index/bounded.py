@@ -38,8 +38,8 @@ nodes the dense search found, not among all of them. On a store small enough tha
 cover everything, both paths score every unit alike (``tests/test_bounded.py``).
 
 Example:
-    >>> ws = WorkingSet(store, user_id="alice")                     # doctest: +SKIP
-    >>> index = ws.ensure(["Where does Ann live?"], vectors)        # doctest: +SKIP
+    >>> ws = WorkingSet(store, user_id="alice")  # doctest: +SKIP
+    >>> index = ws.ensure(["Where does Ann live?"], vectors)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -64,10 +64,78 @@ from memstrata.memory.index.snapshot import MemoryIndex, kind_table
 from memstrata.memory.levels import TreeNode
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]{3,}")
-_STOP = frozenset("""about above after again against also been before being below between both could does doing
-down during each from further have having here into just more most much must only other over same should some
-such than that their them then there these they this those through under until very what when where which while
-who whom whose will with would your yours yourself what's tell know like""".split())
+_STOP = frozenset(
+    [
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "also",
+        "been",
+        "before",
+        "being",
+        "below",
+        "between",
+        "both",
+        "could",
+        "does",
+        "doing",
+        "down",
+        "during",
+        "each",
+        "from",
+        "further",
+        "have",
+        "having",
+        "here",
+        "into",
+        "just",
+        "more",
+        "most",
+        "much",
+        "must",
+        "only",
+        "other",
+        "over",
+        "same",
+        "should",
+        "some",
+        "such",
+        "than",
+        "that",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "under",
+        "until",
+        "very",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "whose",
+        "will",
+        "with",
+        "would",
+        "your",
+        "yours",
+        "yourself",
+        "what's",
+        "tell",
+        "know",
+        "like",
+    ]
+)
 _EVENT_WORDS = 4  # words read in the event kinds' text
 _READERS = 4  # threads reading candidates from Chroma at once
 _RUNS = 8  # working sets kept per process (one per retrieval run in flight)
@@ -125,8 +193,15 @@ class WorkingSet:
         window_widths: the BM25 window widths of the snapshot.
     """
 
-    def __init__(self, store: Any, *, user_id: str, conversation_id: str | None = None,
-                 bounds: Bounds, window_widths: Sequence[int] = default("window_widths")) -> None:
+    def __init__(
+        self,
+        store: Any,
+        *,
+        user_id: str,
+        conversation_id: str | None = None,
+        bounds: Bounds,
+        window_widths: Sequence[int] = default("window_widths"),
+    ) -> None:
         self.store, self.user_id, self.conversation_id = store, user_id, conversation_id
         self.bounds = bounds
         self.window_widths = tuple(window_widths)
@@ -145,8 +220,11 @@ class WorkingSet:
     def ensure(self, texts: Sequence[str], vectors: np.ndarray | None) -> MemoryIndex:
         """The snapshot over the candidates of every query seen so far; reads only for new queries."""
         with self.lock:
-            new = [(t, v) for t, v in zip(texts, vectors if vectors is not None else [], strict=False)
-                   if t not in self.seen]
+            new = [
+                (t, v)
+                for t, v in zip(texts, vectors if vectors is not None else [], strict=False)
+                if t not in self.seen
+            ]
             held = self._held()
             if new:
                 self._gather([t for t, _ in new], np.stack([v for _, v in new]))
@@ -162,10 +240,19 @@ class WorkingSet:
         """
         with self.lock:
             wanted = [k for k in dict.fromkeys(keys) if k not in self.sessions]
-            reads = [functools.partial(self.store.get, lv.kind, user_id=self.user_id, with_vectors=True,
-                                       conversation_id=self.conversation_id, selective=True,
-                                       where={"session_key": {"$in": wanted[start:start + 200]}})
-                     for lv in levels.levels(searched=True) for start in range(0, len(wanted), 200)]
+            reads = [
+                functools.partial(
+                    self.store.get,
+                    lv.kind,
+                    user_id=self.user_id,
+                    with_vectors=True,
+                    conversation_id=self.conversation_id,
+                    selective=True,
+                    where={"session_key": {"$in": wanted[start : start + 200]}},
+                )
+                for lv in levels.levels(searched=True)
+                for start in range(0, len(wanted), 200)
+            ]
             with ThreadPoolExecutor(max_workers=_READERS) as pool:
                 for found in pool.map(lambda read: read(), reads):
                     self._keep(found)
@@ -207,21 +294,43 @@ class WorkingSet:
         for level in levels.levels(searched=True) if fresh else ():
             k = b.dense_k if level.role in ("raw", "view") else b.event_k
             # turns and views come with their sessions below; other kinds are candidates themselves
-            reads.append((level.role not in ("raw", "view"), functools.partial(
-                store.nearest, level.kind, vectors=vecs[fresh], k=k, **scope)))
+            reads.append(
+                (
+                    level.role not in ("raw", "view"),
+                    functools.partial(store.nearest, level.kind, vectors=vecs[fresh], k=k, **scope),
+                )
+            )
         words = list(dict.fromkeys(w for text in texts for w in content_words(text, b.lexical_terms)))
         # Events (tree nodes consolidate these) are read for the longest words only.
-        for kind, keep, limit in [(raw, False, None), *((lv.kind, True, _EVENT_WORDS) for lv in
-                                                        levels.levels(role="event", searched=True)
-                                                        if lv.kind != "tree_node")]:
+        for kind, keep, limit in [
+            (raw, False, None),
+            *(
+                (lv.kind, True, _EVENT_WORDS)
+                for lv in levels.levels(role="event", searched=True)
+                if lv.kind != "tree_node"
+            ),
+        ]:
             unread = self._unread(kind, words, limit)
             if unread and store.words_ready(kind):  # the word index: the words' best BM25 matches, in one call
-                reads.append((keep, functools.partial(_one, store.matching, kind, words=unread,
-                                                      limit=b.lexical_k * len(unread), **scope)))
+                reads.append(
+                    (
+                        keep,
+                        functools.partial(
+                            _one, store.matching, kind, words=unread, limit=b.lexical_k * len(unread), **scope
+                        ),
+                    )
+                )
             else:  # Chroma's full-text index, one read per word so a common word cannot crowd out a rare one
                 # (a read of many words at once is slower)
-                reads += [(keep, functools.partial(_one, store.containing, kind, phrases=_variants(word),
-                                                   limit=b.lexical_k, **scope)) for word in unread]
+                reads += [
+                    (
+                        keep,
+                        functools.partial(
+                            _one, store.containing, kind, phrases=_variants(word), limit=b.lexical_k, **scope
+                        ),
+                    )
+                    for word in unread
+                ]
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
             results = list(pool.map(lambda read: read[1](), reads))
         self.reads += len(reads)
@@ -246,13 +355,19 @@ class WorkingSet:
         if entity not in self.records or fact not in self.records:
             return
         words = {w.casefold() for t in texts for w in _WORD.findall(t)}
-        named = [r for r in self.records[entity].values()
-                 if {w.casefold() for w in _WORD.findall(r.payload.get("name", ""))} & words]
+        named = [
+            r
+            for r in self.records[entity].values()
+            if {w.casefold() for w in _WORD.findall(r.payload.get("name", ""))} & words
+        ]
         self.named_conversations.update(r.metadata["conversation_id"] for r in named)
         pairs = [(r.metadata["conversation_id"], fid) for r in named for fid in r.payload.get("fact_ids", [])]
         if pairs:
-            self._keep(self.store.get_keys(fact, user_id=self.user_id, keys=pairs[:self.bounds.entity_facts],
-                                           with_vectors=True))
+            self._keep(
+                self.store.get_keys(
+                    fact, user_id=self.user_id, keys=pairs[: self.bounds.entity_facts], with_vectors=True
+                )
+            )
             self.reads += 1
 
     def _latest(self) -> datetime | None:
@@ -261,8 +376,17 @@ class WorkingSet:
         with _RUN_LOCK:
             if key in _LATEST and time.monotonic() - _LATEST[key][0] < self.bounds.latest_seconds:
                 return _LATEST[key][1]
-        found = self.store.get("tree_node", user_id=self.user_id, conversation_id=self.conversation_id,
-                               where={"level": "year"}, selective=True) if "tree_node" in self.records else []
+        found = (
+            self.store.get(
+                "tree_node",
+                user_id=self.user_id,
+                conversation_id=self.conversation_id,
+                where={"level": "year"},
+                selective=True,
+            )
+            if "tree_node" in self.records
+            else []
+        )
         self.reads += 1
         ends = [e for r in found if (e := TreeNode.model_validate(r.payload).span()[1])]
         latest = max(ends) if ends else None
@@ -284,21 +408,31 @@ class WorkingSet:
         # the first queries fill the session budget; each later query (a follow-up, a rewrite) adds an eighth
         limit = self.bounds.sessions if not self.sessions else len(self.sessions) + max(1, self.bounds.sessions // 8)
         fresh = [k for k in order if k not in self.sessions]
-        wanted = fresh[:limit - len(self.sessions)]
+        wanted = fresh[: limit - len(self.sessions)]
         if not wanted:
             return
         kinds = [lv.kind for lv in levels.levels(searched=True) if lv.role in ("raw", "view")]
         cache = session_cache(self.store)
-        cached, to_read = cache.take(self.store, user_id=self.user_id, conversation_id=self.conversation_id,
-                                        keys=wanted, kinds=kinds)
+        cached, to_read = cache.take(
+            self.store, user_id=self.user_id, conversation_id=self.conversation_id, keys=wanted, kinds=kinds
+        )
         for by_kind in cached.values():
             for records in by_kind.values():
                 self._keep(records)
         self.reads += len(kinds) if cached else 0
-        reads = [functools.partial(self.store.get, kind, user_id=self.user_id, with_vectors=True,
-                                   conversation_id=self.conversation_id, selective=True,
-                                   where={"session_key": {"$in": to_read[start:start + 200]}})
-                 for kind in kinds for start in range(0, len(to_read), 200)]
+        reads = [
+            functools.partial(
+                self.store.get,
+                kind,
+                user_id=self.user_id,
+                with_vectors=True,
+                conversation_id=self.conversation_id,
+                selective=True,
+                where={"session_key": {"$in": to_read[start : start + 200]}},
+            )
+            for kind in kinds
+            for start in range(0, len(to_read), 200)
+        ]
         raw = levels.raw_kind()
         got: dict[str, dict[str, list[Any]]] = {}
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
@@ -307,8 +441,11 @@ class WorkingSet:
                     got.setdefault(r.metadata.get("session_key", ""), {}).setdefault(r.kind, []).append(r)
         self.reads += len(reads)
         loaded = {key for key, by_kind in got.items() if raw in by_kind} | set(cached)
-        cache.put(user_id=self.user_id, limit=self.bounds.cached_units,
-                     sessions={key: got[key] for key in loaded if key in got})
+        cache.put(
+            user_id=self.user_id,
+            limit=self.bounds.cached_units,
+            sessions={key: got[key] for key in loaded if key in got},
+        )
         # Units written before session_key existed: read those sessions per conversation instead.
         by_conv: dict[str, list[str]] = {}
         for key in (k for k in to_read if k not in loaded):
@@ -317,17 +454,30 @@ class WorkingSet:
         for conv, sessions in by_conv.items():
             for level in levels.levels(searched=True):
                 if level.role in ("raw", "view") and self.conversation_id in (None, conv):
-                    self._keep(self.store.get(level.kind, user_id=self.user_id, conversation_id=conv,
-                                              where={"session_id": {"$in": sessions}}, with_vectors=True))
+                    self._keep(
+                        self.store.get(
+                            level.kind,
+                            user_id=self.user_id,
+                            conversation_id=conv,
+                            where={"session_id": {"$in": sessions}},
+                            with_vectors=True,
+                        )
+                    )
                     self.reads += 1
         self.sessions += wanted
 
     # ---- the snapshot ---------------------------------------------------------
     def _build(self) -> MemoryIndex:
-        tables = {lv.kind: kind_table(lv, list(self.records.get(lv.kind, {}).values()), parse=self._unit)
-                  for lv in levels.levels(searched=True)}
-        index = MemoryIndex(tables, window_widths=self.window_widths, version=self.version,
-                            counts=tuple(len(t) for t in tables.values()))
+        tables = {
+            lv.kind: kind_table(lv, list(self.records.get(lv.kind, {}).values()), parse=self._unit)
+            for lv in levels.levels(searched=True)
+        }
+        index = MemoryIndex(
+            tables,
+            window_widths=self.window_widths,
+            version=self.version,
+            counts=tuple(len(t) for t in tables.values()),
+        )
         latest = self._latest()
         if latest and (index.latest is None or latest > index.latest):
             index.latest = latest
@@ -344,8 +494,15 @@ def _session_key(conversation_id: str | None, session_id: str | None) -> str | N
     return f"{conversation_id}/{session_id}" if conversation_id and session_id else None
 
 
-def working_set(store: Any, *, user_id: str, conversation_id: str | None, run: str, bounds: Bounds,
-                window_widths: Sequence[int] = default("window_widths")) -> WorkingSet:
+def working_set(
+    store: Any,
+    *,
+    user_id: str,
+    conversation_id: str | None,
+    run: str,
+    bounds: Bounds,
+    window_widths: Sequence[int] = default("window_widths"),
+) -> WorkingSet:
     """The working set of one retrieval run (kept until the run's answer releases it, :func:`release_run`;
     at most the last ``_RUNS`` runs of this process).
 
@@ -355,8 +512,9 @@ def working_set(store: Any, *, user_id: str, conversation_id: str | None, run: s
     with _RUN_LOCK:
         found = _RUN_CACHE.get(key)
         if found is None or found.version != store.versions.get(user_id) or found.bounds != bounds:
-            found = WorkingSet(store, user_id=user_id, conversation_id=conversation_id, bounds=bounds,
-                               window_widths=window_widths)
+            found = WorkingSet(
+                store, user_id=user_id, conversation_id=conversation_id, bounds=bounds, window_widths=window_widths
+            )
             _RUN_CACHE[key] = found
         _RUN_CACHE.move_to_end(key)
         while len(_RUN_CACHE) > _RUNS:

@@ -29,7 +29,8 @@ T = TypeVar("T")
 
 def moved(before: Mapping[str, int] | None, after: Mapping[str, int]) -> set[str] | None:
     """The conversations whose write count differs between two stamps; ``None`` when any may have changed
-    (no earlier stamp, or the ``"*"`` count moved)."""
+    (no earlier stamp, or the ``"*"`` count moved).
+    """
     if before is None or before.get("*") != after.get("*"):
         return None
     return {c for c in before.keys() | after.keys() if before.get(c) != after.get(c)}
@@ -49,13 +50,15 @@ class PerConversation(Generic[T]):
     version: int = 0
 
     @classmethod
-    def read(cls, stamp: Mapping[str, int], read: Callable[[str | None], dict[str, T]], *,
-             scope: str | None = None) -> PerConversation[T]:
+    def read(
+        cls, stamp: Mapping[str, int], read: Callable[[str | None], dict[str, T]], *, scope: str | None = None
+    ) -> PerConversation[T]:
         """Every part of the scope (one conversation, or ``None``: all) read at once."""
         return cls(dict(stamp), read(scope))
 
-    def refresh(self, stamp: Mapping[str, int], read: Callable[[str | None], dict[str, T]], *,
-                scope: str | None = None) -> set[str] | None:
+    def refresh(
+        self, stamp: Mapping[str, int], read: Callable[[str | None], dict[str, T]], *, scope: str | None = None
+    ) -> set[str] | None:
         """Bring the parts up to ``stamp``: read again each conversation whose count moved, or everything.
 
         Returns the conversations whose count moved (empty: none; ``None``: everything was read).

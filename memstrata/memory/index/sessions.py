@@ -17,7 +17,7 @@ records it as a reset); another process's is seen once its sessions leave the
 cache.
 
 Example:
-    >>> cache = SessionCache()   # one per store: session_cache(store)
+    >>> cache = SessionCache()  # one per store: session_cache(store)
     >>> cache.units
     0
 """
@@ -42,8 +42,9 @@ class SessionCache:
         self._versions: dict[str, int] = {}
         self.units = 0
 
-    def take(self, store: Any, *, user_id: str, conversation_id: str | None, keys: Sequence[str],
-             kinds: Sequence[str]) -> tuple[dict[str, dict[str, list[Any]]], list[str]]:
+    def take(
+        self, store: Any, *, user_id: str, conversation_id: str | None, keys: Sequence[str], kinds: Sequence[str]
+    ) -> tuple[dict[str, dict[str, list[Any]]], list[str]]:
         """The cached sessions among ``keys`` that still hold the same units, and the keys to read instead."""
         self._sync(store, user_id)
         with self._lock:
@@ -52,10 +53,18 @@ class SessionCache:
             return {}, list(keys)
         stale: set[str] = set()
         for kind in kinds:
-            cached = {store.storage_key(user_id, r.metadata["conversation_id"], r.unit_id): key
-                      for key, by_kind in found.items() for r in by_kind.get(kind, [])}
-            kept, added = store.recheck(kind, user_id=user_id, conversation_id=conversation_id, known=cached,
-                                        where={"session_key": {"$in": list(found)}})
+            cached = {
+                store.storage_key(user_id, r.metadata["conversation_id"], r.unit_id): key
+                for key, by_kind in found.items()
+                for r in by_kind.get(kind, [])
+            }
+            kept, added = store.recheck(
+                kind,
+                user_id=user_id,
+                conversation_id=conversation_id,
+                known=cached,
+                where={"session_key": {"$in": list(found)}},
+            )
             stale.update(cached[i] for i in cached.keys() - kept)  # removed since
             stale.update(r.metadata.get("session_key", "") for r in added)  # added since
         fresh = {k: v for k, v in found.items() if k not in stale}

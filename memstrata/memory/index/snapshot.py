@@ -21,8 +21,8 @@ a rebuild would sort before them; scores are the same, only the order of exact
 ties can differ.
 
 Example:
-    >>> idx = MemoryIndex.load(store, user_id="alice")      # doctest: +SKIP
-    >>> idx.dense_turns(vec)[:3]                            # doctest: +SKIP
+    >>> idx = MemoryIndex.load(store, user_id="alice")  # doctest: +SKIP
+    >>> idx.dense_turns(vec)[:3]  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -59,8 +59,11 @@ class KindTable:
         self.units = list(units)
         self._vecs = Rows(np.asarray(vecs, dtype=np.float32))
         self.by_key = {(u.conversation_id, u.id): i for i, u in enumerate(self.units)}
-        self.bm25 = Bm25.from_tokens(tokenize([u.embed_text() for u in self.units]) if self.units else []) \
-            if level.role == "event" else None
+        self.bm25 = (
+            Bm25.from_tokens(tokenize([u.embed_text() for u in self.units]) if self.units else [])
+            if level.role == "event"
+            else None
+        )
         self.turn_rows: list[list[int]] = []
         self._columns: dict[str, tuple[Callable[[Unit], Any], list[Any]]] = {}
 
@@ -150,8 +153,14 @@ class MemoryIndex:
         window_widths: neighbours on each side of the BM25 window views of a turn.
     """
 
-    def __init__(self, tables: dict[str, KindTable], *, window_widths: Sequence[int] = default("window_widths"),
-                 version: int = 0, counts: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self,
+        tables: dict[str, KindTable],
+        *,
+        window_widths: Sequence[int] = default("window_widths"),
+        version: int = 0,
+        counts: tuple[int, ...] = (),
+    ) -> None:
         self.tables = tables
         self.version, self.counts, self.loaded_at = version, counts, time.monotonic()
         self.memo: dict[str, Any] = {}
@@ -191,10 +200,16 @@ class MemoryIndex:
     def _link_turns(self) -> None:
         turns = self.turns
         self.by_position = {(t.conversation_id, t.session_id, t.position): i for i, t in enumerate(turns)}
-        self._prev = Rows(np.array([self.by_position.get((t.conversation_id, t.session_id, t.position - 1), -1)
-                                    for t in turns], dtype=int))
-        self._next = Rows(np.array([self.by_position.get((t.conversation_id, t.session_id, t.position + 1), -1)
-                                    for t in turns], dtype=int))
+        self._prev = Rows(
+            np.array(
+                [self.by_position.get((t.conversation_id, t.session_id, t.position - 1), -1) for t in turns], dtype=int
+            )
+        )
+        self._next = Rows(
+            np.array(
+                [self.by_position.get((t.conversation_id, t.session_id, t.position + 1), -1) for t in turns], dtype=int
+            )
+        )
         self._ts = Rows(np.array([t.timestamp.timestamp() if t.timestamp else np.nan for t in turns], dtype=float))
         stamps = [t.timestamp for t in turns if t.timestamp]
         self.latest: datetime | None = max(stamps) if stamps else None
@@ -220,20 +235,31 @@ class MemoryIndex:
 
     # ---- loading -----------------------------------------------------------
     @classmethod
-    def fresh(cls, store: Any, *, user_id: str, conversation_id: str | None = None,
-              refresh_seconds: float = 5.0) -> MemoryIndex | None:
+    def fresh(
+        cls, store: Any, *, user_id: str, conversation_id: str | None = None, refresh_seconds: float = 5.0
+    ) -> MemoryIndex | None:
         """The cached snapshot when it needs no I/O to trust (same version, checked recently), else ``None``."""
         with _CACHE_LOCK:
             cached = _CACHE.get((id(store), user_id, conversation_id))
-        if cached is not None and cached.version == store.versions.get(user_id) and \
-                time.monotonic() - cached.loaded_at < refresh_seconds:
+        if (
+            cached is not None
+            and cached.version == store.versions.get(user_id)
+            and time.monotonic() - cached.loaded_at < refresh_seconds
+        ):
             return cached
         return None
 
     @classmethod
-    def load(cls, store: Any, *, user_id: str, conversation_id: str | None = None,
-             refresh_seconds: float = default("snapshot_refresh_s"),
-             window_widths: Sequence[int] = default("window_widths"), freeze: bool = False) -> MemoryIndex:
+    def load(
+        cls,
+        store: Any,
+        *,
+        user_id: str,
+        conversation_id: str | None = None,
+        refresh_seconds: float = default("snapshot_refresh_s"),
+        window_widths: Sequence[int] = default("window_widths"),
+        freeze: bool = False,
+    ) -> MemoryIndex:
         """The cached snapshot, updated in place after this process's writes, rebuilt after other processes'."""
         key = (id(store), user_id, conversation_id)
         with _CACHE_LOCK:
@@ -245,7 +271,8 @@ class MemoryIndex:
                 if changes is not None and cached.apply(changes, conversation_id=conversation_id):
                     cached.version = version
                     if time.monotonic() - cached.loaded_at < refresh_seconds or cached.counts == _counts(
-                            store, user_id, conversation_id):
+                        store, user_id, conversation_id
+                    ):
                         cached.loaded_at = time.monotonic()
                         return cached
         version = store.versions.get(user_id)
@@ -257,15 +284,21 @@ class MemoryIndex:
         return index
 
     @classmethod
-    def build(cls, store: Any, user_id: str, conversation_id: str | None, *, version: int = 0,
-              window_widths: Sequence[int] = default("window_widths")) -> MemoryIndex:
+    def build(
+        cls,
+        store: Any,
+        user_id: str,
+        conversation_id: str | None,
+        *,
+        version: int = 0,
+        window_widths: Sequence[int] = default("window_widths"),
+    ) -> MemoryIndex:
         """Read every searched kind of one user from the store into a new snapshot."""
         tables = {}
         for level in levels.levels(searched=True):
             records = store.get(level.kind, user_id=user_id, conversation_id=conversation_id, with_vectors=True)
             tables[level.kind] = kind_table(level, records)
-        return cls(tables, window_widths=window_widths, version=version,
-                   counts=tuple(len(t) for t in tables.values()))
+        return cls(tables, window_widths=window_widths, version=version, counts=tuple(len(t) for t in tables.values()))
 
     def remember(self, key: str, value: Any, *, limit: int = 512) -> None:
         """Memoize per-query work on this snapshot (dropped whenever the snapshot changes)."""
@@ -298,7 +331,8 @@ class MemoryIndex:
                 if table is self.raw:
                     return False
                 freed.setdefault((change.kind, change.conversation_id), []).extend(
-                    (change.conversation_id, u) for u in change.unit_ids)
+                    (change.conversation_id, u) for u in change.unit_ids
+                )
                 continue
             for unit, vec in zip(change.units, change.vectors, strict=True):
                 if conversation_id is None or unit.conversation_id == conversation_id:
@@ -409,8 +443,9 @@ class MemoryIndex:
                 back, ahead = prev[back], nxt[ahead]  # -1 stays -1 (the padding entry)
                 offsets.append(np.stack([back, ahead]))
             self._offsets = offsets
-        return [self.turn_bm25.window_scores(qtokens, [m for o in self._offsets[:w] for m in o])
-                for w in self.window_widths]
+        return [
+            self.turn_bm25.window_scores(qtokens, [m for o in self._offsets[:w] for m in o]) for w in self.window_widths
+        ]
 
     # ---- dense search ------------------------------------------------------------
     def dense_turns(self, qvec: np.ndarray) -> np.ndarray:
@@ -455,8 +490,9 @@ def forget_snapshot(store: Any, user_id: str, conversation_id: str | None) -> No
 
 
 def _counts(store: Any, user_id: str, conversation_id: str | None) -> tuple[int, ...]:
-    return tuple(store.count(lv.kind, user_id=user_id, conversation_id=conversation_id)
-                 for lv in levels.levels(searched=True))
+    return tuple(
+        store.count(lv.kind, user_id=user_id, conversation_id=conversation_id) for lv in levels.levels(searched=True)
+    )
 
 
 def _session_key(session_id: str) -> tuple[int, str]:
@@ -472,9 +508,14 @@ def kind_table(level: Level, records: list[Any], parse: Callable[[Any], Unit] | 
     units = [parse(r) if parse else level.unit.model_validate(r.payload) for r in records]
     vecs = [r.metadata["_vector"] for r in records]
     if level.role == "raw":
-        order = sorted(range(len(units)), key=lambda i: (
-            units[i].conversation_id, _session_key(getattr(units[i], "session_id", "")),
-            getattr(units[i], "position", 0)))
+        order = sorted(
+            range(len(units)),
+            key=lambda i: (
+                units[i].conversation_id,
+                _session_key(getattr(units[i], "session_id", "")),
+                getattr(units[i], "position", 0),
+            ),
+        )
         units, vecs = [units[i] for i in order], [vecs[i] for i in order]
     dim = len(vecs[0]) if vecs else 1
     return KindTable(level, units, np.asarray(vecs, dtype=np.float32).reshape(-1, dim))

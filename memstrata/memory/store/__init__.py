@@ -15,15 +15,15 @@ All three build filters and keys with :mod:`~memstrata.memory.store.tenant`, and
 :meth:`MemoryStore.delete_user` clears a user from all three.
 
 Example:
-    >>> store = MemoryStore(path="/tmp/memstrata-doc")            # doctest: +SKIP
-    >>> store.delete_user("alice")                                # doctest: +SKIP
+    >>> store = MemoryStore(path="/tmp/memstrata-doc")  # doctest: +SKIP
+    >>> store.delete_user("alice")  # doctest: +SKIP
     {'turn': 0, ..., 'edges': 0, 'counters': 0}
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
@@ -47,8 +47,14 @@ class MemoryStore(VectorStore):
             ``path`` when given, else into that client.
     """
 
-    def __init__(self, *, path: str | Path | None = None, url: str | None = None,
-                 embeddings: Embeddings | None = None, client: Any = None) -> None:
+    def __init__(
+        self,
+        *,
+        path: str | Path | None = None,
+        url: str | None = None,
+        embeddings: Embeddings | None = None,
+        client: Any = None,
+    ) -> None:
         super().__init__(path=path, url=url, embeddings=embeddings, client=client)
         folder = Path(path) if path is not None and not url else None
         self.edges = EdgeStore(open_table("edges", path=folder, client=self.client))
@@ -72,8 +78,11 @@ class MemoryStore(VectorStore):
         by_kind: dict[str, list[tuple[str, str]]] = {}
         for conv, kind, unit_id in items:
             by_kind.setdefault(kind, []).append((conv, unit_id))
-        stored = {(kind, r.metadata["conversation_id"], r.unit_id) for kind, keys in by_kind.items()
-                  for r in self.get_keys(kind, user_id=user_id, keys=keys)}
+        stored = {
+            (kind, r.metadata["conversation_id"], r.unit_id)
+            for kind, keys in by_kind.items()
+            for r in self.get_keys(kind, user_id=user_id, keys=keys)
+        }
         orphans = [item for item in items if (item[1], item[0], item[2]) not in stored]
         return self.counters.delete(user_id, orphans) if orphans else 0
 
@@ -94,21 +103,35 @@ class MemoryStore(VectorStore):
         from memstrata.memory.levels import levels
 
         gone = set(turn_ids)
-        units = {lv.kind: [lv.unit.model_validate(r.payload)
-                           for r in self.get(lv.kind, user_id=user_id, conversation_id=conversation_id)]
-                 for lv in levels()}
+        units = {
+            lv.kind: [
+                lv.unit.model_validate(r.payload)
+                for r in self.get(lv.kind, user_id=user_id, conversation_id=conversation_id)
+            ]
+            for lv in levels()
+        }
         doomed = set(gone)  # unit ids (raw turn ids included)
         # A turn's contextual view holds its neighbours' text: every view of a session that loses a turn goes
         # (re-ingesting the session rebuilds them).
         sessions = {getattr(u, "session_id", None) for lv in levels(role="raw") for u in units[lv.kind] if u.id in gone}
-        doomed |= {u.id for lv in levels(role="view") for u in units[lv.kind] if getattr(u, "session_id", None) in sessions}
-        while more := {u.id for stored in units.values() for u in stored
-                       if u.id not in doomed and (doomed & {*u.linked_turn_ids(), *u.parent_ids()}
-                                                  or (u.child_ids() and set(u.child_ids()) <= doomed))}:
+        doomed |= {
+            u.id for lv in levels(role="view") for u in units[lv.kind] if getattr(u, "session_id", None) in sessions
+        }
+        while more := {
+            u.id
+            for stored in units.values()
+            for u in stored
+            if u.id not in doomed
+            and (doomed & {*u.linked_turn_ids(), *u.parent_ids()} or (u.child_ids() and set(u.child_ids()) <= doomed))
+        }:
             doomed |= more
         # a unit that stays but lists doomed children (an entity and the facts that name it) loses them from its list
-        kept_lists = [(kind, u) for kind, stored in units.items() for u in stored
-                      if u.id not in doomed and doomed & set(u.child_ids()) and hasattr(u, "fact_ids")]
+        kept_lists = [
+            (kind, u)
+            for kind, stored in units.items()
+            for u in stored
+            if u.id not in doomed and doomed & set(u.child_ids()) and hasattr(u, "fact_ids")
+        ]
         linked_up = {kind for kind, stored in units.items() if any(u.parent_ids() for u in stored)}
         raw, *built = [lv.kind for lv in levels()]
         later_first = list(reversed(built))  # a kind registered later is built from earlier ones
@@ -119,19 +142,35 @@ class MemoryStore(VectorStore):
             removed[kind] = len(ids)
         for kind in dict.fromkeys(k for k, _ in kept_lists):
             ids = [u.id for k, u in kept_lists if k == kind]
-            vectors = {r.unit_id: r.metadata["_vector"] for r in self.get(
-                kind, user_id=user_id, conversation_id=conversation_id, unit_ids=ids, with_vectors=True)}
-            pruned = [u.model_copy(update={"fact_ids": [f for f in u.fact_ids if f not in doomed]})
-                      for k, u in kept_lists if k == kind and u.id in vectors]
-            self.upsert(kind, pruned, documents=[u.embed_text() for u in pruned],
-                        vectors=[vectors[u.id] for u in pruned], extra=[u.metadata() for u in pruned])
+            vectors = {
+                r.unit_id: r.metadata["_vector"]
+                for r in self.get(
+                    kind, user_id=user_id, conversation_id=conversation_id, unit_ids=ids, with_vectors=True
+                )
+            }
+            pruned = [
+                u.model_copy(update={"fact_ids": [f for f in u.fact_ids if f not in doomed]})
+                for k, u in kept_lists
+                if k == kind and u.id in vectors
+            ]
+            self.upsert(
+                kind,
+                pruned,
+                documents=[u.embed_text() for u in pruned],
+                vectors=[vectors[u.id] for u in pruned],
+                extra=[u.metadata() for u in pruned],
+            )
             removed[f"{kind}_pruned"] = len(pruned)
-        edges = [e for e in self.edges.get(user_id, conversation_id=conversation_id)
-                 if doomed & {*e.turn_ids, e.src, e.dst}]
+        edges = [
+            e for e in self.edges.get(user_id, conversation_id=conversation_id) if doomed & {*e.turn_ids, e.src, e.dst}
+        ]
         removed["edges"] = self.edges.delete(user_id, edges)
         kept = {(kind, u.id) for kind, stored in units.items() for u in stored if u.id not in doomed}
-        stale = [(c.conversation_id, c.kind, c.unit_id) for c in self.counters.all(user_id)
-                 if c.conversation_id == conversation_id and (c.kind, c.unit_id) not in kept]
+        stale = [
+            (c.conversation_id, c.kind, c.unit_id)
+            for c in self.counters.all(user_id)
+            if c.conversation_id == conversation_id and (c.kind, c.unit_id) not in kept
+        ]
         removed["counters"] = self.counters.delete(user_id, stale)
         return removed
 
@@ -147,5 +186,15 @@ class MemoryStore(VectorStore):
         return removed
 
 
-__all__ = ["CounterStore", "Edge", "EdgeStore", "EmbedderMismatchError", "MemoryStore", "Record", "Sequences",
-           "StoreError", "VectorStore", "stable_hash"]
+__all__ = [
+    "CounterStore",
+    "Edge",
+    "EdgeStore",
+    "EmbedderMismatchError",
+    "MemoryStore",
+    "Record",
+    "Sequences",
+    "StoreError",
+    "VectorStore",
+    "stable_hash",
+]

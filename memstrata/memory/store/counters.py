@@ -89,15 +89,21 @@ def _optional_float(value: Scalar) -> float | None:
 def _from_row(row: TableRow) -> UnitCounters:
     f = row.fields
     tier = f.get("tier")
-    return UnitCounters(conversation_id=row.conversation_id, kind=str(f["kind"]), unit_id=str(f["unit_id"]),
-                        reinforcement_count=int(f.get("reinforcement_count") or 0),
-                        reinforced_at=_optional_float(f.get("reinforced_at")),
-                        recall_count=int(f.get("recall_count") or 0),
-                        last_access=_optional_float(f.get("last_access")), tier=str(tier) if tier else None,
-                        importance=_optional_float(f.get("importance")),
-                        priority=_optional_float(f.get("priority")), scored_at=_optional_float(f.get("scored_at")),
-                        session_key=str(f["session_key"]) if f.get("session_key") else None,
-                        record_time=_optional_float(f.get("record_time")))
+    return UnitCounters(
+        conversation_id=row.conversation_id,
+        kind=str(f["kind"]),
+        unit_id=str(f["unit_id"]),
+        reinforcement_count=int(f.get("reinforcement_count") or 0),
+        reinforced_at=_optional_float(f.get("reinforced_at")),
+        recall_count=int(f.get("recall_count") or 0),
+        last_access=_optional_float(f.get("last_access")),
+        tier=str(tier) if tier else None,
+        importance=_optional_float(f.get("importance")),
+        priority=_optional_float(f.get("priority")),
+        scored_at=_optional_float(f.get("scored_at")),
+        session_key=str(f["session_key"]) if f.get("session_key") else None,
+        record_time=_optional_float(f.get("record_time")),
+    )
 
 
 def _items(items: Sequence[Item]) -> list[Item]:
@@ -132,23 +138,40 @@ class CounterStore:
 
     def put(self, user_id: str, counters: Sequence[UnitCounters]) -> int:
         """Write counters as given, replacing what is stored for those units (a copy or a restore)."""
-        rows = [TableRow(_key(user_id, (c.conversation_id, c.kind, c.unit_id)), tenant.check_user(user_id),
-                         c.conversation_id, {"kind": c.kind, "unit_id": c.unit_id,
-                                             "reinforcement_count": c.reinforcement_count,
-                                             "reinforced_at": c.reinforced_at, "recall_count": c.recall_count,
-                                             "last_access": c.last_access, "tier": c.tier,
-                                             "importance": c.importance, "priority": c.priority,
-                                             "scored_at": c.scored_at, "session_key": c.session_key,
-                                             "record_time": c.record_time})
-                for c in counters]
+        rows = [
+            TableRow(
+                _key(user_id, (c.conversation_id, c.kind, c.unit_id)),
+                tenant.check_user(user_id),
+                c.conversation_id,
+                {
+                    "kind": c.kind,
+                    "unit_id": c.unit_id,
+                    "reinforcement_count": c.reinforcement_count,
+                    "reinforced_at": c.reinforced_at,
+                    "recall_count": c.recall_count,
+                    "last_access": c.last_access,
+                    "tier": c.tier,
+                    "importance": c.importance,
+                    "priority": c.priority,
+                    "scored_at": c.scored_at,
+                    "session_key": c.session_key,
+                    "record_time": c.record_time,
+                },
+            )
+            for c in counters
+        ]
         with self._lock:
             self.reinforcements.bump(user_id, [c.conversation_id for c in counters])
             return self.table.upsert(rows) if rows else 0
 
     def all(self, user_id: str, *, kind: str | None = None, conversation_id: str | None = None) -> list[UnitCounters]:
         """Every counted unit of the user, optionally only those of one kind or one conversation."""
-        return [_from_row(r) for r in self.table.get(user_id=user_id, conversation_id=conversation_id,
-                                                     match={"kind": kind} if kind else None)]
+        return [
+            _from_row(r)
+            for r in self.table.get(
+                user_id=user_id, conversation_id=conversation_id, match={"kind": kind} if kind else None
+            )
+        ]
 
     def record_recall(self, user_id: str, items: Sequence[Item], *, at: float) -> None:
         """The units were returned as evidence: ``recall_count`` += 1, ``last_access`` = ``at``."""
@@ -168,10 +191,21 @@ class CounterStore:
         at = float(at)
         with self._lock:
             stored = self.get(user_id, items)
-            rows = [TableRow(_key(user_id, item), user_id, item[0],
-                             {"kind": item[1], "unit_id": item[2], "reinforcement_count": old.reinforcement_count + 1,
-                              "reinforced_at": at})
-                    for item, old in stored.items() if old.reinforced_at is None or at > old.reinforced_at]
+            rows = [
+                TableRow(
+                    _key(user_id, item),
+                    user_id,
+                    item[0],
+                    {
+                        "kind": item[1],
+                        "unit_id": item[2],
+                        "reinforcement_count": old.reinforcement_count + 1,
+                        "reinforced_at": at,
+                    },
+                )
+                for item, old in stored.items()
+                if old.reinforced_at is None or at > old.reinforced_at
+            ]
             if rows:
                 self.reinforcements.bump(user_id, [r.conversation_id for r in rows])
                 self.table.merge(rows)
@@ -185,7 +219,8 @@ class CounterStore:
 
     def set_scores(self, user_id: str, scores: Mapping[Item, Mapping[str, Scalar]]) -> None:
         """Set HMO's fields per unit (``importance``, ``priority``, ``scored_at``, ``tier`` (``""`` is the
-        archive), ``session_key``, ``record_time``), keeping everything else. Like recalls, never a reinforcement: no snapshot is rebuilt for it."""
+        archive), ``session_key``, ``record_time``), keeping everything else. Like recalls, never a reinforcement: no snapshot is rebuilt for it.
+        """
         allowed = {"importance", "priority", "scored_at", "tier", "session_key", "record_time"}
         rows = []
         for item, fields in scores.items():
@@ -193,16 +228,25 @@ class CounterStore:
                 msg = f"set_scores sets only {sorted(allowed)}, got {sorted(fields)}"
                 raise StoreError(msg)
             [checked] = _items([item])
-            rows.append(TableRow(_key(tenant.check_user(user_id), checked), user_id, checked[0],
-                                 {"kind": checked[1], "unit_id": checked[2], **fields}))
+            rows.append(
+                TableRow(
+                    _key(tenant.check_user(user_id), checked),
+                    user_id,
+                    checked[0],
+                    {"kind": checked[1], "unit_id": checked[2], **fields},
+                )
+            )
         if rows:
             with self._lock:
                 self.table.merge(rows)
 
     def active(self, user_id: str, *, conversation_id: str | None = None) -> list[UnitCounters]:
         """The records in HMO's active tiers (cache and buffer) of the user."""
-        return [_from_row(r) for tier in ("cache", "buffer")
-                for r in self.table.get(user_id=user_id, conversation_id=conversation_id, match={"tier": tier})]
+        return [
+            _from_row(r)
+            for tier in ("cache", "buffer")
+            for r in self.table.get(user_id=user_id, conversation_id=conversation_id, match={"tier": tier})
+        ]
 
     def delete(self, user_id: str, items: Sequence[Item]) -> int:
         """Delete the counters of these units; the number gone."""
@@ -219,11 +263,14 @@ class CounterStore:
             self.reinforcements.bump(user_id, ["*"])
         return self.table.delete(user_id=user_id)
 
-    def _merge(self, user_id: str, items: Sequence[Item], fields: Mapping[str, Scalar],
-               add: Mapping[str, int] | None = None) -> None:
+    def _merge(
+        self, user_id: str, items: Sequence[Item], fields: Mapping[str, Scalar], add: Mapping[str, int] | None = None
+    ) -> None:
         tenant.check_user(user_id)
-        rows = [TableRow(_key(user_id, item), user_id, item[0], {"kind": item[1], "unit_id": item[2], **fields})
-                for item in _items(items)]
+        rows = [
+            TableRow(_key(user_id, item), user_id, item[0], {"kind": item[1], "unit_id": item[2], **fields})
+            for item in _items(items)
+        ]
         if rows:
             with self._lock:
                 self.table.merge(rows, add=add)

@@ -59,8 +59,9 @@ class Edge:
 
     def key(self, user_id: str) -> str:
         """The storage key of this edge for one user."""
-        return tenant.storage_key(user_id, self.conversation_id, f"{self.src}\x1f{self.rel}\x1f{self.dst}",
-                                  namespace="edge")
+        return tenant.storage_key(
+            user_id, self.conversation_id, f"{self.src}\x1f{self.rel}\x1f{self.dst}", namespace="edge"
+        )
 
 
 def _row(user_id: str, edge: Edge) -> TableRow:
@@ -68,19 +69,37 @@ def _row(user_id: str, edge: Edge) -> TableRow:
         if not isinstance(getattr(edge, name), str) or not getattr(edge, name):
             msg = f"edge {name} must be a non-empty string, got {getattr(edge, name)!r}"
             raise StoreError(msg)
-    return TableRow(edge.key(user_id), user_id, edge.conversation_id, {
-        "src": edge.src, "rel": edge.rel, "dst": edge.dst, "src_kind": edge.src_kind, "dst_kind": edge.dst_kind,
-        "weight": float(edge.weight), "turn_ids": json.dumps(list(edge.turn_ids)), "created_at": edge.created_at})
+    return TableRow(
+        edge.key(user_id),
+        user_id,
+        edge.conversation_id,
+        {
+            "src": edge.src,
+            "rel": edge.rel,
+            "dst": edge.dst,
+            "src_kind": edge.src_kind,
+            "dst_kind": edge.dst_kind,
+            "weight": float(edge.weight),
+            "turn_ids": json.dumps(list(edge.turn_ids)),
+            "created_at": edge.created_at,
+        },
+    )
 
 
 def _edge(row: TableRow) -> Edge:
     f = row.fields
     created_at = f.get("created_at")
-    return Edge(conversation_id=row.conversation_id, src=str(f["src"]), rel=str(f["rel"]), dst=str(f["dst"]),
-                src_kind=str(f.get("src_kind") or ""), dst_kind=str(f.get("dst_kind") or ""),
-                weight=float(f.get("weight", 1.0)),  # type: ignore[arg-type]
-                turn_ids=tuple(json.loads(str(f.get("turn_ids") or "[]"))),
-                created_at=float(created_at) if created_at is not None else None)
+    return Edge(
+        conversation_id=row.conversation_id,
+        src=str(f["src"]),
+        rel=str(f["rel"]),
+        dst=str(f["dst"]),
+        src_kind=str(f.get("src_kind") or ""),
+        dst_kind=str(f.get("dst_kind") or ""),
+        weight=float(f.get("weight", 1.0)),  # type: ignore[arg-type]
+        turn_ids=tuple(json.loads(str(f.get("turn_ids") or "[]"))),
+        created_at=float(created_at) if created_at is not None else None,
+    )
 
 
 class EdgeStore:
@@ -104,8 +123,15 @@ class EdgeStore:
         self.writes.bump(user_id, [e.conversation_id for e in edges])
         return self.table.upsert([_row(user_id, e) for e in edges]) if edges else 0
 
-    def get(self, user_id: str, *, conversation_id: str | None = None, src: str | None = None,
-            dst: str | None = None, rel: str | None = None) -> list[Edge]:
+    def get(
+        self,
+        user_id: str,
+        *,
+        conversation_id: str | None = None,
+        src: str | None = None,
+        dst: str | None = None,
+        rel: str | None = None,
+    ) -> list[Edge]:
         """The user's edges, optionally only those of a conversation, source, destination or relation."""
         match: dict[str, MatchValue] = {k: v for k, v in (("src", src), ("dst", dst), ("rel", rel)) if v is not None}
         return [_edge(r) for r in self.table.get(user_id=user_id, conversation_id=conversation_id, match=match)]
@@ -140,6 +166,13 @@ class EdgeStore:
             for node, kind in ((e.src, e.src_kind), (e.dst, e.dst_kind)):
                 graph.add_node(node, **({"kind": kind} if kind else {}))
             key = e.rel if conversation_id is not None else f"{e.conversation_id}/{e.rel}"
-            graph.add_edge(e.src, e.dst, key=key, rel=e.rel, weight=e.weight, turn_ids=e.turn_ids,
-                           conversation_id=e.conversation_id)
+            graph.add_edge(
+                e.src,
+                e.dst,
+                key=key,
+                rel=e.rel,
+                weight=e.weight,
+                turn_ids=e.turn_ids,
+                conversation_id=e.conversation_id,
+            )
         return graph

@@ -14,7 +14,7 @@ how units are written or deleted that leaves something behind fails there.
 - turn positions within a session are unique.
 
 Example:
-    >>> check_store(MemoryStore(path="/tmp/memstrata-doc"), "nobody")   # doctest: +SKIP
+    >>> check_store(MemoryStore(path="/tmp/memstrata-doc"), "nobody")  # doctest: +SKIP
     []
 """
 
@@ -44,9 +44,13 @@ class Problem:
 
 def check_store(store: MemoryStore, user_id: str, conversation_id: str | None = None) -> list[Problem]:
     """Every broken invariant of one user's memory (or of one of its conversations); ``[]`` when all hold."""
-    units = {lv.kind: [lv.unit.model_validate(r.payload) for r in store.get(lv.kind, user_id=user_id,
-                                                                          conversation_id=conversation_id)]
-             for lv in levels()}
+    units = {
+        lv.kind: [
+            lv.unit.model_validate(r.payload)
+            for r in store.get(lv.kind, user_id=user_id, conversation_id=conversation_id)
+        ]
+        for lv in levels()
+    }
     ids = {(u.conversation_id, u.id) for stored in units.values() for u in stored}
     by_kind = {kind: {(u.conversation_id, u.id) for u in stored} for kind, stored in units.items()}
     turns = by_kind[levels(role="raw")[0].kind]
@@ -61,10 +65,16 @@ def _links(units: dict[str, list[Any]], ids: set[tuple[str, str]], turns: set[tu
     out = []
     for kind, stored in units.items():
         for u in stored:
-            out += [Problem("parent", u.conversation_id, f"{kind} {u.id}", f"its parent {p} is not stored")
-                    for p in u.parent_ids() if (u.conversation_id, p) not in ids]
-            out += [Problem("turn", u.conversation_id, f"{kind} {u.id}", f"it links to turn {t}, which is not stored")
-                    for t in u.linked_turn_ids() if (u.conversation_id, t) not in turns]
+            out += [
+                Problem("parent", u.conversation_id, f"{kind} {u.id}", f"its parent {p} is not stored")
+                for p in u.parent_ids()
+                if (u.conversation_id, p) not in ids
+            ]
+            out += [
+                Problem("turn", u.conversation_id, f"{kind} {u.id}", f"it links to turn {t}, which is not stored")
+                for t in u.linked_turn_ids()
+                if (u.conversation_id, t) not in turns
+            ]
     return out
 
 
@@ -91,38 +101,59 @@ def _themes(units: dict[str, list[Any]], by_kind: dict[str, set[tuple[str, str]]
         for f in theme.fact_ids:
             other = seen.setdefault((theme.conversation_id, f), theme.id)
             if other != theme.id:
-                out.append(Problem("theme", theme.conversation_id, f"theme {theme.id}",
-                                   f"fact {f} is also a member of {other}"))
+                out.append(
+                    Problem(
+                        "theme", theme.conversation_id, f"theme {theme.id}", f"fact {f} is also a member of {other}"
+                    )
+                )
     return out
 
 
 def _positions(units: dict[str, list[Any]]) -> list[Problem]:
     places = Counter((t.conversation_id, t.session_id, t.position) for t in units[levels(role="raw")[0].kind])
-    return [Problem("position", conv, f"session {session}", f"{n} turns at position {pos}")
-            for (conv, session, pos), n in places.items() if n > 1]
+    return [
+        Problem("position", conv, f"session {session}", f"{n} turns at position {pos}")
+        for (conv, session, pos), n in places.items()
+        if n > 1
+    ]
 
 
-def _edges(store: MemoryStore, user_id: str, conversation_id: str | None, ids: set[tuple[str, str]],
-           by_kind: dict[str, set[tuple[str, str]]]) -> list[Problem]:
+def _edges(
+    store: MemoryStore,
+    user_id: str,
+    conversation_id: str | None,
+    ids: set[tuple[str, str]],
+    by_kind: dict[str, set[tuple[str, str]]],
+) -> list[Problem]:
     out = []
     for e in store.edges.get(user_id, conversation_id=conversation_id):
         for end, kind in ((e.src, e.src_kind), (e.dst, e.dst_kind)):
             known = by_kind.get(kind, set()) if kind else ids
             if (e.conversation_id, end) not in known:
-                out.append(Problem("edge", e.conversation_id, f"{e.src} -{e.rel}-> {e.dst}",
-                                   f"its end {kind or 'unit'} {end} is not stored"))
+                out.append(
+                    Problem(
+                        "edge",
+                        e.conversation_id,
+                        f"{e.src} -{e.rel}-> {e.dst}",
+                        f"its end {kind or 'unit'} {end} is not stored",
+                    )
+                )
     return out
 
 
-def _counters(store: MemoryStore, user_id: str, conversation_id: str | None,
-              by_kind: dict[str, set[tuple[str, str]]]) -> list[Problem]:
-    return [Problem("counter", c.conversation_id, f"{c.kind} {c.unit_id}", "a counter for a unit that is not stored")
-            for c in store.counters.all(user_id, conversation_id=conversation_id)
-            if (c.conversation_id, c.unit_id) not in by_kind.get(c.kind, set())]
+def _counters(
+    store: MemoryStore, user_id: str, conversation_id: str | None, by_kind: dict[str, set[tuple[str, str]]]
+) -> list[Problem]:
+    return [
+        Problem("counter", c.conversation_id, f"{c.kind} {c.unit_id}", "a counter for a unit that is not stored")
+        for c in store.counters.all(user_id, conversation_id=conversation_id)
+        if (c.conversation_id, c.unit_id) not in by_kind.get(c.kind, set())
+    ]
 
 
-def _words(store: MemoryStore, user_id: str, conversation_id: str | None,
-           by_kind: dict[str, set[tuple[str, str]]]) -> list[Problem]:
+def _words(
+    store: MemoryStore, user_id: str, conversation_id: str | None, by_kind: dict[str, set[tuple[str, str]]]
+) -> list[Problem]:
     if store.words is None:  # a server store has no word index
         return []
     out = []
@@ -130,8 +161,12 @@ def _words(store: MemoryStore, user_id: str, conversation_id: str | None,
         if not indexes_words(kind) or not store.words.coverage(kind):
             continue
         held = {k for k in store.words.units(kind, user_id=user_id) if conversation_id in (None, k[0])}
-        out += [Problem("words", conv, f"{kind} {unit}", "stored but not in the word index")
-                for conv, unit in sorted(stored - held)]
-        out += [Problem("words", conv, f"{kind} {unit}", "in the word index but not stored")
-                for conv, unit in sorted(held - stored)]
+        out += [
+            Problem("words", conv, f"{kind} {unit}", "stored but not in the word index")
+            for conv, unit in sorted(stored - held)
+        ]
+        out += [
+            Problem("words", conv, f"{kind} {unit}", "in the word index but not stored")
+            for conv, unit in sorted(held - stored)
+        ]
     return out

@@ -45,8 +45,12 @@ def incomplete_sessions(store: MemoryStore, conv: Conversation, fresh: set[str] 
     viewed: dict[str, set[str]] = {}
     for r in store.get("turn_context", **key):
         viewed.setdefault(str(r.metadata.get("session_id")), set()).add(str(r.metadata.get("turn_id")))
-    return [s.session_id for s in conv.sessions if s.session_id in turns
-            and not covered.get(s.session_id, set()) == viewed.get(s.session_id, set()) == turns[s.session_id]]
+    return [
+        s.session_id
+        for s in conv.sessions
+        if s.session_id in turns
+        and not covered.get(s.session_id, set()) == viewed.get(s.session_id, set()) == turns[s.session_id]
+    ]
 
 
 def finished_episodes(store: MemoryStore, user_id: str, conv_id: str, records: list[Any]) -> list[Any]:
@@ -56,10 +60,16 @@ def finished_episodes(store: MemoryStore, user_id: str, conv_id: str, records: l
     wanted = [r.payload.get("summary_id", "") for r in records]
     summaries = {r.unit_id for r in store.get("summary", user_id=user_id, conversation_id=conv_id, unit_ids=wanted)}
     fact_ids = [f for r in records for f in r.payload.get("fact_ids", [])]
-    facts = {r.unit_id for r in store.get("fact", user_id=user_id, conversation_id=conv_id, unit_ids=fact_ids)} \
-        if fact_ids else set()
-    return [r for r in records if r.payload.get("summary_id") in summaries
-            and all(f in facts for f in r.payload.get("fact_ids", []))]
+    facts = (
+        {r.unit_id for r in store.get("fact", user_id=user_id, conversation_id=conv_id, unit_ids=fact_ids)}
+        if fact_ids
+        else set()
+    )
+    return [
+        r
+        for r in records
+        if r.payload.get("summary_id") in summaries and all(f in facts for f in r.payload.get("fact_ids", []))
+    ]
 
 
 def ended_tails(store: MemoryStore, conv: Conversation, written: set[str]) -> list[str]:
@@ -84,13 +94,19 @@ def by_conversation(pairs: list[list[str]]) -> dict[str, list[str]]:
     return grouped
 
 
-def read_sessions(store: MemoryStore, user_id: str, pairs: list[list[str]], *,
-                  with_vectors: bool = False) -> dict[tuple[str, str], tuple[list[Turn], np.ndarray | None]]:
+def read_sessions(
+    store: MemoryStore, user_id: str, pairs: list[list[str]], *, with_vectors: bool = False
+) -> dict[tuple[str, str], tuple[list[Turn], np.ndarray | None]]:
     """The stored turns of some ``[conversation_id, session_id]`` pairs, in position order (with vectors)."""
     out: dict[tuple[str, str], tuple[list[Turn], np.ndarray | None]] = {}
     for conv_id, session_ids in by_conversation(pairs).items():
-        records = store.get("turn", user_id=user_id, conversation_id=conv_id,
-                            where={"session_id": {"$in": session_ids}}, with_vectors=with_vectors)
+        records = store.get(
+            "turn",
+            user_id=user_id,
+            conversation_id=conv_id,
+            where={"session_id": {"$in": session_ids}},
+            with_vectors=with_vectors,
+        )
         groups: dict[str, list[Any]] = {}
         for r in records:
             groups.setdefault(str(r.metadata.get("session_id")), []).append(r)
@@ -112,10 +128,14 @@ def read_episode_turns(store: MemoryStore, user_id: str, episodes: list[Episode]
 
 def closed_facts(store: MemoryStore, user_id: str, conv_id: str) -> tuple[list[Fact], dict[str, list[float]]]:
     """The facts of the conversation's closed episodes, in episode order, and their vectors (an open
-    episode's facts are redone as it grows, so the entity graph and the themes wait for it to close)."""
+    episode's facts are redone as it grows, so the entity graph and the themes wait for it to close).
+    """
     tails = {r.unit_id for r in open_episodes(store, user_id, conv_id)}
-    records = [r for r in store.get("fact", user_id=user_id, conversation_id=conv_id, with_vectors=True)
-               if r.payload.get("episode_id") not in tails]
+    records = [
+        r
+        for r in store.get("fact", user_id=user_id, conversation_id=conv_id, with_vectors=True)
+        if r.payload.get("episode_id") not in tails
+    ]
     facts = sorted((Fact.model_validate(r.payload) for r in records), key=lambda f: (f.episode_id, f.n))
     return facts, {r.unit_id: r.metadata["_vector"] for r in records}
 
@@ -126,14 +146,17 @@ def read_personas(store: MemoryStore, user_id: str, speaker: str, conversation_i
     Raises:
         LookupError: the speaker has no persona, or has one in several conversations and none was named.
     """
-    found = [Persona.model_validate(r.payload) for r in store.get("persona", user_id=user_id,
-                                                                    conversation_id=conversation_id)]
+    found = [
+        Persona.model_validate(r.payload)
+        for r in store.get("persona", user_id=user_id, conversation_id=conversation_id)
+    ]
     mine = [p for p in found if p.speaker.casefold() == speaker.casefold()]
     convs = sorted({p.conversation_id for p in mine})
     if not mine:
         known = sorted({p.speaker for p in found})
-        msg = f"no persona for speaker {speaker!r}" + (f"; speakers with one: {known}" if known else
-                                                       " (none is built yet: a persona needs closed episodes)")
+        msg = f"no persona for speaker {speaker!r}" + (
+            f"; speakers with one: {known}" if known else " (none is built yet: a persona needs closed episodes)"
+        )
         raise LookupError(msg)
     if len(convs) > 1:
         msg = f"{speaker!r} has a persona in several conversations {convs}; pass conversation_id"

@@ -55,34 +55,53 @@ class Sequences:
     def sessions(self, user_id: str, conversation_id: str) -> dict[str, SessionMark]:
         """The conversation's sessions that have a counter, by id."""
         rows = self.table.get(user_id=user_id, conversation_id=conversation_id, match={"kind": _KIND})
-        return {str(r.fields["session_id"]): SessionMark(
-            str(r.fields["session_id"]), int(r.fields.get(COUNTER_FIELD) or 0),  # type: ignore[arg-type]
-            float(r.fields["latest"]) if r.fields.get("latest") is not None else None)  # type: ignore[arg-type]
-            for r in rows}
+        return {
+            str(r.fields["session_id"]): SessionMark(
+                str(r.fields["session_id"]),
+                int(r.fields.get(COUNTER_FIELD) or 0),  # type: ignore[arg-type]
+                float(r.fields["latest"]) if r.fields.get("latest") is not None else None,
+            )  # type: ignore[arg-type]
+            for r in rows
+        }
 
-    def reserve(self, user_id: str, conversation_id: str, session_id: str, n: int, *, floor: int,
-                latest: datetime | None = None) -> int:
+    def reserve(
+        self, user_id: str, conversation_id: str, session_id: str, n: int, *, floor: int, latest: datetime | None = None
+    ) -> int:
         """The first of ``n`` positions of the session that no other writer gets (``floor`` or later)."""
         fields = {"latest": latest.timestamp()} if latest is not None else {}
         return self.table.reserve(self._row(user_id, conversation_id, session_id, **fields), n, floor=floor)
 
-    def advance(self, user_id: str, conversation_id: str, session_id: str, past: int,
-                latest: datetime | None = None) -> None:
+    def advance(
+        self, user_id: str, conversation_id: str, session_id: str, past: int, latest: datetime | None = None
+    ) -> None:
         """Turns were written up to position ``past - 1``: later appends start after them."""
         self.reserve(user_id, conversation_id, session_id, 0, floor=past, latest=latest)
 
-    def claim_places(self, user_id: str, conversation_id: str,
-                     wanted: list[tuple[str, str, int]]) -> list[tuple[str, int]]:
+    def claim_places(
+        self, user_id: str, conversation_id: str, wanted: list[tuple[str, str, int]]
+    ) -> list[tuple[str, int]]:
         """``(message key, session, position)`` proposals -> the place each message has: the first writer's.
 
         A message without an id is known by its speaker, text and time (``key``); two writers that append
         the same one at the same moment each propose a place, and both end up with the one claimed first.
         """
-        rows = [TableRow(tenant.storage_key(user_id, conversation_id, key, namespace="msg"), user_id,
-                         conversation_id, {"kind": "message", "session_id": session, "position": position})
-                for key, session, position in wanted]
-        return [(str(r.fields["session_id"]), int(r.fields["position"]))  # type: ignore[arg-type]
-                for r in self.table.claim(rows)] if rows else []
+        rows = [
+            TableRow(
+                tenant.storage_key(user_id, conversation_id, key, namespace="msg"),
+                user_id,
+                conversation_id,
+                {"kind": "message", "session_id": session, "position": position},
+            )
+            for key, session, position in wanted
+        ]
+        return (
+            [
+                (str(r.fields["session_id"]), int(r.fields["position"]))  # type: ignore[arg-type]
+                for r in self.table.claim(rows)
+            ]
+            if rows
+            else []
+        )
 
     def delete(self, *, user_id: str, conversation_id: str | None = None) -> int:
         """Forget the counters of a user (or of one of its conversations); the number of rows removed."""

@@ -94,8 +94,14 @@ class Table(Protocol):
         """Write each row only if its key is free; the rows stored under the keys (the first writer's win)."""
         ...
 
-    def get(self, *, user_id: str, conversation_id: str | None = None, match: dict[str, MatchValue] | None = None,
-            keys: Sequence[str] | None = None) -> list[TableRow]:
+    def get(
+        self,
+        *,
+        user_id: str,
+        conversation_id: str | None = None,
+        match: dict[str, MatchValue] | None = None,
+        keys: Sequence[str] | None = None,
+    ) -> list[TableRow]:
         """A user's rows, optionally of one conversation, with equal fields, or with given keys."""
         ...
 
@@ -156,7 +162,7 @@ def _in_order(rows: Sequence[TableRow], stored: Sequence[TableRow]) -> list[Tabl
 
 def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), _MAX_BATCH):
-        yield items[start:start + _MAX_BATCH]
+        yield items[start : start + _MAX_BATCH]
 
 
 def _merged(old: Mapping[str, Scalar], new: Mapping[str, Scalar], add: Mapping[str, int]) -> dict[str, Scalar]:
@@ -213,8 +219,10 @@ class SqliteTable:
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")  # persistent in the file: readers never block the writer
         with self._write() as db:
-            db.execute(f'CREATE TABLE IF NOT EXISTS "{name}" (key TEXT PRIMARY KEY, user_id TEXT NOT NULL, '
-                       "conversation_id TEXT NOT NULL, data TEXT NOT NULL)")
+            db.execute(
+                f'CREATE TABLE IF NOT EXISTS "{name}" (key TEXT PRIMARY KEY, user_id TEXT NOT NULL, '
+                "conversation_id TEXT NOT NULL, data TEXT NOT NULL)"
+            )
             db.execute(f'CREATE INDEX IF NOT EXISTS "{name}_tenant" ON "{name}" (user_id, conversation_id)')
 
     def _connect(self) -> AbstractContextManager[sqlite3.Connection]:
@@ -227,9 +235,12 @@ class SqliteTable:
         data = [(r.key, r.user_id, r.conversation_id, json.dumps(_stored(r))) for r in rows]
         with self._write() as db:
             # The WHERE keeps a key that somehow belongs to another user from being taken over.
-            db.executemany(f'INSERT INTO "{self.name}" VALUES (?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET '
-                           "conversation_id=excluded.conversation_id, data=excluded.data "
-                           "WHERE user_id=excluded.user_id", data)
+            db.executemany(
+                f'INSERT INTO "{self.name}" VALUES (?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET '
+                "conversation_id=excluded.conversation_id, data=excluded.data "
+                "WHERE user_id=excluded.user_id",
+                data,
+            )
         return len(data)
 
     def merge(self, rows: Sequence[TableRow], *, add: Mapping[str, int] | None = None) -> int:
@@ -240,16 +251,22 @@ class SqliteTable:
         """
         add = {check_name(k, "field name"): int(v) for k, v in (add or {}).items()}
         latest = {r.key: r for r in rows}  # a key given twice counts once, as on Chroma
-        data = [(r.key, r.user_id, r.conversation_id, json.dumps(_merged({}, _stored(r), add)))
-                for r in latest.values()]
+        data = [
+            (r.key, r.user_id, r.conversation_id, json.dumps(_merged({}, _stored(r), add))) for r in latest.values()
+        ]
         patched = "json_patch(data, excluded.data)"
         for name in add:
             path = f"'$.{name}'"  # a checked identifier, safe inside the literal
-            patched = (f"json_set({patched}, {path}, "
-                       f"COALESCE(json_extract(data, {path}), 0) + json_extract(excluded.data, {path}))")
+            patched = (
+                f"json_set({patched}, {path}, "
+                f"COALESCE(json_extract(data, {path}), 0) + json_extract(excluded.data, {path}))"
+            )
         with self._write() as db:
-            db.executemany(f'INSERT INTO "{self.name}" VALUES (?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET '
-                           f"data={patched} WHERE user_id=excluded.user_id", data)
+            db.executemany(
+                f'INSERT INTO "{self.name}" VALUES (?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET '
+                f"data={patched} WHERE user_id=excluded.user_id",
+                data,
+            )
         return len(data)
 
     def reserve(self, row: TableRow, n: int, *, floor: int = 0) -> int:
@@ -263,9 +280,11 @@ class SqliteTable:
             old = json.loads(found[1]) if found is not None else {}
             start = max(int(old.get(COUNTER_FIELD) or 0), int(floor))
             data = {**old, **fields, COUNTER_FIELD: start + n}
-            db.execute(f'INSERT INTO "{self.name}" VALUES (?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET '
-                       "conversation_id=excluded.conversation_id, data=excluded.data",
-                       (row.key, row.user_id, row.conversation_id, json.dumps(data)))
+            db.execute(
+                f'INSERT INTO "{self.name}" VALUES (?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET '
+                "conversation_id=excluded.conversation_id, data=excluded.data",
+                (row.key, row.user_id, row.conversation_id, json.dumps(data)),
+            )
         return start
 
     def claim(self, rows: Sequence[TableRow]) -> list[TableRow]:
@@ -274,8 +293,14 @@ class SqliteTable:
             db.executemany(f'INSERT INTO "{self.name}" VALUES (?, ?, ?, ?) ON CONFLICT(key) DO NOTHING', data)
         return _in_order(rows, self.get(user_id=rows[0].user_id, keys=[r.key for r in rows]) if rows else [])
 
-    def get(self, *, user_id: str, conversation_id: str | None = None, match: dict[str, MatchValue] | None = None,
-            keys: Sequence[str] | None = None) -> list[TableRow]:
+    def get(
+        self,
+        *,
+        user_id: str,
+        conversation_id: str | None = None,
+        match: dict[str, MatchValue] | None = None,
+        keys: Sequence[str] | None = None,
+    ) -> list[TableRow]:
         wheres, found = list(self._wheres(user_id, conversation_id, match, keys)), []
         with self._connect() as db:
             for sql, args in wheres:
@@ -296,8 +321,9 @@ class SqliteTable:
             return int(db.execute(f'SELECT COUNT(*) FROM "{self.name}"{sql}', args).fetchone()[0])
 
     @staticmethod
-    def _wheres(user_id: str, conversation_id: str | None, match: dict[str, MatchValue] | None,
-                keys: Sequence[str] | None) -> Iterator[tuple[str, list[Any]]]:
+    def _wheres(
+        user_id: str, conversation_id: str | None, match: dict[str, MatchValue] | None, keys: Sequence[str] | None
+    ) -> Iterator[tuple[str, list[Any]]]:
         """The WHERE clause and its arguments: one per chunk of ``keys`` (SQLite caps bound variables)."""
         clauses, args = ["user_id = ?"], [tenant.check_user(user_id)]
         if conversation_id is not None:
@@ -339,8 +365,9 @@ class ChromaTable:
 
     def __init__(self, client: Any, name: str) -> None:
         self.name = check_name(name)
-        self.collection = client.get_or_create_collection(TABLE_PREFIX + name, metadata={"memstrata_table": name},
-                                                          embedding_function=None)
+        self.collection = client.get_or_create_collection(
+            TABLE_PREFIX + name, metadata={"memstrata_table": name}, embedding_function=None
+        )
         self._lock = _collection_lock(str(self.collection.id))
 
     def upsert(self, rows: Sequence[TableRow]) -> int:
@@ -366,8 +393,13 @@ class ChromaTable:
             token = uuid.uuid4().hex
             for _ in range(_CLAIM_ATTEMPTS):
                 claim = f"{row.key}@{start}"
-                meta = {CLAIM_FIELD: row.key, "n": n, "owner": token, "user_id": row.user_id,
-                        "conversation_id": row.conversation_id}
+                meta = {
+                    CLAIM_FIELD: row.key,
+                    "n": n,
+                    "owner": token,
+                    "user_id": row.user_id,
+                    "conversation_id": row.conversation_id,
+                }
                 self.collection.add(ids=[claim], embeddings=[[1.0]], documents=[""], metadatas=[meta])
                 found = self.collection.get(ids=[claim], include=["metadatas"])["metadatas"][0] or {}
                 if found.get("owner") == token:
@@ -380,21 +412,30 @@ class ChromaTable:
                 msg = f"could not reserve numbers of {row.key!r} after {_CLAIM_ATTEMPTS} attempts"
                 raise StoreError(msg)
         current = int(stored[0].fields.get(COUNTER_FIELD) or 0) if stored else 0
-        self.merge([TableRow(row.key, row.user_id, row.conversation_id,
-                             {**fields, COUNTER_FIELD: max(current, start + n)})])
+        self.merge(
+            [TableRow(row.key, row.user_id, row.conversation_id, {**fields, COUNTER_FIELD: max(current, start + n)})]
+        )
         return start
 
     def claim(self, rows: Sequence[TableRow]) -> list[TableRow]:
         """Chroma's ``add`` keeps the first record written under an id, even when two processes race."""
         for chunk in _chunks(list(rows)):
-            self.collection.add(ids=[r.key for r in chunk], embeddings=[[1.0]] * len(chunk),
-                                documents=[""] * len(chunk),
-                                metadatas=[{**_stored(r), "user_id": r.user_id, "conversation_id": r.conversation_id}
-                                           for r in chunk])
+            self.collection.add(
+                ids=[r.key for r in chunk],
+                embeddings=[[1.0]] * len(chunk),
+                documents=[""] * len(chunk),
+                metadatas=[{**_stored(r), "user_id": r.user_id, "conversation_id": r.conversation_id} for r in chunk],
+            )
         return _in_order(rows, self.get(user_id=rows[0].user_id, keys=[r.key for r in rows]) if rows else [])
 
-    def get(self, *, user_id: str, conversation_id: str | None = None, match: dict[str, MatchValue] | None = None,
-            keys: Sequence[str] | None = None) -> list[TableRow]:
+    def get(
+        self,
+        *,
+        user_id: str,
+        conversation_id: str | None = None,
+        match: dict[str, MatchValue] | None = None,
+        keys: Sequence[str] | None = None,
+    ) -> list[TableRow]:
         where = tenant.where(user_id, conversation_id, _check_match(match))
         batches = [None] if keys is None else [list(c) for c in _chunks(list(keys))]
         out = []
@@ -403,8 +444,11 @@ class ChromaTable:
         for ids in batches:
             # By key, no where: Chroma 1.5 scans every record per key when both come together. The keys are
             # derived from the tenant, and the stored fields are checked here instead.
-            found = self.collection.get(where=where, include=["metadatas"]) if ids is None else \
-                self.collection.get(ids=ids, include=["metadatas"])
+            found = (
+                self.collection.get(where=where, include=["metadatas"])
+                if ids is None
+                else self.collection.get(ids=ids, include=["metadatas"])
+            )
             for key, meta in zip(found["ids"], found["metadatas"] or [], strict=True):
                 fields = dict(meta or {})
                 if any(fields.get(k) != v for k, v in wanted.items()):
@@ -441,8 +485,12 @@ class ChromaTable:
                     fields = {**dict.fromkeys(old), **fields} if replace else _merged(old, fields, add)
                     metas[key] = {**fields, "user_id": row.user_id, "conversation_id": row.conversation_id}
                 if metas:
-                    self.collection.upsert(ids=list(metas), embeddings=[[1.0]] * len(metas),
-                                           documents=[""] * len(metas), metadatas=list(metas.values()))
+                    self.collection.upsert(
+                        ids=list(metas),
+                        embeddings=[[1.0]] * len(metas),
+                        documents=[""] * len(metas),
+                        metadatas=list(metas.values()),
+                    )
         return len(new)
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-
 SCOPE_FIELD = "scope"
 
 
@@ -59,12 +58,16 @@ def scope_key(user_id: str, conversation_id: str) -> str:
 
 def stamp(user_id: str, conversation_id: str) -> dict[str, str]:
     """The tenant fields every written record carries."""
-    return {"user_id": check_user(user_id), "conversation_id": conversation_id,
-            SCOPE_FIELD: scope_key(user_id, conversation_id)}
+    return {
+        "user_id": check_user(user_id),
+        "conversation_id": conversation_id,
+        SCOPE_FIELD: scope_key(user_id, conversation_id),
+    }
 
 
-def where(user_id: str, conversation_id: str | None = None, extra: dict[str, Any] | None = None, *,
-          scoped: bool = False) -> dict[str, Any]:
+def where(
+    user_id: str, conversation_id: str | None = None, extra: dict[str, Any] | None = None, *, scoped: bool = False
+) -> dict[str, Any]:
     """The Chroma ``where`` clause of a read: always the user, optionally a conversation and more.
 
     ``scoped``: every record of the collection carries the scope stamp, so a user and conversation are
@@ -83,6 +86,9 @@ def where(user_id: str, conversation_id: str | None = None, extra: dict[str, Any
 
 def storage_key(user_id: str, conversation_id: str, unit_id: str, *, namespace: str = "") -> str:
     """A record's storage id, derived from the tenant (``namespace`` separates edges and counters)."""
-    parts = (check_user(user_id), conversation_id, unit_id) if not namespace else (
-        namespace, check_user(user_id), conversation_id, unit_id)
+    parts = (
+        (check_user(user_id), conversation_id, unit_id)
+        if not namespace
+        else (namespace, check_user(user_id), conversation_id, unit_id)
+    )
     return stable_hash(*parts, length=32)

@@ -6,8 +6,8 @@ and every write stamps ``user_id`` and derives the storage key from it with
 query without a ``user_id``.
 
 Example:
-    >>> store = VectorStore(path="/tmp/memstrata-doc")            # doctest: +SKIP
-    >>> store.count("turn", user_id="alice")                      # doctest: +SKIP
+    >>> store = VectorStore(path="/tmp/memstrata-doc")  # doctest: +SKIP
+    >>> store.count("turn", user_id="alice")  # doctest: +SKIP
     0
 """
 
@@ -149,7 +149,10 @@ class VectorStore:
         client: Any = None,
     ) -> None:
         self.embeddings = embeddings or MiniLMEmbeddings()
-        self.embedder_name, self._dim = getattr(self.embeddings, "name", None), getattr(self.embeddings, "dimension", None)
+        self.embedder_name, self._dim = (
+            getattr(self.embeddings, "name", None),
+            getattr(self.embeddings, "dimension", None),
+        )
         self.client = client or _make_client(path=path, url=url)
         self._path = None if client is not None or url else path
         self.location = str(url or path or "<client>")
@@ -161,12 +164,16 @@ class VectorStore:
         # the bounded path's word index (memstrata.memory.store.words); embedded stores only
         self.words = WordIndex(Path(path)) if self._path is not None else None
         if self.words is not None and self.words.stale:
-            logger.warning("the word index in %s was written in another format: large users' searches read "
-                           "with $contains until `memstrata reindex --words` rebuilds it", path)
+            logger.warning(
+                "the word index in %s was written in another format: large users' searches read "
+                "with $contains until `memstrata reindex --words` rebuilds it",
+                path,
+            )
 
     # ---- the tenant scope (memstrata.memory.store.tenant) ----------------------
-    def _scope(self, kind: str, user_id: str, conversation_id: str | None = None,
-               where: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _scope(
+        self, kind: str, user_id: str, conversation_id: str | None = None, where: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """The read filter of one kind: by scope key where its collection is stamped throughout."""
         self.collection(kind)
         return tenant.where(user_id, conversation_id, where, scoped=self._scoped.get(kind, False))
@@ -195,8 +202,7 @@ class VectorStore:
         # an older collection is read by its user and conversation fields until `memstrata reindex [--scopes-only]`
         meta = {"embedder": name, "dimension": dim, "schema": SCHEMA_VERSION, "hnsw:space": "cosine", "scoped": True}
         if kind in {lv.kind for lv in levels.levels()}:
-            col = self.client.get_or_create_collection(COLLECTION_PREFIX + kind, metadata=meta,
-                                                       embedding_function=None)
+            col = self.client.get_or_create_collection(COLLECTION_PREFIX + kind, metadata=meta, embedding_function=None)
         else:  # an unregistered kind is read only if it was stored before; never a new stray collection
             try:
                 col = self.client.get_collection(COLLECTION_PREFIX + kind, embedding_function=None)
@@ -276,16 +282,30 @@ class VectorStore:
         with self._write_lock:  # parallel ingestion branches share one client
             for start in range(0, len(ids), _MAX_BATCH):
                 stop = start + _MAX_BATCH
-                col.upsert(ids=ids[start:stop], embeddings=[np.asarray(v, dtype=np.float32) for v in vecs[start:stop]],
-                           documents=list(documents[start:stop]), metadatas=metas[start:stop])
+                col.upsert(
+                    ids=ids[start:stop],
+                    embeddings=[np.asarray(v, dtype=np.float32) for v in vecs[start:stop]],
+                    documents=list(documents[start:stop]),
+                    metadatas=metas[start:stop],
+                )
             if (words := self._word_index(kind)) is not None:
-                words.put(kind, [(m["user_id"], m["conversation_id"], m["unit_id"], doc)
-                                 for m, doc in zip(metas, documents, strict=True)])
+                words.put(
+                    kind,
+                    [
+                        (m["user_id"], m["conversation_id"], m["unit_id"], doc)
+                        for m, doc in zip(metas, documents, strict=True)
+                    ],
+                )
         for user in dict.fromkeys(m["user_id"] for m in metas):
             rows = [i for i, m in enumerate(metas) if m["user_id"] == user]
             # float32 arrays: the journal holds a vector in 1.5 kB instead of 12 kB of Python floats
-            self.versions.record(user, kind, "upsert", units=tuple(units[i] for i in rows),
-                                 vectors=tuple(np.asarray(vecs[i], dtype=np.float32) for i in rows))
+            self.versions.record(
+                user,
+                kind,
+                "upsert",
+                units=tuple(units[i] for i in rows),
+                vectors=tuple(np.asarray(vecs[i], dtype=np.float32) for i in rows),
+            )
         return len(ids)
 
     def delete(self, kind: str, *, user_id: str, conversation_id: str, unit_ids: Sequence[str]) -> None:
@@ -308,7 +328,7 @@ class VectorStore:
             col = self.collection(kind)
             keys = col.get(where=where, include=[])["ids"]
             for start in range(0, len(keys), _MAX_BATCH):
-                col.delete(ids=keys[start:start + _MAX_BATCH])
+                col.delete(ids=keys[start : start + _MAX_BATCH])
             removed[kind] = len(keys)
         if self.words is not None:
             self.words.delete_user(user_id, [k for k in kinds if indexes_words(k)])
@@ -360,26 +380,37 @@ class VectorStore:
 
     def _paged(self, kind: str, **ask: Any) -> dict[str, Any]:
         """A ``get`` of any size, read in pages: Chroma 1.5 fails a single read of more than about 32k
-        records with metadata ("too many SQL variables", SQLite's limit; seen on 50k facts of one user)."""
+        records with metadata ("too many SQL variables", SQLite's limit; seen on 50k facts of one user).
+        """
         parts, offset = [], 0
         while not parts or len(parts[-1]["ids"]) == _PAGE:
             parts.append(self._read(kind, "get", **ask, limit=_PAGE, offset=offset))
             offset += _PAGE
         return _concat(parts)
 
-    def get_keys(self, kind: str, *, user_id: str, keys: Sequence[tuple[str, str]],
-                 with_vectors: bool = False) -> list[Record]:
+    def get_keys(
+        self, kind: str, *, user_id: str, keys: Sequence[tuple[str, str]], with_vectors: bool = False
+    ) -> list[Record]:
         """Read units of one user by (conversation, unit id) pairs, across conversations, in one call."""
         ids = list(dict.fromkeys(self.storage_key(user_id, conv, unit) for conv, unit in keys))
         if not ids:
             return []
         include = ["documents", "metadatas"] + (["embeddings"] if with_vectors else [])
-        found = _concat(_owned(self._read(kind, "get", ids=ids[start:start + _MAX_BATCH], include=include), user_id,
-                               None) for start in range(0, len(ids), _MAX_BATCH))
+        found = _concat(
+            _owned(self._read(kind, "get", ids=ids[start : start + _MAX_BATCH], include=include), user_id, None)
+            for start in range(0, len(ids), _MAX_BATCH)
+        )
         return _records(kind, found, with_vectors)
 
-    def recheck(self, kind: str, *, user_id: str, where: dict[str, Any], known: Collection[str],
-                conversation_id: str | None = None) -> tuple[set[str], list[Record]]:
+    def recheck(
+        self,
+        kind: str,
+        *,
+        user_id: str,
+        where: dict[str, Any],
+        known: Collection[str],
+        conversation_id: str | None = None,
+    ) -> tuple[set[str], list[Record]]:
         """Which ``known`` storage keys of one user still match ``where``, and the user's matching units not known.
 
         A consistency check for cached reads: ids only, unless something new matches. The ``where`` goes to
@@ -392,9 +423,15 @@ class VectorStore:
         new = sorted(now - known)
         found: list[Record] = []
         for start in range(0, len(new), _MAX_BATCH):
-            found += _records(kind, _owned(self._read(kind, "get", ids=new[start:start + _MAX_BATCH],
-                                                      include=["documents", "metadatas"]),
-                                           user_id, conversation_id), False)
+            found += _records(
+                kind,
+                _owned(
+                    self._read(kind, "get", ids=new[start : start + _MAX_BATCH], include=["documents", "metadatas"]),
+                    user_id,
+                    conversation_id,
+                ),
+                False,
+            )
         return now & known, found
 
     def _get_ids_any_conversation(
@@ -424,16 +461,24 @@ class VectorStore:
                 raise StoreError(msg)
             vector = self.embeddings.embed_query(text)
         col = self.collection(kind)
-        res = col.query(query_embeddings=[list(vector)], n_results=max(1, k), where=scope,
-                        include=["documents", "metadatas", "distances"])
+        res = col.query(
+            query_embeddings=[list(vector)],
+            n_results=max(1, k),
+            where=scope,
+            include=["documents", "metadatas", "distances"],
+        )
         # the filter named the tenant; what comes back is checked all the same
-        page = _owned({name: res[name][0] for name in ("ids", "documents", "metadatas", "distances")}, user_id,
-                      conversation_id)
-        return [Record(kind, meta["unit_id"], doc or "", dict(meta), 1.0 - float(dist))
-                for doc, meta, dist in zip(page["documents"], page["metadatas"], page["distances"], strict=True)]
+        page = _owned(
+            {name: res[name][0] for name in ("ids", "documents", "metadatas", "distances")}, user_id, conversation_id
+        )
+        return [
+            Record(kind, meta["unit_id"], doc or "", dict(meta), 1.0 - float(dist))
+            for doc, meta, dist in zip(page["documents"], page["metadatas"], page["distances"], strict=True)
+        ]
 
-    def nearest(self, kind: str, *, user_id: str, vectors: Sequence[Sequence[float]], k: int,
-                conversation_id: str | None = None) -> list[list[Record]]:
+    def nearest(
+        self, kind: str, *, user_id: str, vectors: Sequence[Sequence[float]], k: int, conversation_id: str | None = None
+    ) -> list[list[Record]]:
         """Each vector's dense top-``k`` of one user's units through Chroma's HNSW index, vectors included.
 
         The bounded search path (:mod:`memstrata.memory.index.bounded`) reads candidates this way instead of
@@ -442,8 +487,11 @@ class VectorStore:
         """
         if not len(vectors):
             return []
-        ask = {"query_embeddings": [np.asarray(v, dtype=np.float32) for v in vectors], "n_results": max(1, k),
-               "include": ["documents", "metadatas", "distances", "embeddings"]}
+        ask = {
+            "query_embeddings": [np.asarray(v, dtype=np.float32) for v in vectors],
+            "n_results": max(1, k),
+            "include": ["documents", "metadatas", "distances", "embeddings"],
+        }
 
         def read(where: dict[str, Any] | None) -> list[tuple[dict[str, Any], bool]]:
             res = self._read(kind, "query", **ask, **({"where": where} if where else {}))
@@ -454,8 +502,13 @@ class VectorStore:
             return out
 
         pages = self._tenant_read(kind, read, user_id, conversation_id, k)
-        return [[dataclasses.replace(r, similarity=1.0 - float(d))
-                 for r, d in zip(_records(kind, page, True), page["distances"], strict=True)] for page in pages]
+        return [
+            [
+                dataclasses.replace(r, similarity=1.0 - float(d))
+                for r, d in zip(_records(kind, page, True), page["distances"], strict=True)
+            ]
+            for page in pages
+        ]
 
     def _read(self, kind: str, method: str, **ask: Any) -> dict[str, Any]:
         """A Chroma read (``get`` or ``query``), repeated once on a fresh client when this one is stale."""
@@ -467,8 +520,14 @@ class VectorStore:
             self._reopen()  # another process wrote: this process's in-memory index readers are stale
             return getattr(self.collection(kind), method)(**ask)
 
-    def _tenant_read(self, kind: str, read: Callable[[dict[str, Any] | None], list[tuple[dict[str, Any], bool]]],
-                     user_id: str, conversation_id: str | None, k: int) -> list[dict[str, Any]]:
+    def _tenant_read(
+        self,
+        kind: str,
+        read: Callable[[dict[str, Any] | None], list[tuple[dict[str, Any], bool]]],
+        user_id: str,
+        conversation_id: str | None,
+        k: int,
+    ) -> list[dict[str, Any]]:
         """Pages of a top-``k`` read, each kept to the tenant.
 
         Chroma evaluates a ``where`` clause over every record it matches before searching, which costs
@@ -483,8 +542,16 @@ class VectorStore:
             return [page for page, _ in first]
         return [page for page, _ in read(self._scope(kind, user_id, conversation_id))]
 
-    def containing(self, kind: str, *, user_id: str, phrases: Sequence[str], limit: int,
-                   conversation_id: str | None = None, with_vectors: bool = True) -> list[Record]:
+    def containing(
+        self,
+        kind: str,
+        *,
+        user_id: str,
+        phrases: Sequence[str],
+        limit: int,
+        conversation_id: str | None = None,
+        with_vectors: bool = True,
+    ) -> list[Record]:
         """Up to ``limit`` of one user's units whose stored text contains any of ``phrases`` (case-sensitive).
 
         Chroma answers this from its full-text index; which ``limit`` units come back, when more match, is
@@ -495,8 +562,11 @@ class VectorStore:
             return []
         include = ["documents", "metadatas"] + (["embeddings"] if with_vectors else [])
         clauses = [{"$contains": p} for p in dict.fromkeys(phrases)]
-        ask = {"where_document": clauses[0] if len(clauses) == 1 else {"$or": clauses}, "limit": max(1, limit),
-               "include": include}
+        ask = {
+            "where_document": clauses[0] if len(clauses) == 1 else {"$or": clauses},
+            "limit": max(1, limit),
+            "include": include,
+        }
 
         def read(where: dict[str, Any] | None) -> list[tuple[dict[str, Any], bool]]:
             res = self._read(kind, "get", **ask, **({"where": where} if where else {}))
@@ -509,8 +579,9 @@ class VectorStore:
         words = self._word_index(kind)
         return words is not None and words.coverage(kind) is True
 
-    def matching(self, kind: str, *, user_id: str, words: Sequence[str], limit: int,
-                 conversation_id: str | None = None) -> list[Record]:
+    def matching(
+        self, kind: str, *, user_id: str, words: Sequence[str], limit: int, conversation_id: str | None = None
+    ) -> list[Record]:
         """Up to ``limit`` of one user's units holding the words, best BM25 match first, vectors included.
 
         The word index (:mod:`memstrata.memory.store.words`) ranks them; their records are then read from
@@ -520,8 +591,10 @@ class VectorStore:
             msg = "matching: this store has no word index (a Chroma server store); use containing()"
             raise StoreError(msg)
         pairs = self.words.search(kind, words, user_id=user_id, limit=limit, conversation_id=conversation_id)
-        records = {(r.metadata["conversation_id"], r.unit_id): r
-                   for r in self.get_keys(kind, user_id=user_id, keys=pairs, with_vectors=True)}
+        records = {
+            (r.metadata["conversation_id"], r.unit_id): r
+            for r in self.get_keys(kind, user_id=user_id, keys=pairs, with_vectors=True)
+        }
         return [records[p] for p in pairs if p in records]
 
     def index_words(self, *, progress: Any = None) -> dict[str, int]:
@@ -533,10 +606,12 @@ class VectorStore:
             self.words.set_coverage(kind, False)  # an interrupted rebuild leaves the kind on $contains
             self.words.clear(kind)
             data = self._paged(kind, include=["documents", "metadatas"])
-            rows = [(m["user_id"], m["conversation_id"], m["unit_id"], d or "")
-                    for d, m in zip(data["documents"], data["metadatas"], strict=True)]
+            rows = [
+                (m["user_id"], m["conversation_id"], m["unit_id"], d or "")
+                for d, m in zip(data["documents"], data["metadatas"], strict=True)
+            ]
             for start in range(0, len(rows), _MAX_BATCH):
-                self.words.put(kind, rows[start:start + _MAX_BATCH])
+                self.words.put(kind, rows[start : start + _MAX_BATCH])
                 if progress:
                     progress(kind, min(start + _MAX_BATCH, len(rows)), len(rows))
             self.words.set_coverage(kind, True)
@@ -574,12 +649,16 @@ class VectorStore:
             data = self._paged(kind, include=["metadatas"])
             with self._write_lock:
                 for start in range(0, len(data["ids"]), _MAX_BATCH):
-                    metas = [{**m, **tenant.stamp(m["user_id"], m["conversation_id"])}
-                             for m in data["metadatas"][start:start + _MAX_BATCH]]
-                    col.update(ids=data["ids"][start:start + _MAX_BATCH], metadatas=metas)
+                    metas = [
+                        {**m, **tenant.stamp(m["user_id"], m["conversation_id"])}
+                        for m in data["metadatas"][start : start + _MAX_BATCH]
+                    ]
+                    col.update(ids=data["ids"][start : start + _MAX_BATCH], metadatas=metas)
                 # Chroma refuses a metadata that names the distance again; the collection keeps its space
-                col.modify(metadata={k: v for k, v in (col.metadata or {}).items() if not k.startswith("hnsw:")}
-                           | {"scoped": True})
+                col.modify(
+                    metadata={k: v for k, v in (col.metadata or {}).items() if not k.startswith("hnsw:")}
+                    | {"scoped": True}
+                )
             with self._lock:
                 self._collections.pop(kind, None)
             counts[kind] = len(data["ids"])
@@ -604,9 +683,12 @@ class VectorStore:
             texts = [m.get("embed_text") or d for d, m in zip(data["documents"], data["metadatas"], strict=True)]
             for start in range(0, len(texts), 256):
                 stop = start + 256
-                col.add(ids=data["ids"][start:stop], documents=data["documents"][start:stop],
-                        metadatas=data["metadatas"][start:stop],
-                        embeddings=self.embeddings.embed_documents(texts[start:stop]))
+                col.add(
+                    ids=data["ids"][start:stop],
+                    documents=data["documents"][start:stop],
+                    metadatas=data["metadatas"][start:stop],
+                    embeddings=self.embeddings.embed_documents(texts[start:stop]),
+                )
                 if progress:
                     progress(kind, min(stop, len(texts)), len(texts))
             counts[kind] = len(texts)
@@ -630,8 +712,11 @@ def _owned(res: dict[str, Any], user_id: str, conversation_id: str | None) -> di
     Reads by key pass no ``where`` to Chroma (1.5 scans every record per key when both come together);
     this check keeps the tenant guarantee without it.
     """
-    keep = [i for i, m in enumerate(res.get("metadatas") or []) if m.get("user_id") == user_id and (
-        conversation_id is None or m.get("conversation_id") == conversation_id)]
+    keep = [
+        i
+        for i, m in enumerate(res.get("metadatas") or [])
+        if m.get("user_id") == user_id and (conversation_id is None or m.get("conversation_id") == conversation_id)
+    ]
     out = {"ids": [res["ids"][i] for i in keep]}
     for name in ("documents", "metadatas", "embeddings", "distances"):
         values = res.get(name)
@@ -672,8 +757,9 @@ def _make_client(*, path: str | Path | None, url: str | None) -> Any:
             msg = f"bad Chroma server URL {url!r}: expected http://host:port"
             raise StoreError(msg)
         try:
-            client = chromadb.HttpClient(host=parsed.hostname, port=parsed.port or 8000,
-                                         ssl=parsed.scheme == "https", settings=settings)
+            client = chromadb.HttpClient(
+                host=parsed.hostname, port=parsed.port or 8000, ssl=parsed.scheme == "https", settings=settings
+            )
         except Exception as exc:
             msg = f"cannot reach the Chroma server at {url}: {exc}"
             raise StoreError(msg) from exc
@@ -720,7 +806,7 @@ class ServerGuard:
 
     Example:
         >>> client = ServerGuard(chromadb.HttpClient(port=1), "http://127.0.0.1:1")  # doctest: +SKIP
-        >>> client.list_collections()                                             # doctest: +SKIP
+        >>> client.list_collections()  # doctest: +SKIP
         Traceback (most recent call last):
         StoreError: the Chroma server at http://127.0.0.1:1 stopped answering (ConnectError: ...); ...
     """
@@ -737,13 +823,19 @@ class ServerGuard:
 
         @functools.wraps(method)
         def call(*args: Any, **kwargs: Any) -> Any:
-            retrying = Retrying(retry=retry_if_exception(_is_transient), stop=stop_after_attempt(_TRANSIENT_ATTEMPTS),
-                                wait=wait_exponential(multiplier=0.05, max=2.0), reraise=True)
+            retrying = Retrying(
+                retry=retry_if_exception(_is_transient),
+                stop=stop_after_attempt(_TRANSIENT_ATTEMPTS),
+                wait=wait_exponential(multiplier=0.05, max=2.0),
+                reraise=True,
+            )
             try:
                 out = retrying(method, *args, **kwargs)
             except _transport_errors() as exc:
-                msg = (f"the Chroma server at {self._url} stopped answering ({type(exc).__name__}: {exc}); "
-                       "start it again and re-run the same command: what was stored is kept, the rest is redone")
+                msg = (
+                    f"the Chroma server at {self._url} stopped answering ({type(exc).__name__}: {exc}); "
+                    "start it again and re-run the same command: what was stored is kept, the rest is redone"
+                )
                 raise StoreError(msg) from exc
             return ServerGuard(out, self._url) if isinstance(out, Collection) else out
 

@@ -23,9 +23,9 @@ existed is read with ``$contains`` until then. So is an index written in another
 SQLite ``user_version`` is not :data:`FORMAT`): its tags would match no query.
 
 Example:
-    >>> words = WordIndex(Path(tempfile.mkdtemp()))                          # doctest: +SKIP
-    >>> words.put("turn", [("alice", "c1", "D1:1", "I went swimming")])      # doctest: +SKIP
-    >>> words.search("turn", ["swim"], user_id="alice", limit=5)             # doctest: +SKIP
+    >>> words = WordIndex(Path(tempfile.mkdtemp()))  # doctest: +SKIP
+    >>> words.put("turn", [("alice", "c1", "D1:1", "I went swimming")])  # doctest: +SKIP
+    >>> words.search("turn", ["swim"], user_id="alice", limit=5)  # doctest: +SKIP
     [('c1', 'D1:1')]
 """
 
@@ -108,8 +108,10 @@ class WordIndex:
         name = _table(kind)
         if name not in self._tables:
             # detail=column: no word positions (phrases are never asked), a smaller index
-            db.execute(f'CREATE VIRTUAL TABLE IF NOT EXISTS "{name}" USING fts5(text, tag, user UNINDEXED, '
-                       "conv UNINDEXED, unit UNINDEXED, tokenize='porter unicode61', detail=column)")
+            db.execute(
+                f'CREATE VIRTUAL TABLE IF NOT EXISTS "{name}" USING fts5(text, tag, user UNINDEXED, '
+                "conv UNINDEXED, unit UNINDEXED, tokenize='porter unicode61', detail=column)"
+            )
             self._tables.add(name)
 
     # ---- coverage -------------------------------------------------------------
@@ -130,8 +132,11 @@ class WordIndex:
         data = [(_rowid(u, c, i), text, _tag(u, c), u, c, i) for u, c, i, text in rows]
         with self._write(kind) as db:
             for start in range(0, len(data), _BATCH):
-                db.executemany(f'INSERT OR REPLACE INTO "{_table(kind)}" (rowid, text, tag, user, conv, unit) '
-                               "VALUES (?, ?, ?, ?, ?, ?)", data[start:start + _BATCH])
+                db.executemany(
+                    f'INSERT OR REPLACE INTO "{_table(kind)}" (rowid, text, tag, user, conv, unit) '
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    data[start : start + _BATCH],
+                )
         return len(data)
 
     def delete(self, kind: str, *, user_id: str, conversation_id: str, unit_ids: Sequence[str]) -> None:
@@ -144,8 +149,11 @@ class WordIndex:
         for kind in kinds:
             name = _table(kind)
             with self._write(kind) as db:
-                db.execute(f'DELETE FROM "{name}" WHERE rowid IN (SELECT rowid FROM "{name}" '
-                           f'WHERE "{name}" MATCH ? AND user = ?)', (f'tag:"{_user_tag(user_id)}"', user_id))
+                db.execute(
+                    f'DELETE FROM "{name}" WHERE rowid IN (SELECT rowid FROM "{name}" '
+                    f'WHERE "{name}" MATCH ? AND user = ?)',
+                    (f'tag:"{_user_tag(user_id)}"', user_id),
+                )
                 db.execute(f'INSERT INTO "{name}" ("{name}") VALUES (\'optimize\')')
 
     def clear(self, kind: str) -> None:
@@ -158,16 +166,19 @@ class WordIndex:
         name = _table(kind)
         with self._connect() as db:
             try:
-                rows = db.execute(f'SELECT conv, unit FROM "{name}" WHERE "{name}" MATCH ? AND user = ?',
-                                  (f'tag:"{_user_tag(user_id)}"', user_id))
+                rows = db.execute(
+                    f'SELECT conv, unit FROM "{name}" WHERE "{name}" MATCH ? AND user = ?',
+                    (f'tag:"{_user_tag(user_id)}"', user_id),
+                )
                 return {(str(c), str(u)) for c, u in rows}
             except sqlite3.OperationalError as exc:
                 if "no such table" in str(exc):
                     return set()
                 raise
 
-    def search(self, kind: str, words: Sequence[str], *, user_id: str, limit: int,
-               conversation_id: str | None = None) -> list[tuple[str, str]]:
+    def search(
+        self, kind: str, words: Sequence[str], *, user_id: str, limit: int, conversation_id: str | None = None
+    ) -> list[tuple[str, str]]:
         """Up to ``limit`` of one user's units of ``kind`` holding any of the words (stemmed, any case), best
         BM25 first, as ``(conversation_id, unit_id)`` pairs.
 
@@ -184,8 +195,8 @@ class WordIndex:
                 found = db.execute(
                     f'SELECT conv, unit FROM "{name}" WHERE "{name}" MATCH ? AND user = ? AND (? IS NULL OR conv = ?) '
                     f'ORDER BY bm25("{name}", 1.0, 0.0) LIMIT ?',
-                    (f'tag:"{tag}" AND text:({" OR ".join(terms)})', user_id, conversation_id, conversation_id,
-                     limit))
+                    (f'tag:"{tag}" AND text:({" OR ".join(terms)})', user_id, conversation_id, conversation_id, limit),
+                )
                 return [(str(c), str(u)) for c, u in found]
             except sqlite3.OperationalError as exc:
                 if "no such table" in str(exc):  # nothing of this kind was ever indexed

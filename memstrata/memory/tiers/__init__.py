@@ -20,5 +20,16 @@ from memstrata.memory.tiers.assign import ARCHIVE, BUFFER, CACHE, Record, assign
 from memstrata.memory.tiers.importance import Signals, offline_importance
 from memstrata.memory.tiers.priority import PriorityWeights, decay, drift
 
-__all__ = ["ARCHIVE", "BUFFER", "CACHE", "PriorityWeights", "Record", "Signals", "assign_tiers", "decay", "drift",
-           "offline_importance", "place_recalled"]
+__all__ = [
+    "ARCHIVE",
+    "BUFFER",
+    "CACHE",
+    "PriorityWeights",
+    "Record",
+    "Signals",
+    "assign_tiers",
+    "decay",
+    "drift",
+    "offline_importance",
+    "place_recalled",
+]

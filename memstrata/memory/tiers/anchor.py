@@ -29,5 +29,6 @@ def write_anchor(store: Any, user_id: str, vector: np.ndarray | None) -> None:
     """Move the anchor to ``vector``."""
     if vector is None or not all(math.isfinite(x) for x in vector):
         return
-    store.tier_state.upsert([TableRow(_anchor_key(user_id), user_id, "*",
-                                      {"vector": json.dumps([round(float(x), 6) for x in vector])})])
+    store.tier_state.upsert(
+        [TableRow(_anchor_key(user_id), user_id, "*", {"vector": json.dumps([round(float(x), 6) for x in vector])})]
+    )

@@ -13,8 +13,10 @@ archive (demotion), the rest keep theirs. The archive as a whole is never ranked
 is not used is not scored.
 
 Example:
-    >>> rs = [Record(("c", "summary", f"s{i}"), f"c/{i // 2}", float(i), priority=p)
-    ...       for i, p in enumerate([0.9, 0.1, 0.2, 0.8, 0.3, 0.4])]
+    >>> rs = [
+    ...     Record(("c", "summary", f"s{i}"), f"c/{i // 2}", float(i), priority=p)
+    ...     for i, p in enumerate([0.9, 0.1, 0.2, 0.8, 0.3, 0.4])
+    ... ]
     >>> tiers = assign_tiers(rs, recent_sessions=1, pivotal=1, buffer=1)
     >>> [tiers[r.item] for r in rs]
     ['cache', '', '', 'buffer', 'cache', 'cache']
@@ -46,10 +48,11 @@ def assign_tiers(records: Iterable[Record], *, recent_sessions: int, pivotal: in
     latest: dict[str, float] = {}
     for r in pool:
         latest[r.session_key] = max(latest.get(r.session_key, float("-inf")), r.time if r.time is not None else 0.0)
-    recent = set(sorted(latest, key=lambda k: (latest[k], k), reverse=True)[:max(0, recent_sessions)])
+    recent = set(sorted(latest, key=lambda k: (latest[k], k), reverse=True)[: max(0, recent_sessions)])
     out = {r.item: CACHE for r in pool if r.session_key in recent}
-    rest = sorted((r for r in pool if r.session_key not in recent),
-                  key=lambda r: (-r.priority, -(r.time or 0.0), r.item))
+    rest = sorted(
+        (r for r in pool if r.session_key not in recent), key=lambda r: (-r.priority, -(r.time or 0.0), r.item)
+    )
     for rank, r in enumerate(rest):
         out[r.item] = CACHE if rank < pivotal else BUFFER if rank < pivotal + buffer else ARCHIVE
     return out
@@ -60,8 +63,16 @@ def changes(before: Mapping[Item, str | None], after: Mapping[Item, str]) -> dic
     return {item: tier for item, tier in after.items() if (before.get(item) or ARCHIVE) != tier}
 
 
-def place_recalled(active: Iterable[Record], recalled: Iterable[Record], tiers: Mapping[Item, str | None], *,
-                   recent_sessions: int, pivotal: int, buffer: int) -> dict[Item, str]:
+def place_recalled(
+    active: Iterable[Record],
+    recalled: Iterable[Record],
+    tiers: Mapping[Item, str | None],
+    *,
+    recent_sessions: int,
+    pivotal: int,
+    buffer: int,
+) -> dict[Item, str]:
     """What a retrieval's use does: the used records, scored now, ranked alongside the active ones; the moves."""
-    return changes(tiers, assign_tiers([*active, *recalled], recent_sessions=recent_sessions, pivotal=pivotal,
-                                       buffer=buffer))
+    return changes(
+        tiers, assign_tiers([*active, *recalled], recent_sessions=recent_sessions, pivotal=pivotal, buffer=buffer)
+    )

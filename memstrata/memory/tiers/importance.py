@@ -33,19 +33,47 @@ from memstrata.memory.timeparse import RELATIVE_PATTERN
 _PLANS = re.compile(
     r"\b(?:i|we)(?:'ll| will| shall|'m going to| am going to|'re going to| are going to| plan(?:ned)? to| decided"
     r"| promise[d]?| have to| need to| want to| hope to| intend to| am about to)\b|\b(?:goal|deadline|appointment|"
-    r"interview|wedding|exam|trip|launch)\b", re.I)
+    r"interview|wedding|exam|trip|launch)\b",
+    re.I,
+)
 _FEELING = re.compile(
     r"\b(?:love[sd]?|hate[sd]?|proud|afraid|scared|terrified|excited|thrilled|devastated|heartbroken|grief|"
     r"grieving|anxious|worried|lonely|overwhelmed|grateful|furious|angry|ashamed|miss(?:ed)?|cried|crying|"
-    r"passionate|dream(?:s|ed)?|fear)\b", re.I)
+    r"passionate|dream(?:s|ed)?|fear)\b",
+    re.I,
+)
 _FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|my|me|we|our)\b", re.I)
 _NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+(?:\s[A-Z][a-z]+)*")
-_DATE = re.compile(r"\b(?:\d{1,2}(?:st|nd|rd|th)?\s+(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*|"
-                   r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\s+\d{1,2}|\d{4}-\d{2}-\d{2}|"
-                   r"(?:19|20)\d{2}|monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", re.I)
+_DATE = re.compile(
+    r"\b(?:\d{1,2}(?:st|nd|rd|th)?\s+(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*|"
+    r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\s+\d{1,2}|\d{4}-\d{2}-\d{2}|"
+    r"(?:19|20)\d{2}|monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b",
+    re.I,
+)
 _SMALL_TALK = re.compile(r"^(?:ok|okay|cool|nice|sure|yeah|yes|yep|lol|haha|great|same|right)\b", re.I)
-_CALENDAR = frozenset("january february march april may june july august september october november december monday "
-                      "tuesday wednesday thursday friday saturday sunday".split())
+_CALENDAR = frozenset(
+    [
+        "january",
+        "february",
+        "march",
+        "april",
+        "may",
+        "june",
+        "july",
+        "august",
+        "september",
+        "october",
+        "november",
+        "december",
+        "monday",
+        "tuesday",
+        "wednesday",
+        "thursday",
+        "friday",
+        "saturday",
+        "sunday",
+    ]
+)
 WEIGHTS = {"novelty": 0.25, "entities": 0.20, "dates": 0.15, "plans": 0.20, "feeling": 0.20}
 
 
@@ -69,16 +97,26 @@ def signals(lines: Sequence[str], *, novelty: float, speakers: Sequence[str] = (
     texts = [line.split(": ", 1)[-1] for line in lines]
     joined = " ".join(texts)
     known = {s.casefold() for s in speakers}
-    names = {m.group(0) for t in texts for m in _NAME.finditer(t)
-             if m.group(0).casefold() not in known and m.group(0).casefold() not in _CALENDAR}
+    names = {
+        m.group(0)
+        for t in texts
+        for m in _NAME.finditer(t)
+        if m.group(0).casefold() not in known and m.group(0).casefold() not in _CALENDAR
+    }
     dates = len(_DATE.findall(joined)) + len(RELATIVE_PATTERN.findall(joined))
     plans = len(_PLANS.findall(joined))
     feeling = len(_FEELING.findall(joined)) + sum(1 for t in texts if _FIRST_PERSON.search(t) and "!" in t)
-    filler = sum(1 for t in texts if (PLEASANTRY.match(t.strip()) or _SMALL_TALK.match(t.strip()))
-                 and len(t.split()) <= 6)
-    return Signals(novelty=_unit(novelty), entities=min(1.0, len(names) / 4), dates=min(1.0, dates / 2),
-                   plans=min(1.0, plans / 2), feeling=min(1.0, feeling / 3),
-                   filler=filler / max(1, len(texts)))
+    filler = sum(
+        1 for t in texts if (PLEASANTRY.match(t.strip()) or _SMALL_TALK.match(t.strip())) and len(t.split()) <= 6
+    )
+    return Signals(
+        novelty=_unit(novelty),
+        entities=min(1.0, len(names) / 4),
+        dates=min(1.0, dates / 2),
+        plans=min(1.0, plans / 2),
+        feeling=min(1.0, feeling / 3),
+        filler=filler / max(1, len(texts)),
+    )
 
 
 def offline_importance(s: Signals) -> float:

@@ -53,11 +53,13 @@ def decay(recalls: int, age_days: float, *, tau_days: float) -> float:
     return math.exp(-max(0.0, age_days) / (tau_days * (1.0 + math.log1p(max(0, recalls)))))
 
 
-def priority(importance: float, alignment: float, *, recalls: int, age_days: float,
-             weights: PriorityWeights) -> float:
+def priority(importance: float, alignment: float, *, recalls: int, age_days: float, weights: PriorityWeights) -> float:
     """Eq. 5 as read above: ``(α·I/10 + β·A + γ·ln(1+n)) · decay``."""
-    base = (weights.alpha * importance / 10.0 + weights.beta * max(0.0, alignment)
-            + weights.gamma * math.log1p(max(0, recalls)))
+    base = (
+        weights.alpha * importance / 10.0
+        + weights.beta * max(0.0, alignment)
+        + weights.gamma * math.log1p(max(0, recalls))
+    )
     return base * decay(recalls, age_days, tau_days=weights.tau_days)
 
 

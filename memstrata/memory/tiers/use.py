@@ -29,35 +29,65 @@ def used_records(store: Any, user_id: str, turns: Sequence[tuple[str, str, str]]
     used = {(c, t) for c, _, t in turns}
     keys = sorted({f"{c}/{s}" for c, s, _ in turns})
     episodes = store.get("episode", user_id=user_id, where={"session_key": {"$in": keys}})
-    return [(r.metadata["conversation_id"], "summary", "sum:" + r.unit_id.removeprefix("ep:")) for r in episodes
-            if not r.payload.get("open") and any((r.metadata["conversation_id"], t) in used
-                                                 for t in r.payload.get("turn_ids", []))]
+    return [
+        (r.metadata["conversation_id"], "summary", "sum:" + r.unit_id.removeprefix("ep:"))
+        for r in episodes
+        if not r.payload.get("open")
+        and any((r.metadata["conversation_id"], t) in used for t in r.payload.get("turn_ids", []))
+    ]
 
 
-def record_use(store: Any, user_id: str, items: list[tuple[str, str, str]], *, active: Sequence[UnitCounters],
-               persona: np.ndarray | None, now: float, weights: PriorityWeights, recent_sessions: int, pivotal: int,
-               buffer: int) -> dict[str, Any]:
+def record_use(
+    store: Any,
+    user_id: str,
+    items: list[tuple[str, str, str]],
+    *,
+    active: Sequence[UnitCounters],
+    persona: np.ndarray | None,
+    now: float,
+    weights: PriorityWeights,
+    recent_sessions: int,
+    pivotal: int,
+    buffer: int,
+) -> dict[str, Any]:
     """Count the use, score the used records, move what ranks in or out; what happened, for the trace."""
     if not items:
         return {"recalled": 0, "scored_lazily": 0, "promoted": 0, "demoted": 0}
     store.counters.record_recall(user_id, items, at=now)
     stored = store.counters.get(user_id, items)
     known = {i: c for i, c in stored.items() if c.session_key}  # scored at ingestion (else written before tiers)
-    vectors = {(r.metadata["conversation_id"], "summary", r.unit_id): r.metadata["_vector"]
-               for r in store.get_keys("summary", user_id=user_id, keys=[(i[0], i[2]) for i in known],
-                                       with_vectors=True)}
-    fresh = {i: priority(c.importance if c.importance is not None else 5.0, alignment(vectors.get(i), persona),
-                         recalls=c.recall_count, age_days=0.0, weights=weights) for i, c in known.items()}
+    vectors = {
+        (r.metadata["conversation_id"], "summary", r.unit_id): r.metadata["_vector"]
+        for r in store.get_keys("summary", user_id=user_id, keys=[(i[0], i[2]) for i in known], with_vectors=True)
+    }
+    fresh = {
+        i: priority(
+            c.importance if c.importance is not None else 5.0,
+            alignment(vectors.get(i), persona),
+            recalls=c.recall_count,
+            age_days=0.0,
+            weights=weights,
+        )
+        for i, c in known.items()
+    }
     recalled = [Record(i, c.session_key or "", c.record_time, fresh[i]) for i, c in known.items()]
-    others = [Record((c.conversation_id, c.kind, c.unit_id), c.session_key or "", c.record_time, c.priority or 0.0)
-              for c in active if (c.conversation_id, c.kind, c.unit_id) not in known and c.session_key]
+    others = [
+        Record((c.conversation_id, c.kind, c.unit_id), c.session_key or "", c.record_time, c.priority or 0.0)
+        for c in active
+        if (c.conversation_id, c.kind, c.unit_id) not in known and c.session_key
+    ]
     tiers = {(c.conversation_id, c.kind, c.unit_id): c.tier for c in active} | {i: c.tier for i, c in known.items()}
     moves = place_recalled(others, recalled, tiers, recent_sessions=recent_sessions, pivotal=pivotal, buffer=buffer)
     writes: dict[tuple[str, str, str], dict[str, Any]] = {
-        i: {"priority": round(p, 6), "scored_at": now} for i, p in fresh.items()}
+        i: {"priority": round(p, 6), "scored_at": now} for i, p in fresh.items()
+    }
     for item, tier in moves.items():
         writes.setdefault(item, {})["tier"] = tier
     store.counters.set_scores(user_id, writes)
-    return {"recalled": len(items), "scored_lazily": sum(1 for c in known.values() if not c.tier),
-            "promoted": sum(1 for i, t in moves.items() if t and not tiers.get(i)),
-            "demoted": sum(1 for t in moves.values() if t == ARCHIVE), "moves": len(moves)}
+    return {
+        "recalled": len(items),
+        "scored_lazily": sum(1 for c in known.values() if not c.tier),
+        "promoted": sum(1 for i, t in moves.items() if t and not tiers.get(i)),
+        "demoted": sum(1 for t in moves.values() if t == ARCHIVE),
+        "moves": len(moves),
+    }

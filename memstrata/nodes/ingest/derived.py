@@ -41,26 +41,31 @@ async def derive_units(state: IngestState, runtime: Runtime[Context]) -> dict[st
         for level in derived:
             units = level.derive(turns)  # type: ignore[misc]
             written[level.kind] = written.get(level.kind, 0) + await asyncio.to_thread(
-                _replace, store, level, ctx.user_id, conv_id, units)
+                _replace, store, level, ctx.user_id, conv_id, units
+            )
     progress("derived", ", ".join(f"{k}: {n}" for k, n in written.items()), **written)
-    return {"stats": {"derived_written": written,
-                      "stage_seconds": {"derived": round(time.perf_counter() - started, 3)}}}
+    return {
+        "stats": {"derived_written": written, "stage_seconds": {"derived": round(time.perf_counter() - started, 3)}}
+    }
 
 
 def _missing(store: MemoryStore, user_id: str, conversations: list[str], derived: list[Level]) -> list[str]:
-    return [c for c in conversations
-            if any(store.count(lv.kind, user_id=user_id, conversation_id=c) == 0 for lv in derived)]
+    return [
+        c for c in conversations if any(store.count(lv.kind, user_id=user_id, conversation_id=c) == 0 for lv in derived)
+    ]
 
 
 def _all_turns(store: MemoryStore, user_id: str, conv_id: str) -> list[Turn]:
     turns = [Turn.model_validate(r.payload) for r in store.get("turn", user_id=user_id, conversation_id=conv_id)]
-    return sorted(turns, key=lambda t: (int(t.session_id) if t.session_id.isdigit() else 1 << 30, t.session_id,
-                                        t.position))
+    return sorted(
+        turns, key=lambda t: (int(t.session_id) if t.session_id.isdigit() else 1 << 30, t.session_id, t.position)
+    )
 
 
 def _replace(store: MemoryStore, level: Level, user_id: str, conv_id: str, units: list[Unit]) -> int:
     """Store a conversation's units of one kind, deleting the ones it no longer yields."""
     old = {r.unit_id for r in store.get(level.kind, user_id=user_id, conversation_id=conv_id)}
     store.delete(level.kind, user_id=user_id, conversation_id=conv_id, unit_ids=sorted(old - {u.id for u in units}))
-    return store.upsert(level.kind, units, documents=[u.embed_text() for u in units],
-                        extra=[u.metadata() for u in units])
+    return store.upsert(
+        level.kind, units, documents=[u.embed_text() for u in units], extra=[u.metadata() for u in units]
+    )

@@ -28,10 +28,10 @@ from langgraph.types import Send
 from memstrata.context import Context
 from memstrata.memory.levels import Episode, EventSummary, Fact
 from memstrata.memory.store import MemoryStore
+from memstrata.memory.store.reads import read_episode_turns
 from memstrata.nodes.common import progress
 from memstrata.nodes.ingest.facts import episode_facts, replace_facts
 from memstrata.nodes.ingest.summaries import episode_summary
-from memstrata.memory.store.reads import read_episode_turns
 from memstrata.runtime.node import open_node
 from memstrata.state import EpisodeBatch, IngestState
 
@@ -52,8 +52,9 @@ async def distill_batch(batch: EpisodeBatch, runtime: Runtime[Context]) -> dict[
     episodes = [Episode.model_validate(d["episode"]) for d in batch["drafts"]]
     vectors = [d["vector"] for d in batch["drafts"]]
     turns = await asyncio.to_thread(read_episode_turns, store, ctx.user_id, episodes)
-    of = {e.id: [turns[(e.conversation_id, t)] for t in e.turn_ids if (e.conversation_id, t) in turns]
-          for e in episodes}
+    of = {
+        e.id: [turns[(e.conversation_id, t)] for t in e.turn_ids if (e.conversation_id, t) in turns] for e in episodes
+    }
     fact_step, summary_step = run.step, run.step.sibling()
     offline = run.step.sibling(offline=True)  # an open episode's summary and facts are the offline ones until it closes
     started = time.perf_counter()
@@ -65,21 +66,33 @@ async def distill_batch(batch: EpisodeBatch, runtime: Runtime[Context]) -> dict[
         fallbacks += not ok
         episodes[i] = ep.model_copy(update={"fact_ids": [f.id for f in got]})
     facts_s = time.perf_counter() - started
-    summaries = [(await episode_summary(offline if ep.open else summary_step, ep, of[ep.id])).model_copy(
-        update={"open": ep.open}) for ep in episodes]
+    summaries = [
+        (await episode_summary(offline if ep.open else summary_step, ep, of[ep.id])).model_copy(
+            update={"open": ep.open}
+        )
+        for ep in episodes
+    ]
     summaries_s = time.perf_counter() - started - facts_s
     async with _write_lock():  # a progress event is a moment when no branch is half-way through its writes
-        spent = await asyncio.to_thread(_write, store, ctx.user_id, summaries, episodes, vectors, facts,
-                                        ctx.embed_batch)
+        spent = await asyncio.to_thread(
+            _write, store, ctx.user_id, summaries, episodes, vectors, facts, ctx.embed_batch
+        )
         progress("facts", f"extracted {len(facts)} facts from {len(episodes)} episodes", done=len(episodes))
         progress("summaries", f"summarized and stored {len(summaries)} episodes (Level-1)", done=len(summaries))
     stats: dict[str, Any] = {
-        "summaries_written": len(summaries), "facts_written": len(facts), "facts_fallbacks": fallbacks,
-        "stage_seconds": {"summaries": round(summaries_s + spent["summaries"], 3),
-                          "facts": round(facts_s + spent["facts"], 3)},
+        "summaries_written": len(summaries),
+        "facts_written": len(facts),
+        "facts_fallbacks": fallbacks,
+        "stage_seconds": {
+            "summaries": round(summaries_s + spent["summaries"], 3),
+            "facts": round(facts_s + spent["facts"], 3),
+        },
     }
-    llm = {name: step.meter.summary() for name, step in (("facts", fact_step), ("summarize", summary_step))
-           if step.model is not None and step.meter.calls}  # only steps that called the model report
+    llm = {
+        name: step.meter.summary()
+        for name, step in (("facts", fact_step), ("summarize", summary_step))
+        if step.model is not None and step.meter.calls
+    }  # only steps that called the model report
     if llm:
         stats["llm"] = llm
     return {"stats": stats}
@@ -97,14 +110,27 @@ def _write_lock() -> asyncio.Lock:
     return lock
 
 
-def _write(store: MemoryStore, user_id: str, summaries: list[EventSummary], episodes: list[Episode],
-           vectors: list[list[float]], facts: list[Fact], batch: int) -> dict[str, float]:
+def _write(
+    store: MemoryStore,
+    user_id: str,
+    summaries: list[EventSummary],
+    episodes: list[Episode],
+    vectors: list[list[float]],
+    facts: list[Fact],
+    batch: int,
+) -> dict[str, float]:
     """Summaries, then episodes, then facts (parents first); the seconds each part took."""
     started = time.perf_counter()
-    store.upsert("summary", summaries, documents=[s.embed_text() for s in summaries],
-                 extra=[s.metadata() for s in summaries])
-    store.upsert("episode", episodes, documents=[e.embed_text() for e in episodes], vectors=vectors,
-                 extra=[e.metadata() for e in episodes])
+    store.upsert(
+        "summary", summaries, documents=[s.embed_text() for s in summaries], extra=[s.metadata() for s in summaries]
+    )
+    store.upsert(
+        "episode",
+        episodes,
+        documents=[e.embed_text() for e in episodes],
+        vectors=vectors,
+        extra=[e.metadata() for e in episodes],
+    )
     middle = time.perf_counter()
     replace_facts(store, user_id, episodes, facts, batch)
     return {"summaries": middle - started, "facts": time.perf_counter() - middle}
@@ -113,4 +139,4 @@ def _write(store: MemoryStore, user_id: str, summaries: list[EventSummary], epis
 def episode_sends(node: str, drafts: list[dict[str, Any]], max_fanout: int) -> list[Send]:
     """New episodes cut into at most ``max_fanout`` batches, one ``Send`` to ``node`` per batch."""
     size = math.ceil(len(drafts) / min(max_fanout, len(drafts)))
-    return [Send(node, {"drafts": drafts[i:i + size]}) for i in range(0, len(drafts), size)]
+    return [Send(node, {"drafts": drafts[i : i + size]}) for i in range(0, len(drafts), size)]

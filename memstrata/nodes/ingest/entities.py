@@ -22,15 +22,16 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
-from memstrata.runtime.llm import GOOD_OUTCOMES
+from memstrata.memory.entity_graph.resolution import Linked
+from memstrata.memory.entity_graph.resolution import link_entities as resolve
 from memstrata.memory.facts.supersession import apply_supersession, attribute_of, candidate_pairs, supersede
-from memstrata.memory.entity_graph.resolution import Linked, link_entities as resolve
 from memstrata.memory.levels import Entity, Fact
 from memstrata.memory.store import MemoryStore
-from memstrata.nodes.common import conversations_to_redo, progress
-from memstrata.runtime.step import Step
 from memstrata.memory.store.reads import closed_facts, open_episodes
+from memstrata.nodes.common import conversations_to_redo, progress
+from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
+from memstrata.runtime.step import Step
 from memstrata.state import IngestState
 
 
@@ -54,15 +55,20 @@ async def link_entities(state: IngestState, runtime: Runtime[Context]) -> dict[s
         facts, vectors = await asyncio.to_thread(closed_facts, store, ctx.user_id, conv_id)
         if not facts:
             continue
-        linked = resolve(facts, speakers=_speakers(facts), typo_ratio=ctx.entity_typo_ratio,
-                         recent_events=ctx.entity_recent_events)
-        fresh = {f.id for f in facts if (conv_id, f.episode_id) in new_episodes or conv_id in missing
-                 or conv_id in state.get("repaired", [])}
+        linked = resolve(
+            facts, speakers=_speakers(facts), typo_ratio=ctx.entity_typo_ratio, recent_events=ctx.entity_recent_events
+        )
+        fresh = {
+            f.id
+            for f in facts
+            if (conv_id, f.episode_id) in new_episodes or conv_id in missing or conv_id in state.get("repaired", [])
+        }
         replaced = await _supersession(step, linked.facts, fresh, ctx.supersede_max_calls)
         counts = await asyncio.to_thread(_write, store, ctx.user_id, conv_id, facts, linked, replaced, vectors)
         totals = {k: totals[k] + counts[k] for k in totals}
-    progress("entities", f"linked {totals['entities_written']} entities, {totals['relations_written']} relations",
-             **totals)
+    progress(
+        "entities", f"linked {totals['entities_written']} entities, {totals['relations_written']} relations", **totals
+    )
     stats: dict[str, Any] = {**totals, "stage_seconds": {"entities": round(time.perf_counter() - started, 3)}}
     if step.model is not None and step.meter.calls:  # only nodes that called the model report
         stats["llm"] = {"supersede": step.meter.summary()}
@@ -71,8 +77,12 @@ async def link_entities(state: IngestState, runtime: Runtime[Context]) -> dict[s
 
 def _unlinked(store: MemoryStore, user_id: str, conversations: list[str]) -> list[str]:
     """Conversations that hold facts of closed episodes but no entities (an ingest stopped before this stage)."""
-    return [c for c in conversations if not store.count("entity", user_id=user_id, conversation_id=c)
-            and store.count("fact", user_id=user_id, conversation_id=c) > _open_facts(store, user_id, c)]
+    return [
+        c
+        for c in conversations
+        if not store.count("entity", user_id=user_id, conversation_id=c)
+        and store.count("fact", user_id=user_id, conversation_id=c) > _open_facts(store, user_id, c)
+    ]
 
 
 def _open_facts(store: MemoryStore, user_id: str, conv_id: str) -> int:
@@ -84,7 +94,7 @@ def _speakers(facts: list[Fact]) -> list[str]:
 
 
 async def _supersession(step: Step, facts: list[Fact], fresh: set[str], max_calls: int) -> dict[str, str]:
-    """fact id -> id of the fact that replaces it: the rule offline, the model's verdict on candidates otherwise.
+    """Fact id -> id of the fact that replaces it: the rule offline, the model's verdict on candidates otherwise.
 
     The model is asked only about pairs with a fact of this write (``fresh``): earlier pairs were
     decided when their facts were written, so a write's calls do not grow with the conversation.
@@ -98,8 +108,13 @@ async def _supersession(step: Step, facts: list[Fact], fresh: set[str], max_call
     decided |= {old: new for old, new in rule.items() if old in fresh or new in fresh}
     for older, newer in pairs[:max_calls]:
         user = f"<older>{older.text}</older>\n<newer>{newer.text}</newer>"
-        verdict, how = await step.decide(Replaces, "SUPERSEDE_PROMPT", user, node="supersede",
-                                         fallback=lambda o=older: Replaces(replaces=o.id in rule))
+        verdict, how = await step.decide(
+            Replaces,
+            "SUPERSEDE_PROMPT",
+            user,
+            node="supersede",
+            fallback=lambda o=older: Replaces(replaces=o.id in rule),
+        )
         if how in GOOD_OUTCOMES and verdict.replaces:
             decided[older.id] = newer.id
         elif how in GOOD_OUTCOMES or attribute_of(older) is None:
@@ -107,8 +122,15 @@ async def _supersession(step: Step, facts: list[Fact], fresh: set[str], max_call
     return decided
 
 
-def _write(store: MemoryStore, user_id: str, conv_id: str, stored: list[Fact], linked: Linked,
-           replaced: dict[str, str], vectors: dict[str, list[float]]) -> dict[str, int]:
+def _write(
+    store: MemoryStore,
+    user_id: str,
+    conv_id: str,
+    stored: list[Fact],
+    linked: Linked,
+    replaced: dict[str, str],
+    vectors: dict[str, list[float]],
+) -> dict[str, int]:
     """Rewrite changed facts, entities and entity edges, delete those the conversation no longer yields;
     counts of what was written.
 
@@ -120,28 +142,45 @@ def _write(store: MemoryStore, user_id: str, conv_id: str, stored: list[Fact], l
     facts.update({f.id: f for f in apply_supersession(linked.facts, replaced)})
     changed = [f for f in facts.values() if f != before.get(f.id)]
     if changed:
-        store.upsert("fact", changed, documents=[f.embed_text() for f in changed],
-                     vectors=[vectors[f.id] for f in changed], extra=[f.metadata() for f in changed])
+        store.upsert(
+            "fact",
+            changed,
+            documents=[f.embed_text() for f in changed],
+            vectors=[vectors[f.id] for f in changed],
+            extra=[f.metadata() for f in changed],
+        )
     old_edges = [e for e in store.edges.get(user_id, conversation_id=conv_id) if e.src_kind == "entity"]
     new_keys = {(e.src, e.rel, e.dst) for e in linked.relations}
     store.edges.delete(user_id, [e for e in old_edges if (e.src, e.rel, e.dst) not in new_keys])
     kept = set(old_edges)
     edges = [e for e in linked.relations if e not in kept]
     store.edges.add(user_id, edges)
-    old_entities = {r.unit_id: Entity.model_validate(r.payload)
-                    for r in store.get("entity", user_id=user_id, conversation_id=conv_id)}
-    store.delete("entity", user_id=user_id, conversation_id=conv_id,
-                 unit_ids=sorted(old_entities.keys() - {e.id for e in linked.entities}))
+    old_entities = {
+        r.unit_id: Entity.model_validate(r.payload)
+        for r in store.get("entity", user_id=user_id, conversation_id=conv_id)
+    }
+    store.delete(
+        "entity",
+        user_id=user_id,
+        conversation_id=conv_id,
+        unit_ids=sorted(old_entities.keys() - {e.id for e in linked.entities}),
+    )
     ents = [e for e in linked.entities if old_entities.get(e.id) != e]
     if ents:
-        store.upsert("entity", ents, documents=[e.embed_text() for e in ents],
-                     vectors=[_mean([vectors[i] for i in e.fact_ids if i in vectors]) for e in ents],
-                     extra=[e.metadata() for e in ents])
-    return {"entities_written": len(ents), "relations_written": len(edges),
-            "facts_superseded": sum(1 for f in facts.values() if f.superseded_by)}
+        store.upsert(
+            "entity",
+            ents,
+            documents=[e.embed_text() for e in ents],
+            vectors=[_mean([vectors[i] for i in e.fact_ids if i in vectors]) for e in ents],
+            extra=[e.metadata() for e in ents],
+        )
+    return {
+        "entities_written": len(ents),
+        "relations_written": len(edges),
+        "facts_superseded": sum(1 for f in facts.values() if f.superseded_by),
+    }
 
 
 def _mean(rows: list[list[float]]) -> list[float]:
     mean = np.asarray(rows, dtype=float).mean(axis=0)
     return (mean / (float(np.linalg.norm(mean)) or 1.0)).tolist()
-

@@ -16,22 +16,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
-from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.memory.levels import Episode, Turn, levels
 from memstrata.memory.levels.level2.episode import build_episodes, episode_vector, mark_repeats
 from memstrata.memory.segmentation import cut_tail
 from memstrata.memory.store import MemoryStore
-from memstrata.nodes.common import progress
-from memstrata.runtime.step import Step
 from memstrata.memory.store.reads import finished_episodes, read_sessions
+from memstrata.nodes.common import progress
+from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
+from memstrata.runtime.step import Step
 from memstrata.state import IngestState
 
 
@@ -47,16 +47,16 @@ async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dic
     started = time.perf_counter()
     run = await open_node(runtime, "segment_episodes", ingest=True)
     store, step = run.store, run.step
-    sessions = await asyncio.to_thread(read_sessions, store, ctx.user_id, state.get("sessions", []),
-                                       with_vectors=True)
+    sessions = await asyncio.to_thread(read_sessions, store, ctx.user_id, state.get("sessions", []), with_vectors=True)
     later = await asyncio.to_thread(_sessions_with_later, store, ctx.user_id, list(sessions))
     written: list[list[str]] = []
     closed: list[list[str]] = []
     drafts: list[dict[str, Any]] = []
     removed = 0
     for (conv_id, session_id), (turns, vecs) in sessions.items():
-        old = await asyncio.to_thread(store.get, "episode", user_id=ctx.user_id, conversation_id=conv_id,
-                                      where={"session_id": session_id})
+        old = await asyncio.to_thread(
+            store.get, "episode", user_id=ctx.user_id, conversation_id=conv_id, where={"session_id": session_id}
+        )
         start, frozen = await asyncio.to_thread(_tail_start, store, ctx.user_id, conv_id, turns, old)
         old = [r for r in old if r.unit_id not in frozen]  # closed: never cut, dropped or redone again
         tail = turns[start:]
@@ -69,45 +69,75 @@ async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dic
         if step.model is not None and ready and len(tail) > 1:
             forced = await _llm_cuts(step, tail)  # None (a failed call): the offline cuts
         cuts = cut_tail(
-            vecs, [t.timestamp for t in turns], start=start, closing=closing, max_turns=ctx.max_episode_turns,
+            vecs,
+            [t.timestamp for t in turns],
+            start=start,
+            closing=closing,
+            max_turns=ctx.max_episode_turns,
             quiet=timedelta(minutes=ctx.episode_quiet_minutes),
-            min_turns=ctx.min_episode_turns, overlap=ctx.episode_overlap,
-            max_gap=timedelta(minutes=ctx.episode_max_gap_minutes), window=ctx.segment_window,
-            depth=ctx.segment_depth, forced=forced,
+            min_turns=ctx.min_episode_turns,
+            overlap=ctx.episode_overlap,
+            max_gap=timedelta(minutes=ctx.episode_max_gap_minutes),
+            window=ctx.segment_window,
+            depth=ctx.segment_depth,
+            forced=forced,
         )
-        episodes = [e.model_copy(update={"open": not shut}) for e, (_, _, shut) in zip(
-            build_episodes(turns, [(s, e) for s, e, _ in cuts], session_time=turns[0].timestamp,
-                           session_time_raw=turns[0].timestamp_raw), cuts, strict=True)]
+        episodes = [
+            e.model_copy(update={"open": not shut})
+            for e, (_, _, shut) in zip(
+                build_episodes(
+                    turns,
+                    [(s, e) for s, e, _ in cuts],
+                    session_time=turns[0].timestamp,
+                    session_time_raw=turns[0].timestamp_raw,
+                ),
+                cuts,
+                strict=True,
+            )
+        ]
         episodes = mark_repeats(episodes, turns, turns[start - 1].position if start else None)
         by_id = {t.id: v for t, v in zip(turns, vecs, strict=True)}
         dropped, done = await asyncio.to_thread(_drop_stale, store, ctx.user_id, conv_id, old, episodes)
         removed += dropped
         episodes = [e for e in episodes if e.id not in done]  # unchanged and finished: nothing to redo
-        drafts += [{"episode": e.model_dump(mode="json"), "vector": episode_vector([by_id[t] for t in e.turn_ids])}
-                   for e in episodes]
+        drafts += [
+            {"episode": e.model_dump(mode="json"), "vector": episode_vector([by_id[t] for t in e.turn_ids])}
+            for e in episodes
+        ]
         written += [[conv_id, e.id] for e in episodes]
         closed += [[conv_id, e.id] for e in episodes if not e.open]
-    progress("segment", f"cut {len(sessions)} session(s) into {len(written)} new episodes (Level-2), "
-                        f"{len(closed)} closed", episodes=len(written))
-    stats: dict[str, Any] = {"episodes_written": len(written), "episodes_replaced": removed,
-                             "episodes_closed": len(closed),
-                             "stage_seconds": {"episodes": round(time.perf_counter() - started, 3)}}
+    progress(
+        "segment",
+        f"cut {len(sessions)} session(s) into {len(written)} new episodes (Level-2), {len(closed)} closed",
+        episodes=len(written),
+    )
+    stats: dict[str, Any] = {
+        "episodes_written": len(written),
+        "episodes_replaced": removed,
+        "episodes_closed": len(closed),
+        "stage_seconds": {"episodes": round(time.perf_counter() - started, 3)},
+    }
     if step.model is not None:
         stats["llm"] = {"segment": step.meter.summary()}
     return {"episodes": written, "closed": closed, "drafts": drafts, "stats": stats}
 
 
-def _tail_start(store: MemoryStore, user_id: str, conv_id: str, turns: list[Turn],
-                old: list[Any]) -> tuple[int, set[str]]:
+def _tail_start(
+    store: MemoryStore, user_id: str, conv_id: str, turns: list[Turn], old: list[Any]
+) -> tuple[int, set[str]]:
     """Index of the session's first turn after its closed episodes (0: none is closed), and their ids.
 
     The closed episodes are the finished ones not marked open whose turns are unchanged, up to the
     first turn none of them covers (an interrupted write's gap, or a turn updated by id, is redone from there).
     """
     text = {t.id: t.render() for t in turns}
-    shut = {r.unit_id: r for r in finished_episodes(store, user_id, conv_id, old) if not r.payload.get("open")
-            # a turn updated by id since reopens its episode
-            and r.document == "\n".join(text.get(t, "") for t in r.payload.get("turn_ids", []))}
+    shut = {
+        r.unit_id: r
+        for r in finished_episodes(store, user_id, conv_id, old)
+        if not r.payload.get("open")
+        # a turn updated by id since reopens its episode
+        and r.document == "\n".join(text.get(t, "") for t in r.payload.get("turn_ids", []))
+    }
     covered = {t for r in shut.values() for t in r.payload.get("turn_ids", [])}
     start = next((i for i, t in enumerate(turns) if t.id not in covered), len(turns))
     if start == 0:
@@ -131,8 +161,8 @@ def _quiet(ctx: Context, tail: list[Turn]) -> bool:
     stamps = [t.timestamp for t in tail if t.timestamp is not None]
     if not stamps:
         return False
-    now = ctx.now or datetime.now(timezone.utc)
-    now = now.astimezone(timezone.utc).replace(tzinfo=None) if now.tzinfo else now  # turns keep naive UTC times
+    now = ctx.now or datetime.now(UTC)
+    now = now.astimezone(UTC).replace(tzinfo=None) if now.tzinfo else now  # turns keep naive UTC times
     return now - max(stamps) > timedelta(minutes=ctx.episode_quiet_minutes)
 
 
@@ -148,8 +178,12 @@ async def _llm_cuts(step: Step, turns: list[Turn]) -> set[int] | None:
         return b
 
     value, outcome = await step.decide(
-        Boundaries, "BOUNDARY_PROMPT", f"<messages session=\"{turns[0].session_id}\">\n{listing}\n</messages>",
-        node="segment", fallback=lambda: Boundaries(starts=[-1]), validate=valid,
+        Boundaries,
+        "BOUNDARY_PROMPT",
+        f'<messages session="{turns[0].session_id}">\n{listing}\n</messages>',
+        node="segment",
+        fallback=lambda: Boundaries(starts=[-1]),
+        validate=valid,
         max_turns=step.ctx.max_episode_turns,
     )
     if outcome not in GOOD_OUTCOMES:
@@ -157,8 +191,9 @@ async def _llm_cuts(step: Step, turns: list[Turn]) -> set[int] | None:
     return {i for i in value.starts if 0 < i < n}
 
 
-def _drop_stale(store: MemoryStore, user_id: str, conv_id: str, old: list[Any],
-                keep: list[Episode]) -> tuple[int, set[str]]:
+def _drop_stale(
+    store: MemoryStore, user_id: str, conv_id: str, old: list[Any], keep: list[Episode]
+) -> tuple[int, set[str]]:
     """Delete a session's stored episodes that a re-cut replaced or changed, with their summaries and facts.
 
     Returns how many ids are gone for good, and the ids of new episodes that are already
@@ -168,25 +203,34 @@ def _drop_stale(store: MemoryStore, user_id: str, conv_id: str, old: list[Any],
     """
     new = {e.id: e for e in keep}
     finished = {r.unit_id for r in finished_episodes(store, user_id, conv_id, old)}
-    stale = [r for r in old if r.unit_id not in new or r.unit_id not in finished
-             or r.document != new[r.unit_id].embed_text() or bool(r.payload.get("open")) != new[r.unit_id].open]
+    stale = [
+        r
+        for r in old
+        if r.unit_id not in new
+        or r.unit_id not in finished
+        or r.document != new[r.unit_id].embed_text()
+        or bool(r.payload.get("open")) != new[r.unit_id].open
+    ]
     # Children before parents: facts (and any kind distilled from episodes), episodes, then summaries.
     _drop_episode_units(store, user_id, conv_id, [r.unit_id for r in stale], keep_kinds={"summary"})
     store.delete("episode", user_id=user_id, conversation_id=conv_id, unit_ids=[r.unit_id for r in stale])
-    store.delete("summary", user_id=user_id, conversation_id=conv_id,
-                 unit_ids=[r.payload.get("summary_id", "") for r in stale])
+    store.delete(
+        "summary", user_id=user_id, conversation_id=conv_id, unit_ids=[r.payload.get("summary_id", "") for r in stale]
+    )
     stale_ids = {r.unit_id for r in stale}
     return sum(r.unit_id not in new for r in stale), {r.unit_id for r in old if r.unit_id not in stale_ids}
 
 
-def _drop_episode_units(store: MemoryStore, user_id: str, conv_id: str, episode_ids: list[str], *,
-                        keep_kinds: set[str]) -> None:
+def _drop_episode_units(
+    store: MemoryStore, user_id: str, conv_id: str, episode_ids: list[str], *, keep_kinds: set[str]
+) -> None:
     """Delete the units of every event kind distilled from these episodes (e.g. their facts), but ``keep_kinds``."""
     if not episode_ids:
         return
     for level in levels(role="event"):
         if level.kind in keep_kinds:
             continue
-        found = store.get(level.kind, user_id=user_id, conversation_id=conv_id,
-                          where={"episode_id": {"$in": episode_ids}})
+        found = store.get(
+            level.kind, user_id=user_id, conversation_id=conv_id, where={"episode_id": {"$in": episode_ids}}
+        )
         store.delete(level.kind, user_id=user_id, conversation_id=conv_id, unit_ids=[r.unit_id for r in found])

@@ -11,18 +11,17 @@ yields are deleted, so re-extracting never duplicates.
 from __future__ import annotations
 
 import asyncio
-
 from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.memory.facts.clauses import extract_facts as offline_facts
 from memstrata.memory.levels import Episode, Fact, Turn
 from memstrata.memory.store import MemoryStore
-from memstrata.memory.timeparse import format_date, parse_timestamp
-from memstrata.runtime.step import Step
 from memstrata.memory.store.reads import by_conversation
+from memstrata.memory.timeparse import format_date, parse_timestamp
+from memstrata.runtime.llm import GOOD_OUTCOMES
+from memstrata.runtime.step import Step
 
 ENTITY_TYPES = ("person", "pet", "place", "org", "thing")
 
@@ -56,11 +55,12 @@ async def episode_facts(step: Step, ep: Episode, turns: list[Turn]) -> tuple[lis
     The turns an episode repeats from its predecessor (:attr:`Episode.repeated`) are read for context only: their
     facts are the predecessor's, so overlapping episodes never write one fact twice.
     """
-    repeated = set(ep.turn_ids[:ep.repeated])
+    repeated = set(ep.turn_ids[: ep.repeated])
     own = [t for t in turns if t.id not in repeated]
     # on a worker thread: the first call reads lemminflect's dictionary from disk (no blocking I/O on the event loop)
-    offline = await asyncio.to_thread(offline_facts, own, episode_id=ep.id, speakers=_speakers(turns),
-                                      session_time=ep.timestamp)
+    offline = await asyncio.to_thread(
+        offline_facts, own, episode_id=ep.id, speakers=_speakers(turns), session_time=ep.timestamp
+    )
     if step.model is None:
         return offline, True
     return await _llm_facts(step, ep, turns, offline)
@@ -75,10 +75,14 @@ def replace_facts(store: MemoryStore, user_id: str, episodes: list[Episode], fac
     keep = {(f.conversation_id, f.id) for f in facts}
     for conv_id, ids in by_conversation([[e.conversation_id, e.id] for e in episodes]).items():
         old = store.get("fact", user_id=user_id, conversation_id=conv_id, where={"episode_id": {"$in": ids}})
-        store.delete("fact", user_id=user_id, conversation_id=conv_id,
-                     unit_ids=[r.unit_id for r in old if (conv_id, r.unit_id) not in keep])
+        store.delete(
+            "fact",
+            user_id=user_id,
+            conversation_id=conv_id,
+            unit_ids=[r.unit_id for r in old if (conv_id, r.unit_id) not in keep],
+        )
     for start in range(0, len(facts), batch):
-        part = facts[start:start + batch]
+        part = facts[start : start + batch]
         store.upsert("fact", part, documents=[f.embed_text() for f in part], extra=[f.metadata() for f in part])
     return len(facts)
 
@@ -87,7 +91,7 @@ async def _llm_facts(step: Step, ep: Episode, turns: list[Turn], fallback: list[
     """The model's facts of one episode, or the offline ones (and ``False``) when its output is unusable."""
     when = format_date(ep.timestamp) or (ep.timestamp_raw or "unknown")
     listing = "\n".join(f"[{i}] {t.render()}" for i, t in enumerate(turns))
-    user = f"<episode session_date=\"{when}\">\n{listing}\n</episode>"
+    user = f'<episode session_date="{when}">\n{listing}\n</episode>'
 
     def valid(value: EpisodeFacts) -> EpisodeFacts:
         if any(i < 0 or i >= len(turns) for f in value.facts for i in f.messages):
@@ -95,8 +99,9 @@ async def _llm_facts(step: Step, ep: Episode, turns: list[Turn], fallback: list[
             raise ValueError(msg)
         return value
 
-    value, outcome = await step.decide(EpisodeFacts, "FACT_PROMPT", user, node="facts",
-                                       fallback=lambda: EpisodeFacts(), validate=valid)
+    value, outcome = await step.decide(
+        EpisodeFacts, "FACT_PROMPT", user, node="facts", fallback=lambda: EpisodeFacts(), validate=valid
+    )
     usable = [f for f in value.facts if f.statement.strip() and f.subject.strip()]
     if outcome not in GOOD_OUTCOMES or (not usable and fallback):
         return fallback, False  # garbage, or nothing where the clauses found statements
@@ -113,10 +118,20 @@ def _fact(ep: Episode, turns: list[Turn], f: ExtractedFact, n: int, types: dict[
     statement = f.statement.strip()[:500]
     mentions = [name for name in types if name != f.subject.strip() and name.casefold() in statement.casefold()]
     return Fact(
-        user_id=ep.user_id, conversation_id=ep.conversation_id, episode_id=ep.id, session_id=ep.session_id, n=n,
-        text=statement, subject=f.subject.strip()[:100], relation=f.relation.strip().lower()[:40],
-        object=f.object.strip()[:200], mentions=mentions,
+        user_id=ep.user_id,
+        conversation_id=ep.conversation_id,
+        episode_id=ep.id,
+        session_id=ep.session_id,
+        n=n,
+        text=statement,
+        subject=f.subject.strip()[:100],
+        relation=f.relation.strip().lower()[:40],
+        object=f.object.strip()[:200],
+        mentions=mentions,
         types={k: v for k, v in types.items() if k in (f.subject.strip(), *mentions)},
-        turn_ids=[t.id for t in source], timestamp=ep.timestamp, timestamp_raw=ep.timestamp_raw,
-        event_date=date if isinstance(date, datetime) else None, method="llm",
+        turn_ids=[t.id for t in source],
+        timestamp=ep.timestamp,
+        timestamp_raw=ep.timestamp_raw,
+        event_date=date if isinstance(date, datetime) else None,
+        method="llm",
     )

@@ -28,12 +28,18 @@ from memstrata.context import Context
 from memstrata.memory.levels import DIMENSIONS, Fact, Persona, PersonaItem, Theme
 from memstrata.memory.persona.calibrate import Calibration, appended, due, scene_speaker
 from memstrata.memory.persona.distill import (
-    PersonaDraft, basis, check_draft, llm_items, offered_facts, offline_dimensions, speaker_facts,
+    PersonaDraft,
+    basis,
+    check_draft,
+    llm_items,
+    offered_facts,
+    offline_dimensions,
+    speaker_facts,
 )
 from memstrata.memory.persona.versions import successor, valid_at
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.reads import closed_facts
-from memstrata.nodes.common import conversations_to_redo, progress, per_write
+from memstrata.nodes.common import conversations_to_redo, per_write, progress
 from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
 from memstrata.runtime.step import Step
@@ -58,11 +64,20 @@ async def distill_persona(state: IngestState, runtime: Runtime[Context]) -> dict
     run = await open_node(runtime, "distill_persona", ingest=True)
     ctx, store, step = run.ctx, run.store, run.step
     touched, missing = await conversations_to_redo(state, store, ctx.user_id, _without_persona)
-    calls = {"distill": ctx.persona_llm_calls if step.model is not None else 0,
-             "calibrate": per_write(state, ctx.persona_calibrations_per_episode, ctx.persona_calibrations)
-             if step.model is not None else 0}
-    totals = {"persona_speakers": 0, "persona_rebuilt": 0, "persona_versions": 0, "persona_llm": 0,
-              "scenes_checked": 0, "scenes_calibrated": 0}
+    calls = {
+        "distill": ctx.persona_llm_calls if step.model is not None else 0,
+        "calibrate": per_write(state, ctx.persona_calibrations_per_episode, ctx.persona_calibrations)
+        if step.model is not None
+        else 0,
+    }
+    totals = {
+        "persona_speakers": 0,
+        "persona_rebuilt": 0,
+        "persona_versions": 0,
+        "persona_llm": 0,
+        "scenes_checked": 0,
+        "scenes_calibrated": 0,
+    }
     cues: np.ndarray | None = None
     for conv_id in [*touched, *missing]:
         src = await asyncio.to_thread(_sources, store, ctx.user_id, conv_id)
@@ -77,15 +92,22 @@ async def distill_persona(state: IngestState, runtime: Runtime[Context]) -> dict
             await asyncio.to_thread(_write_personas, store, written)
             for p in written:  # the scenes below are checked against what was just written
                 src.versions[(p.speaker, p.dimension)] = [
-                    *[v for v in src.versions.get((p.speaker, p.dimension), []) if v.id != p.id], p]
+                    *[v for v in src.versions.get((p.speaker, p.dimension), []) if v.id != p.id],
+                    p,
+                ]
         calibrated = await _calibrate(step, ctx, src, calls, totals)
         if calibrated:
             await asyncio.to_thread(_write_themes, store, calibrated, src.theme_vectors)
-    progress("persona", f"{totals['persona_rebuilt']} personas rebuilt, {totals['persona_versions']} versions "
-                        f"written", **totals)
-    stats: dict[str, Any] = {**totals, "calibration": "with the model" if step.model is not None else
-                             "offline: no calibration",
-                             "stage_seconds": {"persona": round(time.perf_counter() - started, 3)}}
+    progress(
+        "persona",
+        f"{totals['persona_rebuilt']} personas rebuilt, {totals['persona_versions']} versions written",
+        **totals,
+    )
+    stats: dict[str, Any] = {
+        **totals,
+        "calibration": "with the model" if step.model is not None else "offline: no calibration",
+        "stage_seconds": {"persona": round(time.perf_counter() - started, 3)},
+    }
     if step.model is not None and step.meter.calls:
         stats["llm"] = {"persona": step.meter.summary()}
     return {"stats": stats}
@@ -93,15 +115,20 @@ async def distill_persona(state: IngestState, runtime: Runtime[Context]) -> dict
 
 def _without_persona(store: MemoryStore, user_id: str, conversations: list[str]) -> list[str]:
     """Conversations with themes but no persona (written before personas, or stopped before them)."""
-    return [c for c in conversations if store.count("theme", user_id=user_id, conversation_id=c)
-            and not store.count("persona", user_id=user_id, conversation_id=c)]
+    return [
+        c
+        for c in conversations
+        if store.count("theme", user_id=user_id, conversation_id=c)
+        and not store.count("persona", user_id=user_id, conversation_id=c)
+    ]
 
 
 def _sources(store: MemoryStore, user_id: str, conv_id: str) -> Sources:
     facts, vectors = closed_facts(store, user_id, conv_id)
     x = np.asarray([vectors[f.id] for f in facts], dtype=float) if facts else np.zeros((0, 1))
-    speakers = sorted({r.metadata.get("speaker") or "" for r in store.get("turn", user_id=user_id,
-                                                                            conversation_id=conv_id)} - {""})
+    speakers = sorted(
+        {r.metadata.get("speaker") or "" for r in store.get("turn", user_id=user_id, conversation_id=conv_id)} - {""}
+    )
     records = store.get("theme", user_id=user_id, conversation_id=conv_id, with_vectors=True)
     themes = [Theme.model_validate(r.payload) for r in records]
     src = Sources(facts, x, speakers, themes, {r.unit_id: r.metadata["_vector"] for r in records})
@@ -111,8 +138,16 @@ def _sources(store: MemoryStore, user_id: str, conv_id: str) -> Sources:
     return src
 
 
-async def _speaker(step: Step, ctx: Context, conv_id: str, speaker: str, src: Sources, cues: np.ndarray,
-                   calls: dict[str, int], totals: dict[str, int]) -> list[Persona]:
+async def _speaker(
+    step: Step,
+    ctx: Context,
+    conv_id: str,
+    speaker: str,
+    src: Sources,
+    cues: np.ndarray,
+    calls: dict[str, int],
+    totals: dict[str, int],
+) -> list[Persona]:
     """The versions to write for one speaker (new ones, and the ones they end), if the persona is stale."""
     rows = speaker_facts(src.facts, speaker)
     mine = [src.facts[i] for i in rows]
@@ -127,13 +162,28 @@ async def _speaker(step: Step, ctx: Context, conv_id: str, speaker: str, src: So
         return []  # fresh: nothing it was built from changed
     by_id = {f.id: f for f in src.facts}
     live = sum(f.current for f in mine)
-    if step.model is not None and held and not _lost_citation(held, by_id) \
-            and live < ctx.persona_llm_growth * max(p.built_from for p in held):
+    if (
+        step.model is not None
+        and held
+        and not _lost_citation(held, by_id)
+        and live < ctx.persona_llm_growth * max(p.built_from for p in held)
+    ):
         return []  # with a model, wait until the facts have grown enough: a write's cost stays flat
     totals["persona_rebuilt"] += 1
     theme_of = {f: t.id for t in src.themes for f in t.fact_ids}
-    items = offline_dimensions(mine, src.x[rows], cues, floor=ctx.persona_floor, same=ctx.persona_same,
-                               per_dimension=ctx.persona_items, theme_of=theme_of) if mine else {}
+    items = (
+        offline_dimensions(
+            mine,
+            src.x[rows],
+            cues,
+            floor=ctx.persona_floor,
+            same=ctx.persona_same,
+            per_dimension=ctx.persona_items,
+            theme_of=theme_of,
+        )
+        if mine
+        else {}
+    )
     method = "extractive"
     if calls["distill"] > 0 and mine:
         calls["distill"] -= 1
@@ -144,10 +194,17 @@ async def _speaker(step: Step, ctx: Context, conv_id: str, speaker: str, src: So
     out: list[Persona] = []
     for d in DIMENSIONS:
         kept = [i for i in items.get(d, []) if i.fact_id not in excluded[d]]
-        template = Persona(user_id=ctx.user_id, conversation_id=conv_id, speaker=speaker, dimension=d, version=1,
-                           excluded=excluded[d])
-        new, ended = successor(current[d], kept, basis=digest, built_at=changed_at(current[d], kept, by_id, mine),
-                               method=method, template=template)
+        template = Persona(
+            user_id=ctx.user_id, conversation_id=conv_id, speaker=speaker, dimension=d, version=1, excluded=excluded[d]
+        )
+        new, ended = successor(
+            current[d],
+            kept,
+            basis=digest,
+            built_at=changed_at(current[d], kept, by_id, mine),
+            method=method,
+            template=template,
+        )
         out += [p for p in (ended, new and new.model_copy(update={"built_from": live})) if p is not None]
         totals["persona_versions"] += new is not None and (current[d] is None or new.version > current[d].version)
     return out
@@ -161,7 +218,8 @@ def _lost_citation(held: list[Persona], facts: dict[str, Fact]) -> bool:
 
 def changed_at(current: Persona | None, items: list[PersonaItem], facts: dict[str, Fact], mine: list[Fact]) -> Any:
     """When a rebuilt dimension's change happened, in memory time: the latest time among the facts its new items
-    cite and the facts that superseded the items it lost; with no such fact, the speaker's latest fact."""
+    cite and the facts that superseded the items it lost; with no such fact, the speaker's latest fact.
+    """
     before = {i.fact_id for i in current.items} if current else set()
     now = {i.fact_id for i in items}
     cited = [facts[f] for f in now - before if f in facts]
@@ -170,8 +228,15 @@ def changed_at(current: Persona | None, items: list[PersonaItem], facts: dict[st
     return max(times, default=None)
 
 
-async def _draft(step: Step, ctx: Context, speaker: str, facts: list[Fact], x: np.ndarray, themes: list[Theme],
-                 theme_of: dict[str, str]) -> dict[str, list[PersonaItem]] | None:
+async def _draft(
+    step: Step,
+    ctx: Context,
+    speaker: str,
+    facts: list[Fact],
+    x: np.ndarray,
+    themes: list[Theme],
+    theme_of: dict[str, str],
+) -> dict[str, list[PersonaItem]] | None:
     """Bi-Mem Eq. 7 with the model: the speaker's scenes and facts in, five dimensions of cited statements out."""
     shown = [facts[i] for i in offered_facts(facts, x, limit=ctx.persona_llm_facts, same=ctx.persona_same)]
     ids = {f.id for f in shown}
@@ -179,18 +244,25 @@ async def _draft(step: Step, ctx: Context, speaker: str, facts: list[Fact], x: n
     listing = "\n".join(f"<scene>{t.text}</scene>" for t in scenes)
     facts_block = "\n".join(f'<fact id="{f.id}">{f.text}</fact>' for f in shown)
     draft, how = await step.decide(
-        PersonaDraft, "PERSONA_PROMPT", f"<scenes>\n{listing}\n</scenes>\n<facts>\n{facts_block}\n</facts>",
-        node="persona", fallback=lambda: PersonaDraft(), validate=lambda d: check_draft(d, sorted(ids)),
-        speaker=speaker)
+        PersonaDraft,
+        "PERSONA_PROMPT",
+        f"<scenes>\n{listing}\n</scenes>\n<facts>\n{facts_block}\n</facts>",
+        node="persona",
+        fallback=lambda: PersonaDraft(),
+        validate=lambda d: check_draft(d, sorted(ids)),
+        speaker=speaker,
+    )
     if how not in GOOD_OUTCOMES or not any(getattr(draft, d) for d in DIMENSIONS):
         return None  # a failed call, or a draft that says nothing: the offline items stand
     return llm_items(draft, {f.id: f for f in shown}, per_dimension=ctx.persona_items, theme_of=theme_of)
 
 
-async def _calibrate(step: Step, ctx: Context, src: Sources, calls: dict[str, int],
-                     totals: dict[str, int]) -> list[Theme]:
+async def _calibrate(
+    step: Step, ctx: Context, src: Sources, calls: dict[str, int], totals: dict[str, int]
+) -> list[Theme]:
     """With a model: the scenes not yet checked against their speaker's present persona, each with one more check
-    recorded (and its condition appended when the model found the scene at odds with the persona)."""
+    recorded (and its condition appended when the model found the scene at odds with the persona).
+    """
     if calls["calibrate"] <= 0:
         return []
     by_id = {f.id: f for f in src.facts}
@@ -205,8 +277,13 @@ async def _calibrate(step: Step, ctx: Context, src: Sources, calls: dict[str, in
         calls["calibrate"] -= 1
         profile = "\n".join(f"<{p.dimension}>{p.text}</{p.dimension}>" for p in persona)
         verdict, how = await step.decide(
-            Calibration, "CALIBRATE_PROMPT", f"<persona>\n{profile}\n</persona>\n<scene>{theme.text}</scene>",
-            node="calibrate", fallback=lambda: Calibration(needs_calibration=False), speaker=speaker)
+            Calibration,
+            "CALIBRATE_PROMPT",
+            f"<persona>\n{profile}\n</persona>\n<scene>{theme.text}</scene>",
+            node="calibrate",
+            fallback=lambda: Calibration(needs_calibration=False),
+            speaker=speaker,
+        )
         if how not in GOOD_OUTCOMES:
             continue  # not checked: it stays due for the next write
         totals["scenes_checked"] += 1
@@ -217,11 +294,15 @@ async def _calibrate(step: Step, ctx: Context, src: Sources, calls: dict[str, in
 
 
 def _write_personas(store: MemoryStore, units: Sequence[Persona]) -> None:
-    store.upsert("persona", list(units), documents=[u.embed_text() for u in units],
-                 extra=[u.metadata() for u in units])
+    store.upsert("persona", list(units), documents=[u.embed_text() for u in units], extra=[u.metadata() for u in units])
 
 
 def _write_themes(store: MemoryStore, themes: Sequence[Theme], vectors: dict[str, list[float]]) -> None:
     """Calibrated scenes keep their vector (their facts' centroid); only their text and checks change."""
-    store.upsert("theme", list(themes), documents=[t.embed_text() for t in themes],
-                 vectors=[vectors[t.id] for t in themes], extra=[t.metadata() for t in themes])
+    store.upsert(
+        "theme",
+        list(themes),
+        documents=[t.embed_text() for t in themes],
+        vectors=[vectors[t.id] for t in themes],
+        extra=[t.metadata() for t in themes],
+    )

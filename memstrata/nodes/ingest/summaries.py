@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.memory.levels import Episode, EventSummary, Turn
 from memstrata.memory.levels.level1.summary import offline_summary
 from memstrata.memory.timeparse import format_date
+from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.step import Step
 
 
@@ -32,9 +32,10 @@ async def episode_summary(step: Step, ep: Episode, turns: list[Turn]) -> EventSu
 async def _llm_summary(step: Step, ep: Episode, fallback: EventSummary) -> EventSummary:
     """The model's key-information summary, or the extractive one when it fails."""
     when = format_date(ep.timestamp) or (ep.timestamp_raw or "unknown")
-    user = f"<episode session_date=\"{when}\">\n{ep.text}\n</episode>"
-    value, outcome = await step.decide(KeyInformation, "SUMMARY_PROMPT", user, node="summarize",
-                                       fallback=lambda: KeyInformation(keywords=[]))
+    user = f'<episode session_date="{when}">\n{ep.text}\n</episode>'
+    value, outcome = await step.decide(
+        KeyInformation, "SUMMARY_PROMPT", user, node="summarize", fallback=lambda: KeyInformation(keywords=[])
+    )
     sentences = [s.strip() for s in value.keywords if isinstance(s, str) and s.strip()]
     if outcome not in GOOD_OUTCOMES or not sentences:
         return fallback

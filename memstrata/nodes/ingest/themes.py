@@ -26,7 +26,7 @@ from memstrata.memory.store.reads import closed_facts, open_episodes
 from memstrata.memory.themes.graph import edge_changes, knn_edges
 from memstrata.memory.themes.maintain import Regrouped, regroup, theme_text
 from memstrata.memory.themes.partition import centroids
-from memstrata.nodes.common import conversations_to_redo, progress, per_write
+from memstrata.nodes.common import conversations_to_redo, per_write, progress
 from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
 from memstrata.runtime.step import Step
@@ -47,8 +47,13 @@ async def group_themes(state: IngestState, runtime: Runtime[Context]) -> dict[st
     touched, missing = await conversations_to_redo(state, store, ctx.user_id, _ungrouped)
     # model summaries in proportion to the write; the extractive text does the rest
     calls = {"left": per_write(state, ctx.theme_llm_per_episode, ctx.theme_llm_calls) if step.model is not None else 0}
-    totals = {"themes_written": 0, "themes_stale": 0, "themes_removed": 0, "facts_reassigned": 0,
-              "facts_placed_before": 0}
+    totals = {
+        "themes_written": 0,
+        "themes_stale": 0,
+        "themes_removed": 0,
+        "facts_reassigned": 0,
+        "facts_placed_before": 0,
+    }
     sizes: list[int] = []
     for conv_id in [*touched, *missing]:
         facts, vectors = await asyncio.to_thread(closed_facts, store, ctx.user_id, conv_id)
@@ -59,13 +64,24 @@ async def group_themes(state: IngestState, runtime: Runtime[Context]) -> dict[st
         # no closed fact left (an update reopened the only episode): an empty matrix, and every theme goes
         x = np.asarray([vectors[f.id] for f in facts], dtype=float) if facts else np.zeros((0, 1))
         grouped = await asyncio.to_thread(
-            regroup, [f.id for f in facts], x, previous, tau=ctx.theme_tau, attach_at=ctx.theme_attach,
-            cap=ctx.theme_cap, floor=ctx.theme_floor, knn=ctx.theme_knn, max_steps=ctx.theme_max_steps,
-            eps=ctx.theme_scale_floor)
+            regroup,
+            [f.id for f in facts],
+            x,
+            previous,
+            tau=ctx.theme_tau,
+            attach_at=ctx.theme_attach,
+            cap=ctx.theme_cap,
+            floor=ctx.theme_floor,
+            knn=ctx.theme_knn,
+            max_steps=ctx.theme_max_steps,
+            eps=ctx.theme_scale_floor,
+        )
         before = {r.unit_id: Theme.model_validate(r.payload) for r in stored}
         stale = stale_themes(grouped, before, facts)
-        units = [await _theme(step, ctx, conv_id, tid, grouped, facts, x, calls, before.get(tid))
-                 for tid in sorted(grouped.changed | stale)]
+        units = [
+            await _theme(step, ctx, conv_id, tid, grouped, facts, x, calls, before.get(tid))
+            for tid in sorted(grouped.changed | stale)
+        ]
         await asyncio.to_thread(_write, store, ctx, conv_id, grouped, units, facts, x)
         totals["themes_written"] += len(units)
         totals["themes_stale"] += len(stale)
@@ -74,8 +90,11 @@ async def group_themes(state: IngestState, runtime: Runtime[Context]) -> dict[st
         totals["facts_placed_before"] += grouped.placed_before
         sizes += [len(m) for m in grouped.themes.values()]
     progress("themes", f"grouped facts into {len(sizes)} themes ({totals['themes_written']} written)", **totals)
-    stats: dict[str, Any] = {**totals, "themes": _size_stats(sizes),
-                             "stage_seconds": {"themes": round(time.perf_counter() - started, 3)}}
+    stats: dict[str, Any] = {
+        **totals,
+        "themes": _size_stats(sizes),
+        "stage_seconds": {"themes": round(time.perf_counter() - started, 3)},
+    }
     if step.model is not None and step.meter.calls:  # only nodes that called the model report
         stats["llm"] = {"themes": step.meter.summary()}
     return {"stats": stats}
@@ -96,14 +115,27 @@ def _ungrouped(store: MemoryStore, user_id: str, conversations: list[str]) -> li
 def stale_themes(grouped: Regrouped, before: dict[str, Theme], facts: list[Fact]) -> set[str]:
     """Kept themes whose members did not change but one of them was superseded since the text was built."""
     gone = {f.id for f in facts if not f.current}
-    return {t for t, members in grouped.themes.items() if t in before and t not in grouped.changed
-            and set(before[t].superseded_ids) != set(members) & gone}
+    return {
+        t
+        for t, members in grouped.themes.items()
+        if t in before and t not in grouped.changed and set(before[t].superseded_ids) != set(members) & gone
+    }
 
 
-async def _theme(step: Step, ctx: Context, conv_id: str, theme_id: str, grouped: Regrouped, facts: list[Fact],
-                 x: np.ndarray, calls: dict[str, int], old: Theme | None = None) -> Theme:
+async def _theme(
+    step: Step,
+    ctx: Context,
+    conv_id: str,
+    theme_id: str,
+    grouped: Regrouped,
+    facts: list[Fact],
+    x: np.ndarray,
+    calls: dict[str, int],
+    old: Theme | None = None,
+) -> Theme:
     """One changed or stale theme: its members (current facts first, most central first), its text from its current
-    facts, its span, and what it said before (``history``) when the text changed."""
+    facts, its span, and what it said before (``history``) when the text changed.
+    """
     row = {f.id: i for i, f in enumerate(facts)}
     members = [facts[row[f]] for f in grouped.themes[theme_id]]
     live = [f for f in members if f.current] or members  # a theme of superseded facts only still says them
@@ -114,10 +146,15 @@ async def _theme(step: Step, ctx: Context, conv_id: str, theme_id: str, grouped:
     if calls["left"] > 0 and len(members) > 1:
         calls["left"] -= 1
         listing = "\n".join(f"<fact>{f.text}</fact>" for f in live)
-        value, outcome = await step.decide(ThemeSummary, "THEME_PROMPT", f"<facts>\n{listing}\n</facts>",
-                                           node="group_themes", fallback=lambda: ThemeSummary(summary=""),
-                                           words=ctx.theme_words)
-        summary = " ".join(value.summary.split()[:ctx.theme_words]) if isinstance(value.summary, str) else ""
+        value, outcome = await step.decide(
+            ThemeSummary,
+            "THEME_PROMPT",
+            f"<facts>\n{listing}\n</facts>",
+            node="group_themes",
+            fallback=lambda: ThemeSummary(summary=""),
+            words=ctx.theme_words,
+        )
+        summary = " ".join(value.summary.split()[: ctx.theme_words]) if isinstance(value.summary, str) else ""
         if outcome in GOOD_OUTCOMES and summary:
             text, method = summary, "llm"
     times = sorted(t for f in members if (t := f.span()[0]) is not None)
@@ -125,23 +162,42 @@ async def _theme(step: Step, ctx: Context, conv_id: str, theme_id: str, grouped:
     history = list(old.history) if old else []
     if old is not None and old.text != text:
         by_id = {f.id: f for f in facts}
-        newly = [by_id[f.superseded_by] for f in members if not f.current and f.id not in old.superseded_ids
-                 and f.superseded_by in by_id]
+        newly = [
+            by_id[f.superseded_by]
+            for f in members
+            if not f.current and f.id not in old.superseded_ids and f.superseded_by in by_id
+        ]
         until = max((f.valid_from for f in newly if f.valid_from is not None), default=end)
         history.append({"text": old.text, "valid_from": _iso(old.end or old.timestamp), "valid_to": _iso(until)})
-    return Theme(user_id=ctx.user_id, conversation_id=conv_id, n=int(theme_id.rsplit(":", 1)[1]), text=text,
-                 fact_ids=[f.id for f in members], turn_ids=list(dict.fromkeys(t for f in members for t in f.turn_ids)),
-                 timestamp=times[0] if times else None, end=end, method=method,
-                 superseded_ids=[f.id for f in members if not f.current], history=history,
-                 calibrations=list(old.calibrations) if old else [])
+    return Theme(
+        user_id=ctx.user_id,
+        conversation_id=conv_id,
+        n=int(theme_id.rsplit(":", 1)[1]),
+        text=text,
+        fact_ids=[f.id for f in members],
+        turn_ids=list(dict.fromkeys(t for f in members for t in f.turn_ids)),
+        timestamp=times[0] if times else None,
+        end=end,
+        method=method,
+        superseded_ids=[f.id for f in members if not f.current],
+        history=history,
+        calibrations=list(old.calibrations) if old else [],
+    )
 
 
 def _iso(when: Any) -> str | None:
     return when.isoformat() if when is not None else None
 
 
-def _write(store: MemoryStore, ctx: Context, conv_id: str, grouped: Regrouped, units: list[Theme],
-           facts: list[Fact], x: np.ndarray) -> None:
+def _write(
+    store: MemoryStore,
+    ctx: Context,
+    conv_id: str,
+    grouped: Regrouped,
+    units: list[Theme],
+    facts: list[Fact],
+    x: np.ndarray,
+) -> None:
     """Changed themes (vector: their centroid), removed themes gone, then the kNN graph brought up to date."""
     ids = [f.id for f in facts]
     where = {f: t for t, members in grouped.themes.items() for f in members}
@@ -149,8 +205,13 @@ def _write(store: MemoryStore, ctx: Context, conv_id: str, grouped: Regrouped, u
     keys, mu = centroids(x, labels) if ids else ([], np.zeros((0, 0)))
     centre = dict(zip(keys, mu, strict=True))
     if units:
-        store.upsert("theme", units, documents=[u.embed_text() for u in units],
-                     vectors=[centre[u.id].tolist() for u in units], extra=[u.metadata() for u in units])
+        store.upsert(
+            "theme",
+            units,
+            documents=[u.embed_text() for u in units],
+            vectors=[centre[u.id].tolist() for u in units],
+            extra=[u.metadata() for u in units],
+        )
     if grouped.removed:
         store.delete("theme", user_id=ctx.user_id, conversation_id=conv_id, unit_ids=sorted(grouped.removed))
     wanted = knn_edges(conv_id, ids, x, grouped.themes, centre, k=ctx.theme_knn) if ids else []
@@ -163,5 +224,10 @@ def _size_stats(sizes: list[int]) -> dict[str, Any]:
     if not sizes:
         return {"count": 0}
     ordered = sorted(sizes)
-    return {"count": len(sizes), "min": ordered[0], "median": ordered[len(ordered) // 2], "max": ordered[-1],
-            "facts": sum(sizes)}
+    return {
+        "count": len(sizes),
+        "min": ordered[0],
+        "median": ordered[len(ordered) // 2],
+        "max": ordered[-1],
+        "facts": sum(sizes),
+    }

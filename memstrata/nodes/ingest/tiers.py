@@ -30,12 +30,12 @@ from memstrata.context import Context
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.counters import UnitCounters
 from memstrata.memory.store.reads import by_conversation
+from memstrata.memory.tiers.anchor import read_anchor, write_anchor
 from memstrata.memory.tiers.assign import Record, assign_tiers, changes
 from memstrata.memory.tiers.importance import offline_importance, signals
 from memstrata.memory.tiers.priority import PriorityWeights, alignment, drift, persona_vector, priority
 from memstrata.nodes.common import progress, touched_conversations
 from memstrata.runtime.llm import GOOD_OUTCOMES
-from memstrata.memory.tiers.anchor import read_anchor, write_anchor
 from memstrata.runtime.node import open_node
 from memstrata.runtime.search import tier_weights
 from memstrata.runtime.step import Step
@@ -78,35 +78,45 @@ async def rank_tiers(state: IngestState, runtime: Runtime[Context]) -> dict[str,
     run = await open_node(runtime, "rank_tiers", ingest=True)
     ctx, store, step = run.ctx, run.store, run.step
     closed = [*state.get("closed", []), *await asyncio.to_thread(_unscored, store, ctx.user_id, check)]
-    fresh = await asyncio.to_thread(_new_records, store, ctx.user_id,
-                                    [list(p) for p in dict.fromkeys(tuple(p) for p in closed)])
+    fresh = await asyncio.to_thread(
+        _new_records, store, ctx.user_id, [list(p) for p in dict.fromkeys(tuple(p) for p in closed)]
+    )
     if not fresh:
         return {}
     persona = await asyncio.to_thread(_persona, store, ctx.user_id, list(dict.fromkeys(r.item[0] for r in fresh)))
-    scores, fallbacks = await _importance(step, ctx, fresh, await asyncio.to_thread(_novelty, store, ctx.user_id,
-                                                                                     fresh), persona)
+    scores, fallbacks = await _importance(
+        step, ctx, fresh, await asyncio.to_thread(_novelty, store, ctx.user_id, fresh), persona
+    )
     stats = await asyncio.to_thread(_place, store, ctx, fresh, scores, persona)
-    stats.update(records_scored=len(fresh), importance_fallbacks=fallbacks,
-                 stage_seconds={"tiers": round(time.perf_counter() - started, 3)})
+    stats.update(
+        records_scored=len(fresh),
+        importance_fallbacks=fallbacks,
+        stage_seconds={"tiers": round(time.perf_counter() - started, 3)},
+    )
     if step.model is not None and step.meter.calls:
         stats["llm"] = {"importance": step.meter.summary()}
-    progress("tiers", f"scored {len(fresh)} records; {stats['tier_moves']} tier changes"
-                      f"{' (persona drift: active tiers re-ranked)' if stats['tiers_reranked'] else ''}",
-             records=len(fresh))
+    progress(
+        "tiers",
+        f"scored {len(fresh)} records; {stats['tier_moves']} tier changes"
+        f"{' (persona drift: active tiers re-ranked)' if stats['tiers_reranked'] else ''}",
+        records=len(fresh),
+    )
     return {"stats": stats}
 
 
 def _to_check(state: IngestState) -> list[str]:
     """The conversations whose stored records may lack a score: those this write closes episodes in or repairs, and,
     on a write that added no turn (a re-run, which is how a stopped write resumes), every conversation it names.
-    A write that adds messages and closes nothing checks nothing, so a chat message costs no scan."""
+    A write that adds messages and closes nothing checks nothing, so a chat message costs no scan.
+    """
     replay = state.get("conversations", []) if not state.get("stats", {}).get("turns_added") else []
     return list(dict.fromkeys([*touched_conversations(state), *replay]))
 
 
 def _unscored(store: MemoryStore, user_id: str, conversations: list[str]) -> list[list[str]]:
     """The closed episodes of these conversations whose record has no importance yet (a write stopped before this
-    stage): a re-run scores them."""
+    stage): a re-run scores them.
+    """
     out = []
     for conv in conversations:
         closed = [r for r in store.get("episode", user_id=user_id, conversation_id=conv) if not r.payload.get("open")]
@@ -119,19 +129,32 @@ def _unscored(store: MemoryStore, user_id: str, conversations: list[str]) -> lis
 def _new_records(store: MemoryStore, user_id: str, closed: list[list[str]]) -> list[NewRecord]:
     out = []
     for conv, ids in by_conversation(closed).items():
-        summaries = {r.unit_id: r for r in store.get("summary", user_id=user_id, conversation_id=conv,
-                                                     unit_ids=["sum:" + e.removeprefix("ep:") for e in ids],
-                                                     with_vectors=True)}
+        summaries = {
+            r.unit_id: r
+            for r in store.get(
+                "summary",
+                user_id=user_id,
+                conversation_id=conv,
+                unit_ids=["sum:" + e.removeprefix("ep:") for e in ids],
+                with_vectors=True,
+            )
+        }
         episodes = {r.unit_id: r for r in store.get("episode", user_id=user_id, conversation_id=conv, unit_ids=ids)}
         for ep_id in ids:
             sid = "sum:" + ep_id.removeprefix("ep:")
             if sid not in summaries or ep_id not in episodes:
                 continue  # replaced since (a re-cut): its successor is scored instead
             meta, payload = summaries[sid].metadata, summaries[sid].payload
-            out.append(NewRecord(item=(conv, "summary", sid), session_key=f"{conv}/{meta.get('session_id')}",
-                                 time=meta.get("ts"), text=episodes[ep_id].document,
-                                 vector=np.asarray(meta["_vector"], dtype=float),
-                                 speakers=list(payload.get("participants") or [])))
+            out.append(
+                NewRecord(
+                    item=(conv, "summary", sid),
+                    session_key=f"{conv}/{meta.get('session_id')}",
+                    time=meta.get("ts"),
+                    text=episodes[ep_id].document,
+                    vector=np.asarray(meta["_vector"], dtype=float),
+                    speakers=list(payload.get("participants") or []),
+                )
+            )
     return out
 
 
@@ -140,30 +163,39 @@ def _novelty(store: MemoryStore, user_id: str, fresh: list[NewRecord]) -> list[f
     if not fresh:
         return []
     found = store.nearest("summary", user_id=user_id, vectors=[r.vector for r in fresh], k=4)
-    best = [max((x.similarity for x in hits if (x.metadata["conversation_id"], "summary", x.unit_id) != r.item),
-                default=0.0) for r, hits in zip(fresh, found, strict=True)]
+    best = [
+        max(
+            (x.similarity for x in hits if (x.metadata["conversation_id"], "summary", x.unit_id) != r.item), default=0.0
+        )
+        for r, hits in zip(fresh, found, strict=True)
+    ]
     return [1.0 - max(0.0, float(b or 0.0)) for b in best]
 
 
 def _persona(store: MemoryStore, user_id: str, conversations: list[str]) -> np.ndarray | None:
     """The persona's embedding: the mean of the touched conversations' current persona vectors."""
-    vectors = [r.metadata["_vector"] for conv in conversations
-               for r in store.get("persona", user_id=user_id, conversation_id=conv, where={"current": True},
-                                  with_vectors=True)]
+    vectors = [
+        r.metadata["_vector"]
+        for conv in conversations
+        for r in store.get("persona", user_id=user_id, conversation_id=conv, where={"current": True}, with_vectors=True)
+    ]
     return persona_vector(vectors)
 
 
-async def _importance(step: Step, ctx: Context, fresh: list[NewRecord], novelty: list[float],
-                      persona: np.ndarray | None) -> tuple[list[float], int]:
+async def _importance(
+    step: Step, ctx: Context, fresh: list[NewRecord], novelty: list[float], persona: np.ndarray | None
+) -> tuple[list[float], int]:
     """Each record's 1-10 score: the model's, batch by batch, else (and on a failed batch) the offline one."""
-    offline = [offline_importance(signals(r.text.splitlines(), novelty=n, speakers=r.speakers))
-               for r, n in zip(fresh, novelty, strict=True)]
+    offline = [
+        offline_importance(signals(r.text.splitlines(), novelty=n, speakers=r.speakers))
+        for r, n in zip(fresh, novelty, strict=True)
+    ]
     if step.model is None:
         return offline, 0
     scores, fallbacks = list(offline), 0
     size = ctx.importance_batch
     for start in range(0, len(fresh), size):
-        batch = fresh[start:start + size]
+        batch = fresh[start : start + size]
         got = await _llm_batch(step, batch, persona is not None)
         for i, score in got.items():
             scores[start + i] = float(score)
@@ -173,7 +205,7 @@ async def _importance(step: Step, ctx: Context, fresh: list[NewRecord], novelty:
 
 async def _llm_batch(step: Step, batch: list[NewRecord], has_persona: bool) -> dict[int, int]:
     """The model's scores of one batch by index ({} when its output was unusable)."""
-    listing = "\n\n".join(f"<record index=\"{i}\">\n{r.text[:1500]}\n</record>" for i, r in enumerate(batch))
+    listing = "\n\n".join(f'<record index="{i}">\n{r.text[:1500]}\n</record>' for i, r in enumerate(batch))
 
     def valid(value: ImportanceScores) -> ImportanceScores:
         if sorted(s.index for s in value.scores) != list(range(len(batch))):
@@ -182,13 +214,20 @@ async def _llm_batch(step: Step, batch: list[NewRecord], has_persona: bool) -> d
         return value
 
     note = "" if has_persona else "<persona>none yet</persona>\n"
-    value, how = await step.decide(ImportanceScores, "IMPORTANCE_PROMPT", f"{note}{listing}", node="importance",
-                                   fallback=ImportanceScores, validate=valid)
+    value, how = await step.decide(
+        ImportanceScores,
+        "IMPORTANCE_PROMPT",
+        f"{note}{listing}",
+        node="importance",
+        fallback=ImportanceScores,
+        validate=valid,
+    )
     return {s.index: s.score for s in value.scores} if how in GOOD_OUTCOMES else {}
 
 
-def _place(store: MemoryStore, ctx: Context, fresh: list[NewRecord], importance: list[float],
-           persona: np.ndarray | None) -> dict[str, Any]:
+def _place(
+    store: MemoryStore, ctx: Context, fresh: list[NewRecord], importance: list[float], persona: np.ndarray | None
+) -> dict[str, Any]:
     """Drift gate, priorities, tiers; the counters written. Returns the stage's stats."""
     weights = tier_weights(ctx)
     active = store.counters.active(ctx.user_id)
@@ -197,22 +236,55 @@ def _place(store: MemoryStore, ctx: Context, fresh: list[NewRecord], importance:
     rerank = persona is not None and moved > ctx.tier_drift
     times = [r.time for r in fresh if r.time is not None] + [c.record_time for c in active if c.record_time]
     now = max(times, default=0.0)
-    new = {r.item: (r, imp, priority(imp, alignment(r.vector, persona), recalls=0,
-                                      age_days=(now - (r.time or now)) / DAY, weights=weights))
-           for r, imp in zip(fresh, importance, strict=True)}
-    rescored = rescore(store, ctx.user_id, [c for c in active if (c.conversation_id, c.kind, c.unit_id) not in new],
-                       persona, now, weights) if rerank else {}
+    new = {
+        r.item: (
+            r,
+            imp,
+            priority(
+                imp, alignment(r.vector, persona), recalls=0, age_days=(now - (r.time or now)) / DAY, weights=weights
+            ),
+        )
+        for r, imp in zip(fresh, importance, strict=True)
+    }
+    rescored = (
+        rescore(
+            store,
+            ctx.user_id,
+            [c for c in active if (c.conversation_id, c.kind, c.unit_id) not in new],
+            persona,
+            now,
+            weights,
+        )
+        if rerank
+        else {}
+    )
     pool = [Record(item, r.session_key, r.time, p) for item, (r, _, p) in new.items()]
-    pool += [Record((c.conversation_id, c.kind, c.unit_id), c.session_key or "", c.record_time,
-                    rescored.get((c.conversation_id, c.kind, c.unit_id), c.priority or 0.0))
-             for c in active if (c.conversation_id, c.kind, c.unit_id) not in new]
-    tiers = assign_tiers(pool, recent_sessions=ctx.tier_recent_sessions, pivotal=ctx.tier_pivotal,
-                         buffer=ctx.tier_buffer)
+    pool += [
+        Record(
+            (c.conversation_id, c.kind, c.unit_id),
+            c.session_key or "",
+            c.record_time,
+            rescored.get((c.conversation_id, c.kind, c.unit_id), c.priority or 0.0),
+        )
+        for c in active
+        if (c.conversation_id, c.kind, c.unit_id) not in new
+    ]
+    tiers = assign_tiers(
+        pool, recent_sessions=ctx.tier_recent_sessions, pivotal=ctx.tier_pivotal, buffer=ctx.tier_buffer
+    )
     before = {(c.conversation_id, c.kind, c.unit_id): c.tier for c in active}
     moves = changes(before, tiers)
     writes: dict[tuple[str, str, str], dict[str, Any]] = {
-        item: {"importance": imp, "priority": round(p, 6), "scored_at": now, "session_key": r.session_key,
-               "record_time": r.time, "tier": tiers[item]} for item, (r, imp, p) in new.items()}
+        item: {
+            "importance": imp,
+            "priority": round(p, 6),
+            "scored_at": now,
+            "session_key": r.session_key,
+            "record_time": r.time,
+            "tier": tiers[item],
+        }
+        for item, (r, imp, p) in new.items()
+    }
     for item, p in rescored.items():
         writes[item] = {"priority": round(p, 6), "scored_at": now, "tier": tiers[item]}
     for item, tier in moves.items():
@@ -223,17 +295,29 @@ def _place(store: MemoryStore, ctx: Context, fresh: list[NewRecord], importance:
     return {"tier_moves": len(moves), "tiers_reranked": rerank, "persona_drift": round(moved, 4)}
 
 
-def rescore(store: MemoryStore, user_id: str, records: list[UnitCounters], persona: np.ndarray | None, now: float,
-            weights: PriorityWeights) -> dict[tuple[str, str, str], float]:
+def rescore(
+    store: MemoryStore,
+    user_id: str,
+    records: list[UnitCounters],
+    persona: np.ndarray | None,
+    now: float,
+    weights: PriorityWeights,
+) -> dict[tuple[str, str, str], float]:
     """Eq. 5 again for stored records (their vectors read by key): recalls, last use and alignment as they are now."""
-    found = {(r.metadata["conversation_id"], r.unit_id): np.asarray(r.metadata["_vector"], dtype=float)
-             for r in store.get_keys("summary", user_id=user_id, keys=[(c.conversation_id, c.unit_id)
-                                                                       for c in records], with_vectors=True)}
+    found = {
+        (r.metadata["conversation_id"], r.unit_id): np.asarray(r.metadata["_vector"], dtype=float)
+        for r in store.get_keys(
+            "summary", user_id=user_id, keys=[(c.conversation_id, c.unit_id) for c in records], with_vectors=True
+        )
+    }
     out = {}
     for c in records:
         used = max(t for t in (c.last_access, c.record_time, 0.0) if t is not None)
         out[(c.conversation_id, c.kind, c.unit_id)] = priority(
             c.importance if c.importance is not None else 5.0,
-            alignment(found.get((c.conversation_id, c.unit_id)), persona), recalls=c.recall_count,
-            age_days=max(0.0, now - used) / DAY, weights=weights)
+            alignment(found.get((c.conversation_id, c.unit_id)), persona),
+            recalls=c.recall_count,
+            age_days=max(0.0, now - used) / DAY,
+            weights=weights,
+        )
     return out

@@ -21,18 +21,18 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
-from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.memory.levels.level1.tree_node import TREE_NODE, TreeNode
 from memstrata.memory.store import MemoryStore
+from memstrata.memory.store.reads import open_episodes
 from memstrata.memory.tokens import TokenCounter
 from memstrata.memory.tree import tree_levels
-from memstrata.memory.tree.persist import TreeUpdate, header, load_tree, offline_text, refresh, save_tree
 from memstrata.memory.tree.build import age_of
+from memstrata.memory.tree.persist import TreeUpdate, header, load_tree, offline_text, refresh, save_tree
 from memstrata.memory.tree.windows import UPPER, window_span
 from memstrata.nodes.common import progress, touched_conversations
-from memstrata.runtime.step import Step
-from memstrata.memory.store.reads import open_episodes
+from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
+from memstrata.runtime.step import Step
 from memstrata.state import IngestState
 
 
@@ -51,24 +51,29 @@ async def consolidate_tree(state: IngestState, runtime: Runtime[Context]) -> dic
     touched = touched_conversations(state)
     convs = await asyncio.to_thread(_to_update, store, ctx.user_id, touched, state.get("conversations", []))
     calls = {"left": ctx.tree_llm_calls if step.model is not None else 0}
-    written: dict[str, int] = {level: 0 for level in UPPER}
+    written: dict[str, int] = dict.fromkeys(UPPER, 0)
     for conv_id in convs:
         tails = await asyncio.to_thread(open_episodes, store, ctx.user_id, conv_id)
-        update = await asyncio.to_thread(load_tree, store, ctx.user_id, conv_id,
-                                         skip={r.payload.get("summary_id") for r in tails})
+        update = await asyncio.to_thread(
+            load_tree, store, ctx.user_id, conv_id, skip={r.payload.get("summary_id") for r in tails}
+        )
         update.grow(tree_levels(ctx.tree_alphas))
         if step.model is not None:  # windows that closed since: their extractive text is now consolidated once
             for node_id in finished_offline(update):
                 update.forest.nodes[node_id].stale = True
         newest = (age_of(update.forest) or (None, None))[1]
-        units = [await _recompute(step, ctx, update, node_id, calls, still_open=window_holds(update, node_id, newest))
-                 for node_id in update.stale()]
+        units = [
+            await _recompute(step, ctx, update, node_id, calls, still_open=window_holds(update, node_id, newest))
+            for node_id in update.stale()
+        ]
         await asyncio.to_thread(save_tree, store, update, units)
         for unit in units:
             written[unit.level] += 1
     progress("tree", "tree nodes recomputed: " + ", ".join(f"{k} {n}" for k, n in written.items()), **written)
-    stats: dict[str, Any] = {"tree_nodes_written": written,
-                             "stage_seconds": {"tree": round(time.perf_counter() - started, 3)}}
+    stats: dict[str, Any] = {
+        "tree_nodes_written": written,
+        "stage_seconds": {"tree": round(time.perf_counter() - started, 3)},
+    }
     if step.model is not None and step.meter.calls:  # only nodes that called the model report
         stats["llm"] = {"consolidate_tree": step.meter.summary()}
     return {"stats": stats}
@@ -76,14 +81,17 @@ async def consolidate_tree(state: IngestState, runtime: Runtime[Context]) -> dic
 
 def _to_update(store: MemoryStore, user_id: str, touched: list[str], conversations: list[str]) -> list[str]:
     """Conversations with newly closed episodes, and any whose tree lacks some of its closed episodes' summaries
-    (an ingest killed before this stage)."""
+    (an ingest killed before this stage).
+    """
     out = list(dict.fromkeys(touched))
     for conv in dict.fromkeys(conversations):
         if conv in out:
             continue
         weeks = store.get(TREE_NODE.kind, user_id=user_id, conversation_id=conv, where={"level": "week"})
         placed = sum(len(r.payload.get("children", [])) for r in weeks)
-        closed = store.count("summary", user_id=user_id, conversation_id=conv) - len(open_episodes(store, user_id, conv))
+        closed = store.count("summary", user_id=user_id, conversation_id=conv) - len(
+            open_episodes(store, user_id, conv)
+        )
         if placed != closed:
             out.append(conv)
     return out
@@ -100,17 +108,23 @@ def window_holds(update: TreeUpdate, node_id: str, when: datetime | None) -> boo
 
 def finished_offline(update: TreeUpdate) -> list[str]:
     """Stored nodes whose text is extractive (their window was open, or the model failed) and whose window has
-    closed since: with a model, they are consolidated now."""
+    closed since: with a model, they are consolidated now.
+    """
     newest = (age_of(update.forest) or (None, None))[1]
-    return [n for n, unit in update.stored.items() if unit.method != "llm" and n in update.forest.nodes
-            and not window_holds(update, n, newest)]
+    return [
+        n
+        for n, unit in update.stored.items()
+        if unit.method != "llm" and n in update.forest.nodes and not window_holds(update, n, newest)
+    ]
 
 
-async def _recompute(step: Step, ctx: Context, update: TreeUpdate, node_id: str,
-                     calls: dict[str, int], *, still_open: bool = False) -> TreeNode:
+async def _recompute(
+    step: Step, ctx: Context, update: TreeUpdate, node_id: str, calls: dict[str, int], *, still_open: bool = False
+) -> TreeNode:
     """One stale node's new text: the model's consolidation while the budget lasts and its window is closed (a
     window still receiving messages would be consolidated again at every episode that closes in it), else the
-    extractive one."""
+    extractive one.
+    """
     caps = dict(zip(UPPER, ctx.tree_token_caps, strict=True))
     counter = TokenCounter()
     text = offline_text(update, node_id, caps, counter.count)
@@ -120,9 +134,15 @@ async def _recompute(step: Step, ctx: Context, update: TreeUpdate, node_id: str,
         node = update.forest.nodes[node_id]
         entries = "\n".join(f"<entry>{c.text}</entry>" for c in update.children(node_id))
         value, outcome = await step.decide(
-            Consolidation, "TREE_CONSOLIDATION_PROMPT", f"<entries>\n{entries}\n</entries>", node="consolidate_tree",
-            fallback=lambda: Consolidation(summary=""), level=node.level, window=node.window,
-            words=int(caps[node.level] * 0.7))
+            Consolidation,
+            "TREE_CONSOLIDATION_PROMPT",
+            f"<entries>\n{entries}\n</entries>",
+            node="consolidate_tree",
+            fallback=lambda: Consolidation(summary=""),
+            level=node.level,
+            window=node.window,
+            words=int(caps[node.level] * 0.7),
+        )
         summary = value.summary.strip() if isinstance(value.summary, str) else ""
         if outcome in GOOD_OUTCOMES and summary:
             text, method = _capped(f"[{header(update, node_id)}] {summary}", caps[node.level], counter), "llm"

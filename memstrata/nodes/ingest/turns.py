@@ -44,25 +44,50 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
         stored = await asyncio.to_thread(stored_turn_texts, store, conv)
         fresh = changed_turns([t for s in conv.sessions for t in s.turns], stored)
         for start in range(0, len(fresh), ctx.embed_batch):
-            batch = fresh[start:start + ctx.embed_batch]
-            await asyncio.to_thread(store.upsert, "turn", batch, documents=[t.embed_text() for t in batch],
-                                    extra=[t.metadata() for t in batch])
+            batch = fresh[start : start + ctx.embed_batch]
+            await asyncio.to_thread(
+                store.upsert,
+                "turn",
+                batch,
+                documents=[t.embed_text() for t in batch],
+                extra=[t.metadata() for t in batch],
+            )
             added += len(batch)
-            progress("turns", f"{conv.conversation_id}: embedded {start + len(batch)}/{len(fresh)} new turns",
-                     conversation_id=conv.conversation_id, done=len(batch))
+            progress(
+                "turns",
+                f"{conv.conversation_id}: embedded {start + len(batch)}/{len(fresh)} new turns",
+                conversation_id=conv.conversation_id,
+                done=len(batch),
+            )
         unfinished = await asyncio.to_thread(incomplete_sessions, store, conv, {t.id for t in fresh})
         ended = await asyncio.to_thread(ended_tails, store, conv, {t.session_id for t in fresh})
-        sessions += [[conv.conversation_id, s]
-                     for s in dict.fromkeys([*(t.session_id for t in fresh), *unfinished, *ended])]
+        sessions += [
+            [conv.conversation_id, s] for s in dict.fromkeys([*(t.session_id for t in fresh), *unfinished, *ended])
+        ]
         repaired += [conv.conversation_id] if unfinished else []
-    return {"conversations": [c.conversation_id for c in convs], "sessions": sessions, "repaired": repaired,
-            # Every count starts at zero, so stages that had nothing to do still report it.
-            "stats": {"contexts_written": 0, "episodes_written": 0, "episodes_replaced": 0, "summaries_written": 0,
-                      "facts_written": 0, "facts_fallbacks": 0, "entities_written": 0, "relations_written": 0,
-                      "facts_superseded": 0,
-                      "conversations": len(convs), "turns_seen": total, "turns_added": added,
-                      "sessions_touched": len(sessions), "warnings": [w for c in convs for w in c.warnings],
-                      "stage_seconds": {"turns": round(time.perf_counter() - started, 3)}}}
+    return {
+        "conversations": [c.conversation_id for c in convs],
+        "sessions": sessions,
+        "repaired": repaired,
+        # Every count starts at zero, so stages that had nothing to do still report it.
+        "stats": {
+            "contexts_written": 0,
+            "episodes_written": 0,
+            "episodes_replaced": 0,
+            "summaries_written": 0,
+            "facts_written": 0,
+            "facts_fallbacks": 0,
+            "entities_written": 0,
+            "relations_written": 0,
+            "facts_superseded": 0,
+            "conversations": len(convs),
+            "turns_seen": total,
+            "turns_added": added,
+            "sessions_touched": len(sessions),
+            "warnings": [w for c in convs for w in c.warnings],
+            "stage_seconds": {"turns": round(time.perf_counter() - started, 3)},
+        },
+    }
 
 
 def _normalize(state: IngestState, ctx: Context, store: MemoryStore) -> list[Conversation]:
@@ -72,10 +97,14 @@ def _normalize(state: IngestState, ctx: Context, store: MemoryStore) -> list[Con
     if isinstance(source, (str, Path)):
         name = str(source)
         source = load_path(source)
-    convs = normalize_input(source, user_id=ctx.user_id,
-                            conversation_id=state.get("conversation_id") or ctx.conversation_id, source=name,
-                            only_conversation=state.get("only_conversation"),
-                            session_gap=timedelta(hours=ctx.session_gap_hours),
-                            tail=lambda conv_id: stored_tail(store, ctx.user_id, conv_id),
-                            metadata=state.get("metadata"))
+    convs = normalize_input(
+        source,
+        user_id=ctx.user_id,
+        conversation_id=state.get("conversation_id") or ctx.conversation_id,
+        source=name,
+        only_conversation=state.get("only_conversation"),
+        session_gap=timedelta(hours=ctx.session_gap_hours),
+        tail=lambda conv_id: stored_tail(store, ctx.user_id, conv_id),
+        metadata=state.get("metadata"),
+    )
     return [place_turns(store, c) for c in convs]

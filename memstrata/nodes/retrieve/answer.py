@@ -19,19 +19,18 @@ from typing import Any
 from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
-from memstrata.runtime import llm
 from memstrata.context import Context
-from memstrata.runtime.llm import CallRecord, Meter
 from memstrata.memory.search.packing import pack_context
-from memstrata.memory.search.selection import found_first, mark_captions, mmr, window_first
 from memstrata.memory.search.persona import persona_block
+from memstrata.memory.search.selection import found_first, mark_captions, mmr, window_first
 from memstrata.memory.search.themes import THEME_FINDERS
 from memstrata.memory.tokens import TokenCounter
 from memstrata.nodes.common import progress
-from memstrata.runtime import search
+from memstrata.nodes.retrieve.prompting import pool_block
+from memstrata.runtime import llm, search
+from memstrata.runtime.llm import CallRecord, Meter
 from memstrata.runtime.node import open_node
 from memstrata.runtime.step import Step
-from memstrata.nodes.retrieve.prompting import pool_block
 from memstrata.state import RetrievalState
 
 
@@ -40,8 +39,13 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     ctx = runtime.context
     run = await open_node(runtime, "answer", state, search_index=True)
     index, step = run.index, run.step
-    ranked = mmr(state.get("candidates", []), index, penalty=ctx.diversity, head=ctx.mmr_head,
-                 picks=ctx.context_budget // ctx.mmr_tokens_per_pick)
+    ranked = mmr(
+        state.get("candidates", []),
+        index,
+        penalty=ctx.diversity,
+        head=ctx.mmr_head,
+        picks=ctx.context_budget // ctx.mmr_tokens_per_pick,
+    )
     backbone = int(ctx.theme_share * ctx.context_budget / ctx.mmr_tokens_per_pick)
     ranked = found_first(ranked, THEME_FINDERS, backbone)  # the theme path's admitted turns first
     ranked = window_first(ranked, ctx.window_turns)
@@ -63,18 +67,28 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     trace["runtime_opens"] = dict(step.shared.opens)
     trace["tiers"] = tier_trace(state, use)
     trace["persona"] = {**state["persona"], "included": bool(block), "why": why} if state.get("persona") else None
-    trace["budget"] = {"llm_token_budget": ctx.llm_token_budget, "spent": step.shared.spent,
-                       "halted_at": state.get("halted") or step.halted}
+    trace["budget"] = {
+        "llm_token_budget": ctx.llm_token_budget,
+        "spent": step.shared.spent,
+        "halted_at": state.get("halted") or step.halted,
+    }
     tails = open_tail_turns(index)
     evidence = [{**c.evidence(), "open_episode": (c.conversation_id, c.unit_id) in tails} for c in chosen]
     trace["open_episode_turns"] = [e["turn_id"] for e in evidence if e["open_episode"]]
-    return {"answer": text, "context": context, "context_tokens": tokens, "trace": trace,
-            "evidence": evidence, "llm_calls": step.records}
+    return {
+        "answer": text,
+        "context": context,
+        "context_tokens": tokens,
+        "trace": trace,
+        "evidence": evidence,
+        "llm_calls": step.records,
+    }
 
 
 def _persona(state: RetrievalState, index: Any, ctx: Context, counter: TokenCounter) -> tuple[str, str, int]:
     """The persona block the context opens with, why it is there (or not), and the tokens it takes with its
-    newline."""
+    newline.
+    """
     match = state.get("persona")
     if not match:
         return "", "", 0
@@ -93,8 +107,11 @@ def open_tail_turns(index: Any) -> set[tuple[str, str]]:
     held = index.memo.get("open_tail_turns")
     if held is None:
         summaries = index.events.get("summary")
-        held = set() if summaries is None else {
-            (u.conversation_id, t) for u in summaries.units if getattr(u, "open", False) for t in u.turn_ids}
+        held = (
+            set()
+            if summaries is None
+            else {(u.conversation_id, t) for u in summaries.units if getattr(u, "open", False) for t in u.turn_ids}
+        )
         index.remember("open_tail_turns", held)  # dropped with the memo whenever the snapshot changes
     return held
 
@@ -104,23 +121,34 @@ async def _answer_text(state: RetrievalState, context: str, step: Step) -> tuple
     latest = pool[-1]["answer"] if pool else None
     halted = state.get("halted") or step.halted
     if halted:
-        return latest, (f"llm_token_budget reached at {halted}: stopped deepening and answered with "
-                        f"{'the latest intermediate answer' if latest else 'nothing (no answer was found yet)'}")
+        return latest, (
+            f"llm_token_budget reached at {halted}: stopped deepening and answered with "
+            f"{'the latest intermediate answer' if latest else 'nothing (no answer was found yet)'}"
+        )
     if pool and all(p["path"] == "light" for p in pool) and not state.get("sub_answers"):
         progress("answer", "answered from the summaries", answer=latest)
         return latest, "light answer: the summaries sufficed, no call read the raw context"
     ctx = step.ctx
     extra = pool_block(pool) + _sub_answers(state)
-    messages = [SystemMessage(ctx.prompt("ANSWER_PROMPT")),
-                HumanMessage(f"<memory>\n{context}\n</memory>{extra}\n<question>{state['query']}</question>")]
+    messages = [
+        SystemMessage(ctx.prompt("ANSWER_PROMPT")),
+        HumanMessage(f"<memory>\n{context}\n</memory>{extra}\n<question>{state['query']}</question>"),
+    ]
     if not step.meter.affords(TokenCounter().count("\n".join(str(m.content) for m in messages))):
         return latest, "llm_token_budget exhausted before the answer; " + (
-            "answered with the latest intermediate answer" if latest else "no answer")
+            "answered with the latest intermediate answer" if latest else "no answer"
+        )
     progress("answer", "writing the answer")
     try:
-        text = await llm.stream_answer(step.model, messages, node="answer", meter=step.meter,
-                                       timeout=ctx.llm_timeout_s, retries=ctx.llm_retries,
-                                       max_tokens=ctx.llm_max_tokens)
+        text = await llm.stream_answer(
+            step.model,
+            messages,
+            node="answer",
+            meter=step.meter,
+            timeout=ctx.llm_timeout_s,
+            retries=ctx.llm_retries,
+            max_tokens=ctx.llm_max_tokens,
+        )
     except llm.LLMError as exc:
         return latest, f"answer failed: {exc}"
     return text, "streamed"
@@ -138,14 +166,23 @@ def tier_trace(state: RetrievalState, use: dict[str, Any] | None) -> dict[str, A
     events = state.get("events", [])
     lookups = [e for e in events if e["node"] == "lookup_level1" and e.get("tier")]
     gates = {e["round"]: e for e in events if e["node"] == "gate" and e.get("tier")}
-    steps = [{"tier": e["tier"], "seconds": e["seconds"], "turns_searched": e["turns_searched"],
-              "candidates": e["turns"], "deeper": gates.get(i + 1, {}).get("path") == "next tier",
-              "why": gates.get(i + 1, {}).get("reason", "")} for i, e in enumerate(lookups)]
+    steps = [
+        {
+            "tier": e["tier"],
+            "seconds": e["seconds"],
+            "turns_searched": e["turns_searched"],
+            "candidates": e["turns"],
+            "deeper": gates.get(i + 1, {}).get("path") == "next tier",
+            "why": gates.get(i + 1, {}).get("reason", ""),
+        }
+        for i, e in enumerate(lookups)
+    ]
     return {"answered": state["tier"], "steps": steps, "use": use}
 
 
-def build_trace(state: RetrievalState, calls: list[dict[str, Any]], note: str, tokens: int, candidates: int,
-                chosen: list[Any]) -> dict[str, Any]:
+def build_trace(
+    state: RetrievalState, calls: list[dict[str, Any]], note: str, tokens: int, candidates: int, chosen: list[Any]
+) -> dict[str, Any]:
     """What ran and why: path, gate reasons, iterations, sub-queries, scopes, kinds that found the evidence, LLM use."""
     events = state.get("events", [])
     gates = [e for e in events if e["node"] == "gate"]
@@ -159,7 +196,11 @@ def build_trace(state: RetrievalState, calls: list[dict[str, Any]], note: str, t
         "windows": next((e["windows"] for e in events if e["node"] == "predict_scope" and "windows" in e), {}),
         "depends_on": {q.id: q.depends_on for q in state.get("sub_queries", []) if q.depends_on},
         "found_by": dict(Counter(h.found_by for h in chosen)),
-        "pool": state.get("pool", []), "sub_answers": state.get("sub_answers", []),
-        "answer": note, "context_tokens": tokens, "candidates": candidates,
-        "llm": meter.summary(), "events": events,
+        "pool": state.get("pool", []),
+        "sub_answers": state.get("sub_answers", []),
+        "answer": note,
+        "context_tokens": tokens,
+        "candidates": candidates,
+        "llm": meter.summary(),
+        "events": events,
     }

@@ -16,8 +16,8 @@ from langgraph.runtime import Runtime
 
 from memstrata.context import Context
 from memstrata.memory.search.deep import backtrack
-from memstrata.memory.search.scoring import event_turn_rows
 from memstrata.memory.search.query import Hit
+from memstrata.memory.search.scoring import event_turn_rows
 from memstrata.memory.search.selection import drop_near_duplicates
 from memstrata.nodes.common import progress
 from memstrata.runtime.node import open_node
@@ -34,7 +34,7 @@ def chosen_episodes(state: RetrievalState, ctx: Context) -> tuple[list[Hit], str
     keys = {key for r, key in state.get("selected", []) if r == round_no}
     priority = ctx.selection_priority
     if not keys:
-        return coarse[:ctx.select_fallback], f"selection-empty: fallback to coarse top-{ctx.select_fallback}", priority
+        return coarse[: ctx.select_fallback], f"selection-empty: fallback to coarse top-{ctx.select_fallback}", priority
     return [c for c in coarse if c.key in keys], "llm-selection", priority
 
 
@@ -45,18 +45,50 @@ async def backtrack_level2(state: RetrievalState, runtime: Runtime[Context]) -> 
     run = await open_node(runtime, "backtrack_level2", state, search_index=True, queries=queries)
     halted = run.step.halted
     if halted:  # the budget ran out during selection: stop deepening, answer with what is there
-        return {"halted": halted, "events": [{"node": "backtrack_level2", "iteration": state.get("iteration", 0),
-                                              "round": state.get("round", 0), "how": f"skipped: budget ({halted})",
-                                              "episodes": 0, "admitted": 0, "fallback": False}]}
+        return {
+            "halted": halted,
+            "events": [
+                {
+                    "node": "backtrack_level2",
+                    "iteration": state.get("iteration", 0),
+                    "round": state.get("round", 0),
+                    "how": f"skipped: budget ({halted})",
+                    "episodes": 0,
+                    "admitted": 0,
+                    "fallback": False,
+                }
+            ],
+        }
     index = run.index
     picked, how, priority = chosen_episodes(state, ctx)
     progress("backtrack_level2", f"going deeper: {len(picked)} episodes ({how})")
     limit = max(ctx.backtrack_keep, int(ctx.context_budget * ctx.backtrack_keep_per_token))
-    found = backtrack(index, queries, run.vectors, event_turn_rows(index, picked),
-                      raw_top=ctx.backtrack_raw_top, weights=run.weights, now=run.now,
-                      scope_kinds=run.scope_kinds, keep=limit, top_events=len(picked), chosen_bonus=priority)
+    found = backtrack(
+        index,
+        queries,
+        run.vectors,
+        event_turn_rows(index, picked),
+        raw_top=ctx.backtrack_raw_top,
+        weights=run.weights,
+        now=run.now,
+        scope_kinds=run.scope_kinds,
+        keep=limit,
+        top_events=len(picked),
+        chosen_bonus=priority,
+    )
     kept, redundant = drop_near_duplicates(found, index, max_items=limit, threshold=ctx.duplicate_threshold)
-    return {"candidates": kept, "events": [{
-        "node": "backtrack_level2", "iteration": state.get("iteration", 0), "round": state.get("round", 0),
-        "episodes": len(picked), "how": how, "fallback": how.startswith("selection-empty"),
-        "admitted": len(kept), "near_duplicates_skipped": redundant}]}
+    return {
+        "candidates": kept,
+        "events": [
+            {
+                "node": "backtrack_level2",
+                "iteration": state.get("iteration", 0),
+                "round": state.get("round", 0),
+                "episodes": len(picked),
+                "how": how,
+                "fallback": how.startswith("selection-empty"),
+                "admitted": len(kept),
+                "near_duplicates_skipped": redundant,
+            }
+        ],
+    }

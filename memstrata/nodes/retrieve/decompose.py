@@ -56,22 +56,37 @@ async def decompose(state: RetrievalState, runtime: Runtime[Context]) -> dict[st
     run = await open_node(runtime, "decompose", state, new_query=True)
     step = run.step
     plan, how = await step.decide(
-        Plan, "DECOMPOSE_PROMPT", f"<question>{text}</question>", node="decompose",
-        validate=_checker(ctx.max_sub_queries), max_parts=ctx.max_sub_queries,
-        fallback=lambda: Plan(sub_queries=[PlannedQuery(id=q.id, question=q.text) for q in offline[1:]] or
-                              [PlannedQuery(id="q1", question=text)]),
+        Plan,
+        "DECOMPOSE_PROMPT",
+        f"<question>{text}</question>",
+        node="decompose",
+        validate=_checker(ctx.max_sub_queries),
+        max_parts=ctx.max_sub_queries,
+        fallback=lambda: Plan(
+            sub_queries=[PlannedQuery(id=q.id, question=q.text) for q in offline[1:]]
+            or [PlannedQuery(id="q1", question=text)]
+        ),
     )
     subs = [Query(id="q0", text=text)] + [
         Query(id=p.id, text=p.question.strip(), depends_on=p.depends_on, weight=ctx.sub_query_weight)
-        for p in plan.sub_queries if p.question.strip() != text
+        for p in plan.sub_queries
+        if p.question.strip() != text
     ]
-    subs = _drop_dangling(subs[:ctx.max_sub_queries])
-    return {"sub_queries": subs, "iteration": 0, "round": 0, "run_key": run.run_key, "llm_calls": step.records,
-            "events": [{"node": "decompose", "how": how, "sub_queries": [q.text for q in subs]}]}
+    subs = _drop_dangling(subs[: ctx.max_sub_queries])
+    return {
+        "sub_queries": subs,
+        "iteration": 0,
+        "round": 0,
+        "run_key": run.run_key,
+        "llm_calls": step.records,
+        "events": [{"node": "decompose", "how": how, "sub_queries": [q.text for q in subs]}],
+    }
 
 
 def _drop_dangling(subs: list[Query]) -> list[Query]:
     """Dependencies on sub-queries that were cut (or were q0's duplicate) are dropped, so nothing waits forever."""
     ids = {q.id for q in subs}
-    return [q if set(q.depends_on) <= ids else Query(**{**vars(q), "depends_on": [d for d in q.depends_on if d in ids]})
-            for q in subs]
+    return [
+        q if set(q.depends_on) <= ids else Query(**{**vars(q), "depends_on": [d for d in q.depends_on if d in ids]})
+        for q in subs
+    ]

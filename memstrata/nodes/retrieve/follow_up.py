@@ -20,17 +20,16 @@ from langgraph.types import Send
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
-from memstrata.runtime.llm import GOOD_OUTCOMES
-from memstrata.memory.search.deep import backtrack
 from memstrata.memory.plan.rules import anchored_follow_up, has_anchor
+from memstrata.memory.search.deep import backtrack
 from memstrata.memory.search.query import Query
 from memstrata.memory.search.selection import coverage_texts
 from memstrata.memory.tokens import TokenCounter
 from memstrata.nodes.common import progress
 from memstrata.nodes.retrieve.prompting import pool_block, ranked_lines
+from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
 from memstrata.state import RetrievalState, SubQueryTask
-
 
 
 class SubAnswer(BaseModel):
@@ -50,11 +49,23 @@ def follow_up_sends(state: RetrievalState, ctx: Context) -> list[Send]:
     for i, query in enumerate(active):
         own = [h for h in ranked if h.query_id == query.id] if query.id != "q0" else ranked
         prereq = [a for a in answers if a["id"] in query.depends_on]
-        sends.append(Send("follow_up", {
-            "question": state["query"], "query": query, "evidence": (own or ranked)[:ctx.follow_up_evidence],
-            "prerequisites": prereq, "pool": state.get("pool", []), "main": i == 0,
-            "iteration": state.get("iteration", 0), "round": state.get("round", 0),
-            "run_key": state.get("run_key", ""), "llm_calls": state.get("llm_calls", [])}))
+        sends.append(
+            Send(
+                "follow_up",
+                {
+                    "question": state["query"],
+                    "query": query,
+                    "evidence": (own or ranked)[: ctx.follow_up_evidence],
+                    "prerequisites": prereq,
+                    "pool": state.get("pool", []),
+                    "main": i == 0,
+                    "iteration": state.get("iteration", 0),
+                    "round": state.get("round", 0),
+                    "run_key": state.get("run_key", ""),
+                    "llm_calls": state.get("llm_calls", []),
+                },
+            )
+        )
     return sends
 
 
@@ -68,8 +79,10 @@ def route_follow_up(state: RetrievalState, runtime: Runtime[Context]) -> list[Se
 def _anchored(texts: list[str]) -> Any:
     def check(value: SubAnswer) -> SubAnswer:
         if value.missing and value.query.strip() and not has_anchor(value.query, texts):
-            msg = ("the missing-info query must contain a name, place, object or date that the turns above "
-                   "already mention; ask for the missing piece around it")
+            msg = (
+                "the missing-info query must contain a name, place, object or date that the turns above "
+                "already mention; ask for the missing piece around it"
+            )
             raise ValueError(msg)
         return value
 
@@ -81,14 +94,25 @@ async def follow_up(task: SubQueryTask, runtime: Runtime[Context]) -> dict[str, 
     ctx = runtime.context
     query, evidence = task["query"], task["evidence"]
     texts = coverage_texts(evidence, ctx.follow_up_texts)
-    rule = anchored_follow_up(query.text, texts, evidence[:ctx.anchor_hits], names=ctx.anchor_names)
+    rule = anchored_follow_up(query.text, texts, evidence[: ctx.anchor_hits], names=ctx.anchor_names)
     step = (await open_node(runtime, "follow_up", task)).step
     lines = ranked_lines(evidence, budget=ctx.reason_tokens, counter=TokenCounter())
     info, how = await step.decide(
-        SubAnswer, "FOLLOW_UP_PROMPT", _prompt(task, lines), node="follow_up", validate=_anchored(lines),
-        fallback=lambda: SubAnswer(missing=rule is not None, query=rule or ""))
-    event: dict[str, Any] = {"node": "follow_up", "iteration": task["iteration"], "round": task["round"],
-                             "sub_query": query.id, "how": how, "query": info.query if info.missing else None}
+        SubAnswer,
+        "FOLLOW_UP_PROMPT",
+        _prompt(task, lines),
+        node="follow_up",
+        validate=_anchored(lines),
+        fallback=lambda: SubAnswer(missing=rule is not None, query=rule or ""),
+    )
+    event: dict[str, Any] = {
+        "node": "follow_up",
+        "iteration": task["iteration"],
+        "round": task["round"],
+        "sub_query": query.id,
+        "how": how,
+        "query": info.query if info.missing else None,
+    }
     update: dict[str, Any] = {"events": [event], "llm_calls": step.records, **_answers(task, info, how)}
     if not info.missing or not info.query.strip() or step.halted:
         return update
@@ -96,8 +120,13 @@ async def follow_up(task: SubQueryTask, runtime: Runtime[Context]) -> dict[str, 
     modelled = how in GOOD_OUTCOMES
     # No time hint from the evidence's dates: what is missing is usually said elsewhere, and a hint would
     # pull the search back into the sessions already found. The anchors are the evidence's names.
-    missing = Query(id=f"{query.id}.follow_up", text=info.query.strip(), scope="Short", weight=ctx.follow_up_weight,
-                    dense_text=None if modelled else query.embed_text)
+    missing = Query(
+        id=f"{query.id}.follow_up",
+        text=info.query.strip(),
+        scope="Short",
+        weight=ctx.follow_up_weight,
+        dense_text=None if modelled else query.embed_text,
+    )
     return {**update, "missing": [{"iteration": task["iteration"], "round": task["round"], "query": missing}]}
 
 
@@ -110,12 +139,30 @@ async def search_missing(state: RetrievalState, runtime: Runtime[Context]) -> di
     found: list[Any] = []
     counts: dict[str, int] = {}
     for i, query in enumerate(queries):
-        hits = backtrack(run.index, [query], run.vectors[i:i + 1], [], raw_top=ctx.follow_up_turns,
-                         weights=run.weights, now=run.now, scope_kinds=run.scope_kinds)
+        hits = backtrack(
+            run.index,
+            [query],
+            run.vectors[i : i + 1],
+            [],
+            raw_top=ctx.follow_up_turns,
+            weights=run.weights,
+            now=run.now,
+            scope_kinds=run.scope_kinds,
+        )
         counts[query.id] = len(hits)
         found += hits
-    return {"candidates": found, "events": [{"node": "search_missing", "iteration": here[0], "round": here[1],
-                                             "queries": {q.id: q.text for q in queries}, "found": counts}]}
+    return {
+        "candidates": found,
+        "events": [
+            {
+                "node": "search_missing",
+                "iteration": here[0],
+                "round": here[1],
+                "queries": {q.id: q.text for q in queries},
+                "found": counts,
+            }
+        ],
+    }
 
 
 def _prompt(task: SubQueryTask, lines: list[str]) -> str:
@@ -133,9 +180,25 @@ def _answers(task: SubQueryTask, info: SubAnswer, how: str) -> dict[str, Any]:
     if how not in GOOD_OUTCOMES or not info.answer.strip():
         return {}
     query = task["query"]
-    out: dict[str, Any] = {"sub_answers": [{"id": query.id, "question": query.text, "answer": info.answer.strip(),
-                                            "iteration": task["iteration"], "round": task["round"]}]}
+    out: dict[str, Any] = {
+        "sub_answers": [
+            {
+                "id": query.id,
+                "question": query.text,
+                "answer": info.answer.strip(),
+                "iteration": task["iteration"],
+                "round": task["round"],
+            }
+        ]
+    }
     if task["main"]:
-        out["pool"] = [{"iteration": task["iteration"], "round": task["round"], "path": "deep", "query": query.text,
-                        "answer": info.answer.strip()}]
+        out["pool"] = [
+            {
+                "iteration": task["iteration"],
+                "round": task["round"],
+                "path": "deep",
+                "query": query.text,
+                "answer": info.answer.strip(),
+            }
+        ]
     return out

@@ -23,17 +23,17 @@ from langgraph.types import Command, Send
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
-from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.memory.levels.level1.summary import SUMMARY
 from memstrata.memory.plan.rules import coverage
 from memstrata.memory.search.query import Hit
 from memstrata.memory.search.selection import coverage_texts
 from memstrata.memory.tiers.assign import TIER_NAMES
 from memstrata.nodes.common import progress
-from memstrata.runtime.node import open_node
-from memstrata.runtime.step import Step
 from memstrata.nodes.retrieve.follow_up import follow_up_sends
 from memstrata.nodes.retrieve.prompting import pool_block
+from memstrata.runtime.llm import GOOD_OUTCOMES
+from memstrata.runtime.node import open_node
+from memstrata.runtime.step import Step
 from memstrata.state import RetrievalState
 
 
@@ -63,40 +63,56 @@ def offline_confidence(state: RetrievalState, ctx: Context, *, tiered: bool = Fa
     cov = coverage(state["query"], coverage_texts(light, ctx.gate_texts))
     top = max((c.parts.get("own", 0.0) for c in light), default=0.0)
     short = any(q.scope == "Short" for q in state.get("active", []))
-    ok = (bool(state.get("level1")) and cov >= ctx.gate_coverage and top >= ctx.gate_threshold
-          and (tiered or not short))
+    ok = bool(state.get("level1")) and cov >= ctx.gate_coverage and top >= ctx.gate_threshold and (tiered or not short)
     return ok, f"coverage {cov:.2f}, best turn {top:.2f}, short-scope {short}"
 
 
-async def gate(state: RetrievalState, runtime: Runtime[Context]) -> Command[
-        Literal["select_level1", "backtrack_level2", "follow_up", "next_wave", "answer", "lookup_level1"]]:
+async def gate(
+    state: RetrievalState, runtime: Runtime[Context]
+) -> Command[Literal["select_level1", "backtrack_level2", "follow_up", "next_wave", "answer", "lookup_level1"]]:
     """Accept the light path, go deep (the model's selection fans out with ``Send``), or, in an HMO tier above the
-    archive, search the next tier: the same self-check (offline: the same confidence) is HMO's trigger."""
+    archive, search the next tier: the same self-check (offline: the same confidence) is HMO's trigger.
+    """
     ctx = runtime.context
     tier = state.get("tier", 0)
     ok, why = offline_confidence(state, ctx, tiered=0 < tier < 3)
     step = (await open_node(runtime, "gate", state)).step
     memory = "\n".join(f"[{h.time}] {h.text}" for h in light_summaries(state))
     verdict, how = await step.decide(
-        LightAnswer, "LIGHT_ANSWER_PROMPT",
+        LightAnswer,
+        "LIGHT_ANSWER_PROMPT",
         f"<question>{state['query']}</question>\n<memory>\n{memory}\n</memory>{pool_block(state.get('pool', []))}",
-        node="gate", fallback=lambda: LightAnswer(finished=0 if ok else 2),
+        node="gate",
+        fallback=lambda: LightAnswer(finished=0 if ok else 2),
     )
     light = verdict.finished == 0
     modelled = how in GOOD_OUTCOMES
     round_no = state.get("round", 0) + 1
     deeper = 0 < tier < 3 and not light and not step.halted
-    event = {"node": "gate", "iteration": state.get("iteration", 0), "round": round_no, "tier": tier,
-             "path": "next tier" if deeper else "light" if light else "deep", "how": how,
-             "reason": f"model self-check: finished={verdict.finished}" if modelled else why}
+    event = {
+        "node": "gate",
+        "iteration": state.get("iteration", 0),
+        "round": round_no,
+        "tier": tier,
+        "path": "next tier" if deeper else "light" if light else "deep",
+        "how": how,
+        "reason": f"model self-check: finished={verdict.finished}" if modelled else why,
+    }
     update: dict[str, Any] = {"events": [event], "llm_calls": step.records, "round": round_no}
     if deeper:
         progress("gate", f"{TIER_NAMES[tier]} cannot answer ({event['reason']}): searching {TIER_NAMES[tier + 1]}")
         return Command(update={**update, "tier": tier + 1, "tier_fresh": True}, goto="lookup_level1")
     if light and modelled and verdict.answer.strip():
         query = state.get("active", [None])[0]
-        update["pool"] = [{"iteration": state.get("iteration", 0), "round": round_no, "path": "light",
-                           "query": query.text if query else state["query"], "answer": verdict.answer.strip()}]
+        update["pool"] = [
+            {
+                "iteration": state.get("iteration", 0),
+                "round": round_no,
+                "path": "light",
+                "query": query.text if query else state["query"],
+                "answer": verdict.answer.strip(),
+            }
+        ]
     if step.halted:
         progress("gate", "token budget reached: answering with what was found")
         return Command(update={**update, "halted": step.halted}, goto="answer")
@@ -116,10 +132,15 @@ def _deepen(state: RetrievalState, ctx: Context, step: Step, round_no: int) -> l
     """
     if step.model is None:
         return []
-    coarse = state.get("coarse", [])[:ctx.coarse_n]
+    coarse = state.get("coarse", [])[: ctx.coarse_n]
     size = ctx.llm_batch_size
-    batches = [coarse[i:i + size] for i in range(0, len(coarse), size)][:ctx.max_fanout]
+    batches = [coarse[i : i + size] for i in range(0, len(coarse), size)][: ctx.max_fanout]
     query = (state.get("active") or state["sub_queries"])[0]
     calls = [*state.get("llm_calls", []), *step.records]
-    return [Send("select_level1", {"query": query, "entries": b, "round": round_no, "run_key": state.get("run_key", ""),
-                                   "llm_calls": calls}) for b in batches]
+    return [
+        Send(
+            "select_level1",
+            {"query": query, "entries": b, "round": round_no, "run_key": state.get("run_key", ""), "llm_calls": calls},
+        )
+        for b in batches
+    ]

@@ -1,6 +1,7 @@
 """Retrieval: HyMem's light module, the top-k lookup over Level-1 events (and direct raw turns by scope); with a model,
 xMemory's Stage II over the theme path's turns (:mod:`memstrata.nodes.retrieve.stage2`). A large user's lookup
-searches the HMO tier the query has reached (the cache first; :mod:`memstrata.nodes.retrieve.gate` goes deeper)."""
+searches the HMO tier the query has reached (the cache first; :mod:`memstrata.nodes.retrieve.gate` goes deeper).
+"""
 
 from __future__ import annotations
 
@@ -26,25 +27,51 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
     queries = list(state.get("active") or [])
     run = await open_node(runtime, "lookup_level1", state, search_index=True, queries=queries, graph=True)
     progress("lookup_level1", f"searching summaries{f' in {TIER_NAMES[run.tier]}' if run.tier else ''}")
-    found = light_lookup(run.index, queries, run.vectors, level1_k=run.event_k,
-                         coarse_n=ctx.coarse_n, weights=run.weights, now=run.now,
-                         scope_kinds=run.scope_kinds, raw_per_query=run.pool_size,
-                         graph=run.graph, themes=run.themes, superseded=ctx.superseded_weight,
-                         level1_rank=ctx.level1_rank, window_k=ctx.window_turns,
-                         persona=ctx.persona_similarity if ctx.persona_search else None)
+    found = light_lookup(
+        run.index,
+        queries,
+        run.vectors,
+        level1_k=run.event_k,
+        coarse_n=ctx.coarse_n,
+        weights=run.weights,
+        now=run.now,
+        scope_kinds=run.scope_kinds,
+        raw_per_query=run.pool_size,
+        graph=run.graph,
+        themes=run.themes,
+        superseded=ctx.superseded_weight,
+        level1_rank=ctx.level1_rank,
+        window_k=ctx.window_turns,
+        persona=ctx.persona_similarity if ctx.persona_search else None,
+    )
     turns, stage2 = await reader_stage2(run.step, run.index, state["query"], found.turns)
     persona = max((m.trace() for m in found.persona.values()), key=lambda m: m["similarity"], default=None)
     held = state.get("persona")
     deeper = state.get("tier_fresh", False)  # the first lookup of a deeper tier: its candidates replace the last's
-    return {**({"persona": persona} if persona and (not held or persona["similarity"] > held["similarity"]) else {}),
-        "level1": found.level1, "coarse": found.coarse, "candidates": Fresh(turns) if deeper else turns,
-        "tier_fresh": False, "llm_calls": run.step.records,
-        "events": [{"node": "lookup_level1", "iteration": state.get("iteration", 0), "tier": run.tier,
-                    "seconds": round(time.perf_counter() - started, 4), "turns_searched": len(run.index.turns),
-                    "queries": [q.text for q in queries], "level1": len(found.level1), "coarse": len(found.coarse),
-                    "turns": len(found.turns), "found_by": found.kinds,
-                    "graph_events": len(found.graph_events), "graph_events_added": sum(found.graph_events.values()),
-                    "themes": {q: vars(t) for q, t in found.themes.items()},
-                    "persona": {q: m.trace() for q, m in found.persona.items()},
-                    **({"stage2": stage2} if stage2 else {})}],
+    return {
+        **({"persona": persona} if persona and (not held or persona["similarity"] > held["similarity"]) else {}),
+        "level1": found.level1,
+        "coarse": found.coarse,
+        "candidates": Fresh(turns) if deeper else turns,
+        "tier_fresh": False,
+        "llm_calls": run.step.records,
+        "events": [
+            {
+                "node": "lookup_level1",
+                "iteration": state.get("iteration", 0),
+                "tier": run.tier,
+                "seconds": round(time.perf_counter() - started, 4),
+                "turns_searched": len(run.index.turns),
+                "queries": [q.text for q in queries],
+                "level1": len(found.level1),
+                "coarse": len(found.coarse),
+                "turns": len(found.turns),
+                "found_by": found.kinds,
+                "graph_events": len(found.graph_events),
+                "graph_events_added": sum(found.graph_events.values()),
+                "themes": {q: vars(t) for q, t in found.themes.items()},
+                "persona": {q: m.trace() for q, m in found.persona.items()},
+                **({"stage2": stage2} if stage2 else {}),
+            }
+        ],
     }

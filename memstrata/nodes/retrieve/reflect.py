@@ -17,11 +17,11 @@ from langgraph.types import Command
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
-from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.memory.plan.rules import coverage, expand_query
 from memstrata.memory.search.query import Query
 from memstrata.memory.search.selection import coverage_texts
 from memstrata.nodes.common import progress
+from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
 from memstrata.state import RetrievalState
 
@@ -69,22 +69,30 @@ async def reflect(state: RetrievalState, runtime: Runtime[Context]) -> Command[L
         event.update(decision="stop", how="budget", reason=f"llm_token_budget reached at {step.halted}")
         return Command(update={"iteration": iteration, "halted": step.halted, "events": [event]}, goto="answer")
     verdict, how = await step.decide(
-        Reflection, "REFLECT_PROMPT", f"<question>{state['query']}</question>\n{round_answer(state)}",
-        node="reflect", fallback=lambda: rule,
+        Reflection,
+        "REFLECT_PROMPT",
+        f"<question>{state['query']}</question>\n{round_answer(state)}",
+        node="reflect",
+        fallback=lambda: rule,
     )
     update: dict[str, Any] = {"iteration": iteration, "llm_calls": step.records}
     if step.halted:
         event.update(decision="stop", how=how, reason=f"llm_token_budget reached at {step.halted}")
         return Command(update={**update, "halted": step.halted, "events": [event]}, goto="answer")
     if verdict.finished or not verdict.new_question.strip():
-        event.update(decision="finish", how=how,
-                     reason="the answer is complete" if how in GOOD_OUTCOMES else "every sub-question is covered")
+        event.update(
+            decision="finish",
+            how=how,
+            reason="the answer is complete" if how in GOOD_OUTCOMES else "every sub-question is covered",
+        )
         return Command(update={**update, "events": [event]}, goto="answer")
     # The model's rewrite is a new question (embedded); a rule rewrite searches densely as its source question.
     pairs = [(verdict.new_question.strip(), None)] if how in GOOD_OUTCOMES else rewrites
-    weight = ctx.rewrite_decay ** iteration
-    active = [Query(id=f"r{iteration}.{i}", text=t, scope="Mixed", weight=weight, dense_text=source)
-              for i, (t, source) in enumerate(pairs)]
+    weight = ctx.rewrite_decay**iteration
+    active = [
+        Query(id=f"r{iteration}.{i}", text=t, scope="Mixed", weight=weight, dense_text=source)
+        for i, (t, source) in enumerate(pairs)
+    ]
     event.update(decision="rewrite", how=how, new_queries=[q.text for q in active])
     progress("reflect", f"rewriting: {active[0].text}")
     return Command(update={**update, "active": active, "events": [event]}, goto="lookup_level1")

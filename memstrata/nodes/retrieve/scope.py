@@ -40,8 +40,14 @@ async def predict_scope(state: RetrievalState, runtime: Runtime[Context]) -> dic
     rules = {q.id: with_anchor(rule_scope(q.text, now=now), index, q.text, now=now) for q in subs}
 
     def fallback() -> Scopes:
-        return Scopes(items=[ScopeItem(id=i, scope=sc, start_date=h.start.date() if h else None,
-                                       end_date=h.end.date() if h else None) for i, (sc, h) in rules.items()])
+        return Scopes(
+            items=[
+                ScopeItem(
+                    id=i, scope=sc, start_date=h.start.date() if h else None, end_date=h.end.date() if h else None
+                )
+                for i, (sc, h) in rules.items()
+            ]
+        )
 
     def check(value: Scopes) -> Scopes:
         if {i.id for i in value.items} != set(rules):
@@ -50,18 +56,34 @@ async def predict_scope(state: RetrievalState, runtime: Runtime[Context]) -> dic
         return value
 
     listing = "\n".join(f"{q.id}: {q.text}" for q in subs)
-    scopes, how = await step.decide(Scopes, "SCOPE_PROMPT", f"<sub_questions>\n{listing}\n</sub_questions>",
-                                    node="predict_scope", fallback=fallback, validate=check,
-                                    now=format_date(now) or "unknown")
+    scopes, how = await step.decide(
+        Scopes,
+        "SCOPE_PROMPT",
+        f"<sub_questions>\n{listing}\n</sub_questions>",
+        node="predict_scope",
+        fallback=fallback,
+        validate=check,
+        now=format_date(now) or "unknown",
+    )
     by_id = {i.id: i for i in scopes.items}
     scoped = [_scoped(q, by_id[q.id]) for q in subs]
     active = [q for q in scoped if not q.depends_on]  # dependents wait for their prerequisites
     progress("predict_scope", ", ".join(f"{q.id}: {q.scope}" for q in scoped))
-    return {"active": active, "sub_queries": scoped, "searched": [q.id for q in active], "llm_calls": step.records,
-            "tier": run.tier,
-            "events": [{"node": "predict_scope", "how": how,
-                        "scopes": {q.id: [q.scope, _iso(q.hint_start), _iso(q.hint_end)] for q in scoped},
-                        "windows": {q.id: [w.as_dict() for w in select_windows(index, q.hint)] for q in scoped}}]}
+    return {
+        "active": active,
+        "sub_queries": scoped,
+        "searched": [q.id for q in active],
+        "llm_calls": step.records,
+        "tier": run.tier,
+        "events": [
+            {
+                "node": "predict_scope",
+                "how": how,
+                "scopes": {q.id: [q.scope, _iso(q.hint_start), _iso(q.hint_end)] for q in scoped},
+                "windows": {q.id: [w.as_dict() for w in select_windows(index, q.hint)] for q in scoped},
+            }
+        ],
+    }
 
 
 def _scoped(query: Query, item: ScopeItem) -> Query:

@@ -1,5 +1,6 @@
 """Retrieval: HyMem's deep-module selection f_gamma(q_i, [s]_N). The model picks Level-1 entries, one ``Send`` branch
-per batch; the picked entries decide which Level-2 episodes enter the context."""
+per batch; the picked entries decide which Level-2 episodes enter the context.
+"""
 
 from __future__ import annotations
 
@@ -33,11 +34,25 @@ async def select_level1(batch: SelectBatch, runtime: Runtime[Context]) -> dict[s
 
     listing = "\n".join(f"id:{i}, date: {e.time or 'unknown'}, {e.text}" for i, e in enumerate(entries))
     sel, how = await step.decide(
-        Selection, "SELECT_PROMPT", f"<question>{batch['query'].text}</question>\n<memory>\n{listing}\n</memory>",
-        node="select_level1", validate=check,
+        Selection,
+        "SELECT_PROMPT",
+        f"<question>{batch['query'].text}</question>\n<memory>\n{listing}\n</memory>",
+        node="select_level1",
+        validate=check,
         fallback=lambda: Selection(ids=list(range(min(ctx.select_fallback, len(entries))))),
     )
     chosen = [[batch["round"], entries[i].key] for i in dict.fromkeys(sel.ids)]
-    return {"selected": chosen, "llm_calls": step.records,
-            "events": [{"node": "select_level1", "round": batch["round"], "query": batch["query"].text, "how": how,
-                        "offered": len(entries), "chosen": len(chosen)}]}
+    return {
+        "selected": chosen,
+        "llm_calls": step.records,
+        "events": [
+            {
+                "node": "select_level1",
+                "round": batch["round"],
+                "query": batch["query"].text,
+                "how": how,
+                "offered": len(entries),
+                "chosen": len(chosen),
+            }
+        ],
+    }

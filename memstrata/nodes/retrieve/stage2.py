@@ -37,10 +37,12 @@ def _unsaid(question: str, lines: list[str]) -> float:
     return unsaid(set(tokenize([question])[0]), set(tokenize([" ".join(lines)])[0]))
 
 
-async def reader_stage2(step: Step, index: MemoryIndex, question: str, turns: list[Hit]) -> tuple[list[Hit],
-                                                                                               dict[str, Any] | None]:
+async def reader_stage2(
+    step: Step, index: MemoryIndex, question: str, turns: list[Hit]
+) -> tuple[list[Hit], dict[str, Any] | None]:
     """The candidate turns with the theme turns of the episodes the reader did not admit removed, and the trace
-    event (``None`` when the step does not run: offline, Stage II off, or no theme turns)."""
+    event (``None`` when the step does not run: offline, Stage II off, or no theme turns).
+    """
     ctx = step.ctx
     offers = episode_rounds(index, turns)
     if step.model is None or not ctx.theme_stage2 or not offers:
@@ -55,8 +57,12 @@ async def reader_stage2(step: Step, index: MemoryIndex, question: str, turns: li
         offered = [f"[{h.time}] {h.text}" if h.time else h.text for h in sorted(hits, key=lambda h: h.position)]
         shown = [*lines, *offered]
         check, how = await step.decide(
-            SelfCheck, "STAGE2_PROMPT", f"<question>{question}</question>\n<lines>\n" + "\n".join(shown) + "\n</lines>",
-            node="stage2", fallback=lambda shown=shown: SelfCheck(confidence=1.0 - _unsaid(question, shown)))
+            SelfCheck,
+            "STAGE2_PROMPT",
+            f"<question>{question}</question>\n<lines>\n" + "\n".join(shown) + "\n</lines>",
+            node="stage2",
+            fallback=lambda shown=shown: SelfCheck(confidence=1.0 - _unsaid(question, shown)),
+        )
         checks += 1
         fallbacks += how not in GOOD_OUTCOMES
         if gate.offer(1.0 - check.confidence):
@@ -66,7 +72,12 @@ async def reader_stage2(step: Step, index: MemoryIndex, question: str, turns: li
             break
     keep = {id(h) for episode, hits in offers if episode in admitted for h in hits}
     kept = [h for h in turns if h.found_by not in THEME_FINDERS or id(h) in keep]
-    return kept, {"offered": len(offers), "checked": checks, "admitted": len(admitted), "fallbacks": fallbacks,
-                  "uncertainty_left": round(gate.uncertainty, 3), "removed": len(turns) - len(kept),
-                  "measure": "reader self-check: 1 - confidence (a failed check: the share of the query's words "
-                             "unsaid)"}
+    return kept, {
+        "offered": len(offers),
+        "checked": checks,
+        "admitted": len(admitted),
+        "fallbacks": fallbacks,
+        "uncertainty_left": round(gate.uncertainty, 3),
+        "removed": len(turns) - len(kept),
+        "measure": "reader self-check: 1 - confidence (a failed check: the share of the query's words unsaid)",
+    }

@@ -46,17 +46,21 @@ def prerequisite_answers(state: RetrievalState, query: Query) -> list[str]:
 
 async def rewrite_dependent(state: RetrievalState, query: Query, step: Step) -> tuple[Query, str]:
     """The sub-query rewritten from its prerequisites' results, and how."""
-    top = sorted((h for h in state.get("candidates", []) if h.query_id in query.depends_on),
-                 key=lambda h: (-h.score, h.key))[:step.ctx.anchor_hits]
+    top = sorted(
+        (h for h in state.get("candidates", []) if h.query_id in query.depends_on), key=lambda h: (-h.score, h.key)
+    )[: step.ctx.anchor_hits]
     offline = dependent_rewrite(query.text, top, names=step.ctx.anchor_names)
     answers = prerequisite_answers(state, query)
     if step.model is None or not answers:
         return replace(query, text=offline), "offline" if step.model is None else "no-prerequisite-answer"
     listing = "\n".join(f"- {a}" for a in answers)
     value, how = await step.decide(
-        Rewritten, "DEPENDENT_PROMPT",
+        Rewritten,
+        "DEPENDENT_PROMPT",
         f"<sub_question>{query.text}</sub_question>\n<prerequisite_answers>\n{listing}\n</prerequisite_answers>",
-        node="rewrite_dependent", fallback=lambda: Rewritten(question=offline))
+        node="rewrite_dependent",
+        fallback=lambda: Rewritten(question=offline),
+    )
     return replace(query, text=value.question.strip() or offline), how
 
 
@@ -69,8 +73,17 @@ async def next_wave(state: RetrievalState, runtime: Runtime[Context]) -> Command
     pairs = [await rewrite_dependent(state, q, step) for q in ready]
     active = [q for q, _ in pairs]
     progress("next_wave", "searching dependent sub-questions: " + "; ".join(q.text for q in active))
-    event = {"node": "next_wave", "iteration": state.get("iteration", 0), "round": state.get("round", 0),
-             "rewrites": {q.id: q.text for q in active}, "how": [h for _, h in pairs]}
-    update: dict[str, Any] = {"active": active, "searched": [*state.get("searched", []), *(q.id for q in active)],
-                              "events": [event], "llm_calls": step.records}
+    event = {
+        "node": "next_wave",
+        "iteration": state.get("iteration", 0),
+        "round": state.get("round", 0),
+        "rewrites": {q.id: q.text for q in active},
+        "how": [h for _, h in pairs],
+    }
+    update: dict[str, Any] = {
+        "active": active,
+        "searched": [*state.get("searched", []), *(q.id for q in active)],
+        "events": [event],
+        "llm_calls": step.records,
+    }
     return Command(update=update, goto="lookup_level1")
