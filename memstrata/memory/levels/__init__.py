@@ -15,15 +15,20 @@ from memstrata.memory.levels.base import (
     scope_table,
     unregister,
 )
-from memstrata.memory.levels.entity import ENTITY, Entity
-from memstrata.memory.levels.level1.fact import FACT, Fact
-from memstrata.memory.levels.level1.persona import DIMENSIONS, PERSONA, Persona, PersonaItem
-from memstrata.memory.levels.level1.summary import SUMMARY, EventSummary
-from memstrata.memory.levels.level1.theme import THEME, Theme
-from memstrata.memory.levels.level1.tree_node import TREE_NODE, TreeNode
-from memstrata.memory.levels.level2.episode import EPISODE, Episode
+
+# Importing a kind's module registers it, and the registry keeps that order (it is the order of the scope table
+# and of every listing of kinds): raw turns first, then up the hierarchy. So these stay in this order, not sorted.
+# isort: off
 from memstrata.memory.levels.level2.turn import TURN, Turn
 from memstrata.memory.levels.level2.turn_context import TURN_CONTEXT, TurnContext
+from memstrata.memory.levels.level2.episode import EPISODE, Episode
+from memstrata.memory.levels.level1.summary import SUMMARY, EventSummary
+from memstrata.memory.levels.level1.fact import FACT, Fact
+from memstrata.memory.levels.entity import ENTITY, Entity
+from memstrata.memory.levels.level1.tree_node import TREE_NODE, TreeNode
+from memstrata.memory.levels.level1.theme import THEME, Theme
+from memstrata.memory.levels.level1.persona import DIMENSIONS, PERSONA, Persona, PersonaItem
+# isort: on
 
 __all__ = [
     "DIMENSIONS",
