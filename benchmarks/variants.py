@@ -1,4 +1,4 @@
-"""Which part of memstrata's retrieval carries recall: one ingest, then the same questions under named variants.
+r"""Which part of memstrata's retrieval carries recall: one ingest, then the same questions under named variants.
 
 Each conversation is ingested once (offline, MiniLM) into a folder kept under ``--cache``; every variant is a set
 of :class:`memstrata.context.Context` overrides (or the pool sizing of the light lookup replaced by the old fixed
@@ -8,7 +8,7 @@ Recall is also split by the scope the question got (H-Mem's Short / Long / Mixed
 sub-queries each scope got (as H-Mem's Appendix A.4 reports them), so a variant such as "no tree nodes searched"
 shows what the temporal tree adds per scope.
 
-    python benchmarks/variants.py ../shared/data/locomo/locomo10.json --conversations conv-26,conv-30 \\
+    python benchmarks/variants.py ../shared/data/locomo/locomo10.json --conversations conv-26,conv-30 \
         --budgets 1500,4000 --cache /tmp/variants
 """
 

@@ -107,7 +107,9 @@ def _fail(exc: Exception) -> None:
 
 
 def _meta_pairs(pairs: list[str]) -> dict[str, Any] | None:
-    """``NAME=VALUE`` options as metadata (to attach, or to filter on); a value that reads as a JSON number or boolean is one."""
+    """``NAME=VALUE`` options as metadata (to attach, or to filter on); a value that reads as a JSON number or
+    boolean is one.
+    """
     out: dict[str, Any] = {}
     for pair in pairs:
         name, sep, raw = pair.partition("=")

@@ -626,7 +626,10 @@ class Context:
         self.tree_token_caps = tuple(self.tree_token_caps)  # type: ignore[assignment]
         self.persona_cues = tuple(self.persona_cues)  # type: ignore[assignment]
         if len(self.persona_cues) != 5:
-            msg = "Context.persona_cues: one cue per dimension (basic_info, interests, personality, values, relationships)"
+            msg = (
+                "Context.persona_cues: one cue per dimension "
+                "(basic_info, interests, personality, values, relationships)"
+            )
             raise ValueError(msg)
         for name in (
             "level1_k",

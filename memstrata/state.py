@@ -48,10 +48,14 @@ class IngestInput(TypedDict, total=False):
 
 
 class IngestOutput(TypedDict, total=False):
+    """What the ingestion graph returns: the write's stats."""
+
     stats: dict[str, Any]
 
 
 class IngestState(TypedDict, total=False):
+    """The ingestion graph's state: the input, then the ids and counts each stage hands on."""
+
     source: Any
     conversation_id: str | None
     only_conversation: str | None
@@ -80,6 +84,8 @@ class RetrievalInput(TypedDict):
 
 
 class RetrievalOutput(TypedDict, total=False):
+    """What the retrieval graph returns: the query, answer, evidence, context (and its tokens) and trace."""
+
     query: str
     answer: str | None
     evidence: list[dict[str, Any]]
@@ -89,6 +95,8 @@ class RetrievalOutput(TypedDict, total=False):
 
 
 class RetrievalState(TypedDict, total=False):
+    """The retrieval graph's state: the query's sub-queries, rounds, hits and answers as the nodes build them."""
+
     query: str
     run_key: str  # names the query's shared LLM meter (see memstrata.runtime.step)
     sub_queries: list[Query]

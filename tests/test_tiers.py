@@ -101,7 +101,7 @@ def test_tiers_hold_recent_sessions_then_pivotal_then_buffer_and_a_used_record_i
 def test_ingestion_scores_every_closed_episode_and_tiers_them(mem: Memstrata) -> None:
     stats = mem.ingest(EXAMPLE, user_id="ann", close=True, **SMALL)
     assert stats["records_scored"] == mem.store.count("summary", user_id="ann") > 0
-    rows = [c for c in mem.store.counters.all("ann", kind="summary")]
+    rows = list(mem.store.counters.all("ann", kind="summary"))
     assert all(c.importance is not None and 1 <= c.importance <= 10 and c.priority is not None for c in rows)
     tiers = _tiers(mem, "ann")
     assert sorted(t or ARCHIVE for t in tiers.values()).count(BUFFER) == 2

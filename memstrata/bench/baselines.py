@@ -117,6 +117,7 @@ class BM25Method(RankedTurnsMethod):
         self._retriever: Any = None
 
     def index(self, lines: list[str]) -> None:
+        """Tokenize the lines (stopwords removed) and build a BM25 index over them."""
         import bm25s
 
         tokens = bm25s.tokenize(lines, stopwords=self.stopwords, return_ids=False, show_progress=False)
@@ -124,6 +125,7 @@ class BM25Method(RankedTurnsMethod):
         self._retriever.index(tokens, show_progress=False)
 
     def rank(self, question: str) -> np.ndarray:
+        """Indices of ``self.lines`` by BM25 score for ``question``, best first."""
         import bm25s
 
         query = bm25s.tokenize([question], stopwords=self.stopwords, return_ids=False, show_progress=False)
@@ -147,6 +149,7 @@ class DenseMethod(RankedTurnsMethod):
         self._matrix = np.zeros((0, 0))
 
     def index(self, lines: list[str]) -> None:
+        """Embed the lines and keep their unit-length vectors as the index."""
         self._matrix = _unit_rows(np.asarray(self.embeddings.embed_documents(lines), dtype=np.float32))
 
     def scores(self, question: str) -> np.ndarray:
@@ -155,6 +158,7 @@ class DenseMethod(RankedTurnsMethod):
         return self._matrix @ query
 
     def rank(self, question: str) -> np.ndarray:
+        """Indices of ``self.lines`` by cosine similarity to ``question``, best first."""
         return order_by_score(self.scores(question))
 
 
@@ -170,11 +174,13 @@ class HybridRRFMethod(RankedTurnsMethod):
         self.dense = DenseMethod(embeddings, counter=self.counter)
 
     def index(self, lines: list[str]) -> None:
+        """Give both parts the lines and build the BM25 and the dense index."""
         for part in (self.bm25, self.dense):
             part.lines = lines
             part.index(lines)
 
     def rank(self, question: str) -> np.ndarray:
+        """Indices of ``self.lines`` by reciprocal rank fusion of the BM25 and dense rankings, best first."""
         return reciprocal_rank_fusion([self.bm25.rank(question), self.dense.rank(question)], k=self.k)
 
 
@@ -192,9 +198,10 @@ class RandomMethod(RankedTurnsMethod):
         self.seed = seed
 
     def index(self, lines: list[str]) -> None:
-        return None
+        """Build nothing: a random order needs no index."""
 
     def rank(self, question: str) -> np.ndarray:
+        """A permutation of the indices of ``self.lines``, seeded by ``seed``, the conversation and the question."""
         salt = zlib.crc32(f"{self.sample_id}\x1f{question}".encode())
         return np.random.default_rng([self.seed, salt]).permutation(len(self.lines))
 

@@ -1,7 +1,7 @@
-"""``memstrata bench``: benchmark commands (mounted by the main CLI as a sub-app): locomo, chat, scale.
+r"""``memstrata bench``: benchmark commands (mounted by the main CLI as a sub-app): locomo, chat, scale.
 
 Example:
-    $ python -m memstrata.bench.cli locomo ../shared/data/locomo/locomo10.json \\
+    $ python -m memstrata.bench.cli locomo ../shared/data/locomo/locomo10.json \
         --methods bm25,dense,hybrid_rrf,random
 """
 
@@ -53,7 +53,8 @@ def _settings(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or key not in known:
-            raise typer.BadParameter(f"{pair!r}: expected KEY=VALUE with KEY a Context field", param_hint="--set")
+            msg = f"{pair!r}: expected KEY=VALUE with KEY a Context field"
+            raise typer.BadParameter(msg, param_hint="--set")
         try:
             out[key] = json.loads(raw)
         except json.JSONDecodeError:
@@ -98,8 +99,8 @@ def locomo(
         typer.Option(
             help=(
                 "run memstrata in LLM mode and report its LLM cost: 'oracle' (an upper-bound instrument that knows the "
-                "gold evidence; never answer quality), 'oracle-deep' (the same, forced onto the deep path), or the base "
-                "URL of an OpenAI-compatible server"
+                "gold evidence; never answer quality), 'oracle-deep' (the same, forced onto the deep path), or the "
+                "base URL of an OpenAI-compatible server"
             )
         ),
     ] = None,
@@ -240,7 +241,8 @@ def scale(
     try:
         targets = [int(s) for s in _split(sizes) or []]
     except ValueError as exc:
-        raise typer.BadParameter(f"--sizes must be comma-separated integers, got {sizes!r}") from exc
+        msg = f"--sizes must be comma-separated integers, got {sizes!r}"
+        raise typer.BadParameter(msg) from exc
     console = Console()
     root = Path(tempfile.mkdtemp(prefix="memstrata-scale-", dir=workdir))
     threshold = Context(user_id="-").snapshot_max_turns

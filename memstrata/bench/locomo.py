@@ -1,8 +1,8 @@
-"""LoCoMo loading: turns, questions and normalized evidence ids.
+r"""LoCoMo loading: turns, questions and normalized evidence ids.
 
 The rules are those of ``shared/docs/EVAL.md``: sessions come only from the
 ``session_N`` keys, evidence ids are split on ``;``, ``,`` and whitespace and
-parsed with ``D:?(\\d+):0*(\\d+)``, ids that match no turn are dropped, and so
+parsed with ``D:?(\d+):0*(\d+)``, ids that match no turn are dropped, and so
 are questions left with no evidence. Categories 1-4 are the headline; category
 5 (adversarial) is reported on its own.
 

@@ -120,6 +120,7 @@ class OracleReader:
 
     # ---- decisions --------------------------------------------------------------------------------------------
     def light_verdict(self, memory: str) -> dict[str, Any]:
+        """The light self-check: 0 iff every gold turn has a linking summary shown and not ``force_deep``, else 2."""
         ok = bool(self.gold) and all(any(s in memory for s in self._linking(t)) for t in self.gold)
         if self.force_deep or not ok:
             return {"finished": 2, "answer": ""}
@@ -128,6 +129,7 @@ class OracleReader:
         return {"finished": 0, "answer": f"{words} " + " ".join(f"[{t}]" for t in self.gold)}
 
     def selection(self, memory: str) -> dict[str, Any]:
+        """The deep selection: the ids of the ``memory`` lines that end with a summary linking to a gold turn."""
         wanted = {s for t in self.gold for s in self._linking(t)}
         ids = []
         for line in memory.splitlines():
@@ -137,6 +139,7 @@ class OracleReader:
         return {"ids": ids}
 
     def reflection(self, user: str) -> dict[str, Any]:
+        """Reflection: finished iff there are gold turns and the graded answers cite them all, else a new question."""
         graded = _section(user, "answer") + _section(user, "sub_answers")
         cited = set(_CITED.findall(graded))
         if self.gold and set(self.gold) <= cited:
@@ -145,6 +148,7 @@ class OracleReader:
         return {"finished": False, "new_question": expand_query(question, [graded])}
 
     def sub_answer(self, user: str) -> dict[str, Any]:
+        """A sub-query's answer citing the gold turns shown, and the offline rule's missing-info query, if any."""
         lines = [m for m in (_LINE.match(x) for x in _section(user, "memory").splitlines()) if m]
         hits = [
             Hit(
@@ -164,10 +168,12 @@ class OracleReader:
         return {"answer": self.cite(_section(user, "memory")), "missing": rule is not None, "query": rule or ""}
 
     def rewrite(self, user: str) -> dict[str, Any]:
+        """The dependent rewrite: the sub-question followed by the first 12 words of its prerequisite answers."""
         answers = _section(user, "prerequisite_answers").replace("- ", " ").split()
         return {"question": " ".join([_section(user, "sub_question"), *answers[:12]])}
 
     def plan(self, user: str, system: str) -> dict[str, Any]:
+        """The decomposition: the offline ``decompose_query`` sub-questions (or the question itself if none)."""
         question = _section(user, "question")
         most = re.search(r"At most (\d+) sub-questions", system)
         parts = decompose_query(question, max_parts=int(most.group(1)) if most else 4)[1:]
@@ -176,6 +182,7 @@ class OracleReader:
         }
 
     def scopes(self, user: str, system: str) -> dict[str, Any]:
+        """The scope predictions: the offline ``predict_scope`` scope and date range of each listed sub-question."""
         when = re.search(r"reference date (.+?)\.\s", system)
         now = parse_timestamp(when.group(1)) if when else None
         items = []

@@ -1,6 +1,6 @@
-"""Greedy packing of ranked lines into a token budget.
+r"""Greedy packing of ranked lines into a token budget.
 
-Lines are taken in rank order and joined with ``"\\n"``; packing stops at the
+Lines are taken in rank order and joined with ``"\n"``; packing stops at the
 first line that would overflow the budget (no skipping ahead to a shorter one).
 Each line costs its own token count plus the separator's. The final string is
 counted again, so a tokenizer where tokens are not additive can never push a

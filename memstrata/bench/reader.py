@@ -72,6 +72,7 @@ class ReaderMethod(MemstrataMethod):
         self._question: LocomoQuestion | None = None
 
     def prepare(self, conversation: LocomoConversation) -> None:
+        """Ingest the conversation as the base method does; the oracle, if any, learns the summaries' turn links."""
         super().prepare(conversation)
         if self.oracle is not None:
             from memstrata.memory.index import MemoryIndex
@@ -87,6 +88,7 @@ class ReaderMethod(MemstrataMethod):
             self.oracle.begin({t: texts[t] for t in question.evidence})
 
     def context(self, question: str, conversation: LocomoConversation, budget: int) -> str:
+        """Ask with the reader model and return the context; the query at ``record_budget`` also adds a cost row."""
         result = self._mem.ask(
             question,
             user_id=BENCH_USER,

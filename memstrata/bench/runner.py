@@ -72,7 +72,8 @@ def resolve_methods(
     reader_model: str = "smollm2",
     settings: dict[str, Any] | None = None,
 ) -> list[Method]:
-    """Build methods from names (``memstrata``, ``bm25``, ``dense``, ``hybrid_rrf``, ``random``) or pass objects through.
+    """Build methods from names (``memstrata``, ``bm25``, ``dense``, ``hybrid_rrf``, ``random``) or pass objects
+    through.
 
     Args:
         methods: names or ready :class:`Method` objects; all five names when ``None``.

@@ -220,6 +220,7 @@ class GrowingStore:
                 self.next_conv, self.copy = 0, self.copy + 1
 
     def close(self) -> None:
+        """Close the grown store's Memstrata instance."""
         self.mem.close()
 
 
@@ -262,7 +263,7 @@ def child_main() -> None:
     convs = load_locomo(Path(job["path"]))[: job["originals"]]
     recall, latencies = planted_recall(mem, convs, questions=job["questions"], budget=job["budget"], **settings)
     mem.close()
-    print(json.dumps({"recall": recall, "latencies": latencies, "warm_ms": warm_ms, "peak_mb": _own_peak_mb()}))
+    print(json.dumps({"recall": recall, "latencies": latencies, "warm_ms": warm_ms, "peak_mb": _own_peak_mb()}))  # noqa: T201 (stdout is the result channel: query_in_child parses this last line)
 
 
 def _own_peak_mb() -> float:
@@ -364,7 +365,7 @@ def chat_pattern(
                 "session_900": list(session),
             },
         }
-        write_ms.append(_timed(lambda: mem.ingest(item, user_id=USER)))
+        write_ms.append(_timed(lambda item=item: mem.ingest(item, user_id=USER)))
         after_write_ms.append(_timed(lambda: mem.retrieve(rng.choice(pool), user_id=USER)))
     mem.close()
     p50_read, p50_after = float(np.percentile(read_ms, 50)), float(np.percentile(after_write_ms, 50))

@@ -245,10 +245,10 @@ def _describe(exc: BaseException, timeout: float) -> str:
 
 
 def extract_json(text: str) -> Any:
-    """The first JSON object in a string (models often wrap it in prose or fences).
+    r"""The first JSON object in a string (models often wrap it in prose or fences).
 
     Example:
-        >>> extract_json('Sure! ```json\\n{"a": 1}\\n``` hope it helps')
+        >>> extract_json('Sure! ```json\n{"a": 1}\n``` hope it helps')
         {'a': 1}
         >>> extract_json("no json here") is None
         True

@@ -63,6 +63,7 @@ class SharedMeter:
 
     @property
     def spent(self) -> int:
+        """Prompt plus completion tokens of every call recorded so far."""
         return sum(c.prompt_tokens + c.completion_tokens for c in self.calls)
 
     def free(self, holder: int | None = None) -> int | None:
@@ -96,23 +97,28 @@ class MeterView(Meter):
         self.own: list[CallRecord] = self.calls  # this view's calls (``calls``, so ``summary`` reads them)
 
     def add(self, record: CallRecord) -> None:
+        """Record this view's call and settle it on the shared meter (releasing its reservation)."""
         self.own.append(record)
         self.shared.settle(id(self), record)
 
     @property
     def tokens(self) -> int:
+        """Tokens spent by the whole query (every view of the shared meter)."""
         return self.shared.spent
 
     @property
     def remaining(self) -> int | None:
+        """Tokens neither spent nor reserved by another view (``None`` without a budget)."""
         return self.shared.free(id(self))
 
     @property
     def exhausted(self) -> bool:
+        """True once what is left to this view is no more than the completion cap."""
         free = self.shared.free(id(self))
         return free is not None and free <= self.shared.completion_cap
 
     def affords(self, prompt_tokens: int) -> bool:
+        """Reserve the prompt plus the completion cap for this view's next call, if it fits."""
         return self.shared.reserve(id(self), prompt_tokens)
 
 

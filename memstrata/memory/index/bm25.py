@@ -68,6 +68,7 @@ class Bm25:
 
     @classmethod
     def build(cls, texts: list[str]) -> Bm25:
+        """Index raw texts, tokenized with :func:`tokenize`."""
         return cls.from_tokens(tokenize(texts) if texts else [])
 
     @classmethod
@@ -93,6 +94,7 @@ class Bm25:
 
     @property
     def size(self) -> int:
+        """The number of documents."""
         return len(self.lengths)
 
     def set_doc(self, i: int, tokens: list[str]) -> None:

@@ -35,9 +35,11 @@ class Rows:
 
     @property
     def array(self) -> np.ndarray:
+        """The used rows (a view of the buffer)."""
         return self._buf[: self._n]
 
     def append(self, row: Any) -> None:
+        """Add one row at the end, growing the buffer when it is full."""
         row = np.asarray(row, dtype=self._buf.dtype)
         if self._n == 0 and row.shape != self._buf.shape[1:]:
             # An empty array cannot know its row width (a snapshot of an empty scope holds (0, 1) vectors):
@@ -51,11 +53,13 @@ class Rows:
         self._n += 1
 
     def set(self, i: int, row: Any) -> None:
+        """Replace row ``i``, one of the used rows (else :class:`IndexError`)."""
         if not 0 <= i < self._n:
             msg = f"Rows.set: row {i} is outside 0..{self._n - 1}"
             raise IndexError(msg)
         self._buf[i] = row
 
     def pop(self) -> None:
+        """Drop the last row (nothing when there is none)."""
         if self._n:
             self._n -= 1

@@ -69,10 +69,12 @@ class KindTable:
 
     @property
     def kind(self) -> str:
+        """The kind of the table's units (its level's kind)."""
         return self.level.kind
 
     @property
     def vecs(self) -> np.ndarray:
+        """The units' vectors, one row per unit."""
         return self._vecs.array
 
     def __len__(self) -> int:
@@ -190,6 +192,7 @@ class MemoryIndex:
 
     @property
     def turn_vecs(self) -> np.ndarray:
+        """The raw turns' vectors, one row per turn."""
         return self.raw.vecs
 
     @property
@@ -217,14 +220,17 @@ class MemoryIndex:
 
     @property
     def prev_idx(self) -> np.ndarray:
+        """Each turn's row of the previous turn in its session (-1 when there is none)."""
         return self._prev.array
 
     @property
     def next_idx(self) -> np.ndarray:
+        """Each turn's row of the next turn in its session (-1 when there is none)."""
         return self._next.array
 
     @property
     def ts_seconds(self) -> np.ndarray:
+        """Each turn's timestamp in epoch seconds (NaN when it has none)."""
         return self._ts.array
 
     def _aligned(self, view: KindTable) -> np.ndarray:
@@ -449,6 +455,7 @@ class MemoryIndex:
 
     # ---- dense search ------------------------------------------------------------
     def dense_turns(self, qvec: np.ndarray) -> np.ndarray:
+        """Similarity of the query to every turn's own vector."""
         return self.turn_vecs @ qvec if len(self.turns) else np.zeros(0)
 
     def dense_views(self, qvec: np.ndarray) -> list[np.ndarray]:

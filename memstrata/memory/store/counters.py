@@ -219,7 +219,8 @@ class CounterStore:
 
     def set_scores(self, user_id: str, scores: Mapping[Item, Mapping[str, Scalar]]) -> None:
         """Set HMO's fields per unit (``importance``, ``priority``, ``scored_at``, ``tier`` (``""`` is the
-        archive), ``session_key``, ``record_time``), keeping everything else. Like recalls, never a reinforcement: no snapshot is rebuilt for it.
+        archive), ``session_key``, ``record_time``), keeping everything else. Like recalls, never a reinforcement:
+        no snapshot is rebuilt for it.
         """
         allowed = {"importance", "priority", "scored_at", "tier", "session_key", "record_time"}
         rows = []

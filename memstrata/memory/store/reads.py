@@ -21,6 +21,7 @@ def sessions_where(conv: Conversation) -> dict[str, Any]:
 
 
 def stored_turn_texts(store: MemoryStore, conv: Conversation) -> dict[str, str]:
+    """The stored turns of the input's sessions: unit id -> stored text."""
     records = store.get("turn", user_id=conv.user_id, conversation_id=conv.conversation_id, where=sessions_where(conv))
     return {r.unit_id: r.document for r in records}
 

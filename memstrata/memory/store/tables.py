@@ -65,6 +65,7 @@ class WriteCounts(dict[str, dict[str, int]]):
     """
 
     def bump(self, user_id: str, conversations: Sequence[str]) -> None:
+        """Count one write of the user in each of ``conversations`` (a conversation given twice counts once)."""
         counts = self.setdefault(user_id, {})
         for conv in set(conversations):
             counts[conv] = counts.get(conv, 0) + 1
@@ -232,6 +233,7 @@ class SqliteTable:
         return sqlite_transaction(self.path)
 
     def upsert(self, rows: Sequence[TableRow]) -> int:
+        """Write whole rows in one transaction, replacing a stored row with the same key (not another user's)."""
         data = [(r.key, r.user_id, r.conversation_id, json.dumps(_stored(r))) for r in rows]
         with self._write() as db:
             # The WHERE keeps a key that somehow belongs to another user from being taken over.
@@ -288,6 +290,7 @@ class SqliteTable:
         return start
 
     def claim(self, rows: Sequence[TableRow]) -> list[TableRow]:
+        """Insert each row only if its key is free; the rows stored under the keys, in the order given."""
         data = [(r.key, r.user_id, r.conversation_id, json.dumps(_stored(r))) for r in rows]
         with self._write() as db:
             db.executemany(f'INSERT INTO "{self.name}" VALUES (?, ?, ?, ?) ON CONFLICT(key) DO NOTHING', data)
@@ -301,6 +304,7 @@ class SqliteTable:
         match: dict[str, MatchValue] | None = None,
         keys: Sequence[str] | None = None,
     ) -> list[TableRow]:
+        """A user's rows (optionally of one conversation, with equal fields, or with given keys), sorted by key."""
         wheres, found = list(self._wheres(user_id, conversation_id, match, keys)), []
         with self._connect() as db:
             for sql, args in wheres:
@@ -308,6 +312,7 @@ class SqliteTable:
         return sorted((TableRow(k, u, c, json.loads(d)) for k, u, c, d in found), key=lambda r: r.key)
 
     def delete(self, *, user_id: str, keys: Sequence[str] | None = None) -> int:
+        """Delete a user's rows with the given keys (``None``: all of them) in one transaction; the number deleted."""
         wheres, removed = list(self._wheres(user_id, None, None, keys)), 0
         if wheres:
             with self._write() as db:  # one transaction, however many chunks of keys
@@ -316,6 +321,7 @@ class SqliteTable:
         return removed
 
     def count(self, *, user_id: str | None = None) -> int:
+        """The rows of one user, or of everyone (``None``)."""
         sql, args = next(self._wheres(user_id, None, None, None)) if user_id is not None else ("", [])
         with self._connect() as db:
             return int(db.execute(f'SELECT COUNT(*) FROM "{self.name}"{sql}', args).fetchone()[0])
@@ -371,9 +377,11 @@ class ChromaTable:
         self._lock = _collection_lock(str(self.collection.id))
 
     def upsert(self, rows: Sequence[TableRow]) -> int:
+        """Write whole rows, replacing the stored rows with the same keys; the number written."""
         return self._write(rows, {}, replace=True)
 
     def merge(self, rows: Sequence[TableRow], *, add: Mapping[str, int] | None = None) -> int:
+        """Write some fields of rows: set the named ones, add to the ``add`` ones, keep the rest."""
         return self._write(rows, {check_name(k, "field name"): int(v) for k, v in (add or {}).items()}, replace=False)
 
     def reserve(self, row: TableRow, n: int, *, floor: int = 0) -> int:
@@ -436,6 +444,7 @@ class ChromaTable:
         match: dict[str, MatchValue] | None = None,
         keys: Sequence[str] | None = None,
     ) -> list[TableRow]:
+        """A user's rows (optionally of one conversation, with equal fields, or with given keys), sorted by key."""
         where = tenant.where(user_id, conversation_id, _check_match(match))
         batches = [None] if keys is None else [list(c) for c in _chunks(list(keys))]
         out = []
@@ -457,12 +466,14 @@ class ChromaTable:
         return sorted(out, key=lambda r: r.key)
 
     def delete(self, *, user_id: str, keys: Sequence[str] | None = None) -> int:
+        """Delete a user's rows with the given keys (``None``: all of them); the number deleted."""
         found = [r.key for r in self.get(user_id=user_id, keys=keys)]
         for chunk in _chunks(found):
             self.collection.delete(ids=list(chunk))  # keys read back above under this user's where
         return len(found)
 
     def count(self, *, user_id: str | None = None) -> int:
+        """The rows of one user, or of the whole collection (``None``)."""
         if user_id is None:
             return int(self.collection.count())
         return len(self.collection.get(where=tenant.where(user_id), include=[])["ids"])

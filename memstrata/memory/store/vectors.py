@@ -96,6 +96,7 @@ class WriteLog:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, user_id: str, kind: str, op: str, **parts: Any) -> None:
+        """Bump the user's version and journal the change, dropping the oldest entries beyond ``max_rows`` units."""
         with self.lock:
             version = self.counts.get(user_id, 0) + 1
             self.counts[user_id] = version
@@ -111,6 +112,7 @@ class WriteLog:
         self.record(user_id, "", "reset")
 
     def get(self, user_id: str) -> int:
+        """The user's current write version (0 before any write)."""
         return self.counts.get(user_id, 0)
 
     def bump_all(self) -> None:

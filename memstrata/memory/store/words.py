@@ -122,6 +122,7 @@ class WordIndex:
         return None if row is None else bool(row[0])
 
     def set_coverage(self, kind: str, complete: bool, *, only_if_unknown: bool = False) -> None:
+        """Record whether the kind's index holds every stored unit (``only_if_unknown``: only if never recorded)."""
         verb = "INSERT OR IGNORE" if only_if_unknown else "INSERT OR REPLACE"
         with self._connect() as db:
             db.execute(f"{verb} INTO coverage VALUES (?, ?)", (kind, int(complete)))
@@ -140,6 +141,7 @@ class WordIndex:
         return len(data)
 
     def delete(self, kind: str, *, user_id: str, conversation_id: str, unit_ids: Sequence[str]) -> None:
+        """Remove the rows of the given units of one conversation."""
         ids = [(_rowid(user_id, conversation_id, u),) for u in unit_ids]
         with self._write(kind) as db:
             db.executemany(f'DELETE FROM "{_table(kind)}" WHERE rowid = ?', ids)
@@ -157,6 +159,7 @@ class WordIndex:
                 db.execute(f'INSERT INTO "{name}" ("{name}") VALUES (\'optimize\')')
 
     def clear(self, kind: str) -> None:
+        """Remove every row of the kind's index."""
         with self._write(kind) as db:
             db.execute(f'DELETE FROM "{_table(kind)}"')
 

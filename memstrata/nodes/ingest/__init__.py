@@ -1,0 +1,1 @@
+"""The ingestion graph's stages, one module per stage (wired by :mod:`memstrata.graphs.ingestion`)."""

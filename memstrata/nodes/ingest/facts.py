@@ -37,7 +37,7 @@ class ExtractedFact(BaseModel):
     date: str | None = Field(default=None, description="absolute date it happened, if the text says")
 
 
-class ExtractedEntity(BaseModel):
+class ExtractedEntity(BaseModel):  # noqa: D101 - a docstring would join the tool schema the model reads
     name: str
     type: str = Field(default="thing", description="person, pet, place, org or thing")
 

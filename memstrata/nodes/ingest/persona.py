@@ -5,7 +5,8 @@ A speaker's persona is stale when the facts it was built from changed (a new clo
 a user removed): then it is rebuilt, offline from the facts' cues, centrality and recurrence, or with a model from
 the speaker's scenes and facts (at most ``Context.persona_llm_calls`` speakers per ingest; a failed call, or a draft
 with no statement, leaves the offline items). Each dimension whose items changed gets a new version; the old one
-stays as history (:mod:`memstrata.memory.persona.versions`). With a model, scenes whose present form was not checked yet are
+stays as history (:mod:`memstrata.memory.persona.versions`). With a model, scenes whose present form was not checked
+yet are
 calibrated against their speaker's persona (at most ``Context.persona_calibrations_per_episode`` per newly closed
 episode and ``Context.persona_calibrations`` per ingest; the others stay due for later writes); offline there is no
 calibration. With a model the persona is rebuilt when a fact a current item cites stops being current, or once the

@@ -15,7 +15,7 @@ from memstrata.runtime.node import open_node
 from memstrata.state import RetrievalState
 
 
-class PlannedQuery(BaseModel):
+class PlannedQuery(BaseModel):  # noqa: D101 - a docstring would join the tool schema the model reads
     id: str = Field(description="q1, q2, ...")
     question: str
     depends_on: list[str] = Field(default_factory=list)

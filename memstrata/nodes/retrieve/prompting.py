@@ -1,8 +1,8 @@
-"""Prompt sections the retrieval nodes share: the memory pool M_i, and evidence as ranked, cited lines.
+r"""Prompt sections the retrieval nodes share: the memory pool M_i, and evidence as ranked, cited lines.
 
 Example:
     >>> pool_block([{"iteration": 0, "query": "Where?", "answer": "Porto"}])
-    '\\n<earlier_answers>\\n- round 0 (Where?): Porto\\n</earlier_answers>'
+    '\n<earlier_answers>\n- round 0 (Where?): Porto\n</earlier_answers>'
 """
 
 from __future__ import annotations

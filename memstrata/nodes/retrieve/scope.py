@@ -19,7 +19,7 @@ from memstrata.runtime.node import open_node
 from memstrata.state import RetrievalState
 
 
-class ScopeItem(BaseModel):
+class ScopeItem(BaseModel):  # noqa: D101 - a docstring would join the tool schema the model reads
     id: str
     scope: Literal["Short", "Long", "Mixed"]
     start_date: date | None = Field(default=None, description="YYYY-MM-DD or empty")
