@@ -139,12 +139,15 @@ def scale(results: Results) -> str:
             recall = next(v for k, v in m.items() if k.startswith("planted_recall_all@"))
             first = path == next(iter(size["paths"]))
             latency = f"{count(m['query_p50_ms'])} / {count(m['query_p95_ms'])}"
+            tiered = any(k.startswith("answered_from_tier_") for k in m)
+            shares = [f"{m.get(f'answered_from_tier_{t}', 0):.0f}" for t in (1, 2, 3)] if tiered else []
             rows.append(
                 [
                     count(size["turns"]),
                     path + default,
                     latency,
                     f"{recall:.1f}",
+                    " / ".join(shares) if shares else "",
                     count(m["query_process_peak_mb"]),
                     count(size["disk_mb"]),
                     f"{size['copy_turns_per_second']:.1f}" if first else "",
@@ -164,6 +167,7 @@ def scale(results: Results) -> str:
                     "search path",
                     "query p50 / p95 ms",
                     f"planted {budget.replace('planted_', '')}",
+                    "answered from tier 1 / 2 / 3, %",
                     "query-process peak MB",
                     "disk MB",
                     "copy writes, turns/s",

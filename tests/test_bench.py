@@ -400,7 +400,11 @@ def test_bench_scale_smoke(tmp_path, locomo_path) -> None:
     assert grown["turns"] >= 1200 and grown["copied_turns"] == grown["turns"] - small["turns"]
     assert grown["copy_turns_per_second"] > 0 and grown["disk_mb"] > small["disk_mb"]
     for row in (small, grown):
-        assert set(row["paths"]) == {"snapshot", "bounded"} and row["default_path"] == "snapshot"
+        assert set(row["paths"]) == {"snapshot", "bounded", "tiered"} and row["default_path"] == "snapshot"
+        tiered = row["paths"]["tiered"]
+        shares = [v for k, v in tiered.items() if k.startswith("answered_from_tier_")]
+        assert shares and sum(shares) == pytest.approx(100, abs=0.5)  # every question says which tier answered
+        assert not any(k.startswith("answered_from_tier_") for k in row["paths"]["bounded"])
         for measured in row["paths"].values():
             assert measured["questions"] == 8 and 0 <= measured["planted_recall_all@1500"] <= 100
             assert measured["query_process_peak_mb"] > 0

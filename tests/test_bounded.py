@@ -109,7 +109,7 @@ def test_retrieval_on_the_bounded_path_matches_the_snapshot_path(data_dir, hash_
     mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")
     for query in QUERIES:
         snapshot = mem.retrieve(query, user_id="u")
-        bounded = mem.retrieve(query, user_id="u", snapshot_max_turns=0)
+        bounded = mem.retrieve(query, user_id="u", snapshot_max_turns=0, tiers=False)  # the archive alone
         assert [(e.turn_id, round(e.score, 6)) for e in bounded.evidence] == [
             (e.turn_id, round(e.score, 6)) for e in snapshot.evidence
         ], query
@@ -161,7 +161,7 @@ def test_a_finished_retrieval_leaves_no_working_set_behind(data_dir, hash_embedd
 
     monkeypatch.setattr(bounded.WorkingSet, "_build", spy)
     for query in QUERIES:
-        assert mem.retrieve(query, user_id="u", snapshot_max_turns=0).evidence
+        assert mem.retrieve(query, user_id="u", snapshot_max_turns=0, tiers=False).evidence  # the archive alone
     assert len({id(ws) for ws in built}) == len(QUERIES)  # each retrieval built its own working set...
     assert not any(ws in bounded._RUN_CACHE.values() for ws in built)  # ...and dropped it at its answer
 

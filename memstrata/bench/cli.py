@@ -93,7 +93,7 @@ def locomo(
     budgets: Annotated[str, typer.Option(help="comma-separated token budgets")] = ",".join(map(str, DEFAULT_BUDGETS)),
     limit: Annotated[int | None, typer.Option(help="first N questions of each conversation only")] = None,
     torch_threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's own)")] = None,
-    progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
+    progress: Annotated[bool, typer.Option(metavar="", help="show progress bars")] = True,
     reader: Annotated[
         str | None,
         typer.Option(
@@ -160,13 +160,14 @@ def chat(
     one_session: Annotated[
         bool,
         typer.Option(
+            metavar="",
             help=(
                 "stamp the messages one minute apart in one live session; --no-one-session keeps each LoCoMo "
                 "session's time"
-            )
+            ),
         ),
     ] = True,
-    ids: Annotated[bool, typer.Option(help="send each message with its dia_id as its id")] = True,
+    ids: Annotated[bool, typer.Option(metavar="", help="send each message with its dia_id as its id")] = True,
     model: Annotated[
         str,
         typer.Option(
@@ -177,7 +178,9 @@ def chat(
         ),
     ] = "none",
     reader_model: Annotated[str, typer.Option(help="model name sent to a --model URL")] = "smollm2",
-    recall: Annotated[bool, typer.Option(help="score both stores on the questions whose evidence was written")] = True,
+    recall: Annotated[
+        bool, typer.Option(metavar="", help="score both stores on the questions whose evidence was written")
+    ] = True,
     out: Annotated[Path, typer.Option(help="results JSON")] = Path("benchmarks/results/chat.json"),
     plot: Annotated[Path, typer.Option(help="prompt tokens and seconds per message, PNG")] = Path(
         "benchmarks/results/chat.png"

@@ -15,9 +15,11 @@ many similar scenes, not H-Mem's time decay of old memories.
 The original questions are then asked of the whole user, not of one
 conversation, by a separate query process (so its peak memory is that of
 querying alone); a gold turn counts only when the evidence cites it in its
-original conversation. Each size is queried on the path ``Context`` picks for
-it (whole-memory snapshot up to ``snapshot_max_turns``, the bounded path
-above), and sizes under the threshold are also queried on the bounded path.
+original conversation. Each size is queried on the bounded path alone (the
+archive) and with HMO's tiers (cache, then buffer, then the bounded path), and
+sizes under ``snapshot_max_turns`` also on the whole-memory snapshot. The
+originals are the newest memory, so they are the recent sessions HMO's cache
+holds; each copy's records keep the originals' scores but start in the archive.
 
 The chat pattern alternates, on one store, a read-only query with "write one
 new message to a growing session, then query", and compares the two latencies.
@@ -83,7 +85,9 @@ NOTE = (
     "the originals are ingested through the ingestion graph; each copy is a perturbed copy of the originals' "
     "stored units, edges and counters, reusing their vectors (not re-embedded, not re-derived), so the copies' "
     "write throughput measures storage and indexing only; copies are moved back in time so the originals stay "
-    "the newest memory; queries run in a separate process"
+    "the newest memory, the recent sessions of HMO's cache; a copy's HMO scores are copied and its records start "
+    "in the archive; 'bounded' is archive-only search, 'tiered' searches the cache, then the buffer, then the "
+    "archive; queries run in a separate process"
 )
 
 
@@ -152,9 +156,13 @@ def copy_conversation(store: Any, conv: LocomoConversation, k: int) -> int:
             conversation_id=target,
             unit_id=sub(json.dumps(c.unit_id)).strip('"'),
             reinforced_at=c.reinforced_at + seconds if c.reinforced_at is not None else None,
+            # HMO's scores are copied, its tier is not: a copy is older than everything, so it joins the archive
+            # (a sequential write would have ranked it out of the active tiers at once)
+            tier=None,
+            session_key=f"{target}/{c.session_key.rpartition('/')[2]}" if c.session_key else None,
+            record_time=c.record_time + seconds if c.record_time is not None else None,
         )
-        for c in store.counters.all(USER)
-        if c.conversation_id == conv.sample_id
+        for c in store.counters.all(USER, conversation_id=conv.sample_id)
     ]
     store.counters.put(USER, counters)
     store.versions.bump(USER)  # the copies' journal is not needed by any snapshot of this process
@@ -170,9 +178,19 @@ def _disk_mb(path: Path) -> float:
 
 
 def planted_recall(
-    mem: Any, convs: Sequence[LocomoConversation], *, questions: int, budget: int, seed: int = 0, **settings: Any
+    mem: Any,
+    convs: Sequence[LocomoConversation],
+    *,
+    questions: int,
+    budget: int,
+    seed: int = 0,
+    answered: dict[str, int] | None = None,
+    **settings: Any,
 ) -> tuple[float, list[float]]:
-    """recall_all of a sample of the original questions asked of the whole user, and each query's ms."""
+    """recall_all of a sample of the original questions asked of the whole user, and each query's ms.
+
+    With ``answered``, how many questions each HMO tier answered is counted into it.
+    """
     pool = [(c, q) for c in convs for q in c.questions if q.category in HEADLINE_CATEGORIES]
     sample = random.Random(seed).sample(pool, min(questions, len(pool)))
     tally, latencies = RecallTally(budgets=(budget,)), []
@@ -180,6 +198,9 @@ def planted_recall(
         start = time.perf_counter()
         result = mem.retrieve(q.question, user_id=USER, context_budget=budget, **settings)
         latencies.append((time.perf_counter() - start) * 1000)
+        if answered is not None and result.trace.get("tiers"):
+            tier = str(result.trace["tiers"]["answered"])
+            answered[tier] = answered.get(tier, 0) + 1
         cited = {(e.conversation_id, e.turn_id) for e in result.evidence}
         found = [(conv.sample_id, gold) in cited for gold in q.evidence]
         tally.add({budget: (all(found), sum(found) / len(found))})
@@ -225,7 +246,7 @@ class GrowingStore:
 
 
 def query_in_child(
-    folder: Path, path: Path, *, questions: int, budget: int, bounded: bool, originals: int | None
+    folder: Path, path: Path, *, questions: int, budget: int, search: str, originals: int | None
 ) -> dict[str, Any]:
     """Planted questions asked by a fresh process that only opens the store and queries it."""
     job = {
@@ -233,7 +254,7 @@ def query_in_child(
         "path": str(path),
         "questions": questions,
         "budget": budget,
-        "bounded": bounded,
+        "search": search,
         "originals": originals,
     }
     done = subprocess.run(
@@ -256,14 +277,24 @@ def child_main() -> None:
 
     job = json.loads(sys.stdin.read())
     mem = Memstrata(path=job["folder"])
-    settings = {"snapshot_max_turns": 0} if job["bounded"] else {}
+    settings = SEARCH_PATHS[job["search"]]
     start = time.perf_counter()
     mem.retrieve("warm up", user_id=USER, **settings)  # loads the model, and the snapshot on that path
     warm_ms = (time.perf_counter() - start) * 1000
     convs = load_locomo(Path(job["path"]))[: job["originals"]]
-    recall, latencies = planted_recall(mem, convs, questions=job["questions"], budget=job["budget"], **settings)
+    answered: dict[str, int] = {}
+    recall, latencies = planted_recall(
+        mem, convs, questions=job["questions"], budget=job["budget"], answered=answered, **settings
+    )
     mem.close()
-    print(json.dumps({"recall": recall, "latencies": latencies, "warm_ms": warm_ms, "peak_mb": _own_peak_mb()}))  # noqa: T201 (stdout is the result channel: query_in_child parses this last line)
+    line = {
+        "recall": recall,
+        "latencies": latencies,
+        "warm_ms": warm_ms,
+        "peak_mb": _own_peak_mb(),
+        "answered": answered,
+    }
+    print(json.dumps(line))  # noqa: T201 (stdout is the result channel: query_in_child parses this last line)
 
 
 def _own_peak_mb() -> float:
@@ -278,13 +309,22 @@ def _own_peak_mb() -> float:
     return _peak_mb()  # not Linux: the best there is
 
 
-def measure(store: GrowingStore, path: Path, *, questions: int, budget: int, bounded: bool) -> dict[str, Any]:
-    """One size on one search path."""
+SEARCH_PATHS: dict[str, dict[str, Any]] = {
+    "snapshot": {"tiers": False},  # the whole memory in the query process (the default up to snapshot_max_turns)
+    "bounded": {"snapshot_max_turns": 0, "tiers": False},  # archive only: the bounded path for every question
+    "tiered": {"snapshot_max_turns": 0, "tiers": True},  # HMO: cache, then buffer, then the bounded path
+}
+
+
+def measure(store: GrowingStore, path: Path, *, questions: int, budget: int, search: str) -> dict[str, Any]:
+    """One size on one search path (a key of :data:`SEARCH_PATHS`)."""
     got = query_in_child(
-        store.folder, path, questions=questions, budget=budget, bounded=bounded, originals=len(store.convs)
+        store.folder, path, questions=questions, budget=budget, search=search, originals=len(store.convs)
     )
     lat = got["latencies"]
+    tiers = {f"answered_from_tier_{t}": round(100 * n / len(lat), 1) for t, n in sorted(got["answered"].items())}
     return {
+        **tiers,
         "query_p50_ms": round(float(np.percentile(lat, 50)), 1),
         "query_p95_ms": round(float(np.percentile(lat, 95)), 1),
         f"planted_recall_all@{budget}": round(100 * got["recall"], 1),
@@ -321,12 +361,10 @@ def run_sizes(
                 "paths": {},
             }
             large = store.turns > threshold
-            row["paths"]["bounded" if large else "snapshot"] = measure(
-                store, path, questions=questions, budget=budget, bounded=large
-            )
-            if not large:
-                row["paths"]["bounded"] = measure(store, path, questions=questions, budget=budget, bounded=True)
-            row["default_path"] = "bounded" if large else "snapshot"
+            searches = ["bounded", "tiered"] if large else ["snapshot", "bounded", "tiered"]
+            for search in searches:  # archive-only before tiered: only a tiered query moves records between tiers
+                row["paths"][search] = measure(store, path, questions=questions, budget=budget, search=search)
+            row["default_path"] = "tiered" if large else "snapshot"
             rows.append(row)
             report(row)
     finally:
@@ -396,7 +434,7 @@ def plot_scale(result: dict[str, Any], path: Path) -> Path:
 
     sizes = result["sizes"]
     fig, axes = plt.subplots(figsize=(6, 4))
-    for name, marker in (("snapshot", "o"), ("bounded", "s")):
+    for name, marker in (("snapshot", "o"), ("bounded", "s"), ("tiered", "^")):
         rows = [s for s in sizes if name in s["paths"]]
         if rows:
             xs = [s["turns"] for s in rows]

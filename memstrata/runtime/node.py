@@ -30,6 +30,7 @@ from memstrata.memory.search.fusion import Weights
 from memstrata.memory.search.query import Query
 from memstrata.memory.search.themes import ThemeSearch
 from memstrata.memory.store import MemoryStore
+from memstrata.memory.tiers.priority import PriorityWeights
 from memstrata.runtime import search
 from memstrata.runtime.resolve import aresolve_store
 from memstrata.runtime.step import Step, close_meter, open_meter
@@ -70,6 +71,11 @@ class NodeRun:
     event_k: dict[str, int] = field(default_factory=dict)
     pool_size: int = 0
     tier: int = 0
+
+    @property
+    def tier_weights(self) -> PriorityWeights:
+        """HMO Eq. 5's coefficients, from the run's ``Context``."""
+        return search.tier_weights(self.ctx)
 
     async def release(self) -> None:
         """The query's candidates are chosen: drop a bounded run's working set and hand its heap back."""
@@ -121,8 +127,12 @@ async def open_node(
     run = NodeRun(ctx, store, step, run_key=key)
     queries = list(queries)
     if search_index:
-        run.tier = state["tier"] if "tier" in state else await search.first_tier(ctx, store)
-        run.index = await search.open_index(ctx, store, run=key, queries=queries, tier=run.tier)
+        large = None
+        if "tier" in state:
+            run.tier = state["tier"]
+        else:
+            run.tier, large = await search.first_tier(ctx, store)
+        run.index = await search.open_index(ctx, store, run=key, queries=queries, tier=run.tier, large=large)
     if queries:
         run.vectors = await search.query_vectors(ctx, store, queries)
     if graph and run.index is not None:

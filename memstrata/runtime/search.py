@@ -43,7 +43,13 @@ _SIZES_LOCK = threading.Lock()
 
 
 async def open_index(
-    ctx: Context, store: MemoryStore, *, run: str | None = None, queries: Sequence[Query] = (), tier: int = 0
+    ctx: Context,
+    store: MemoryStore,
+    *,
+    run: str | None = None,
+    queries: Sequence[Query] = (),
+    tier: int = 0,
+    large: bool | None = None,
 ) -> MemoryIndex:
     """The search snapshot a node reads.
 
@@ -51,11 +57,11 @@ async def open_index(
     process and updated after writes. Above it: with ``tier`` 1 or 2, HMO's active tiers (the cache, or the
     cache and the buffer, :mod:`memstrata.memory.index.active`); else (the archive) the bounded snapshot of one
     retrieval ``run`` (:mod:`memstrata.memory.index.bounded`), grown with the candidates of ``queries`` the run
-    has not searched before.
+    has not searched before. ``large``: the size check's answer, when the caller has just made it.
     """
     if tier in (1, 2) and (index := await _active(ctx, store, tier)) is not None:
         return await _reinforced(store, ctx, index)
-    if await _is_large(store, ctx):
+    if large if large is not None else await _is_large(store, ctx):
         ws = working_set(
             store,
             user_id=ctx.user_id,
@@ -87,13 +93,15 @@ async def open_index(
     )
 
 
-async def first_tier(ctx: Context, store: MemoryStore) -> int:
-    """Where a query starts: the cache (1) for a user past ``snapshot_max_turns`` with records in it and
-    ``Context.tiers`` on; else 0, no tiers (the whole-memory snapshot holds everything the cache would).
+async def first_tier(ctx: Context, store: MemoryStore) -> tuple[int, bool]:
+    """Where a query starts, and whether the scope is past ``snapshot_max_turns``: the cache (1) for such a user
+    with records in it and ``Context.tiers`` on; else 0, no tiers (the whole-memory snapshot holds everything the
+    cache would).
     """
-    if not ctx.tiers or not await _is_large(store, ctx):
-        return 0
-    return 1 if await _active(ctx, store, 1) is not None else 0
+    large = await _is_large(store, ctx)
+    if not ctx.tiers or not large:
+        return 0, large
+    return (1 if await _active(ctx, store, 1) is not None else 0), large
 
 
 async def _active(ctx: Context, store: MemoryStore, depth: int) -> MemoryIndex | None:

@@ -37,7 +37,6 @@ from memstrata.memory.tiers.priority import PriorityWeights, alignment, drift, p
 from memstrata.nodes.common import progress, touched_conversations
 from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
-from memstrata.runtime.search import tier_weights
 from memstrata.runtime.step import Step
 from memstrata.state import IngestState
 
@@ -87,7 +86,7 @@ async def rank_tiers(state: IngestState, runtime: Runtime[Context]) -> dict[str,
     scores, fallbacks = await _importance(
         step, ctx, fresh, await asyncio.to_thread(_novelty, store, ctx.user_id, fresh), persona
     )
-    stats = await asyncio.to_thread(_place, store, ctx, fresh, scores, persona)
+    stats = await asyncio.to_thread(_place, store, ctx, fresh, scores, persona, run.tier_weights)
     stats.update(
         records_scored=len(fresh),
         importance_fallbacks=fallbacks,
@@ -226,10 +225,14 @@ async def _llm_batch(step: Step, batch: list[NewRecord], has_persona: bool) -> d
 
 
 def _place(
-    store: MemoryStore, ctx: Context, fresh: list[NewRecord], importance: list[float], persona: np.ndarray | None
+    store: MemoryStore,
+    ctx: Context,
+    fresh: list[NewRecord],
+    importance: list[float],
+    persona: np.ndarray | None,
+    weights: PriorityWeights,
 ) -> dict[str, Any]:
     """Drift gate, priorities, tiers; the counters written. Returns the stage's stats."""
-    weights = tier_weights(ctx)
     active = store.counters.active(ctx.user_id)
     anchor = read_anchor(store, ctx.user_id)
     moved = drift(persona, anchor) if persona is not None else 0.0
