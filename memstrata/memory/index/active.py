@@ -1,15 +1,15 @@
 """HMO's active tiers as search snapshots: the cache (tier 1), and the cache with the buffer (tiers 1-2).
 
 Each is a :class:`~memstrata.memory.index.snapshot.MemoryIndex` over every searched unit of the whole sessions
-that hold the tier's records (:meth:`WorkingSet.hold_sessions`), so a search of it scores exactly as the
-whole-memory snapshot would score those sessions. They are small (``tier_recent_sessions`` sessions plus at most
-``tier_pivotal + tier_buffer`` records' sessions) and held per process; the archive is searched through the
-bounded path (:mod:`memstrata.memory.index.bounded`).
+that hold the tier's records, and the entities, tree nodes, themes and personas of their conversations
+(:meth:`WorkingSet.hold_sessions`), so a search of it scores as the whole-memory snapshot would score that part.
+They are small (``tier_recent_sessions`` sessions plus at most ``tier_pivotal + tier_buffer`` records' sessions)
+and held per process; the archive is searched through the bounded path (:mod:`memstrata.memory.index.bounded`).
 
 Which records are active is read from the counters store every ``refresh_seconds`` at most; a snapshot is built
-again when its sessions changed or this process wrote units of the user. What the active snapshots cannot do, by
-construction: expand through the entity graph (entities are not per session) or select the temporal tree's windows
-(tree nodes neither); the archive does both.
+again when its sessions changed or this process wrote units of the user. By construction, BM25's statistics are the
+tier's, and a tree node or entity of a held conversation can point at a turn of a session the tier does not hold
+(that turn is not found there).
 
 Example:
     >>> index = active_index(store, user_id="alice", conversation_id=None, depth=1, bounds=b)  # doctest: +SKIP

@@ -234,12 +234,17 @@ class WorkingSet:
             return self.index
 
     def hold_sessions(self, keys: Sequence[str]) -> MemoryIndex:
-        """The snapshot over every searched unit of these whole sessions (HMO's active tiers), read once each.
+        """The snapshot over these whole sessions (HMO's active tiers), read once each: every unit of a kind that
+        belongs to a session, and every unit of the kinds that span a conversation (entities, the temporal tree,
+        themes, personas) of their conversations, whose entity edges graph expansion then reads.
 
         No dense or lexical search reads anything here: the candidates are the sessions, whatever the queries.
         """
         with self.lock:
             wanted = [k for k in dict.fromkeys(keys) if k not in self.sessions]
+            convs = sorted({k.rpartition("/")[0] for k in wanted} - self.named_conversations)
+            searched = levels.levels(searched=True)
+            by_session = [lv for lv in searched if "session_id" in lv.unit.model_fields]
             reads = [
                 functools.partial(
                     self.store.get,
@@ -250,14 +255,24 @@ class WorkingSet:
                     selective=True,
                     where={"session_key": {"$in": wanted[start : start + 200]}},
                 )
-                for lv in levels.levels(searched=True)
+                for lv in by_session
                 for start in range(0, len(wanted), 200)
+            ]
+            reads += [
+                functools.partial(
+                    self.store.get, lv.kind, user_id=self.user_id, conversation_id=conv, with_vectors=True
+                )
+                for lv in searched
+                if lv not in by_session
+                for conv in convs
+                if self.conversation_id in (None, conv)
             ]
             with ThreadPoolExecutor(max_workers=_READERS) as pool:
                 for found in pool.map(lambda read: read(), reads):
                     self._keep(found)
             self.reads += len(reads)
             self.sessions += wanted
+            self.named_conversations.update(convs)
             if self.index is None or wanted:
                 self.index = self._build()
             return self.index
