@@ -580,10 +580,11 @@ class Context:
         _s(
             "tiers",
             "retrieval: a user past snapshot_max_turns is searched cache first, then buffer, then archive "
-            "(the bounded path), going deeper only when the gate says so; ingestion scores and tiers records "
-            "whatever this says",
+            "(the bounded path), going deeper only when the gate says so; off by default: on planted questions "
+            "spread over a 10k-turn user it was slower and found less than the archive alone (BENCHMARKS history); "
+            "ingestion scores and tiers records whatever this says",
         ),
-    ] = True
+    ] = False
     tier_recent_sessions: Annotated[int, _s("tiers", "the cache holds every record of this many latest sessions")] = 8
     tier_pivotal: Annotated[
         int, _s("tiers", "the cache also holds this many records of highest priority (HMO's top-k pivotal memories)")

@@ -1,6 +1,7 @@
 """HMO's tiers: importance, Eq. 5, the drift gate, tiered search, lazy scoring, promotion, isolation and forget.
 
-The tiered search runs on users past ``snapshot_max_turns``; these tests set that threshold low, so the bundled
+The tiered search runs on users past ``snapshot_max_turns`` when ``tiers`` is on; these tests turn it on and set
+that threshold low, so the bundled
 example (36 turns, three sessions, six episodes) is a "large" user whose tiers are one session (recent) plus one
 pivotal record (the cache) and two more (the buffer).
 """
@@ -21,7 +22,7 @@ from memstrata.memory.tiers.assign import ARCHIVE, BUFFER, CACHE, Record, assign
 from memstrata.memory.tiers.importance import offline_importance, signals
 from memstrata.memory.tiers.priority import PriorityWeights, decay, drift, priority
 
-SMALL = {"snapshot_max_turns": 5, "tier_recent_sessions": 1, "tier_pivotal": 1, "tier_buffer": 2}
+SMALL = {"snapshot_max_turns": 5, "tiers": True, "tier_recent_sessions": 1, "tier_pivotal": 1, "tier_buffer": 2}
 
 
 @pytest.fixture

@@ -50,6 +50,7 @@ from langchain_core.embeddings import Embeddings
 
 from memstrata.bench.locomo import HEADLINE_CATEGORIES, LocomoConversation, load_locomo
 from memstrata.bench.metric import RecallTally
+from memstrata.context import Context
 
 USER = "scale"
 NAMES = [
@@ -364,7 +365,7 @@ def run_sizes(
             searches = ["bounded", "tiered"] if large else ["snapshot", "bounded", "tiered"]
             for search in searches:  # archive-only before tiered: only a tiered query moves records between tiers
                 row["paths"][search] = measure(store, path, questions=questions, budget=budget, search=search)
-            row["default_path"] = "tiered" if large else "snapshot"
+            row["default_path"] = ("tiered" if Context(user_id="-").tiers else "bounded") if large else "snapshot"
             rows.append(row)
             report(row)
     finally:
