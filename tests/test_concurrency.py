@@ -99,7 +99,9 @@ def unit_kinds(store: MemoryStore) -> list[str]:
 def digest(store: MemoryStore, user_id: str) -> dict[str, dict[str, str]]:
     """One user's records as read through the tenant scope: per kind, ``conversation/unit id -> document, payload``.
 
-    Edges and counters are keyed by their storage key (derived from the user and the link).
+    Edges and counters are keyed by their storage key (derived from the user and the link). Of HMO's fields in the
+    counters only whether a record was scored is compared: its importance (novelty against the memory written so far),
+    priority and tier depend on the order writes landed in, which concurrent writers change by design.
     """
     out: dict[str, dict[str, str]] = {}
     for kind in unit_kinds(store):
@@ -111,9 +113,18 @@ def digest(store: MemoryStore, user_id: str) -> dict[str, dict[str, str]]:
         assert len(out[kind]) == len(rows), f"{kind}: two records with one id for {user_id}"
     for name, table in (("edges", store.edges.table), ("counters", store.counters.table)):
         out[name] = {
-            r.key: json.dumps([r.conversation_id, r.fields], sort_keys=True) for r in table.get(user_id=user_id)
+            r.key: json.dumps([r.conversation_id, _order_free(r.fields)], sort_keys=True)
+            for r in table.get(user_id=user_id)
         }
     return out
+
+
+HMO_FIELDS = ("importance", "priority", "scored_at", "tier")
+
+
+def _order_free(fields: dict[str, Any]) -> dict[str, Any]:
+    kept = {k: v for k, v in fields.items() if k not in HMO_FIELDS}
+    return {**kept, "scored": fields.get("importance") is not None} if "importance" in fields else kept
 
 
 def owners(store: MemoryStore) -> Counter[tuple[str, str]]:
