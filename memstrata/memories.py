@@ -80,7 +80,7 @@ def memories(
         where.update(_meta_where(metadata))
     rows = [
         r
-        for r in mem.store.get(kind, user_id=user_id, conversation_id=conversation_id, where=_all(where))
+        for r in mem.store.get(kind, user_id=user_id, conversation_id=conversation_id, where=where or None)
         if (lo is None or (r.metadata.get("ts") or float("-inf")) >= lo.timestamp())
         and (hi is None or (r.metadata.get("ts") or float("inf")) <= hi.timestamp())
     ]
@@ -176,20 +176,11 @@ def _meta_where(metadata: dict[str, Any]) -> dict[str, Any]:
     return {meta_key(k): v for k, v in metadata.items()}
 
 
-def _all(where: dict[str, Any]) -> dict[str, Any] | None:
-    """Chroma's form of several equalities: one clause as is, several under ``$and``."""
-    if len(where) < 2:
-        return where or None
-    return {"$and": [{k: v} for k, v in where.items()]}
-
-
 def _built_from(
     mem: Memstrata, user_id: str, conversation_id: str | None, rows: list[Any], metadata: dict[str, Any]
 ) -> list[Any]:
     """The units among ``rows`` built from at least one turn whose metadata matches."""
-    turns = mem.store.get(
-        raw_kind(), user_id=user_id, conversation_id=conversation_id, where=_all(_meta_where(metadata))
-    )
+    turns = mem.store.get(raw_kind(), user_id=user_id, conversation_id=conversation_id, where=_meta_where(metadata))
     match = {(r.metadata["conversation_id"], r.unit_id) for r in turns}
     unit = get_level(rows[0].kind).unit if rows else None
     return [

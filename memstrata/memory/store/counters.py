@@ -76,6 +76,11 @@ class UnitCounters:
     session_key: str | None = None
     record_time: float | None = None
 
+    @property
+    def item(self) -> Item:
+        """The unit's key in this store: ``(conversation_id, kind, unit_id)``."""
+        return (self.conversation_id, self.kind, self.unit_id)
+
 
 def _key(user_id: str, item: Item) -> str:
     conversation_id, kind, unit_id = item

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from memstrata.memory.levels.level2.episode import summary_id
 from memstrata.memory.store.counters import UnitCounters
 from memstrata.memory.tiers.assign import ARCHIVE, Record, place_recalled
 from memstrata.memory.tiers.priority import PriorityWeights, alignment, priority
@@ -30,7 +31,7 @@ def used_records(store: Any, user_id: str, turns: Sequence[tuple[str, str, str]]
     keys = sorted({f"{c}/{s}" for c, s, _ in turns})
     episodes = store.get("episode", user_id=user_id, where={"session_key": {"$in": keys}})
     return [
-        (r.metadata["conversation_id"], "summary", "sum:" + r.unit_id.removeprefix("ep:"))
+        (r.metadata["conversation_id"], "summary", summary_id(r.unit_id))
         for r in episodes
         if not r.payload.get("open")
         and any((r.metadata["conversation_id"], t) in used for t in r.payload.get("turn_ids", []))
@@ -72,11 +73,11 @@ def record_use(
     }
     recalled = [Record(i, c.session_key or "", c.record_time, fresh[i]) for i, c in known.items()]
     others = [
-        Record((c.conversation_id, c.kind, c.unit_id), c.session_key or "", c.record_time, c.priority or 0.0)
+        Record(c.item, c.session_key or "", c.record_time, c.priority or 0.0)
         for c in active
-        if (c.conversation_id, c.kind, c.unit_id) not in known and c.session_key
+        if c.item not in known and c.session_key
     ]
-    tiers = {(c.conversation_id, c.kind, c.unit_id): c.tier for c in active} | {i: c.tier for i, c in known.items()}
+    tiers = {c.item: c.tier for c in active} | {i: c.tier for i, c in known.items()}
     moves = place_recalled(others, recalled, tiers, recent_sessions=recent_sessions, pivotal=pivotal, buffer=buffer)
     writes: dict[tuple[str, str, str], dict[str, Any]] = {
         i: {"priority": round(p, 6), "scored_at": now} for i, p in fresh.items()

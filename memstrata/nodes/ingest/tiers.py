@@ -27,6 +27,7 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
+from memstrata.memory.levels.level2.episode import summary_id
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.counters import UnitCounters
 from memstrata.memory.store.reads import by_conversation
@@ -119,7 +120,7 @@ def _unscored(store: MemoryStore, user_id: str, conversations: list[str]) -> lis
     out = []
     for conv in conversations:
         closed = [r for r in store.get("episode", user_id=user_id, conversation_id=conv) if not r.payload.get("open")]
-        items = [(conv, "summary", "sum:" + r.unit_id.removeprefix("ep:")) for r in closed]
+        items = [(conv, "summary", summary_id(r.unit_id)) for r in closed]
         stored = store.counters.get(user_id, items)
         out += [[conv, r.unit_id] for r, item in zip(closed, items, strict=True) if stored[item].importance is None]
     return out
@@ -134,13 +135,13 @@ def _new_records(store: MemoryStore, user_id: str, closed: list[list[str]]) -> l
                 "summary",
                 user_id=user_id,
                 conversation_id=conv,
-                unit_ids=["sum:" + e.removeprefix("ep:") for e in ids],
+                unit_ids=[summary_id(e) for e in ids],
                 with_vectors=True,
             )
         }
         episodes = {r.unit_id: r for r in store.get("episode", user_id=user_id, conversation_id=conv, unit_ids=ids)}
         for ep_id in ids:
-            sid = "sum:" + ep_id.removeprefix("ep:")
+            sid = summary_id(ep_id)
             if sid not in summaries or ep_id not in episodes:
                 continue  # replaced since (a re-cut): its successor is scored instead
             meta, payload = summaries[sid].metadata, summaries[sid].payload
@@ -253,7 +254,7 @@ def _place(
         rescore(
             store,
             ctx.user_id,
-            [c for c in active if (c.conversation_id, c.kind, c.unit_id) not in new],
+            [c for c in active if c.item not in new],
             persona,
             now,
             weights,
@@ -264,18 +265,18 @@ def _place(
     pool = [Record(item, r.session_key, r.time, p) for item, (r, _, p) in new.items()]
     pool += [
         Record(
-            (c.conversation_id, c.kind, c.unit_id),
+            c.item,
             c.session_key or "",
             c.record_time,
-            rescored.get((c.conversation_id, c.kind, c.unit_id), c.priority or 0.0),
+            rescored.get(c.item, c.priority or 0.0),
         )
         for c in active
-        if (c.conversation_id, c.kind, c.unit_id) not in new
+        if c.item not in new
     ]
     tiers = assign_tiers(
         pool, recent_sessions=ctx.tier_recent_sessions, pivotal=ctx.tier_pivotal, buffer=ctx.tier_buffer
     )
-    before = {(c.conversation_id, c.kind, c.unit_id): c.tier for c in active}
+    before = {c.item: c.tier for c in active}
     moves = changes(before, tiers)
     writes: dict[tuple[str, str, str], dict[str, Any]] = {
         item: {
@@ -316,7 +317,7 @@ def rescore(
     out = {}
     for c in records:
         used = max(t for t in (c.last_access, c.record_time, 0.0) if t is not None)
-        out[(c.conversation_id, c.kind, c.unit_id)] = priority(
+        out[c.item] = priority(
             c.importance if c.importance is not None else 5.0,
             alignment(found.get((c.conversation_id, c.unit_id)), persona),
             recalls=c.recall_count,

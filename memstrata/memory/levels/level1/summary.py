@@ -4,7 +4,7 @@ Offline, the summary is extractive (:func:`memstrata.memory.extractive.extractiv
 with a model, it is the model's key information (the ingestion stage decides).
 
 Example:
-    >>> from memstrata.memory.levels.level2.episode import Episode
+    >>> from memstrata.memory.levels.level2.episode import Episode, summary_id
     >>> ep = Episode(
     ...     user_id="u",
     ...     session_id="1",
@@ -28,7 +28,7 @@ from pydantic import Field, model_validator
 from memstrata.context import default
 from memstrata.memory.extractive import extractive_summary
 from memstrata.memory.levels.base import Level, register
-from memstrata.memory.levels.level2.episode import Episode
+from memstrata.memory.levels.level2.episode import Episode, summary_id
 from memstrata.memory.levels.level2.turn import Turn
 from memstrata.memory.models import Unit
 
@@ -48,7 +48,7 @@ class EventSummary(Unit):
     @model_validator(mode="after")
     def _derive_id(self) -> EventSummary:
         if not self.id:
-            self.id = "sum:" + self.episode_id.removeprefix("ep:")
+            self.id = summary_id(self.episode_id)
         return self
 
     def child_ids(self) -> list[str]:

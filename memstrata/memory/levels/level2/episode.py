@@ -58,7 +58,7 @@ class Episode(Unit):
         if not self.id:
             self.id = f"ep:s{self.session_id}:{self.start_position}-{self.end_position}"
         if not self.summary_id:
-            self.summary_id = "sum:" + self.id.removeprefix("ep:")
+            self.summary_id = summary_id(self.id)
         return self
 
     def parent_ids(self) -> list[str]:
@@ -76,6 +76,11 @@ class Episode(Unit):
     def metadata(self) -> dict[str, Any]:
         """The base metadata plus its id and whether it is open."""
         return {**super().metadata(), "episode_id": self.id, "open": self.open}
+
+
+def summary_id(episode_id: str) -> str:
+    """The id of an episode's Level-1 summary (``ep:s1:0-4`` -> ``sum:s1:0-4``)."""
+    return "sum:" + episode_id.removeprefix("ep:")
 
 
 def build_episodes(
