@@ -604,7 +604,8 @@ def reindex(
         typer.Option(
             "--words",
             metavar=FLAG,
-            help="only build the word index of an embedded store made before it (no re-embedding)",
+            help="only build the word index of a store made before it: an embedded store's file, a server store's "
+            "per-unit terms (no re-embedding)",
         ),
     ] = False,
 ) -> None:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from memstrata import Memstrata
 from memstrata.memory.tiers.assign import ARCHIVE, BUFFER, CACHE, Record, assign_tiers, place_recalled
 from memstrata.memory.tiers.importance import offline_importance, signals
-from memstrata.memory.tiers.priority import PriorityWeights, decay, drift, priority
+from memstrata.memory.tiers.priority import PriorityWeights, decay, drift, priority, priority_at
 
 SMALL = {"snapshot_max_turns": 5, "tiers": True, "tier_recent_sessions": 1, "tier_pivotal": 1, "tier_buffer": 2}
 
@@ -45,6 +45,17 @@ def test_eq5_more_recalls_decay_slower_and_score_higher(n: int, more: int, age: 
     assert priority(6, 0.3, recalls=n + more, age_days=age, weights=w) > priority(
         6, 0.3, recalls=n, age_days=age, weights=w
     )
+
+
+@given(st.integers(0, 20), st.floats(0, 200), st.floats(0.5, 200), st.floats(10, 365))
+def test_a_stored_priority_carried_to_a_later_time_equals_scoring_it_then(
+    n: int, age: float, later: float, tau: float
+) -> None:
+    w, day = PriorityWeights(tau_days=tau), 86400.0
+    stored = priority(7, 0.4, recalls=n, age_days=age, weights=w)
+    carried = priority_at(stored, scored_at=0.0, now=later * day, recalls=n, tau_days=tau)
+    assert carried == pytest.approx(priority(7, 0.4, recalls=n, age_days=age + later, weights=w), rel=1e-9)
+    assert carried < stored  # so an old score never outranks the same record scored now
 
 
 def test_eq5_importance_and_alignment_raise_priority_and_negative_alignment_counts_as_none() -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sqlite3
+import uuid
 from pathlib import Path
+from urllib.parse import urlparse
 
 import numpy as np
 
@@ -129,3 +131,78 @@ def test_tenant_tags_are_indexed_whole(data_dir, hash_embeddings) -> None:
         db.execute('CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, "words_turn", col)')
         tags = {t for (t,) in db.execute("SELECT term FROM temp.v WHERE col = 'tag'")}
     assert tags == {token for user in users for token in _tag(user, f"conv-{user}").split()}
+
+
+# ---- a store served by `chroma run`: the units' own terms (memstrata.memory.store.terms) ----------------------------
+def _server_store(chroma_server, hash_embeddings) -> MemoryStore:
+    """A store in a database of its own on the shared server, so its collections start empty here."""
+    import chromadb
+    from chromadb.config import Settings
+
+    url = urlparse(chroma_server.url)
+    name = f"words_{uuid.uuid4().hex[:10]}"
+    fastapi = "chromadb.api.fastapi.FastAPI"
+    admin = Settings(chroma_api_impl=fastapi, chroma_server_host=url.hostname, chroma_server_http_port=url.port)
+    chromadb.AdminClient(admin).create_database(name)
+    client = chromadb.HttpClient(
+        host=url.hostname, port=url.port, database=name, settings=Settings(anonymized_telemetry=False)
+    )
+    return MemoryStore(client=client, embeddings=hash_embeddings)
+
+
+def test_a_server_store_ranks_lexical_reads_by_its_units_terms_within_the_tenant(chroma_server, hash_embeddings):
+    store = _server_store(chroma_server, hash_embeddings)
+    assert store.words is None and store.words_ready("turn")  # a new collection carries terms from its first unit
+    _write(store, [_turn("alice", 0, "The zeppelin hangar code is 4471."), _turn("alice", 1, "Tea at noon.")])
+    _write(store, [_turn("bob", 0, "My hangar is empty."), _turn("bob", 1, "Tea at noon, zeppelins never.")])
+    alice = store.matching("turn", user_id="alice", words=["zeppelin", "hangar"], limit=10)
+    assert _ids(alice) == ["s1:t0"] and alice[0].metadata["user_id"] == "alice"
+    assert "4471" in alice[0].document and alice[0].metadata["_vector"] is not None
+    assert "terms" not in alice[0].metadata  # the index's field, never the unit's
+    bob = store.matching("turn", user_id="bob", words=["zeppelin", "hangar"], limit=10, conversation_id="c1")
+    assert sorted(_ids(bob)) == ["s1:t0", "s1:t1"] and all("4471" not in r.document for r in bob)
+    assert store.matching("turn", user_id="carol", words=["zeppelin"], limit=10) == []
+    filler = "we talked about the weather, the traffic, the news and then the garden for a moment"
+    _write(store, [_turn("u", i, f"{filler} ({i})") for i in range(8)] + [_turn("u", 8, "A lighthouse garden")])
+    # the rarer word weighs more: the one turn holding both comes first, then the lighthouse, not a garden turn
+    assert _ids(store.matching("turn", user_id="u", words=["garden", "lighthouse"], limit=2))[0] == "s2:t8"
+    store.delete_user("alice")
+    assert store.matching("turn", user_id="alice", words=["zeppelin"], limit=10) == []
+    assert _ids(store.matching("turn", user_id="bob", words=["zeppelin"], limit=10)) == ["s1:t1"]
+
+
+def test_a_server_collection_without_terms_reads_by_containment_until_reindexed(
+    chroma_server, hash_embeddings, monkeypatch
+) -> None:
+    from memstrata.memory.store.invariants import check_store
+
+    store = _server_store(chroma_server, hash_embeddings)
+    _write(store, [_turn("u", i, f"Priya mentioned the marathon number {i}") for i in range(6)])
+    col = store.collection("turn")
+    col.modify(metadata={k: v for k, v in col.metadata.items() if k != "terms"})  # as a collection made before terms
+    col.update(ids=[store.storage_key("u", "c1", "s1:t0")], metadatas=[{"terms": ["zzz"]}])  # and one unit's are wrong
+    older = MemoryStore(client=store.client, embeddings=hash_embeddings)
+    assert not older.words_ready("turn")
+    used: list[tuple[str, str]] = []  # (method, kind): the other kinds' collections are new, so carry terms
+    for name in ("containing", "matching"):
+        method = getattr(older, name)
+        monkeypatch.setattr(older, name, lambda *a, _m=method, _n=name, **k: used.append((_n, a[0])) or _m(*a, **k))
+    vec = np.asarray(hash_embeddings.embed_documents(["marathon"]), dtype=np.float32)
+    index = WorkingSet(older, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_sessions=10))).ensure(
+        ["marathon Priya"], vec
+    )
+    assert len(index.turns) == 6 and ("containing", "turn") in used and ("matching", "turn") not in used
+    assert older.index_words()["turn"] == 6 and older.words_ready("turn")
+    flagged = MemoryStore(client=store.client, embeddings=hash_embeddings)
+    assert flagged.words_ready("turn")
+    col.update(ids=[store.storage_key("u", "c1", "s1:t0")], metadatas=[{"terms": ["zzz"]}])
+    problems = [p for p in check_store(flagged, "u") if p.invariant == "words"]
+    assert [p.unit for p in problems] == ["turn s1:t0"]
+    flagged.index_words()
+    assert not [p for p in check_store(flagged, "u") if p.invariant == "words"]
+    used.clear()
+    monkeypatch.setattr(flagged, "containing", lambda *a, **k: used.append(("containing", a[0])) or [])
+    index = WorkingSet(flagged, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_sessions=10))).ensure(
+        ["marathon Priya"], vec
+    )
+    assert len(index.turns) == 6 and not used

@@ -233,6 +233,14 @@ def scale(
         int | None,
         typer.Option(help="LoCoMo conversations ingested through the graph before copies start (default: all)"),
     ] = None,
+    server: Annotated[
+        bool,
+        typer.Option(
+            "--server",
+            metavar="",
+            help="grow and query the sizes through a `chroma run` server started over the store (loopback)",
+        ),
+    ] = False,
 ) -> None:
     """One user with many turns (planted LoCoMo questions), and the chat pattern of write-then-read."""
     import shutil
@@ -273,6 +281,7 @@ def scale(
             workdir=root,
             threshold=threshold,
             originals=originals,
+            server=server,
             report=report,
         )
         if chat_rounds:

@@ -21,6 +21,10 @@ sizes under ``snapshot_max_turns`` also on the whole-memory snapshot. The
 originals are the newest memory, so they are the recent sessions HMO's cache
 holds; each copy's records keep the originals' scores but start in the archive.
 
+With ``server=True`` the store lives in a ``chroma run`` server started here over the store's folder (loopback, a free
+port, stopped at the end): every write and query goes through HTTP, the query process holds no HNSW index, and the
+server's own peak memory is reported beside the query process's.
+
 The chat pattern alternates, on one store, a read-only query with "write one
 new message to a growing session, then query", and compares the two latencies.
 
@@ -37,10 +41,12 @@ import os
 import random
 import re
 import resource
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -208,17 +214,87 @@ def planted_recall(
     return tally.summary()["recall_all"][str(budget)], latencies
 
 
+class ChromaServer:
+    """A ``chroma run`` process over one folder, on a free loopback port, for a bench (stop it with :meth:`stop`)."""
+
+    def __init__(self, folder: Path, *, timeout: float = 120.0) -> None:
+        exe = Path(sys.executable).parent / "chroma"
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = folder.parent / f"{folder.name}-chroma.log"
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [str(exe), "run", "--path", str(folder), "--host", "127.0.0.1", "--port", str(port)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "ANONYMIZED_TELEMETRY": "False"},
+            )
+        deadline = time.monotonic() + timeout
+        while not self._answers():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                msg = f"chroma run over {folder} did not start; its log:\n{self.log.read_text()[-2000:]}"
+                raise RuntimeError(msg)
+            time.sleep(0.25)
+
+    def _answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v2/heartbeat", timeout=2):
+                return True
+        except OSError:
+            return False
+
+    def peak_mb(self) -> float | None:
+        """The server process's peak resident memory so far (Linux), else ``None``."""
+        status = Path(f"/proc/{self.process.pid}/status")
+        if not status.exists():
+            return None
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return None
+
+    def stop(self) -> None:
+        """Stop the server (terminate, then kill after 20 s)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
 class GrowingStore:
-    """One user's store, grown in steps: the originals through the graph once, then perturbed copies."""
+    """One user's store, grown in steps: the originals through the graph once, then perturbed copies.
+
+    ``server``: the store is served by a ``chroma run`` over its folder (:class:`ChromaServer`), not embedded.
+    """
 
     def __init__(
-        self, path: Path, *, embeddings: Embeddings | None, workdir: Path, prefix: str, originals: int | None = None
+        self,
+        path: Path,
+        *,
+        embeddings: Embeddings | None,
+        workdir: Path,
+        prefix: str,
+        originals: int | None = None,
+        server: bool = False,
     ) -> None:
         from memstrata import Memstrata
 
         self.convs = load_locomo(path)[:originals]
         self.folder = Path(tempfile.mkdtemp(prefix=prefix, dir=workdir))
-        self.mem = Memstrata(path=self.folder, embeddings=embeddings)
+        self.server = ChromaServer(self.folder / "chroma") if server else None
+        self.url = self.server.url if self.server else None
+        self.mem = (
+            Memstrata(url=self.url, embeddings=embeddings)
+            if self.url
+            else Memstrata(path=self.folder, embeddings=embeddings)
+        )
         self.turns, self.copy, self.next_conv = 0, 0, 0
         self.ingest_s = self.copy_s = 0.0
         self.original_turns = self.copied_turns = 0
@@ -242,16 +318,26 @@ class GrowingStore:
                 self.next_conv, self.copy = 0, self.copy + 1
 
     def close(self) -> None:
-        """Close the grown store's Memstrata instance."""
+        """Close the grown store's Memstrata instance, and stop its server."""
         self.mem.close()
+        if self.server is not None:
+            self.server.stop()
 
 
 def query_in_child(
-    folder: Path, path: Path, *, questions: int, budget: int, search: str, originals: int | None
+    folder: Path,
+    path: Path,
+    *,
+    questions: int,
+    budget: int,
+    search: str,
+    originals: int | None,
+    url: str | None = None,
 ) -> dict[str, Any]:
-    """Planted questions asked by a fresh process that only opens the store and queries it."""
+    """Planted questions asked by a fresh process that only opens the store (its folder or server) and queries it."""
     job = {
         "folder": str(folder),
+        "url": url,
         "path": str(path),
         "questions": questions,
         "budget": budget,
@@ -277,7 +363,7 @@ def child_main() -> None:
     from memstrata import Memstrata
 
     job = json.loads(sys.stdin.read())
-    mem = Memstrata(path=job["folder"])
+    mem = Memstrata(url=job["url"]) if job.get("url") else Memstrata(path=job["folder"])
     settings = SEARCH_PATHS[job["search"]]
     start = time.perf_counter()
     mem.retrieve("warm up", user_id=USER, **settings)  # loads the model, and the snapshot on that path
@@ -320,7 +406,13 @@ SEARCH_PATHS: dict[str, dict[str, Any]] = {
 def measure(store: GrowingStore, path: Path, *, questions: int, budget: int, search: str) -> dict[str, Any]:
     """One size on one search path (a key of :data:`SEARCH_PATHS`)."""
     got = query_in_child(
-        store.folder, path, questions=questions, budget=budget, search=search, originals=len(store.convs)
+        store.folder,
+        path,
+        questions=questions,
+        budget=budget,
+        search=search,
+        originals=len(store.convs),
+        url=store.url,
     )
     lat = got["latencies"]
     tiers = {f"answered_from_tier_{t}": round(100 * n / len(lat), 1) for t, n in sorted(got["answered"].items())}
@@ -332,6 +424,7 @@ def measure(store: GrowingStore, path: Path, *, questions: int, budget: int, sea
         "questions": len(lat),
         "first_query_ms": round(got["warm_ms"], 0),
         "query_process_peak_mb": round(got["peak_mb"], 0),
+        **({"server_peak_mb": round(peak, 0)} if store.server and (peak := store.server.peak_mb()) else {}),
     }
 
 
@@ -344,10 +437,11 @@ def run_sizes(
     workdir: Path,
     threshold: int,
     originals: int | None = None,
+    server: bool = False,
     report: Callable[[dict[str, Any]], None] = lambda _: None,
 ) -> list[dict[str, Any]]:
-    """Grow one store through the sizes (ascending) and measure each."""
-    store = GrowingStore(path, embeddings=None, workdir=workdir, prefix="scale-", originals=originals)
+    """Grow one store through the sizes (ascending) and measure each (``server``: through a ``chroma run``)."""
+    store = GrowingStore(path, embeddings=None, workdir=workdir, prefix="scale-", originals=originals, server=server)
     rows = []
     try:
         for target in sorted(targets):
@@ -359,6 +453,7 @@ def run_sizes(
                 "copied_turns": store.copied_turns,
                 "copy_turns_per_second": round(store.copied_turns / store.copy_s, 1) if store.copy_s else None,
                 "disk_mb": round(_disk_mb(store.folder), 1),
+                "store": "chroma run server" if server else "embedded",
                 "paths": {},
             }
             large = store.turns > threshold

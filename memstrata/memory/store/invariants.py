@@ -10,7 +10,8 @@ how units are written or deleted that leaves something behind fails there.
 - every theme's member facts are stored, and a fact belongs to one theme at most;
 - every edge's two ends exist;
 - counters exist only for stored units;
-- the word index (embedded stores) holds exactly the stored units of each kind it covers;
+- the word index (embedded stores) holds exactly the stored units of each kind it covers; on a server store, each
+  unit of a kind that carries terms holds those of its text;
 - turn positions within a session are unique.
 
 Example:
@@ -154,8 +155,13 @@ def _counters(
 def _words(
     store: MemoryStore, user_id: str, conversation_id: str | None, by_kind: dict[str, set[tuple[str, str]]]
 ) -> list[Problem]:
-    if store.words is None:  # a server store has no word index
-        return []
+    if store.words is None:  # a server store: each unit carries its terms (memstrata.memory.store.terms)
+        return [
+            Problem("words", conv, f"{kind} {unit}", "its word terms are not those of its text")
+            for kind in by_kind
+            if indexes_words(kind)
+            for conv, unit in store.terms_problems(kind, user_id=user_id, conversation_id=conversation_id)
+        ]
     out = []
     for kind, stored in by_kind.items():
         if not indexes_words(kind) or not store.words.coverage(kind):

@@ -33,6 +33,7 @@ from memstrata.memory import levels
 from memstrata.memory.embeddings import MiniLMEmbeddings, embedder_identity
 from memstrata.memory.store import tenant
 from memstrata.memory.store.tenant import StoreError
+from memstrata.memory.store.terms import MAX_POSTINGS, TERMS, query_terms, rank, unit_terms
 from memstrata.memory.store.words import WordIndex
 
 logger = logging.getLogger(__name__)
@@ -163,6 +164,7 @@ class VectorStore:
         self._write_lock = threading.Lock()
         self.versions = WriteLog()
         self._scoped: dict[str, bool] = {}  # per kind: every record carries the scope stamp
+        self._terms: dict[str, bool] = {}  # per kind: every record carries its word terms (a server store's index)
         # the bounded path's word index (memstrata.memory.store.words); embedded stores only
         self.words = WordIndex(Path(path)) if self._path is not None else None
         if self.words is not None and self.words.stale:
@@ -221,11 +223,23 @@ class VectorStore:
             )
             raise EmbedderMismatchError(msg)
         self._scoped[kind] = bool(found.get("scoped"))
+        self._terms[kind] = bool(found.get(TERMS))
+        if self.words is None and indexes_words(kind) and not self._terms[kind] and col.count() == 0:
+            # a server store's lexical index is the units' own terms (memstrata.memory.store.terms): a new
+            # collection carries them from its first unit; an older one gets them from `memstrata reindex --words`
+            self._mark_terms(col)
+            self._terms[kind] = True
         words = self._word_index(kind)
         if words is not None and words.coverage(kind) is None:
             # a new index covers a kind only if nothing was stored before it (else: `memstrata reindex --words`)
             words.set_coverage(kind, col.count() == 0, only_if_unknown=True)
         return col
+
+    @staticmethod
+    def _mark_terms(col: Any) -> None:
+        """Flag a collection as carrying every unit's terms (Chroma refuses its ``hnsw:`` keys in a modify)."""
+        keep = {k: v for k, v in (col.metadata or {}).items() if not k.startswith("hnsw:")}
+        col.modify(metadata={**keep, TERMS: True})
 
     def _word_index(self, kind: str) -> WordIndex | None:
         """The word index, when this store has one and it holds the kind."""
@@ -281,6 +295,10 @@ class VectorStore:
             ids.append(self.storage_key(data["user_id"], data["conversation_id"], data["id"]))
             metas.append(meta)
         col = self.collection(kind)
+        if self._terms.get(kind):
+            for meta, terms in zip(metas, unit_terms(documents), strict=True):
+                if terms:  # Chroma refuses an empty list
+                    meta[TERMS] = terms
         with self._write_lock:  # parallel ingestion branches share one client
             for start in range(0, len(ids), _MAX_BATCH):
                 stop = start + _MAX_BATCH
@@ -577,7 +595,12 @@ class VectorStore:
         return _records(kind, self._tenant_read(kind, read, user_id, conversation_id, limit)[0], with_vectors)
 
     def words_ready(self, kind: str) -> bool:
-        """Whether :meth:`matching` can answer for this kind (an embedded store whose word index is complete)."""
+        """Whether :meth:`matching` can answer for this kind: an embedded store whose word index is complete, or a
+        server store whose collection carries every unit's terms.
+        """
+        if self.words is None:
+            self.collection(kind)
+            return indexes_words(kind) and self._terms.get(kind, False)
         words = self._word_index(kind)
         return words is not None and words.coverage(kind) is True
 
@@ -590,8 +613,8 @@ class VectorStore:
         Chroma by key in one call and checked against the tenant like every read by key.
         """
         if self.words is None:
-            msg = "matching: this store has no word index (a Chroma server store); use containing()"
-            raise StoreError(msg)
+            scope = {"user_id": user_id, "conversation_id": conversation_id}
+            return self._matching_terms(kind, words=words, limit=limit, **scope)
         pairs = self.words.search(kind, words, user_id=user_id, limit=limit, conversation_id=conversation_id)
         records = {
             (r.metadata["conversation_id"], r.unit_id): r
@@ -599,10 +622,42 @@ class VectorStore:
         }
         return [records[p] for p in pairs if p in records]
 
+    def _matching_terms(
+        self, kind: str, *, user_id: str, words: Sequence[str], limit: int, conversation_id: str | None
+    ) -> list[Record]:
+        """:meth:`matching` on a server store: each term's postings (ids only) read under the tenant filter,
+        ranked by :func:`memstrata.memory.store.terms.rank`, then the best ``limit`` records read by key.
+        """
+        if not self.words_ready(kind):
+            msg = f"matching: the {kind} collection carries no word terms yet; run `memstrata reindex --words`"
+            raise StoreError(msg)
+        scope = self._scope(kind, user_id, conversation_id)
+        postings = {
+            term: self._read(
+                kind, "get", where={"$and": [scope, {TERMS: {"$contains": term}}]}, include=[], limit=MAX_POSTINGS
+            )["ids"]
+            for term in query_terms(words)
+        }
+        best = rank(postings, total=self.collection(kind).count(), limit=limit)
+        if not best:
+            return []
+        found = _owned(
+            self._read(kind, "get", ids=best, include=["documents", "metadatas", "embeddings"]),
+            user_id,
+            conversation_id,
+        )
+        order = {key: i for i, key in enumerate(best)}
+        records = sorted(zip(found["ids"], _records(kind, found, True), strict=True), key=lambda p: order[p[0]])
+        return [r for _, r in records]
+
     def index_words(self, *, progress: Any = None) -> dict[str, int]:
-        """Build the word index from the stored text of every kind it covers, then mark those kinds complete."""
+        """Build the word index from the stored text of every kind it covers, then mark those kinds complete.
+
+        On a server store the index is each unit's ``terms`` metadata (:mod:`memstrata.memory.store.terms`): every
+        unit gets them, then its collection is flagged.
+        """
         if self.words is None:
-            return {}
+            return self._index_terms(progress=progress)
         counts = {}
         for kind in (k for k in self.stored_kinds() if indexes_words(k)):
             self.words.set_coverage(kind, False)  # an interrupted rebuild leaves the kind on $contains
@@ -618,6 +673,41 @@ class VectorStore:
                     progress(kind, min(start + _MAX_BATCH, len(rows)), len(rows))
             self.words.set_coverage(kind, True)
             counts[kind] = len(rows)
+        return counts
+
+    def terms_problems(self, kind: str, *, user_id: str, conversation_id: str | None = None) -> list[tuple[str, str]]:
+        """On a server store whose collection carries terms: the ``(conversation, unit)`` keys whose terms are not
+        those of their stored text (``memstrata check``); ``[]`` otherwise.
+        """
+        if self.words is not None or not self.words_ready(kind):
+            return []
+        data = self._paged(kind, where=self._scope(kind, user_id, conversation_id), include=["documents", "metadatas"])
+        expected = unit_terms([d or "" for d in data["documents"]])
+        return [
+            (m["conversation_id"], m["unit_id"])
+            for m, want in zip(data["metadatas"], expected, strict=True)
+            if list(m.get(TERMS) or []) != want
+        ]
+
+    def _index_terms(self, *, progress: Any = None) -> dict[str, int]:
+        counts = {}
+        for kind in (k for k in self.stored_kinds() if indexes_words(k)):
+            col = self.collection(kind)
+            data = self._paged(kind, include=["documents", "metadatas"])
+            metas = [dict(m) for m in data["metadatas"]]
+            for meta, terms in zip(metas, unit_terms([d or "" for d in data["documents"]]), strict=True):
+                meta.pop(TERMS, None)
+                if terms:
+                    meta[TERMS] = terms
+            with self._write_lock:
+                for start in range(0, len(metas), _MAX_BATCH):
+                    col.update(ids=data["ids"][start : start + _MAX_BATCH], metadatas=metas[start : start + _MAX_BATCH])
+                    if progress:
+                        progress(kind, min(start + _MAX_BATCH, len(metas)), len(metas))
+                if not self._terms.get(kind):
+                    self._mark_terms(col)
+                    self._terms[kind] = True
+            counts[kind] = len(metas)
         return counts
 
     def holds_more_than(self, kind: str, n: int, *, user_id: str, conversation_id: str | None = None) -> bool:
@@ -742,6 +832,7 @@ def _records(kind: str, res: dict[str, Any], with_vectors: bool) -> list[Record]
     vectors = res.get("embeddings") if with_vectors else None
     for i, (doc, meta) in enumerate(zip(res["documents"], res["metadatas"], strict=True)):
         meta = dict(meta)
+        meta.pop(TERMS, None)  # the lexical index's, not the unit's
         if vectors is not None:
             meta["_vector"] = np.asarray(vectors[i], dtype=np.float32)
         out.append(Record(kind, meta["unit_id"], doc or "", meta))

@@ -27,6 +27,8 @@ Example:
     True
     >>> decay(0, 30.0, tau_days=30.0) < decay(5, 30.0, tau_days=30.0)
     True
+    >>> round(priority_at(0.8, scored_at=0.0, now=30 * 86400.0, recalls=0, tau_days=30.0), 3)  # e^-1 of it
+    0.294
 """
 
 from __future__ import annotations
@@ -61,6 +63,20 @@ def priority(importance: float, alignment: float, *, recalls: int, age_days: flo
         + weights.gamma * math.log1p(max(0, recalls))
     )
     return base * decay(recalls, age_days, tau_days=weights.tau_days)
+
+
+def priority_at(stored: float | None, *, scored_at: float | None, now: float, recalls: int, tau_days: float) -> float:
+    """A stored priority as it stands at memory time ``now``: Eq. 5's decay carried on from ``scored_at``.
+
+    Eq. 5's decay is a product, so a priority scored at ``scored_at`` and left untouched since is worth
+    ``stored · decay(n, now − scored_at)`` at ``now``. Priorities are compared only at one time: a record scored
+    a month ago does not outrank one scored today on an older, undecayed number.
+    """
+    if stored is None:
+        return 0.0
+    if scored_at is None:
+        return stored
+    return stored * decay(recalls, (now - scored_at) / 86400.0, tau_days=tau_days)
 
 
 def alignment(record: Sequence[float] | np.ndarray | None, persona: Sequence[float] | np.ndarray | None) -> float:

@@ -3,7 +3,8 @@
 The records whose turns a retrieval cited are *used*: their recall count grows by one and their last access is the
 memory time of the query. Each is scored now (Eq. 5: its importance, its alignment with the persona anchor, its new
 recall count and no decay since it was just used), an archive record lazily, for the first time since it left the
-active tiers; then all are ranked alongside the active records (:func:`~memstrata.memory.tiers.assign.place_recalled`):
+active tiers; then all are ranked alongside the active records, whose stored priorities are carried on to the same
+time (:func:`~memstrata.memory.tiers.priority.priority_at`) (:func:`~memstrata.memory.tiers.assign.place_recalled`):
 an archive record that outranks the buffer's last is promoted, and what it displaces is demoted.
 
 Only the counters store is written, so a promotion never invalidates a search snapshot; the active tiers' snapshots
@@ -20,7 +21,7 @@ import numpy as np
 from memstrata.memory.levels.level2.episode import summary_id
 from memstrata.memory.store.counters import UnitCounters
 from memstrata.memory.tiers.assign import ARCHIVE, Record, place_recalled
-from memstrata.memory.tiers.priority import PriorityWeights, alignment, priority
+from memstrata.memory.tiers.priority import PriorityWeights, alignment, priority, priority_at
 
 
 def used_records(store: Any, user_id: str, turns: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
@@ -73,7 +74,12 @@ def record_use(
     }
     recalled = [Record(i, c.session_key or "", c.record_time, fresh[i]) for i, c in known.items()]
     others = [
-        Record(c.item, c.session_key or "", c.record_time, c.priority or 0.0)
+        Record(
+            c.item,
+            c.session_key or "",
+            c.record_time,
+            priority_at(c.priority, scored_at=c.scored_at, now=now, recalls=c.recall_count, tau_days=weights.tau_days),
+        )
         for c in active
         if c.item not in known and c.session_key
     ]

@@ -8,7 +8,8 @@ closed episodes this stage
    the fallback; offline, :func:`memstrata.memory.tiers.importance.offline_importance`;
 2. reads the persona of the conversations those records are in (the mean of their current persona vectors) and its
    drift from the user's anchor (Eq. 6). Past ``tier_drift`` every active record (tiers 1-2) is scored again with
-   the new alignment and the anchor moves; below it the active records keep their stored priorities;
+   the new alignment and the anchor moves; below it the active records keep their stored priorities, carried on to
+   the write's memory time by Eq. 5's decay (:func:`~memstrata.memory.tiers.priority.priority_at`);
 3. ranks the new records with the active ones (:func:`memstrata.memory.tiers.assign.assign_tiers`) and writes what
    moved to the counters store. The archive is never ranked here.
 
@@ -34,7 +35,14 @@ from memstrata.memory.store.reads import by_conversation
 from memstrata.memory.tiers.anchor import read_anchor, write_anchor
 from memstrata.memory.tiers.assign import Record, assign_tiers, changes
 from memstrata.memory.tiers.importance import offline_importance, signals
-from memstrata.memory.tiers.priority import PriorityWeights, alignment, drift, persona_vector, priority
+from memstrata.memory.tiers.priority import (
+    PriorityWeights,
+    alignment,
+    drift,
+    persona_vector,
+    priority,
+    priority_at,
+)
 from memstrata.nodes.common import progress, touched_conversations
 from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
@@ -268,7 +276,11 @@ def _place(
             c.item,
             c.session_key or "",
             c.record_time,
-            rescored.get(c.item, c.priority or 0.0),
+            rescored[c.item]
+            if c.item in rescored
+            else priority_at(
+                c.priority, scored_at=c.scored_at, now=now, recalls=c.recall_count, tau_days=weights.tau_days
+            ),
         )
         for c in active
         if c.item not in new
