@@ -590,6 +590,22 @@ class Context:
         int, _s("tiers", "the cache also holds this many records of highest priority (HMO's top-k pivotal memories)")
     ] = 64
     tier_buffer: Annotated[int, _s("tiers", "records of high priority in the buffer (tier 2)")] = 256
+    tier_probe_k: Annotated[
+        int,
+        _s(
+            "tiers",
+            "offline: a tier answers only if it holds the archive's this many nearest summaries to each query "
+            "(one HNSW read per tier); 0 leaves the decision to the retrieval confidence alone",
+        ),
+    ] = 3
+    tier_refresh_s: Annotated[
+        float,
+        _s(
+            "tiers",
+            "seconds a process searches an active tier's held sessions before reading its membership again: use "
+            "moves records at once, searches see it after this (a promoted record stays findable in the archive)",
+        ),
+    ] = 120.0
     tier_alpha: Annotated[float, _s("tiers", "HMO Eq. 5: weight of the initial importance")] = 0.6
     tier_beta: Annotated[float, _s("tiers", "HMO Eq. 5: weight of the persona alignment")] = 0.4
     tier_gamma: Annotated[float, _s("tiers", "HMO Eq. 5: weight of the recall gain ln(1+n)")] = 0.2
@@ -647,8 +663,14 @@ class Context:
             if getattr(self, name) < 1:
                 msg = f"Context.{name} must be >= 1, got {getattr(self, name)}"
                 raise ValueError(msg)
-        if min(self.tier_recent_sessions, self.tier_pivotal, self.tier_buffer) < 0 or self.tier_decay_days <= 0:
-            msg = "Context.tier_recent_sessions, tier_pivotal and tier_buffer must be >= 0 and tier_decay_days > 0"
+        if (
+            min(self.tier_recent_sessions, self.tier_pivotal, self.tier_buffer, self.tier_refresh_s) < 0
+            or self.tier_decay_days <= 0
+        ):
+            msg = (
+                "Context.tier_recent_sessions, tier_pivotal, tier_buffer and tier_refresh_s must be >= 0 "
+                "and tier_decay_days > 0"
+            )
             raise ValueError(msg)
         if self.max_iterations < 0 or self.llm_token_budget < 0:
             msg = "Context.max_iterations and Context.llm_token_budget must be >= 0"

@@ -250,3 +250,40 @@ def test_tiers_and_counters_stay_with_their_user_and_forget_takes_them(mem: Mems
     gone = mem.retrieve("When did Tom run the Brighton half marathon?", user_id="ann", **SMALL)
     assert gone.evidence == []
     assert_store_ok(mem.store, "bob")
+
+
+def test_offline_a_tier_answers_only_if_it_holds_the_archives_nearest_summaries(mem: Memstrata) -> None:
+    mem.ingest(EXAMPLE, user_id="ann", close=True, **SMALL)
+    # every summary of the user is among the "nearest": the cache (one session and one record) lacks some of them
+    every = mem.retrieve("Where does Priya work?", user_id="ann", **SMALL, tier_probe_k=50)
+    steps = every.trace["tiers"]["steps"]
+    held, of = (int(n) for n in steps[0]["why"].rpartition("held ")[2].split("/"))
+    assert steps[0]["tier"] == 1 and steps[0]["deeper"] and held < of == 6
+    assert all("archive's nearest summaries held" in s["why"] for s in steps if s["tier"] < 3)
+    unprobed = mem.retrieve("Where does Priya work?", user_id="ann", **SMALL, tier_probe_k=0)
+    assert all("archive's nearest" not in s["why"] for s in unprobed.trace["tiers"]["steps"])
+
+
+def test_use_moves_records_at_once_and_a_held_tier_takes_them_at_its_refresh(mem: Memstrata) -> None:
+    from memstrata.context import Context
+    from memstrata.memory.index.active import active_index, active_sessions
+    from memstrata.runtime.search import bounds
+
+    mem.ingest(EXAMPLE, user_id="ann", close=True, **SMALL)
+    ctx = Context(user_id="ann", **SMALL)
+    held = active_index(mem.store, user_id="ann", conversation_id=None, depth=2, bounds=bounds(ctx))
+    before = {c.item: c.tier for c in mem.store.counters.active("ann")}
+    moved = mem.retrieve("When did Tom run the Brighton half marathon?", user_id="ann", **SMALL)
+    after = {c.item: c.tier for c in mem.store.counters.active("ann")}
+    assert moved.trace["tiers"]["use"]["recalled"] >= 1
+    if moved.trace["tiers"]["use"]["moves"]:
+        assert after != before  # written at once
+    kept = active_index(
+        mem.store, user_id="ann", conversation_id=None, depth=2, bounds=bounds(ctx), refresh_seconds=3600.0
+    )
+    assert kept is held  # the held snapshot is searched as it was until the refresh: never rebuilt by a read
+    fresh = active_index(
+        mem.store, user_id="ann", conversation_id=None, depth=2, bounds=bounds(ctx), refresh_seconds=0.0
+    )
+    wanted = set(active_sessions(mem.store.counters.active("ann"))[2])
+    assert wanted <= {f"{t.conversation_id}/{t.session_id}" for t in fresh.turns}

@@ -77,6 +77,14 @@ class NodeRun:
         """HMO Eq. 5's coefficients, from the run's ``Context``."""
         return search.tier_weights(self.ctx)
 
+    async def probe_archive(self) -> tuple[int, int] | None:
+        """In an active HMO tier: how many of the archive's nearest summaries to the queries the tier holds, of how
+        many (:func:`memstrata.runtime.search.archive_probe`); ``None`` outside tiers 1-2.
+        """
+        if not 0 < self.tier < 3 or self.index is None or self.vectors is None:
+            return None
+        return await search.archive_probe(self.ctx, self.store, self.index, self.vectors)
+
     async def release(self) -> None:
         """The query's candidates are chosen: drop a bounded run's working set and hand its heap back."""
         await search.close_index(self.ctx, self.store, run=self.run_key)

@@ -22,8 +22,7 @@ import numpy as np
 from memstrata.context import Context
 from memstrata.memory.entity_graph.expansion import GraphSearch, GraphView
 from memstrata.memory.index import MemoryIndex
-from memstrata.memory.index.active import active_index, active_rows
-from memstrata.memory.index.active import moved as tiers_moved
+from memstrata.memory.index.active import active_index
 from memstrata.memory.index.bounded import Bounds, release_run, working_set
 from memstrata.memory.index.held import PerConversation, moved
 from memstrata.memory.index.snapshot import cached_snapshot, forget_snapshot
@@ -112,9 +111,30 @@ async def _active(ctx: Context, store: MemoryStore, depth: int) -> MemoryIndex |
         conversation_id=ctx.conversation_id,
         depth=depth,
         bounds=bounds(ctx),
-        refresh_seconds=ctx.snapshot_refresh_s,
+        refresh_seconds=ctx.tier_refresh_s,
         window_widths=ctx.window_widths,
     )
+
+
+async def archive_probe(ctx: Context, store: MemoryStore, index: MemoryIndex, vectors: np.ndarray) -> tuple[int, int]:
+    """Of the archive's ``tier_probe_k`` nearest summaries to each query vector (Chroma's HNSW, under the tenant
+    filter), how many the tier's snapshot ``index`` holds, and of how many: the offline check that a tier holds
+    what the archive would rank first (:func:`memstrata.nodes.retrieve.gate.offline_confidence`).
+    """
+    if ctx.tier_probe_k <= 0 or not len(vectors):
+        return 0, 0
+    found = await asyncio.to_thread(
+        store.nearest,
+        "summary",
+        user_id=ctx.user_id,
+        vectors=list(vectors),
+        k=ctx.tier_probe_k,
+        conversation_id=ctx.conversation_id,
+    )
+    keys = {(r.metadata["conversation_id"], r.unit_id) for hits in found for r in hits}
+    table = index.events.get("summary")
+    held = sum(1 for key in keys if table is not None and key in table.by_key)
+    return held, len(keys)
 
 
 async def record_use(
@@ -127,14 +147,11 @@ async def record_use(
 
     def run() -> dict[str, Any]:
         items = used_records(store, ctx.user_id, [(h.conversation_id, h.session_id, h.unit_id) for h in chosen])
-        rows = active_rows(
-            store, user_id=ctx.user_id, conversation_id=ctx.conversation_id, refresh_seconds=ctx.snapshot_refresh_s
-        )
-        done = use(
+        return use(
             store,
             ctx.user_id,
             items,
-            active=rows,
+            active=store.counters.active(ctx.user_id, conversation_id=ctx.conversation_id),  # as stored now
             persona=read_anchor(store, ctx.user_id),
             now=now.timestamp() if now else time.time(),
             weights=tier_weights(ctx),
@@ -142,9 +159,6 @@ async def record_use(
             pivotal=ctx.tier_pivotal,
             buffer=ctx.tier_buffer,
         )
-        if done.get("moves"):
-            tiers_moved(store, ctx.user_id)
-        return done
 
     return await asyncio.to_thread(run)
 

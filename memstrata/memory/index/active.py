@@ -6,8 +6,11 @@ that hold the tier's records, and the entities, tree nodes, themes and personas 
 They are small (``tier_recent_sessions`` sessions plus at most ``tier_pivotal + tier_buffer`` records' sessions)
 and held per process; the archive is searched through the bounded path (:mod:`memstrata.memory.index.bounded`).
 
-Which records are active is read from the counters store every ``refresh_seconds`` at most; a snapshot is built
-again when its sessions changed or this process wrote units of the user. By construction, BM25's statistics are the
+Which records are active is read from the counters store every ``refresh_seconds`` at most (``Context.tier_refresh_s``):
+a query's promotions and demotions are written at once, but the held snapshots take them at that refresh, not after
+every query, since a query moves a few records and adding a session rebuilds the tier's snapshot (a promoted record
+stays findable in the archive meanwhile). A snapshot is built again at once when this process wrote units of the
+user. By construction, BM25's statistics are the
 tier's, and a tree node or entity of a held conversation can point at a turn of a session the tier does not hold
 (that turn is not found there).
 
@@ -78,26 +81,6 @@ def active_index(
                 store, user_id=user_id, conversation_id=conversation_id, bounds=bounds, window_widths=window_widths
             )
     return ws.hold_sessions(list(keys))
-
-
-def active_rows(
-    store: Any,
-    *,
-    user_id: str,
-    conversation_id: str | None,
-    refresh_seconds: float = 5.0,
-) -> list[Any]:
-    """The active records' counters as this process holds them (read again every ``refresh_seconds``)."""
-    with _LOCK:
-        return list(_refreshed(store, user_id, conversation_id, refresh_seconds).rows)
-
-
-def moved(store: Any, user_id: str) -> None:
-    """This process moved records between tiers: the next read of the active records reads them again."""
-    with _LOCK:
-        for key, held in _HELD.items():
-            if key[0] == id(store) and key[1] == user_id:
-                held.checked = float("-inf")
 
 
 def _refreshed(store: Any, user_id: str, conversation_id: str | None, refresh_seconds: float) -> _Held:

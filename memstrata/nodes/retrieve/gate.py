@@ -57,14 +57,20 @@ def offline_confidence(state: RetrievalState, ctx: Context, *, tiered: bool = Fa
     """Light context suffices when the best summary is close and the question's words are all covered.
 
     ``tiered``: the question is whether an HMO tier (the cache, the buffer) holds the answer, not whether the
-    summaries alone do, so a Short-scope query (one that needs raw turns) may stay: a tier holds its turns too.
+    summaries alone do, so a Short-scope query (one that needs raw turns) may stay: a tier holds its turns too. It
+    must also hold every one of the archive's nearest summaries to the queries (``state["tier_probe"]``, read by
+    the lookup): a tier that lacks one of them holds only part of what the archive would rank first.
     """
     light = [c for c in state.get("candidates", []) if c.level == "level1"]
     cov = coverage(state["query"], coverage_texts(light, ctx.gate_texts))
     top = max((c.parts.get("own", 0.0) for c in light), default=0.0)
     short = any(q.scope == "Short" for q in state.get("active", []))
     ok = bool(state.get("level1")) and cov >= ctx.gate_coverage and top >= ctx.gate_threshold and (tiered or not short)
-    return ok, f"coverage {cov:.2f}, best turn {top:.2f}, short-scope {short}"
+    why = f"coverage {cov:.2f}, best turn {top:.2f}, short-scope {short}"
+    if tiered and (probe := state.get("tier_probe")) and probe[1]:
+        ok = ok and probe[0] == probe[1]
+        why += f", archive's nearest summaries held {probe[0]}/{probe[1]}"
+    return ok, why
 
 
 async def gate(

@@ -48,12 +48,14 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
     persona = max((m.trace() for m in found.persona.values()), key=lambda m: m["similarity"], default=None)
     held = state.get("persona")
     deeper = state.get("tier_fresh", False)  # the first lookup of a deeper tier: its candidates replace the last's
+    probe = await run.probe_archive()
     return {
         **({"persona": persona} if persona and (not held or persona["similarity"] > held["similarity"]) else {}),
         "level1": found.level1,
         "coarse": found.coarse,
         "candidates": Fresh(turns) if deeper else turns,
         "tier_fresh": False,
+        **({"tier_probe": probe} if probe is not None else {}),
         "llm_calls": run.step.records,
         "events": [
             {
