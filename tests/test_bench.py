@@ -412,6 +412,31 @@ def test_bench_scale_smoke(tmp_path, locomo_path) -> None:
     assert "reusing their vectors" in result["note"] and plot.stat().st_size > 0
 
 
+def test_bench_scale_through_a_chroma_server(tmp_path, locomo_path) -> None:
+    """``bench scale --server``: the store grows and is queried through a ``chroma run`` the bench starts over the
+    store's folder (loopback) and stops; the server's peak memory is reported beside the query process's.
+    """
+    out = tmp_path / "scale.json"
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "memstrata.cli", "bench", "scale", str(locomo_path), "--server"),
+            *("--sizes", "300", "--originals", "1", "--questions", "4", "--chat-rounds", "0"),
+            *("--out", str(out), "--plot", str(tmp_path / "scale.png"), "--workdir", str(tmp_path)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["sizes"]
+    assert row["store"] == "chroma run server" and row["turns"] >= 300
+    for measured in row["paths"].values():
+        assert measured["questions"] == 4 and measured["server_peak_mb"] > 0 and measured["query_process_peak_mb"] > 0
+    servers = subprocess.run(["pgrep", "-f", f"chroma run --path {tmp_path}"], capture_output=True, check=False)
+    assert servers.stdout == b""  # stopped
+
+
 def test_a_server_reader_waits_as_long_as_its_client(hash_embeddings) -> None:  # type: ignore[no-untyped-def]
     """A local server answers parallel selection branches one at a time; the run's call timeout is the client's."""
     from memstrata.bench.reader import READER_TIMEOUT_S, ReaderMethod
