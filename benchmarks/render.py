@@ -183,6 +183,54 @@ def scale(results: Results) -> str:
     )
 
 
+def tiers(results: Results) -> str:
+    """HMO's tiers against the archive alone, per store size, embedded and through a ``chroma run`` server."""
+    rows = []
+    for name in ("scale_tiers", "scale_server"):
+        for size in results[name]["sizes"]:
+            for path, m in size["paths"].items():
+                recall = next(v for k, v in m.items() if k.startswith("planted_recall_all@"))
+                shares = [f"{m.get(f'answered_from_tier_{t}', 0):.0f}" for t in (1, 2, 3)]
+                tiered = any(k.startswith("answered_from_tier_") for k in m)
+                rows.append(
+                    [
+                        count(size["turns"]),
+                        size.get("store", "embedded"),
+                        path,
+                        f"{count(m['query_p50_ms'])} / {count(m['query_p95_ms'])}",
+                        f"{recall:.1f}",
+                        " / ".join(shares) if tiered else "",
+                        count(m["query_process_peak_mb"]),
+                        count(m["server_peak_mb"]) if "server_peak_mb" in m else "",
+                    ]
+                )
+    budget = next(
+        k for k in next(iter(results["scale_tiers"]["sizes"][0]["paths"].values())) if k.startswith("planted_")
+    )
+    return "\n\n".join(
+        [
+            "## Scale: HMO's tiers against the archive alone",
+            "The same grown user as above; 'bounded' searches the archive alone, 'tiered' the cache, then the cache "
+            "and buffer, then the archive, going deeper when the gate says so (offline: the retrieval confidence, and "
+            "the tier must hold the archive's nearest summaries).",
+            table(
+                [
+                    "turns of one user",
+                    "store",
+                    "search path",
+                    "query p50 / p95 ms",
+                    f"planted {budget.replace('planted_', '')}",
+                    "answered from tier 1 / 2 / 3, %",
+                    "query-process peak MB",
+                    "server peak MB",
+                ],
+                rows,
+            ),
+            provenance(results, ("scale_tiers", "scale_server")),
+        ]
+    )
+
+
 def chat(results: Results) -> str:
     """A conversation written a message at a time against the same messages in one call."""
     rows = []
@@ -299,11 +347,13 @@ def llm_mode(results: Results) -> str:
     )
 
 
-SECTIONS: tuple[Callable[[Results], str], ...] = (locomo, scale, chat, llm_mode)
+SECTIONS: tuple[Callable[[Results], str], ...] = (locomo, scale, tiers, chat, llm_mode)
 FILES = (
     "locomo",
     "locomo_baselines",
     "scale",
+    "scale_tiers",
+    "scale_server",
     "chat_counting",
     "chat_conv26",
     "locomo_reader_oracle",
