@@ -19,6 +19,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -632,12 +633,14 @@ class VectorStore:
             msg = f"matching: the {kind} collection carries no word terms yet; run `memstrata reindex --words`"
             raise StoreError(msg)
         scope = self._scope(kind, user_id, conversation_id)
-        postings = {
-            term: self._read(
-                kind, "get", where={"$and": [scope, {TERMS: {"$contains": term}}]}, include=[], limit=MAX_POSTINGS
-            )["ids"]
-            for term in query_terms(words)
-        }
+        terms = query_terms(words)
+
+        def ids(term: str) -> list[str]:
+            where = {"$and": [scope, {TERMS: {"$contains": term}}]}
+            return self._read(kind, "get", where=where, include=[], limit=MAX_POSTINGS)["ids"]
+
+        with ThreadPoolExecutor(max_workers=min(4, max(1, len(terms)))) as pool:  # one HTTP read per term
+            postings = dict(zip(terms, pool.map(ids, terms), strict=True))
         best = rank(postings, total=self.collection(kind).count(), limit=limit)
         if not best:
             return []
