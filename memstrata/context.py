@@ -581,7 +581,8 @@ class Context:
             "tiers",
             "retrieval: a user past snapshot_max_turns is searched cache first, then buffer, then archive "
             "(the bounded path), going deeper only when the gate says so; off by default: on planted questions "
-            "spread over a 10k-turn user it was slower and found less than the archive alone (BENCHMARKS history); "
+            "spread evenly over a 10k- and a 100k-turn user it found as much as the archive alone but was slower, "
+            "since almost every question went on to the archive (BENCHMARKS history); "
             "ingestion scores and tiers records whatever this says",
         ),
     ] = False
