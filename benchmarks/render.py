@@ -184,9 +184,10 @@ def scale(results: Results) -> str:
 
 
 def tiers(results: Results) -> str:
-    """HMO's tiers against the archive alone, per store size, embedded and through a ``chroma run`` server."""
+    """HMO's tiers against the archive alone, per store size (and through a ``chroma run`` server, when measured)."""
     rows = []
-    for name in ("scale_tiers", "scale_server"):
+    names = tuple(name for name in ("scale_tiers", "scale_server") if name in results)
+    for name in names:
         for size in results[name]["sizes"]:
             for path, m in size["paths"].items():
                 recall = next(v for k, v in m.items() if k.startswith("planted_recall_all@"))
@@ -226,7 +227,7 @@ def tiers(results: Results) -> str:
                 ],
                 rows,
             ),
-            provenance(results, ("scale_tiers", "scale_server")),
+            provenance(results, names),
         ]
     )
 
@@ -353,7 +354,6 @@ FILES = (
     "locomo_baselines",
     "scale",
     "scale_tiers",
-    "scale_server",
     "chat_counting",
     "chat_conv26",
     "locomo_reader_oracle",
