@@ -152,7 +152,8 @@ def _server_store(chroma_server, hash_embeddings) -> MemoryStore:
 
 def test_a_server_store_ranks_lexical_reads_by_its_units_terms_within_the_tenant(chroma_server, hash_embeddings):
     store = _server_store(chroma_server, hash_embeddings)
-    assert store.words is None and store.words_ready("turn")  # a new collection carries terms from its first unit
+    assert store.words is None and store.terms_ready("turn")  # a new collection carries terms from its first unit
+    assert not store.words_ready("turn")  # the bounded path still reads a server store with $contains
     _write(store, [_turn("alice", 0, "The zeppelin hangar code is 4471."), _turn("alice", 1, "Tea at noon.")])
     _write(store, [_turn("bob", 0, "My hangar is empty."), _turn("bob", 1, "Tea at noon, zeppelins never.")])
     alice = store.matching("turn", user_id="alice", words=["zeppelin", "hangar"], limit=10)
@@ -171,7 +172,7 @@ def test_a_server_store_ranks_lexical_reads_by_its_units_terms_within_the_tenant
     assert _ids(store.matching("turn", user_id="bob", words=["zeppelin"], limit=10)) == ["s1:t1"]
 
 
-def test_a_server_collection_without_terms_reads_by_containment_until_reindexed(
+def test_a_server_collection_without_terms_gets_them_from_reindex_and_check_sees_wrong_ones(
     chroma_server, hash_embeddings, monkeypatch
 ) -> None:
     from memstrata.memory.store.invariants import check_store
@@ -182,27 +183,21 @@ def test_a_server_collection_without_terms_reads_by_containment_until_reindexed(
     col.modify(metadata={k: v for k, v in col.metadata.items() if k != "terms"})  # as a collection made before terms
     col.update(ids=[store.storage_key("u", "c1", "s1:t0")], metadatas=[{"terms": ["zzz"]}])  # and one unit's are wrong
     older = MemoryStore(client=store.client, embeddings=hash_embeddings)
-    assert not older.words_ready("turn")
-    used: list[tuple[str, str]] = []  # (method, kind): the other kinds' collections are new, so carry terms
+    assert not older.terms_ready("turn")
+    used: list[str] = []
     for name in ("containing", "matching"):
         method = getattr(older, name)
-        monkeypatch.setattr(older, name, lambda *a, _m=method, _n=name, **k: used.append((_n, a[0])) or _m(*a, **k))
+        monkeypatch.setattr(older, name, lambda *a, _m=method, _n=name, **k: used.append(_n) or _m(*a, **k))
     vec = np.asarray(hash_embeddings.embed_documents(["marathon"]), dtype=np.float32)
     index = WorkingSet(older, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_sessions=10))).ensure(
         ["marathon Priya"], vec
     )
-    assert len(index.turns) == 6 and ("containing", "turn") in used and ("matching", "turn") not in used
-    assert older.index_words()["turn"] == 6 and older.words_ready("turn")
+    assert len(index.turns) == 6 and "containing" in used and "matching" not in used  # the bounded path: $contains
+    assert older.index_words()["turn"] == 6 and older.terms_ready("turn")
     flagged = MemoryStore(client=store.client, embeddings=hash_embeddings)
-    assert flagged.words_ready("turn")
+    assert flagged.terms_ready("turn") and len(flagged.matching("turn", user_id="u", words=["marathon"], limit=10)) == 6
     col.update(ids=[store.storage_key("u", "c1", "s1:t0")], metadatas=[{"terms": ["zzz"]}])
     problems = [p for p in check_store(flagged, "u") if p.invariant == "words"]
     assert [p.unit for p in problems] == ["turn s1:t0"]
     flagged.index_words()
     assert not [p for p in check_store(flagged, "u") if p.invariant == "words"]
-    used.clear()
-    monkeypatch.setattr(flagged, "containing", lambda *a, **k: used.append(("containing", a[0])) or [])
-    index = WorkingSet(flagged, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_sessions=10))).ensure(
-        ["marathon Priya"], vec
-    )
-    assert len(index.turns) == 6 and not used

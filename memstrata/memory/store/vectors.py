@@ -596,14 +596,21 @@ class VectorStore:
         return _records(kind, self._tenant_read(kind, read, user_id, conversation_id, limit)[0], with_vectors)
 
     def words_ready(self, kind: str) -> bool:
-        """Whether :meth:`matching` can answer for this kind: an embedded store whose word index is complete, or a
-        server store whose collection carries every unit's terms.
+        """Whether the bounded path reads this kind's word matches with :meth:`matching`: an embedded store whose word
+        index is complete. A server store's reads stay on :meth:`containing`: its term reads (:meth:`matching` there)
+        measured slower than ``$contains`` on a 100k-turn user (``memory/store/terms.py`` says how much).
         """
         if self.words is None:
-            self.collection(kind)
-            return indexes_words(kind) and self._terms.get(kind, False)
+            return False
         words = self._word_index(kind)
         return words is not None and words.coverage(kind) is True
+
+    def terms_ready(self, kind: str) -> bool:
+        """Whether a server store's collection of this kind carries every unit's terms (``False`` when embedded)."""
+        if self.words is not None:
+            return False
+        self.collection(kind)
+        return indexes_words(kind) and self._terms.get(kind, False)
 
     def matching(
         self, kind: str, *, user_id: str, words: Sequence[str], limit: int, conversation_id: str | None = None
@@ -629,7 +636,7 @@ class VectorStore:
         """:meth:`matching` on a server store: each term's postings (ids only) read under the tenant filter,
         ranked by :func:`memstrata.memory.store.terms.rank`, then the best ``limit`` records read by key.
         """
-        if not self.words_ready(kind):
+        if not self.terms_ready(kind):
             msg = f"matching: the {kind} collection carries no word terms yet; run `memstrata reindex --words`"
             raise StoreError(msg)
         scope = self._scope(kind, user_id, conversation_id)
@@ -682,7 +689,7 @@ class VectorStore:
         """On a server store whose collection carries terms: the ``(conversation, unit)`` keys whose terms are not
         those of their stored text (``memstrata check``); ``[]`` otherwise.
         """
-        if self.words is not None or not self.words_ready(kind):
+        if self.words is not None or not self.terms_ready(kind):
             return []
         data = self._paged(kind, where=self._scope(kind, user_id, conversation_id), include=["documents", "metadatas"])
         expected = unit_terms([d or "" for d in data["documents"]])
