@@ -34,6 +34,22 @@ def _ids(records: list) -> list[str]:
     return [r.unit_id for r in records]
 
 
+def _spy_word_reads(store: MemoryStore, monkeypatch) -> list[str]:
+    """The names of the store's word reads (``containing``, ``matching``) as the bounded path makes them."""
+    used: list[str] = []
+    for name in ("containing", "matching"):
+        method = getattr(store, name)
+        monkeypatch.setattr(store, name, lambda *a, _m=method, _n=name, **k: used.append(_n) or _m(*a, **k))
+    return used
+
+
+def _marathon_run(store: MemoryStore, embeddings):
+    """One bounded run of the query "marathon Priya" over user ``u``'s six marathon turns."""
+    vec = np.asarray(embeddings.embed_documents(["marathon"]), dtype=np.float32)
+    bounds = bounds_of(Context(user_id="u", bounded_sessions=10))
+    return WorkingSet(store, user_id="u", bounds=bounds).ensure(["marathon Priya"], vec)
+
+
 def test_the_word_index_stays_in_its_tenant(data_dir, hash_embeddings) -> None:
     store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
     # Same conversation id, same unit ids; only alice ever mentions the zeppelin.
@@ -86,21 +102,13 @@ def test_a_store_written_before_the_index_reads_by_containment_until_indexed(
         path.unlink()  # as a version before the word index left the folder
     older = MemoryStore(path=data_dir, embeddings=hash_embeddings)
     assert not older.words_ready("turn")
-    used: list[str] = []
-    for name in ("containing", "matching"):
-        method = getattr(older, name)
-        monkeypatch.setattr(older, name, lambda *a, _m=method, _n=name, **k: used.append(_n) or _m(*a, **k))
-    vec = np.asarray(hash_embeddings.embed_documents(["marathon"]), dtype=np.float32)
-    index = WorkingSet(older, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_sessions=10))).ensure(
-        ["marathon Priya"], vec
-    )
+    used = _spy_word_reads(older, monkeypatch)
+    index = _marathon_run(older, hash_embeddings)
     assert len(index.turns) == 6 and "containing" in used and "matching" not in used
     assert older.index_words()["turn"] == 6
     assert older.words_ready("turn")
     used.clear()
-    index = WorkingSet(older, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_sessions=10))).ensure(
-        ["marathon Priya"], vec
-    )
+    index = _marathon_run(older, hash_embeddings)
     assert len(index.turns) == 6 and "matching" in used and "containing" not in used
 
 
@@ -184,14 +192,8 @@ def test_a_server_collection_without_terms_gets_them_from_reindex_and_check_sees
     col.update(ids=[store.storage_key("u", "c1", "s1:t0")], metadatas=[{"terms": ["zzz"]}])  # and one unit's are wrong
     older = MemoryStore(client=store.client, embeddings=hash_embeddings)
     assert not older.terms_ready("turn")
-    used: list[str] = []
-    for name in ("containing", "matching"):
-        method = getattr(older, name)
-        monkeypatch.setattr(older, name, lambda *a, _m=method, _n=name, **k: used.append(_n) or _m(*a, **k))
-    vec = np.asarray(hash_embeddings.embed_documents(["marathon"]), dtype=np.float32)
-    index = WorkingSet(older, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_sessions=10))).ensure(
-        ["marathon Priya"], vec
-    )
+    used = _spy_word_reads(older, monkeypatch)
+    index = _marathon_run(older, hash_embeddings)
     assert len(index.turns) == 6 and "containing" in used and "matching" not in used  # the bounded path: $contains
     assert older.index_words()["turn"] == 6 and older.terms_ready("turn")
     flagged = MemoryStore(client=store.client, embeddings=hash_embeddings)

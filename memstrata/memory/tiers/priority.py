@@ -39,6 +39,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+DAY = 86400.0  # seconds: Eq. 5's ages are in days, stored times in epoch seconds
+
 
 @dataclass(frozen=True)
 class PriorityWeights:
@@ -76,7 +78,7 @@ def priority_at(stored: float | None, *, scored_at: float | None, now: float, re
         return 0.0
     if scored_at is None:
         return stored
-    return stored * decay(recalls, (now - scored_at) / 86400.0, tau_days=tau_days)
+    return stored * decay(recalls, (now - scored_at) / DAY, tau_days=tau_days)
 
 
 def alignment(record: Sequence[float] | np.ndarray | None, persona: Sequence[float] | np.ndarray | None) -> float:

@@ -36,6 +36,7 @@ from memstrata.memory.tiers.anchor import read_anchor, write_anchor
 from memstrata.memory.tiers.assign import Record, assign_tiers, changes
 from memstrata.memory.tiers.importance import offline_importance, signals
 from memstrata.memory.tiers.priority import (
+    DAY,
     PriorityWeights,
     alignment,
     drift,
@@ -48,8 +49,6 @@ from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
 from memstrata.runtime.step import Step
 from memstrata.state import IngestState
-
-DAY = 86400.0
 
 
 class RecordScore(BaseModel):
