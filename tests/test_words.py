@@ -12,7 +12,7 @@ import numpy as np
 from memstrata.context import Context
 from memstrata.memory.index.bounded import WorkingSet
 from memstrata.memory.levels import Turn
-from memstrata.memory.store import MemoryStore
+from memstrata.memory.store import MemoryStore, tenant
 from memstrata.memory.store.words import WORDS_FILE, query_term
 from memstrata.runtime.search import bounds as bounds_of
 
@@ -34,12 +34,18 @@ def _ids(records: list) -> list[str]:
     return [r.unit_id for r in records]
 
 
-def _spy_word_reads(store: MemoryStore, monkeypatch) -> list[str]:
-    """The names of the store's word reads (``containing``, ``matching``) as the bounded path makes them."""
-    used: list[str] = []
+def _spy_word_reads(store: MemoryStore, monkeypatch) -> set[str]:
+    """The names of the store's word reads of turns (``containing``, ``matching``) as the bounded path makes them."""
+    used: set[str] = set()
+
+    def spy(method, name, kind, *a, **k):
+        if kind == "turn":
+            used.add(name)
+        return method(kind, *a, **k)
+
     for name in ("containing", "matching"):
         method = getattr(store, name)
-        monkeypatch.setattr(store, name, lambda *a, _m=method, _n=name, **k: used.append(_n) or _m(*a, **k))
+        monkeypatch.setattr(store, name, lambda kind, *a, _m=method, _n=name, **k: spy(_m, _n, kind, *a, **k))
     return used
 
 
@@ -104,12 +110,12 @@ def test_a_store_written_before_the_index_reads_by_containment_until_indexed(
     assert not older.words_ready("turn")
     used = _spy_word_reads(older, monkeypatch)
     index = _marathon_run(older, hash_embeddings)
-    assert len(index.turns) == 6 and "containing" in used and "matching" not in used
+    assert len(index.turns) == 6 and used == {"containing"}
     assert older.index_words()["turn"] == 6
     assert older.words_ready("turn")
     used.clear()
     index = _marathon_run(older, hash_embeddings)
-    assert len(index.turns) == 6 and "matching" in used and "containing" not in used
+    assert len(index.turns) == 6 and used == {"matching"}
 
 
 def test_an_index_of_another_format_is_not_trusted_until_rebuilt(data_dir, hash_embeddings) -> None:
@@ -161,13 +167,16 @@ def _server_store(chroma_server, hash_embeddings) -> MemoryStore:
 def test_a_server_store_ranks_lexical_reads_by_its_units_terms_within_the_tenant(chroma_server, hash_embeddings):
     store = _server_store(chroma_server, hash_embeddings)
     assert store.words is None and store.terms_ready("turn")  # a new collection carries terms from its first unit
-    assert not store.words_ready("turn")  # the bounded path still reads a server store with $contains
+    assert store.words_ready("turn")  # and the bounded path reads them
     _write(store, [_turn("alice", 0, "The zeppelin hangar code is 4471."), _turn("alice", 1, "Tea at noon.")])
     _write(store, [_turn("bob", 0, "My hangar is empty."), _turn("bob", 1, "Tea at noon, zeppelins never.")])
     alice = store.matching("turn", user_id="alice", words=["zeppelin", "hangar"], limit=10)
     assert _ids(alice) == ["s1:t0"] and alice[0].metadata["user_id"] == "alice"
     assert "4471" in alice[0].document and alice[0].metadata["_vector"] is not None
     assert "terms" not in alice[0].metadata  # the index's field, never the unit's
+    stored = store.collection("turn").get(ids=[store.storage_key("alice", "c1", "s1:t0")], include=["metadatas"])
+    assert tenant.term_key("alice", "zeppelin") in stored["metadatas"][0]["terms"]  # tagged with its user
+    assert tenant.term_key("bob", "zeppelin") not in stored["metadatas"][0]["terms"]
     bob = store.matching("turn", user_id="bob", words=["zeppelin", "hangar"], limit=10, conversation_id="c1")
     assert sorted(_ids(bob)) == ["s1:t0", "s1:t1"] and all("4471" not in r.document for r in bob)
     assert store.matching("turn", user_id="carol", words=["zeppelin"], limit=10) == []
@@ -194,10 +203,17 @@ def test_a_server_collection_without_terms_gets_them_from_reindex_and_check_sees
     assert not older.terms_ready("turn")
     used = _spy_word_reads(older, monkeypatch)
     index = _marathon_run(older, hash_embeddings)
-    assert len(index.turns) == 6 and "containing" in used and "matching" not in used  # the bounded path: $contains
+    assert len(index.turns) == 6 and used == {"containing"}  # the bounded path: $contains
     assert older.index_words()["turn"] == 6 and older.terms_ready("turn")
     flagged = MemoryStore(client=store.client, embeddings=hash_embeddings)
     assert flagged.terms_ready("turn") and len(flagged.matching("turn", user_id="u", words=["marathon"], limit=10)) == 6
+    used = _spy_word_reads(flagged, monkeypatch)
+    assert len(_marathon_run(flagged, hash_embeddings).turns) == 6 and used == {"matching"}
+    col.modify(metadata={**{k: v for k, v in col.metadata.items() if not k.startswith("hnsw:")}, "terms": True})
+    untagged = MemoryStore(client=store.client, embeddings=hash_embeddings)
+    assert not untagged.terms_ready("turn")  # terms written before the tag: read by $contains until reindexed
+    untagged.index_words()
+    assert MemoryStore(client=store.client, embeddings=hash_embeddings).terms_ready("turn")
     col.update(ids=[store.storage_key("u", "c1", "s1:t0")], metadatas=[{"terms": ["zzz"]}])
     problems = [p for p in check_store(flagged, "u") if p.invariant == "words"]
     assert [p.unit for p in problems] == ["turn s1:t0"]

@@ -18,6 +18,8 @@ Example:
     True
     >>> storage_key("alice", "c1", "s1:t0") != storage_key("bob", "c1", "s1:t0")
     True
+    >>> term_key("alice", "lisbon").endswith(":lisbon") and term_key("alice", "lisbon") != term_key("bob", "lisbon")
+    True
 """
 
 from __future__ import annotations
@@ -82,6 +84,13 @@ def where(
     if extra:
         clauses.extend(extra["$and"] if "$and" in extra else ({k: v} for k, v in extra.items()))
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}
+
+
+def term_key(user_id: str, term: str) -> str:
+    """A word term as a server store's units carry it: prefixed by a 64-bit hash of the user, so a read of one
+    term's postings names its tenant without a user clause (:mod:`memstrata.memory.store.terms` says why).
+    """
+    return f"{stable_hash('terms', check_user(user_id))}:{term}"
 
 
 def storage_key(user_id: str, conversation_id: str, unit_id: str, *, namespace: str = "") -> str:

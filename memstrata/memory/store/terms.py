@@ -5,26 +5,29 @@ An embedded store ranks its lexical reads with a SQLite FTS5 file beside the dat
 (BM25) index exists only in its hosted and distributed deployments. So each unit of a searched kind carries its
 distinct word terms as a metadata list (``terms``: BM25's vocabulary, :func:`memstrata.memory.index.bm25.tokenize`,
 lower-cased, stop-worded, stemmed), written in the same upsert as the unit, so the terms can never disagree with
-the text, whichever process or machine wrote it. A lexical read asks Chroma, per query term, for the ids of the
-user's units whose list holds it (``{"terms": {"$contains": term}}``, ids only), and ranks them here by
-:func:`rank`: BM25's idf summed over the query terms a unit holds. That is BM25 with term frequency 1 and no
-length normalisation: the list keeps which words a unit has, not how often. A term held by more than
-:data:`MAX_POSTINGS` of the user's units is read no further and weighs as that common.
+the text, whichever process or machine wrote it.
 
-A collection carries the terms when its metadata says ``terms: true``: set when a server store creates it empty,
-or by ``memstrata reindex --words`` once every unit has them; ``memstrata check`` compares each unit's terms with its
-text.
+Each stored term is prefixed by its user's tag (:func:`memstrata.memory.store.tenant.term_key`). A lexical read
+asks Chroma, per query term, for the ids of the units whose list holds the user's tagged term
+(``{"terms": {"$contains": key}}``, ids only, no user clause), and ranks them here by :func:`rank`: BM25's idf
+summed over the query terms a unit holds. That is BM25 with term frequency 1 and no length normalisation: the list
+keeps which words a unit has, not how often. A term held by more than :data:`MAX_POSTINGS` units is read no
+further and weighs as that common. The records finally read are checked against the tenant like every read.
 
-**Not used by the bounded path yet.** On a 100,413-turn user served by ``chroma run`` (2 cores, while a bench was
-querying the same server), one term's postings took 4.1 s (68 ids) and 14.6 s (422 ids), and a three-word
-:meth:`~memstrata.memory.store.vectors.VectorStore.matching` 14.6 s, against 3.6 s for a ``$contains`` read of one
-word: Chroma 1.5 answers a list ``$contains`` by scanning the metadata, not from an index. So the bounded path keeps
-``$contains`` on server stores (``words_ready`` is false there), and ``matching`` on terms is there for a Chroma that
-indexes metadata lists.
+Why the tag: Chroma answers a list ``$contains`` from an index, but it evaluates every clause of a filter over
+every record that clause matches, and a user clause matches all of the user's units. On a 100,413-turn user served
+by ``chroma run`` (2 cores, idle server), one term's postings took 21-34 ms alone and 1.3-1.4 s with the user
+clause beside it. A conversation's reads keep its ``scope`` clause, which matches that conversation only.
+
+A collection carries tagged terms when its metadata says ``terms: "user-tagged"`` (:data:`TERMS_FORMAT`): set when
+a server store creates it empty, or by ``memstrata reindex --words`` once every unit has them; ``memstrata check``
+compares each unit's terms with its text.
 
 Example:
     >>> unit_terms(["Caroline moved to Lisbon in May", "the the"])
     [['carolin', 'lisbon', 'may', 'move'], []]
+    >>> tagged_terms(["alice"], ["Lisbon"])[0][0].endswith(":lisbon")
+    True
     >>> rank({"lisbon": ["a", "b"], "carolin": ["b", "c"]}, total=10, limit=2)
     ['b', 'a']
 """
@@ -34,7 +37,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from memstrata.memory.store import tenant
+
 TERMS = "terms"  # the metadata list on each unit, and the collection flag
+TERMS_FORMAT = "user-tagged"  # the flag's value: an older collection's terms (flag ``True``) carry no tag
 MAX_POSTINGS = 2000
 
 
@@ -45,6 +51,11 @@ def unit_terms(texts: Sequence[str]) -> list[list[str]]:
     if not texts:
         return []
     return [sorted(set(tokens)) for tokens in tokenize(list(texts))]
+
+
+def tagged_terms(user_ids: Sequence[str], texts: Sequence[str]) -> list[list[str]]:
+    """Each text's terms as its user's unit stores them (:func:`memstrata.memory.store.tenant.term_key`)."""
+    return [[tenant.term_key(user, t) for t in terms] for user, terms in zip(user_ids, unit_terms(texts), strict=True)]
 
 
 def query_terms(words: Sequence[str]) -> list[str]:

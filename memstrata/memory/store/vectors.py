@@ -34,7 +34,7 @@ from memstrata.memory import levels
 from memstrata.memory.embeddings import MiniLMEmbeddings, embedder_identity
 from memstrata.memory.store import tenant
 from memstrata.memory.store.tenant import StoreError
-from memstrata.memory.store.terms import MAX_POSTINGS, TERMS, query_terms, rank, unit_terms
+from memstrata.memory.store.terms import MAX_POSTINGS, TERMS, TERMS_FORMAT, query_terms, rank, tagged_terms
 from memstrata.memory.store.words import WordIndex
 
 logger = logging.getLogger(__name__)
@@ -224,7 +224,14 @@ class VectorStore:
             )
             raise EmbedderMismatchError(msg)
         self._scoped[kind] = bool(found.get("scoped"))
-        self._terms[kind] = bool(found.get(TERMS))
+        self._terms[kind] = found.get(TERMS) == TERMS_FORMAT
+        if found.get(TERMS) not in (None, TERMS_FORMAT):
+            logger.warning(
+                "the %s collection at %s carries word terms of an older format: its lexical reads use $contains "
+                "until `memstrata reindex --words` rewrites them",
+                kind,
+                self.location,
+            )
         if self.words is None and indexes_words(kind) and not self._terms[kind] and col.count() == 0:
             # a server store's lexical index is the units' own terms (memstrata.memory.store.terms): a new
             # collection carries them from its first unit; an older one gets them from `memstrata reindex --words`
@@ -240,7 +247,7 @@ class VectorStore:
     def _mark_terms(col: Any) -> None:
         """Flag a collection as carrying every unit's terms (Chroma refuses its ``hnsw:`` keys in a modify)."""
         keep = {k: v for k, v in (col.metadata or {}).items() if not k.startswith("hnsw:")}
-        col.modify(metadata={**keep, TERMS: True})
+        col.modify(metadata={**keep, TERMS: TERMS_FORMAT})
 
     def _word_index(self, kind: str) -> WordIndex | None:
         """The word index, when this store has one and it holds the kind."""
@@ -297,7 +304,7 @@ class VectorStore:
             metas.append(meta)
         col = self.collection(kind)
         if self._terms.get(kind):
-            for meta, terms in zip(metas, unit_terms(documents), strict=True):
+            for meta, terms in zip(metas, tagged_terms([m["user_id"] for m in metas], documents), strict=True):
                 if terms:  # Chroma refuses an empty list
                     meta[TERMS] = terms
         with self._write_lock:  # parallel ingestion branches share one client
@@ -597,11 +604,10 @@ class VectorStore:
 
     def words_ready(self, kind: str) -> bool:
         """Whether the bounded path reads this kind's word matches with :meth:`matching`: an embedded store whose word
-        index is complete. A server store's reads stay on :meth:`containing`: its term reads (:meth:`matching` there)
-        measured slower than ``$contains`` on a 100k-turn user (``memory/store/terms.py`` says how much).
+        index is complete, or a server store whose collection carries every unit's tagged terms.
         """
         if self.words is None:
-            return False
+            return self.terms_ready(kind)
         words = self._word_index(kind)
         return words is not None and words.coverage(kind) is True
 
@@ -639,11 +645,13 @@ class VectorStore:
         if not self.terms_ready(kind):
             msg = f"matching: the {kind} collection carries no word terms yet; run `memstrata reindex --words`"
             raise StoreError(msg)
-        scope = self._scope(kind, user_id, conversation_id)
+        # the user is named by the tag in each term, a conversation by its scope clause (terms.py says why)
+        scope = self._scope(kind, user_id, conversation_id) if conversation_id is not None else None
         terms = query_terms(words)
 
         def ids(term: str) -> list[str]:
-            where = {"$and": [scope, {TERMS: {"$contains": term}}]}
+            holds = {TERMS: {"$contains": tenant.term_key(user_id, term)}}
+            where = {"$and": [scope, holds]} if scope else holds
             return self._read(kind, "get", where=where, include=[], limit=MAX_POSTINGS)["ids"]
 
         with ThreadPoolExecutor(max_workers=min(4, max(1, len(terms)))) as pool:  # one HTTP read per term
@@ -692,7 +700,7 @@ class VectorStore:
         if self.words is not None or not self.terms_ready(kind):
             return []
         data = self._paged(kind, where=self._scope(kind, user_id, conversation_id), include=["documents", "metadatas"])
-        expected = unit_terms([d or "" for d in data["documents"]])
+        expected = tagged_terms([m["user_id"] for m in data["metadatas"]], [d or "" for d in data["documents"]])
         return [
             (m["conversation_id"], m["unit_id"])
             for m, want in zip(data["metadatas"], expected, strict=True)
@@ -705,7 +713,8 @@ class VectorStore:
             col = self.collection(kind)
             data = self._paged(kind, include=["documents", "metadatas"])
             metas = [dict(m) for m in data["metadatas"]]
-            for meta, terms in zip(metas, unit_terms([d or "" for d in data["documents"]]), strict=True):
+            users = [m["user_id"] for m in metas]
+            for meta, terms in zip(metas, tagged_terms(users, [d or "" for d in data["documents"]]), strict=True):
                 meta.pop(TERMS, None)
                 if terms:
                     meta[TERMS] = terms
