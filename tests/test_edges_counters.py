@@ -20,7 +20,7 @@ from typing import Any
 import networkx as nx
 import pytest
 
-from memstrata.memory.store import tables
+from memstrata.memory.store import tables, tenant
 from memstrata.memory.store.counters import CounterStore, UnitCounters
 from memstrata.memory.store.edges import Edge, EdgeStore
 from memstrata.memory.store.tables import (
@@ -98,7 +98,7 @@ def test_open_table_picks_the_backend(backend: Backend, tmp_path: Path) -> None:
     else:
         assert isinstance(table, ChromaTable)
         assert table.collection.name == TABLE_PREFIX + table.name
-        assert table.collection.metadata == {"memstrata_table": table.name}
+        assert table.collection.metadata == {"memstrata_table": table.name, "scoped": True}
     with pytest.raises(StoreError):
         backend.open("bad-name; DROP TABLE x")
 
@@ -281,7 +281,7 @@ import sys
 from pathlib import Path
 import chromadb
 from chromadb.config import Settings
-from memstrata.memory.store import tables
+from memstrata.memory.store import tables, tenant
 from memstrata.memory.store.counters import CounterStore
 from memstrata.memory.store.edges import Edge, EdgeStore
 from memstrata.memory.store.tables import open_table
@@ -320,3 +320,35 @@ def test_other_process_writes_are_seen(backend: Backend) -> None:
     assert process.returncode == 0, stderr.decode()
     assert [(e.src, e.dst) for e in edges.get("alice", src="s1:t9")] == [("s1:t9", "ent:zoe")]
     assert counters.get("alice", [TURN])[TURN].recall_count == ours + 100
+
+
+def test_a_server_table_reads_a_conversation_by_its_scope_and_stamps_an_older_table(chroma_server) -> None:
+    backend = Backend("chroma", Path(), chroma_server, f"t{uuid.uuid4().hex[:12]}_")
+    table = backend.open("edges")
+    assert isinstance(table, ChromaTable) and table.scoped  # a new table stamps every row
+    edges = EdgeStore(table)
+    for user in ("alice", "bob"):  # the same conversation id and unit ids: only the tenant tells them apart
+        edges.add(user, _edges(user))
+    wheres: list[Any] = []
+    read = table.collection.get
+    table.collection.get = lambda **kw: wheres.append(kw.get("where")) or read(**kw)  # type: ignore[method-assign]
+    assert {e.dst for e in edges.get("bob", conversation_id="c1", src="ent:ann")} == {"ent:bob"}
+    assert wheres[-1] == {"$and": [{"scope": tenant.scope_key("bob", "c1")}, {"src": "ent:ann"}]}  # no user clause
+    assert {e.dst for e in edges.get("alice", conversation_id="c2")} == {"ep:0"}
+    table.collection.get = read  # type: ignore[method-assign]
+    # a table written before the stamp: read by user and conversation until `memstrata reindex --scopes-only`
+    old = backend.open("old_edges")
+    old.collection.modify(metadata={"memstrata_table": old.collection.name})
+    rows = [TableRow(f"k{i}", user, "c1", {"n": i}) for i, user in enumerate(["alice", "bob", "alice"])]
+    old.collection.add(
+        ids=[r.key for r in rows],
+        embeddings=[[1.0]] * 3,
+        documents=[""] * 3,
+        metadatas=[{**r.fields, "user_id": r.user_id, "conversation_id": r.conversation_id} for r in rows],
+    )
+    older = backend.open("old_edges")
+    assert isinstance(older, ChromaTable) and not older.scoped
+    assert [r.key for r in older.get(user_id="alice", conversation_id="c1")] == ["k0", "k2"]
+    assert older.stamp_scopes() == 3 and older.scoped and backend.open("old_edges").scoped
+    assert [r.key for r in backend.open("old_edges").get(user_id="alice", conversation_id="c1")] == ["k0", "k2"]
+    assert [r.fields for r in older.get(user_id="bob", conversation_id="c1")] == [{"n": 1}]  # the stamp is not a field

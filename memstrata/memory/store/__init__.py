@@ -31,7 +31,7 @@ from langchain_core.embeddings import Embeddings
 from memstrata.memory.store.counters import CounterStore
 from memstrata.memory.store.edges import Edge, EdgeStore
 from memstrata.memory.store.sequences import Sequences
-from memstrata.memory.store.tables import open_table
+from memstrata.memory.store.tables import Table, open_table
 from memstrata.memory.store.tenant import StoreError, stable_hash
 from memstrata.memory.store.vectors import EmbedderMismatchError, Record, VectorStore
 
@@ -63,6 +63,25 @@ class MemoryStore(VectorStore):
         self.sequences = Sequences(open_table("sequences", path=folder, client=self.client))
         self.journal = open_table("journal", path=folder, client=self.client)  # what was updated or deleted
         self.tier_state = open_table("tier_state", path=folder, client=self.client)  # HMO's persona anchor per user
+
+    def tables(self) -> dict[str, Table]:
+        """Every record table of the store, by name."""
+        return {
+            "edges": self.edges.table,
+            "counters": self.counters.table,
+            "items": self.items,
+            "sequences": self.sequences.table,
+            "journal": self.journal,
+            "tier_state": self.tier_state,
+        }
+
+    def stamp_scopes(self) -> dict[str, int]:
+        """Stamp the tenant scope on every unit and table row written before it (``reindex --scopes-only``)."""
+        done = super().stamp_scopes()
+        for name, table in self.tables().items():
+            if stamped := table.stamp_scopes():
+                done[f"table {name}"] = stamped
+        return done
 
     def delete(self, kind: str, *, user_id: str, conversation_id: str, unit_ids: Sequence[str]) -> None:
         """Remove units and their counters (a unit's reinforcement, recall and tier go with it)."""
