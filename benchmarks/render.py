@@ -187,20 +187,30 @@ def tiers(results: Results) -> str:
     """HMO's tiers against the archive alone, per store size (and through a ``chroma run`` server, when measured)."""
     rows = []
     names = tuple(name for name in ("scale_tiers", "scale_server") if name in results)
+
+    def recall(m: dict) -> float:
+        return next(v for k, v in m.items() if k.startswith("planted_recall_all@"))
+
+    def shares(m: dict) -> str:
+        tiered = any(k.startswith("answered_from_tier_") for k in m)
+        return " / ".join(f"{m.get(f'answered_from_tier_{t}', 0):.0f}" for t in (1, 2, 3)) if tiered else ""
+
     for name in names:
         for size in results[name]["sizes"]:
             for path, m in size["paths"].items():
-                recall = next(v for k, v in m.items() if k.startswith("planted_recall_all@"))
-                shares = [f"{m.get(f'answered_from_tier_{t}', 0):.0f}" for t in (1, 2, 3)]
-                tiered = any(k.startswith("answered_from_tier_") for k in m)
+                again = m.get("revisit")
                 rows.append(
                     [
                         count(size["turns"]),
                         size.get("store", "embedded"),
                         path,
                         f"{count(m['query_p50_ms'])} / {count(m['query_p95_ms'])}",
-                        f"{recall:.1f}",
-                        " / ".join(shares) if tiered else "",
+                        f"{recall(m):.1f}",
+                        shares(m),
+                        f"{again['questions']}: {count(again['query_p50_ms'])} ms, {recall(again):.1f}"
+                        + (f", {shares(again)}" if shares(again) else "")
+                        if again
+                        else "",
                         count(m["query_process_peak_mb"]),
                         count(m["server_peak_mb"]) if "server_peak_mb" in m else "",
                     ]
@@ -213,7 +223,8 @@ def tiers(results: Results) -> str:
             "## Scale: HMO's tiers against the archive alone",
             "The same grown user as above; 'bounded' searches the archive alone, 'tiered' the cache, then the cache "
             "and buffer, then the archive, going deeper when the gate says so (offline: the retrieval confidence, and "
-            "the tier must hold the archive's nearest summaries).",
+            "the tier must hold the archive's nearest summaries). 'Asked again': the first questions asked a second "
+            "time after the first pass (`--revisits`), once the tiers took that pass's promotions.",
             table(
                 [
                     "turns of one user",
@@ -222,6 +233,7 @@ def tiers(results: Results) -> str:
                     "query p50 / p95 ms",
                     f"planted {budget.replace('planted_', '')}",
                     "answered from tier 1 / 2 / 3, %",
+                    "asked again: questions: p50, recall, tier 1 / 2 / 3 %",
                     "query-process peak MB",
                     "server peak MB",
                 ],

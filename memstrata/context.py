@@ -103,7 +103,8 @@ class Context:
         _s(
             "store",
             "bounded path: units per kind read for each content word of a query (the word index's best BM25 "
-            "matches of the words together, or Chroma's full-text index per word on a server)",
+            "matches of the words together: the word index embedded, the units' tagged terms on a server; Chroma's "
+            "full-text index per word on a store written before either)",
         ),
     ] = 40
     bounded_lexical_terms: Annotated[

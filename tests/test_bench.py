@@ -420,7 +420,7 @@ def test_bench_scale_through_a_chroma_server(tmp_path, locomo_path) -> None:
     done = subprocess.run(
         [
             *(sys.executable, "-m", "memstrata.cli", "bench", "scale", str(locomo_path), "--server"),
-            *("--sizes", "300", "--originals", "1", "--questions", "4", "--chat-rounds", "0"),
+            *("--sizes", "300", "--originals", "1", "--questions", "4", "--revisits", "2", "--chat-rounds", "0"),
             *("--out", str(out), "--plot", str(tmp_path / "scale.png"), "--workdir", str(tmp_path)),
         ],
         capture_output=True,
@@ -431,8 +431,10 @@ def test_bench_scale_through_a_chroma_server(tmp_path, locomo_path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     (row,) = json.loads(out.read_text())["sizes"]
     assert row["store"] == "chroma run server" and row["turns"] >= 300
-    for measured in row["paths"].values():
+    for path, measured in row["paths"].items():
         assert measured["questions"] == 4 and measured["server_peak_mb"] > 0 and measured["query_process_peak_mb"] > 0
+        if path != "snapshot":  # the first two asked again, after the tiers took the first pass's promotions
+            assert measured["revisit"]["questions"] == 2 and 0 <= measured["revisit"]["planted_recall_all@1500"] <= 100
     servers = subprocess.run(["pgrep", "-f", f"chroma run --path {tmp_path}"], capture_output=True, check=False)
     assert servers.stdout == b""  # stopped
 

@@ -225,6 +225,13 @@ def scale(
     chat_rounds: Annotated[int, typer.Option(help="write-then-read rounds of the chat pattern (0 skips it)")] = 200,
     chat_turns: Annotated[int, typer.Option(help="turns the user holds in the chat pattern")] = 6000,
     questions: Annotated[int, typer.Option(help="planted questions asked at each size")] = 200,
+    revisits: Annotated[
+        int,
+        typer.Option(
+            help="then the first N of them asked again on the archive-only and tiered paths, after the tiers took "
+            "the first pass's promotions (a user returning to topics)"
+        ),
+    ] = 0,
     budget: Annotated[int, typer.Option(help="context budget of the planted questions")] = 1500,
     out: Annotated[Path, typer.Option(help="results JSON")] = Path("benchmarks/results/scale.json"),
     plot: Annotated[Path, typer.Option(help="latency vs size PNG")] = Path("benchmarks/results/scale_latency.png"),
@@ -282,6 +289,7 @@ def scale(
             threshold=threshold,
             originals=originals,
             server=server,
+            revisits=revisits,
             report=report,
         )
         if chat_rounds:

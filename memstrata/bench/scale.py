@@ -184,22 +184,24 @@ def _disk_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
 
-def planted_recall(
+def planted_sample(convs: Sequence[LocomoConversation], questions: int, seed: int = 0) -> list[tuple[Any, Any]]:
+    """A fixed sample of the original conversations' headline questions: ``(conversation, question)`` pairs."""
+    pool = [(c, q) for c in convs for q in c.questions if q.category in HEADLINE_CATEGORIES]
+    return random.Random(seed).sample(pool, min(questions, len(pool)))
+
+
+def ask_sample(
     mem: Any,
-    convs: Sequence[LocomoConversation],
+    sample: Sequence[tuple[Any, Any]],
     *,
-    questions: int,
     budget: int,
-    seed: int = 0,
     answered: dict[str, int] | None = None,
     **settings: Any,
 ) -> tuple[float, list[float]]:
-    """recall_all of a sample of the original questions asked of the whole user, and each query's ms.
+    """recall_all of the sample's questions asked of the whole user, and each query's ms.
 
     With ``answered``, how many questions each HMO tier answered is counted into it.
     """
-    pool = [(c, q) for c in convs for q in c.questions if q.category in HEADLINE_CATEGORIES]
-    sample = random.Random(seed).sample(pool, min(questions, len(pool)))
     tally, latencies = RecallTally(budgets=(budget,)), []
     for conv, q in sample:
         start = time.perf_counter()
@@ -333,13 +335,18 @@ def query_in_child(
     search: str,
     originals: int | None,
     url: str | None = None,
+    revisits: int = 0,
 ) -> dict[str, Any]:
-    """Planted questions asked by a fresh process that only opens the store (its folder or server) and queries it."""
+    """Planted questions asked by a fresh process that only opens the store (its folder or server) and queries it.
+
+    ``revisits``: then the first ``revisits`` of them again, as a user returning to topics (see :func:`child_main`).
+    """
     job = {
         "folder": str(folder),
         "url": url,
         "path": str(path),
         "questions": questions,
+        "revisits": revisits,
         "budget": budget,
         "search": search,
         "originals": originals,
@@ -359,8 +366,14 @@ def query_in_child(
 
 
 def child_main() -> None:
-    """The query process: reads a job on stdin, prints one JSON line of results."""
+    """The query process: reads a job on stdin, prints one JSON line of results.
+
+    Revisits are asked after the first pass, once the active tiers have taken that pass's promotions (they are
+    re-read every ``tier_refresh_s`` seconds; here at once, as after a pause): HMO's premise that what was recalled is
+    asked for again. The archive-only path asks them too, with its session cache as warm as the first pass left it.
+    """
     from memstrata import Memstrata
+    from memstrata.memory.index.active import refresh_tiers
 
     job = json.loads(sys.stdin.read())
     mem = Memstrata(url=job["url"]) if job.get("url") else Memstrata(path=job["folder"])
@@ -369,18 +382,17 @@ def child_main() -> None:
     mem.retrieve("warm up", user_id=USER, **settings)  # loads the model, and the snapshot on that path
     warm_ms = (time.perf_counter() - start) * 1000
     convs = load_locomo(Path(job["path"]))[: job["originals"]]
+    sample = planted_sample(convs, job["questions"])
     answered: dict[str, int] = {}
-    recall, latencies = planted_recall(
-        mem, convs, questions=job["questions"], budget=job["budget"], answered=answered, **settings
-    )
+    recall, latencies = ask_sample(mem, sample, budget=job["budget"], answered=answered, **settings)
+    line: dict[str, Any] = {"recall": recall, "latencies": latencies, "warm_ms": warm_ms, "answered": answered}
+    if revisits := job.get("revisits", 0):
+        refresh_tiers(mem.store, USER)
+        again: dict[str, int] = {}
+        recall, latencies = ask_sample(mem, sample[:revisits], budget=job["budget"], answered=again, **settings)
+        line["revisit"] = {"recall": recall, "latencies": latencies, "answered": again}
     mem.close()
-    line = {
-        "recall": recall,
-        "latencies": latencies,
-        "warm_ms": warm_ms,
-        "peak_mb": _own_peak_mb(),
-        "answered": answered,
-    }
+    line["peak_mb"] = _own_peak_mb()
     print(json.dumps(line))  # noqa: T201 (stdout is the result channel: query_in_child parses this last line)
 
 
@@ -403,17 +415,7 @@ SEARCH_PATHS: dict[str, dict[str, Any]] = {
 }
 
 
-def measure(store: GrowingStore, path: Path, *, questions: int, budget: int, search: str) -> dict[str, Any]:
-    """One size on one search path (a key of :data:`SEARCH_PATHS`)."""
-    got = query_in_child(
-        store.folder,
-        path,
-        questions=questions,
-        budget=budget,
-        search=search,
-        originals=len(store.convs),
-        url=store.url,
-    )
+def _pass(got: dict[str, Any], budget: int) -> dict[str, Any]:
     lat = got["latencies"]
     tiers = {f"answered_from_tier_{t}": round(100 * n / len(lat), 1) for t, n in sorted(got["answered"].items())}
     return {
@@ -422,6 +424,26 @@ def measure(store: GrowingStore, path: Path, *, questions: int, budget: int, sea
         "query_p95_ms": round(float(np.percentile(lat, 95)), 1),
         f"planted_recall_all@{budget}": round(100 * got["recall"], 1),
         "questions": len(lat),
+    }
+
+
+def measure(
+    store: GrowingStore, path: Path, *, questions: int, budget: int, search: str, revisits: int = 0
+) -> dict[str, Any]:
+    """One size on one search path (a key of :data:`SEARCH_PATHS`); ``revisits``: see :func:`child_main`."""
+    got = query_in_child(
+        store.folder,
+        path,
+        questions=questions,
+        budget=budget,
+        search=search,
+        originals=len(store.convs),
+        url=store.url,
+        revisits=revisits if search != "snapshot" else 0,
+    )
+    return {
+        **_pass(got, budget),
+        **({"revisit": _pass(got["revisit"], budget)} if "revisit" in got else {}),
         "first_query_ms": round(got["warm_ms"], 0),
         "query_process_peak_mb": round(got["peak_mb"], 0),
         **({"server_peak_mb": round(peak, 0)} if store.server and (peak := store.server.peak_mb()) else {}),
@@ -438,9 +460,12 @@ def run_sizes(
     threshold: int,
     originals: int | None = None,
     server: bool = False,
+    revisits: int = 0,
     report: Callable[[dict[str, Any]], None] = lambda _: None,
 ) -> list[dict[str, Any]]:
-    """Grow one store through the sizes (ascending) and measure each (``server``: through a ``chroma run``)."""
+    """Grow one store through the sizes (ascending) and measure each (``server``: through a ``chroma run``;
+    ``revisits``: the first ``revisits`` questions asked again on the archive-only and tiered paths).
+    """
     store = GrowingStore(path, embeddings=None, workdir=workdir, prefix="scale-", originals=originals, server=server)
     rows = []
     try:
@@ -459,7 +484,9 @@ def run_sizes(
             large = store.turns > threshold
             searches = ["bounded", "tiered"] if large else ["snapshot", "bounded", "tiered"]
             for search in searches:  # archive-only before tiered: only a tiered query moves records between tiers
-                row["paths"][search] = measure(store, path, questions=questions, budget=budget, search=search)
+                row["paths"][search] = measure(
+                    store, path, questions=questions, budget=budget, search=search, revisits=revisits
+                )
             row["default_path"] = ("tiered" if Context(user_id="-").tiers else "bounded") if large else "snapshot"
             rows.append(row)
             report(row)

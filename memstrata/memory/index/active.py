@@ -97,6 +97,16 @@ def _refreshed(store: Any, user_id: str, conversation_id: str | None, refresh_se
     return held
 
 
+def refresh_tiers(store: Any, user_id: str) -> None:
+    """Have the user's next tiered read re-read which records are active, as ``tier_refresh_s`` would (a bench
+    models a pause this way); the held snapshots are kept and take only the sessions that joined or left.
+    """
+    with _LOCK:
+        for key, held in _HELD.items():
+            if key[0] == id(store) and key[1] == user_id:
+                held.checked = float("-inf")
+
+
 def tier_sizes(store: Any, user_id: str, conversation_id: str | None = None) -> dict[str, int]:
     """How many records each active tier holds, and their sessions."""
     rows = store.counters.active(user_id, conversation_id=conversation_id)
