@@ -119,6 +119,14 @@ class Table(Protocol):
         ...
 
 
+def flag_collection(col: Any, key: str, value: Scalar) -> None:
+    """Set one flag in a Chroma collection's metadata, keeping the rest (Chroma refuses its ``hnsw:`` keys in a
+    modify; the collection keeps its distance space).
+    """
+    keep = {k: v for k, v in (col.metadata or {}).items() if not k.startswith("hnsw:")}
+    col.modify(metadata={**keep, key: value})
+
+
 def check_name(name: str, what: str = "table name") -> str:
     """``name`` when it is a plain identifier (it ends up in SQL, JSON paths and collection names)."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
@@ -499,14 +507,11 @@ class ChromaTable:
             return 0
         done = 0
         with self._lock:
-            while page := self.collection.get(include=["metadatas"], limit=_MAX_BATCH, offset=done):
-                if not page["ids"]:
-                    break
+            while (page := self.collection.get(include=["metadatas"], limit=_MAX_BATCH, offset=done))["ids"]:
                 metas = [{**m, **tenant.stamp(str(m["user_id"]), str(m["conversation_id"]))} for m in page["metadatas"]]
                 self.collection.update(ids=page["ids"], metadatas=metas)
                 done += len(page["ids"])
-            keep = {k: v for k, v in (self.collection.metadata or {}).items() if not k.startswith("hnsw:")}
-            self.collection.modify(metadata={**keep, "scoped": True})
+            flag_collection(self.collection, "scoped", True)
             self.scoped = True
         return done
 

@@ -33,6 +33,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 from memstrata.memory import levels
 from memstrata.memory.embeddings import MiniLMEmbeddings, embedder_identity
 from memstrata.memory.store import tenant
+from memstrata.memory.store.tables import flag_collection
 from memstrata.memory.store.tenant import StoreError
 from memstrata.memory.store.terms import MAX_POSTINGS, TERMS, TERMS_FORMAT, query_terms, rank, tagged_terms
 from memstrata.memory.store.words import WordIndex
@@ -245,9 +246,8 @@ class VectorStore:
 
     @staticmethod
     def _mark_terms(col: Any) -> None:
-        """Flag a collection as carrying every unit's terms (Chroma refuses its ``hnsw:`` keys in a modify)."""
-        keep = {k: v for k, v in (col.metadata or {}).items() if not k.startswith("hnsw:")}
-        col.modify(metadata={**keep, TERMS: TERMS_FORMAT})
+        """Flag a collection as carrying every unit's tagged terms."""
+        flag_collection(col, TERMS, TERMS_FORMAT)
 
     def _word_index(self, kind: str) -> WordIndex | None:
         """The word index, when this store has one and it holds the kind."""
@@ -765,11 +765,7 @@ class VectorStore:
                         for m in data["metadatas"][start : start + _MAX_BATCH]
                     ]
                     col.update(ids=data["ids"][start : start + _MAX_BATCH], metadatas=metas)
-                # Chroma refuses a metadata that names the distance again; the collection keeps its space
-                col.modify(
-                    metadata={k: v for k, v in (col.metadata or {}).items() if not k.startswith("hnsw:")}
-                    | {"scoped": True}
-                )
+                flag_collection(col, "scoped", True)
             with self._lock:
                 self._collections.pop(kind, None)
             counts[kind] = len(data["ids"])
