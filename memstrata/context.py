@@ -116,9 +116,10 @@ class Context:
         _s(
             "store",
             "seconds a scope found larger than snapshot_max_turns is trusted to stay so (the size check "
-            "reads up to snapshot_max_turns ids)",
+            "reads up to snapshot_max_turns ids: 0.16 s embedded at 20k, 12 s on a server store of 100k turns; "
+            "the bounded path is right at any size, so a scope that shrank meanwhile only costs speed)",
         ),
-    ] = 60.0
+    ] = 600.0
     query_vector_cache: Annotated[int, _s("store", "query vectors this process keeps for repeated texts")] = 2048
     bounded_sessions: Annotated[
         int, _s("store", "bounded path: whole sessions (turns and views) loaded for one retrieval")

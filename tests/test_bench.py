@@ -412,6 +412,30 @@ def test_bench_scale_smoke(tmp_path, locomo_path) -> None:
     assert "reusing their vectors" in result["note"] and plot.stat().st_size > 0
 
 
+def test_bench_scale_reports_each_path_as_soon_as_it_is_measured(
+    tmp_path, locomo_path, monkeypatch, hash_embeddings
+) -> None:
+    """A long run stopped midway keeps the paths it measured: ``report`` gets the size's row after each path."""
+    from memstrata.bench import scale
+
+    grown = scale.GrowingStore
+    monkeypatch.setattr(scale, "GrowingStore", lambda *a, **kw: grown(*a, **{**kw, "embeddings": hash_embeddings}))
+    seen: list[list[str]] = []
+    monkeypatch.setattr(scale, "measure", lambda store, path, **kw: {"search": kw["search"]})
+    rows = scale.run_sizes(
+        locomo_path,
+        [300],
+        questions=1,
+        budget=1500,
+        workdir=tmp_path,
+        threshold=100,
+        originals=1,
+        report=lambda row: seen.append(list(row["paths"])),
+    )
+    assert seen == [["bounded"], ["bounded", "tiered"]]  # past the threshold: archive-only, then tiered
+    assert rows[0]["paths"]["tiered"] == {"search": "tiered"} and rows[0]["turns"] >= 300
+
+
 def test_bench_scale_through_a_chroma_server(tmp_path, locomo_path) -> None:
     """``bench scale --server``: the store grows and is queried through a ``chroma run`` the bench starts over the
     store's folder (loopback) and stops; the server's peak memory is reported beside the query process's.

@@ -291,3 +291,37 @@ def test_sessions_come_from_the_cache_until_the_store_changes_under_them(
     assert "late-turn" in {t.id for t in later.turns}
     cache.put(user_id="u", sessions={}, limit=0)  # the bound holds
     assert cache.units == 0
+
+
+def test_the_bounded_path_reads_entity_edges_only_of_conversations_its_query_names(
+    data_dir, hash_embeddings, monkeypatch
+) -> None:
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")
+    renamed = [{**m, "text": m["text"].replace("Tom", "Omar").replace("Priya", "Lena")} for m in _messages()]
+    renamed = [{**m, "speaker": {"Tom": "Omar", "Priya": "Lena"}.get(m["speaker"], m["speaker"])} for m in renamed]
+    mem.ingest({"conversation_id": "lena-omar", "messages": renamed}, user_id="u")
+    reads: list[tuple[tuple, str | None]] = []
+    get = mem.store.edges.get
+
+    def spy(user_id: str, **kw: object) -> list:
+        reads.append((tuple(kw.get("conversations") or ()), kw.get("src_kind")))
+        return get(user_id, **kw)
+
+    named: list[str] = []
+    build = WorkingSet._build
+    monkeypatch.setattr(WorkingSet, "_build", lambda ws: named.extend(ws.named_conversations) or build(ws))
+    query = "What did Tom's teacher say about the bowing?"
+    mem.store.edges.get = spy
+    bounded = mem.retrieve(query, user_id="u", snapshot_max_turns=0, tiers=False, max_iterations=0)  # no follow-up
+    mem.store.edges.get = get
+    # both conversations hold a candidate entity sharing a word with the query ("Omar's teacher" too) ...
+    assert set(named) == {"priya-tom", "lena-omar"}
+    # ... but only the one whose entity the query names was stepped through: only its entity edges were read
+    assert set(reads) == {(("priya-tom",), "entity")}
+    snapshot = mem.retrieve(query, user_id="u", max_iterations=0)
+    # the head, where the named conversation's turns rank (the two conversations' equal texts tie further down,
+    # and the bounded path breaks those ties in the order its reads return)
+    assert [(e.conversation_id, e.turn_id, round(e.score, 6)) for e in bounded.evidence[:10]] == [
+        (e.conversation_id, e.turn_id, round(e.score, 6)) for e in snapshot.evidence[:10]
+    ]

@@ -117,6 +117,20 @@ def test_edges_add_get_filters(backend: Backend) -> None:
     assert sorted(store.get("alice"), key=repr) == sorted(_edges("alice"), key=repr)
 
 
+def test_edges_of_several_conversations_are_one_read_of_the_users_own(backend: Backend) -> None:
+    store = EdgeStore(backend.open("edges"))
+    for user in ("alice", "bob"):  # equal conversation ids on both sides
+        store.add(user, [*_edges(user), Edge("c3", "s1:t0", "mentions", "ent:cat")])
+    both = store.get("alice", conversations=["c2", "c1"])
+    assert sorted(both, key=repr) == sorted((e for e in _edges("alice") if e.conversation_id in ("c1", "c2")), key=repr)
+    assert store.get("alice", conversations=["c1"], src="ent:ann") == store.get(
+        "alice", conversation_id="c1", src="ent:ann"
+    )
+    assert store.get("alice", conversations=[]) == [] and store.get("carol", conversations=["c1", "c2"]) == []
+    with pytest.raises(ValueError, match="not both"):
+        store.get("alice", conversation_id="c1", conversations=["c2"])
+
+
 def test_edges_readd_is_idempotent_and_delete(backend: Backend) -> None:
     store = EdgeStore(backend.open("edges"))
     store.add("alice", _edges("alice"))

@@ -295,3 +295,23 @@ def test_use_moves_records_at_once_and_a_held_tier_takes_them_at_its_refresh(mem
             refresh_seconds=0.0 if refreshed == "by time" else 3600.0,
         )
         assert wanted <= {f"{t.conversation_id}/{t.session_id}" for t in fresh.turns}
+
+
+def test_use_ranks_against_the_held_active_records_and_keeps_them_equal_to_the_store(mem: Memstrata) -> None:
+    from memstrata.memory.index.active import held_active
+
+    mem.ingest(EXAMPLE, user_id="ann", close=True, **SMALL)
+    reads = []
+    active = mem.store.counters.active
+    mem.store.counters.active = lambda *a, **k: reads.append(a) or active(*a, **k)
+    questions = ["Which neighbourhood did Priya pick, close to the castle?", "Cello teacher, Bach suite", "Alfama"]
+    uses = [
+        mem.retrieve(q, user_id="ann", **SMALL, tier_refresh_s=3600.0, context_budget=60).trace["tiers"]["use"]
+        for q in questions
+    ]
+    assert uses[0]["promoted"] == uses[0]["demoted"] == 1  # an archive record rose into the active tiers
+    assert len(reads) == 1  # the active tiers were read from the store once, at the first refresh
+    mem.store.counters.active = active
+    held = held_active(mem.store, user_id="ann", conversation_id=None, refresh_seconds=3600.0)
+    stored = active("ann")
+    assert {(c.item, c.tier, c.priority) for c in held} == {(c.item, c.tier, c.priority) for c in stored}

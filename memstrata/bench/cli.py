@@ -273,9 +273,10 @@ def scale(
         "note": NOTE,
     }
 
-    def report(row: dict) -> None:
-        result["sizes"].append(row)
-        console.print(row)
+    def report(row: dict) -> None:  # a size's row, again as each of its paths is measured
+        if not result["sizes"] or result["sizes"][-1] is not row:
+            result["sizes"].append(row)
+        console.print({"turns": row["turns"], **row["paths"]})
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 

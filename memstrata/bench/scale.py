@@ -465,6 +465,9 @@ def run_sizes(
 ) -> list[dict[str, Any]]:
     """Grow one store through the sizes (ascending) and measure each (``server``: through a ``chroma run``;
     ``revisits``: the first ``revisits`` questions asked again on the archive-only and tiered paths).
+
+    ``report`` is called with a size's row each time one of its paths is measured (the same row object, with one
+    more path each time).
     """
     store = GrowingStore(path, embeddings=None, workdir=workdir, prefix="scale-", originals=originals, server=server)
     rows = []
@@ -483,13 +486,13 @@ def run_sizes(
             }
             large = store.turns > threshold
             searches = ["bounded", "tiered"] if large else ["snapshot", "bounded", "tiered"]
+            row["default_path"] = ("tiered" if Context(user_id="-").tiers else "bounded") if large else "snapshot"
+            rows.append(row)
             for search in searches:  # archive-only before tiered: only a tiered query moves records between tiers
                 row["paths"][search] = measure(
                     store, path, questions=questions, budget=budget, search=search, revisits=revisits
                 )
-            row["default_path"] = ("tiered" if Context(user_id="-").tiers else "bounded") if large else "snapshot"
-            rows.append(row)
-            report(row)
+                report(row)  # as each path is measured: a long run stopped midway keeps what it measured
     finally:
         store.close()
     return rows

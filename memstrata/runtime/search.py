@@ -141,17 +141,21 @@ async def record_use(
     ctx: Context, store: MemoryStore, chosen: Sequence[Any], *, now: datetime | None
 ) -> dict[str, Any]:
     """HMO's read-side update for a tiered query's cited turns (:mod:`memstrata.memory.tiers.use`), off the loop."""
+    from memstrata.memory.index.active import held_active, note_moves
     from memstrata.memory.tiers.anchor import read_anchor
     from memstrata.memory.tiers.use import record_use as use
     from memstrata.memory.tiers.use import used_records
 
     def run() -> dict[str, Any]:
         items = used_records(store, ctx.user_id, [(h.conversation_id, h.session_id, h.unit_id) for h in chosen])
-        return use(
+        done = use(
             store,
             ctx.user_id,
             items,
-            active=store.counters.active(ctx.user_id, conversation_id=ctx.conversation_id),  # as stored now
+            # as this process holds them: read every tier_refresh_s, with its own moves since
+            active=held_active(
+                store, user_id=ctx.user_id, conversation_id=ctx.conversation_id, refresh_seconds=ctx.tier_refresh_s
+            ),
             persona=read_anchor(store, ctx.user_id),
             now=now.timestamp() if now else time.time(),
             weights=tier_weights(ctx),
@@ -159,6 +163,10 @@ async def record_use(
             pivotal=ctx.tier_pivotal,
             buffer=ctx.tier_buffer,
         )
+        written = done.pop("written")
+        if written:
+            note_moves(store, ctx.user_id, list(store.counters.get(ctx.user_id, written).values()))
+        return done
 
     return await asyncio.to_thread(run)
 
@@ -349,7 +357,8 @@ async def graph_search(ctx: Context, store: MemoryStore, index: MemoryIndex) -> 
 def graph_view(store: MemoryStore, ctx: Context, index: MemoryIndex) -> GraphView:
     """The entity graph of the snapshot's scope: its entities and facts, and the edge store's entity edges.
 
-    The bounded path builds it from the edges of the conversations its queries name. The whole-memory
+    The bounded path reads the entity edges of the conversations a query seeds, in one read, when the search
+    needs them (a conversation the query seeds nothing in is not read). The whole-memory
     snapshot keeps it through in-place updates (``index.held``) with the edges it read: after this
     process's writes, only the conversations whose entities, facts or entity edges changed are read
     and redone (``MemoryIndex.writes``, ``EdgeStore.writes``); a removal that moved fact or entity rows
@@ -357,14 +366,12 @@ def graph_view(store: MemoryStore, ctx: Context, index: MemoryIndex) -> GraphVie
     """
     facts, entities = index.events[FACT.kind], index.tables[ENTITY.kind]
     if index.bounded is not None:
-        edges = [
-            e
-            for conv in index.bounded
-            if ctx.conversation_id in (None, conv)
-            for e in store.edges.get(ctx.user_id, conversation_id=conv)
-            if e.src_kind == ENTITY.kind
-        ]
-        return GraphView.build(entities.units, facts.units, edges, fact_row=facts.by_key)
+
+        def edges_of(convs: Sequence[str]) -> list[Any]:
+            held = [c for c in convs if c in index.bounded and ctx.conversation_id in (None, c)]
+            return store.edges.get(ctx.user_id, conversations=held, src_kind=ENTITY.kind) if held else []
+
+        return GraphView.build(entities.units, facts.units, [], fact_row=facts.by_key, edges_of=edges_of)
 
     def read(conv: str | None) -> dict[str, list[Any]]:
         by_conv: dict[str, list[Any]] = {}

@@ -19,7 +19,8 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -81,11 +82,15 @@ class GraphPart:
             part.names[node] = e.name
             part.fact_ids[node] = e.fact_ids
             part.aliases += [(k, node) for k in _alias_keys(e.name, tuple(e.aliases))]
+        part.link(edges)
+        return part
+
+    def link(self, edges: Sequence[Edge]) -> None:
+        """Add the relation edges between two of the part's entities (others are left out)."""
         for e in edges:
             src, dst = (e.conversation_id, e.src), (e.conversation_id, e.dst)
-            if src in part.names and dst in part.names:
-                part.graph.add_edge(src, dst, key=e.rel, rel=e.rel, weight=e.weight)
-        return part
+            if src in self.names and dst in self.names:
+                self.graph.add_edge(src, dst, key=e.rel, rel=e.rel, weight=e.weight)
 
 
 @dataclass
@@ -96,10 +101,17 @@ class GraphView:
     turns them into snapshot rows only for the nodes a search reaches, since most nodes are never
     reached. After a write, :meth:`replace` gives a new view that redoes only the written conversation's
     part and shares the others, so a query still reading the old view is never disturbed.
+
+    ``edges_of``: the view reads the relation edges of the conversations a query seeds, all in one read, when a
+    search first needs them (the bounded path's view: many of the conversations it loaded hold no seed of the
+    query, and on a server store one read of many conversations costs little more than a read of one).
     """
 
     parts: dict[str, GraphPart]
     fact_row: Mapping[tuple[str, str], int]
+    edges_of: Callable[[Sequence[str]], Sequence[Edge]] | None = field(default=None, repr=False)
+    _linked: set[str] = field(default_factory=set, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def build(
@@ -109,11 +121,13 @@ class GraphView:
         edges: Sequence[Edge],
         *,
         fact_row: Mapping[tuple[str, str], int] | None = None,
+        edges_of: Callable[[Sequence[str]], Sequence[Edge]] | None = None,
     ) -> GraphView:
         """From the snapshot's entities and facts (facts in table row order) and the edge store's relations.
 
         ``fact_row`` maps ``(conversation_id, fact id)`` to the fact's row (the fact table's own index, which
-        in-place updates keep current); without it, it is built from ``facts``.
+        in-place updates keep current); without it, it is built from ``facts``. ``edges_of``: the edges of some
+        conversations, read when a search first needs them (then ``edges`` is usually empty).
         """
         if fact_row is None:
             fact_row = {(f.conversation_id, f.id): row for row, f in enumerate(facts)}
@@ -122,7 +136,7 @@ class GraphView:
             by_conv.setdefault(e.conversation_id, ([], []))[0].append(e)
         for e in edges:
             by_conv.setdefault(e.conversation_id, ([], []))[1].append(e)
-        return cls({conv: GraphPart.build(*found) for conv, found in by_conv.items()}, fact_row)
+        return cls({conv: GraphPart.build(*found) for conv, found in by_conv.items()}, fact_row, edges_of)
 
     def replace(self, conversation_id: str, entities: Sequence[Entity], edges: Sequence[Edge]) -> GraphView:
         """A view with one conversation's part redone from its entities and edges (others may be given too).
@@ -148,8 +162,24 @@ class GraphView:
 
     def neighbours(self, node: Node) -> Iterator[tuple[Node, dict[str, Any]]]:
         """(other node, edge data) of every relation edge at the node."""
+        self.link([node[0]])
         for _, other, data in self.parts[node[0]].graph.edges(node, data=True):
             yield other, data
+
+    def link(self, conversations: Sequence[str]) -> None:
+        """With ``edges_of``: read the relation edges of those of the conversations not read yet, in one read."""
+        if self.edges_of is None or self._linked.issuperset(conversations):
+            return
+        with self._lock:  # concurrent searches of one view read a conversation's edges once
+            missing = sorted(set(conversations) - self._linked)
+            if missing:
+                by_conv: dict[str, list[Edge]] = {}
+                for e in self.edges_of(missing):
+                    by_conv.setdefault(e.conversation_id, []).append(e)
+                for conv in missing:
+                    if conv in self.parts:
+                        self.parts[conv].link(by_conv.get(conv, []))
+                self._linked.update(missing)
 
     def fact_rows(self, node: Node) -> np.ndarray:
         """The rows of the facts that name the entity, in row order (worked out when a search first reaches it)."""
@@ -214,6 +244,7 @@ def graph_reach(search: GraphSearch, text: str, fact_scores: np.ndarray) -> list
     seeds = search.view.seeds(text)
     if not seeds or search.hops < 0:
         return []
+    search.view.link(sorted({conv for conv, _ in seeds}))  # the seeded conversations' edges, in one read
     reach = expand(search.view, seeds, hops=search.hops, decay=search.decay)
     return reached_facts(search.view, reach, fact_scores, top=search.top)
 

@@ -131,10 +131,18 @@ class EdgeStore:
         src: str | None = None,
         dst: str | None = None,
         rel: str | None = None,
+        src_kind: str | None = None,
+        conversations: Sequence[str] | None = None,
     ) -> list[Edge]:
-        """The user's edges, optionally only those of a conversation, source, destination or relation."""
-        match: dict[str, MatchValue] = {k: v for k, v in (("src", src), ("dst", dst), ("rel", rel)) if v is not None}
-        return [_edge(r) for r in self.table.get(user_id=user_id, conversation_id=conversation_id, match=match)]
+        """The user's edges, optionally only those of a conversation (or any of ``conversations``), source,
+        destination, relation or source kind.
+        """
+        wanted = (("src", src), ("dst", dst), ("rel", rel), ("src_kind", src_kind))
+        match: dict[str, MatchValue] = {k: v for k, v in wanted if v is not None}
+        rows = self.table.get(
+            user_id=user_id, conversation_id=conversation_id, match=match, conversations=conversations
+        )
+        return [_edge(r) for r in rows]
 
     def delete(self, user_id: str, edges: Sequence[Edge]) -> int:
         """Delete these edges of the user (matched by conversation, source, relation, destination); the number gone."""

@@ -38,6 +38,7 @@ MatchValue = str | int | float | bool
 TABLE_PREFIX = "memstrata__"  # two underscores: never clashes with the unit collections ``memstrata_<kind>``
 SQLITE_FILE = "memstrata_tables.sqlite3"
 BUSY_TIMEOUT_S = 30.0
+_BATCH_CONVERSATIONS = 20  # conversations per read of several (Chroma binds each as an SQL variable)
 _MAX_BATCH = 2000
 _RESERVED = frozenset({"user_id", "conversation_id", tenant.SCOPE_FIELD})
 COUNTER_FIELD = "next"  # the field :meth:`Table.reserve` advances
@@ -102,8 +103,11 @@ class Table(Protocol):
         conversation_id: str | None = None,
         match: dict[str, MatchValue] | None = None,
         keys: Sequence[str] | None = None,
+        conversations: Sequence[str] | None = None,
     ) -> list[TableRow]:
-        """A user's rows, optionally of one conversation, with equal fields, or with given keys."""
+        """A user's rows, optionally of one conversation (or any of ``conversations``), with equal fields, or with
+        given keys.
+        """
         ...
 
     def delete(self, *, user_id: str, keys: Sequence[str] | None = None) -> int:
@@ -315,8 +319,21 @@ class SqliteTable:
         conversation_id: str | None = None,
         match: dict[str, MatchValue] | None = None,
         keys: Sequence[str] | None = None,
+        conversations: Sequence[str] | None = None,
     ) -> list[TableRow]:
-        """A user's rows (optionally of one conversation, with equal fields, or with given keys), sorted by key."""
+        """A user's rows (optionally of one conversation or any of ``conversations``, with equal fields, or with
+        given keys), sorted by key.
+        """
+        if conversations is not None:
+            if conversation_id is not None:
+                msg = "name one conversation_id or several conversations, not both"
+                raise ValueError(msg)
+            found = [
+                r
+                for c in dict.fromkeys(conversations)
+                for r in self.get(user_id=user_id, conversation_id=c, match=match, keys=keys)
+            ]
+            return sorted(found, key=lambda r: r.key)
         wheres, found = list(self._wheres(user_id, conversation_id, match, keys)), []
         with self._connect() as db:
             for sql, args in wheres:
@@ -465,9 +482,38 @@ class ChromaTable:
         conversation_id: str | None = None,
         match: dict[str, MatchValue] | None = None,
         keys: Sequence[str] | None = None,
+        conversations: Sequence[str] | None = None,
     ) -> list[TableRow]:
-        """A user's rows (optionally of one conversation, with equal fields, or with given keys), sorted by key."""
-        where = tenant.where(user_id, conversation_id, _check_match(match), scoped=self.scoped)
+        """A user's rows (optionally of one conversation or any of ``conversations``, with equal fields, or with
+        given keys), sorted by key. Several conversations are one read per ``_BATCH_CONVERSATIONS`` of them (on a
+        server store, one read of many is much cheaper than many reads of one).
+        """
+        if conversations is not None:
+            if conversation_id is not None:
+                msg = "name one conversation_id or several conversations, not both"
+                raise ValueError(msg)
+            names = list(dict.fromkeys(conversations))
+            return sorted(
+                (
+                    r
+                    for start in range(0, len(names), _BATCH_CONVERSATIONS)
+                    for r in self._get(user_id, None, match, keys, names[start : start + _BATCH_CONVERSATIONS])
+                ),
+                key=lambda r: r.key,
+            )
+        return self._get(user_id, conversation_id, match, keys, None)
+
+    def _get(
+        self,
+        user_id: str,
+        conversation_id: str | None,
+        match: dict[str, MatchValue] | None,
+        keys: Sequence[str] | None,
+        conversations: list[str] | None,
+    ) -> list[TableRow]:
+        where = tenant.where(
+            user_id, conversation_id, _check_match(match), scoped=self.scoped, conversations=conversations
+        )
         batches = [None] if keys is None else [list(c) for c in _chunks(list(keys))]
         out = []
         wanted = {k: v for k, v in (("user_id", user_id), ("conversation_id", conversation_id)) if v is not None}
@@ -482,7 +528,9 @@ class ChromaTable:
             )
             for key, meta in zip(found["ids"], found["metadatas"] or [], strict=True):
                 fields = dict(meta or {})
-                if any(fields.get(k) != v for k, v in wanted.items()):
+                if any(fields.get(k) != v for k, v in wanted.items()) or (
+                    conversations is not None and fields.get("conversation_id") not in conversations
+                ):
                     continue
                 fields.pop(tenant.SCOPE_FIELD, None)
                 out.append(TableRow(key, str(fields.pop("user_id")), str(fields.pop("conversation_id")), fields))

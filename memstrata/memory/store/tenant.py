@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 SCOPE_FIELD = "scope"
@@ -68,19 +69,32 @@ def stamp(user_id: str, conversation_id: str) -> dict[str, str]:
 
 
 def where(
-    user_id: str, conversation_id: str | None = None, extra: dict[str, Any] | None = None, *, scoped: bool = False
+    user_id: str,
+    conversation_id: str | None = None,
+    extra: dict[str, Any] | None = None,
+    *,
+    scoped: bool = False,
+    conversations: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """The Chroma ``where`` clause of a read: always the user, optionally a conversation and more.
+    """The Chroma ``where`` clause of a read: always the user, optionally a conversation (or any of
+    ``conversations``) and more.
 
     ``scoped``: every record of the collection carries the scope stamp, so a user and conversation are
     named by their scope key alone.
     """
+    if conversations is not None and conversation_id is not None:
+        msg = "name one conversation_id or several conversations, not both"
+        raise ValueError(msg)
     if scoped and conversation_id is not None:
         clauses: list[dict[str, Any]] = [{SCOPE_FIELD: scope_key(user_id, conversation_id)}]
+    elif scoped and conversations is not None:
+        clauses = [{SCOPE_FIELD: {"$in": [scope_key(user_id, c) for c in conversations]}}]
     else:
         clauses = [{"user_id": check_user(user_id)}]
         if conversation_id is not None:
             clauses.append({"conversation_id": conversation_id})
+        if conversations is not None:
+            clauses.append({"conversation_id": {"$in": list(conversations)}})
     if extra:
         clauses.extend(extra["$and"] if "$and" in extra else ({k: v} for k, v in extra.items()))
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}

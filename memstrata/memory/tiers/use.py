@@ -30,7 +30,9 @@ def used_records(store: Any, user_id: str, turns: Sequence[tuple[str, str, str]]
         return []
     used = {(c, t) for c, _, t in turns}
     keys = sorted({f"{c}/{s}" for c, s, _ in turns})
-    episodes = store.get("episode", user_id=user_id, where={"session_key": {"$in": keys}})
+    # selective: a few sessions' keys match few records, so Chroma reads them without a user clause over all of the
+    # user's episodes, and the tenant is checked on what comes back
+    episodes = store.get("episode", user_id=user_id, where={"session_key": {"$in": keys}}, selective=True)
     return [
         (r.metadata["conversation_id"], "summary", summary_id(r.unit_id))
         for r in episodes
@@ -52,9 +54,13 @@ def record_use(
     pivotal: int,
     buffer: int,
 ) -> dict[str, Any]:
-    """Count the use, score the used records, move what ranks in or out; what happened, for the trace."""
+    """Count the use, score the used records, move what ranks in or out; what happened, for the trace, and the
+    records whose counters it wrote (``written``).
+
+    ``active``: the counters of the active tiers' records the used ones are ranked against.
+    """
     if not items:
-        return {"recalled": 0, "scored_lazily": 0, "promoted": 0, "demoted": 0}
+        return {"written": [], "recalled": 0, "scored_lazily": 0, "promoted": 0, "demoted": 0}
     store.counters.record_recall(user_id, items, at=now)
     stored = store.counters.get(user_id, items)
     known = {i: c for i, c in stored.items() if c.session_key}  # scored at ingestion (else written before tiers)
@@ -92,6 +98,7 @@ def record_use(
         writes.setdefault(item, {})["tier"] = tier
     store.counters.set_scores(user_id, writes)
     return {
+        "written": sorted(writes),
         "recalled": len(items),
         "scored_lazily": sum(1 for c in known.values() if not c.tier),
         "promoted": sum(1 for i, t in moves.items() if t and not tiers.get(i)),
