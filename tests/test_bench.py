@@ -436,6 +436,35 @@ def test_bench_scale_reports_each_path_as_soon_as_it_is_measured(
     assert rows[0]["paths"]["tiered"] == {"search": "tiered"} and rows[0]["turns"] >= 300
 
 
+def test_a_kept_scale_store_stopped_midway_is_grown_on_to_exactly_a_clean_store(
+    tmp_path, locomo_path, hash_embeddings
+) -> None:
+    from memstrata.bench import scale
+    from memstrata.memory.store.invariants import check_store
+
+    folder = tmp_path / "kept"
+
+    def grower(originals: int = 1) -> scale.GrowingStore:
+        return scale.GrowingStore(
+            locomo_path, embeddings=hash_embeddings, workdir=tmp_path, prefix="s-", originals=originals, folder=folder
+        )
+
+    first = grower()
+    assert not first.resumed
+    first.grow(1)  # the original, through the ingestion graph
+    original = first.turns
+    scale.copy_conversation(first.mem.store, first.convs[0], 1)  # stopped after writing a copy, before recording it
+    first.close()
+    again = grower()
+    assert again.resumed and (again.turns, again.copy, again.next_conv) == (original, 1, 0)
+    again.grow(original + 1)  # the copy is written again, over itself
+    assert again.turns == 2 * original == again.mem.store.count("turn", user_id=scale.USER)
+    assert check_store(again.mem.store, scale.USER, None) == []
+    again.close()
+    with pytest.raises(ValueError, match="original conversations"):
+        grower(originals=2)
+
+
 def test_bench_scale_through_a_chroma_server(tmp_path, locomo_path) -> None:
     """``bench scale --server``: the store grows and is queried through a ``chroma run`` the bench starts over the
     store's folder (loopback) and stops; the server's peak memory is reported beside the query process's.

@@ -248,6 +248,13 @@ def scale(
             help="grow and query the sizes through a `chroma run` server started over the store (loopback)",
         ),
     ] = False,
+    store: Annotated[
+        Path | None,
+        typer.Option(
+            help="grow the user in this folder and keep it; a folder a stopped run left is grown on from its last "
+            "whole conversation (large sizes take hours to grow)"
+        ),
+    ] = None,
 ) -> None:
     """One user with many turns (planted LoCoMo questions), and the chat pattern of write-then-read."""
     import shutil
@@ -292,6 +299,7 @@ def scale(
             server=server,
             revisits=revisits,
             report=report,
+            keep=store,
         )
         if chat_rounds:
             result["chat"] = chat_pattern(path, turns=chat_turns, rounds=chat_rounds, workdir=root, originals=originals)

@@ -270,10 +270,17 @@ class ChromaServer:
                 self.process.wait()
 
 
+PROGRESS = "scale-progress.json"
+_GROWTH = ("turns", "copy", "next_conv", "ingest_s", "copy_s", "original_turns", "copied_turns")
+
+
 class GrowingStore:
     """One user's store, grown in steps: the originals through the graph once, then perturbed copies.
 
     ``server``: the store is served by a ``chroma run`` over its folder (:class:`ChromaServer`), not embedded.
+    ``folder``: grow the store there and keep it (default: a new temporary folder under ``workdir``). Its growth is
+    recorded in :data:`PROGRESS` after each conversation, so a run stopped midway (a 1M-turn user takes hours to grow)
+    is grown on from the last whole conversation (:meth:`_resume`).
     """
 
     def __init__(
@@ -285,11 +292,16 @@ class GrowingStore:
         prefix: str,
         originals: int | None = None,
         server: bool = False,
+        folder: Path | None = None,
     ) -> None:
         from memstrata import Memstrata
 
         self.convs = load_locomo(path)[:originals]
-        self.folder = Path(tempfile.mkdtemp(prefix=prefix, dir=workdir))
+        if folder is None:
+            self.folder = Path(tempfile.mkdtemp(prefix=prefix, dir=workdir))
+        else:
+            self.folder = folder
+            self.folder.mkdir(parents=True, exist_ok=True)
         self.server = ChromaServer(self.folder / "chroma") if server else None
         self.url = self.server.url if self.server else None
         self.mem = (
@@ -300,6 +312,23 @@ class GrowingStore:
         self.turns, self.copy, self.next_conv = 0, 0, 0
         self.ingest_s = self.copy_s = 0.0
         self.original_turns = self.copied_turns = 0
+        self.resumed = self._resume() if folder is not None else False
+
+    def _resume(self) -> bool:
+        """Take the growth recorded in the folder. The conversation it was writing when it stopped is written again: an
+        original's ingestion resumes where it stopped, and a copy's records, edges and counters have ids derived from
+        the tenant and the copy, so a copy written twice over a partial one is one whole copy.
+        """
+        progress = self.folder / PROGRESS
+        if not progress.exists():
+            return False
+        state = json.loads(progress.read_text())
+        if state.get("originals") != len(self.convs):
+            msg = f"{self.folder} was grown from {state.get('originals')} original conversations, not {len(self.convs)}"
+            raise ValueError(msg)
+        for name in _GROWTH:
+            setattr(self, name, state[name])
+        return True
 
     def grow(self, target: int) -> None:
         """Add conversations until the user holds at least ``target`` turns (whole conversations)."""
@@ -318,6 +347,13 @@ class GrowingStore:
             self.next_conv += 1
             if self.next_conv == len(self.convs):
                 self.next_conv, self.copy = 0, self.copy + 1
+            self._record()
+
+    def _record(self) -> None:
+        state = {name: getattr(self, name) for name in _GROWTH} | {"originals": len(self.convs)}
+        part = self.folder / f"{PROGRESS}.part"
+        part.write_text(json.dumps(state))
+        part.replace(self.folder / PROGRESS)  # whole or not at all
 
     def close(self) -> None:
         """Close the grown store's Memstrata instance, and stop its server."""
@@ -462,20 +498,25 @@ def run_sizes(
     server: bool = False,
     revisits: int = 0,
     report: Callable[[dict[str, Any]], None] = lambda _: None,
+    keep: Path | None = None,
 ) -> list[dict[str, Any]]:
     """Grow one store through the sizes (ascending) and measure each (``server``: through a ``chroma run``;
     ``revisits``: the first ``revisits`` questions asked again on the archive-only and tiered paths).
 
     ``report`` is called with a size's row each time one of its paths is measured (the same row object, with one
-    more path each time).
+    more path each time). ``keep``: the store's folder, kept, and grown on if a stopped run left it
+    (:class:`GrowingStore`); the rows' growth times are then those of every run that grew it.
     """
-    store = GrowingStore(path, embeddings=None, workdir=workdir, prefix="scale-", originals=originals, server=server)
+    store = GrowingStore(
+        path, embeddings=None, workdir=workdir, prefix="scale-", originals=originals, server=server, folder=keep
+    )
     rows = []
     try:
         for target in sorted(targets):
             store.grow(target)
             row: dict[str, Any] = {
                 "turns": store.turns,
+                **({"grown_over_runs": True} if store.resumed else {}),
                 "original_turns": store.original_turns,
                 "ingest_turns_per_second": round(store.original_turns / store.ingest_s, 1) if store.ingest_s else None,
                 "copied_turns": store.copied_turns,
