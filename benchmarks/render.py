@@ -366,6 +366,7 @@ FILES = (
     "locomo_baselines",
     "scale",
     "scale_tiers",
+    "scale_server",
     "chat_counting",
     "chat_conv26",
     "locomo_reader_oracle",
