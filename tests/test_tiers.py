@@ -315,34 +315,3 @@ def test_use_ranks_against_the_held_active_records_and_keeps_them_equal_to_the_s
     held = held_active(mem.store, user_id="ann", conversation_id=None, refresh_seconds=3600.0)
     stored = active("ann")
     assert {(c.item, c.tier, c.priority) for c in held} == {(c.item, c.tier, c.priority) for c in stored}
-
-
-def test_a_tier_keeps_the_conversation_wide_units_that_reach_its_sessions_only(mem: Memstrata) -> None:
-    from memstrata.context import Context
-    from memstrata.memory.index.bounded import WorkingSet, reaching
-    from memstrata.runtime.search import bounds
-
-    mem.ingest(EXAMPLE, user_id="ann", close=True, **SMALL)
-    spanning = [r for kind in ("entity", "tree_node", "theme", "persona") for r in mem.store.get(kind, user_id="ann")]
-    turns = {("priya-tom", r.unit_id) for r in mem.store.get("turn", user_id="ann") if r.unit_id.startswith("s1:")}
-    summaries = {("priya-tom", r.unit_id) for r in mem.store.get("summary", user_id="ann") if ":s1:" in r.unit_id}
-    kept = reaching(spanning, turns=turns, summaries=summaries)
-    assert 0 < len(kept) < len(spanning)  # session 1 reaches some of the conversation's units, not all
-    for r in kept:
-        p = r.payload
-        held = set(p.get("turn_ids", [])) | {t for i in p.get("items", []) for t in i.get("turn_ids", [])}
-        assert any(t.startswith("s1:") for t in held) or r.kind == "tree_node"
-    weeks = [r for r in kept if r.kind == "tree_node" and r.payload["level"] == "week"]
-    assert weeks and all(
-        any(("priya-tom", c) in summaries for c in r.payload["children"])
-        or any(t.startswith("s1:") for t in r.payload["turn_ids"])
-        for r in weeks
-    )
-    # the tier holding session 1 holds exactly those
-    ctx = Context(user_id="ann", **SMALL)
-    ws = WorkingSet(mem.store, user_id="ann", conversation_id=None, bounds=bounds(ctx))
-    index = ws.hold_sessions(["priya-tom/1"])
-    held = {
-        (kind, r.unit_id) for kind in ("entity", "tree_node", "theme", "persona") for r in ws.records[kind].values()
-    }
-    assert held == {(r.kind, r.unit_id) for r in kept} and len(index.turns) == len(turns)

@@ -61,7 +61,7 @@ from memstrata.context import default
 from memstrata.memory import levels
 from memstrata.memory.index.sessions import session_cache
 from memstrata.memory.index.snapshot import MemoryIndex, kind_table
-from memstrata.memory.levels import SUMMARY, TREE_NODE, TreeNode
+from memstrata.memory.levels import TreeNode
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]{3,}")
 _STOP = frozenset(
@@ -138,8 +138,8 @@ _STOP = frozenset(
 )
 _EVENT_WORDS = 4  # words read in the event kinds' text
 _READERS = 4  # threads reading candidates from Chroma at once
-# a tier's sessions per read: a read's reply (JSON, vectors as lists) is held whole while it is parsed, so a tier of
-# 200 sessions read 200 at a time peaked 0.4 GB above reading them 25 at a time (measured on a 100k-turn server store)
+# a tier's sessions per read: a read's reply (JSON, vectors as lists) is held whole while it is parsed; a tier of
+# 199 sessions on a 100k-turn server store peaked about 0.4 GB lower read 25 at a time than 200 at a time
 _HELD_SESSIONS_PER_READ = 25
 _RUNS = 8  # working sets kept per process (one per retrieval run in flight)
 _RUN_CACHE: OrderedDict[tuple[int, str, str | None, str], WorkingSet] = OrderedDict()
@@ -238,16 +238,14 @@ class WorkingSet:
 
     def hold_sessions(self, keys: Sequence[str]) -> MemoryIndex:
         """The snapshot over these whole sessions (HMO's active tiers), read once each: every unit of a kind that
-        belongs to a session, and of the kinds that span a conversation (entities, the temporal tree, themes,
-        personas), the units that reach a held session (:func:`reaching`); graph expansion then reads the entity
-        edges of the conversations a query seeds.
+        belongs to a session, and every unit of the kinds that span a conversation (entities, the temporal tree,
+        themes, personas) of their conversations, whose entity edges graph expansion then reads.
 
         No dense or lexical search reads anything here: the candidates are the sessions, whatever the queries.
         """
         with self.lock:
             wanted = [k for k in dict.fromkeys(keys) if k not in self.sessions]
-            # a conversation gaining a session is read again: what reaches only the new session was left out before
-            convs = sorted({k.rpartition("/")[0] for k in wanted})
+            convs = sorted({k.rpartition("/")[0] for k in wanted} - self.named_conversations)
             searched = levels.levels(searched=True)
             by_session = [lv for lv in searched if "session_id" in lv.unit.model_fields]
             reads = [
@@ -272,20 +270,9 @@ class WorkingSet:
                 for conv in convs
                 if self.conversation_id in (None, conv)
             ]
-            spanning: list[Any] = []
             with ThreadPoolExecutor(max_workers=_READERS) as pool:
                 for found in pool.map(lambda read: read(), reads):
-                    if found and "session_id" in levels.get_level(found[0].kind).unit.model_fields:
-                        self._keep(found)
-                    else:
-                        spanning += found
-            self._keep(
-                reaching(
-                    spanning,
-                    turns=set(self.records.get(levels.raw_kind(), {})),
-                    summaries=set(self.records.get(SUMMARY.kind, {})),
-                )
-            )
+                    self._keep(found)
             self.reads += len(reads)
             self.sessions += wanted
             self.named_conversations.update(convs)
@@ -514,33 +501,6 @@ class WorkingSet:
             index.latest = latest
         index.bounded = sorted(self.named_conversations)
         return index
-
-
-def reaching(records: Sequence[Any], *, turns: set[tuple[str, str]], summaries: set[tuple[str, str]]) -> list[Any]:
-    """The records of conversation-spanning kinds that reach a held session: an entity, theme or persona whose
-    turns include a held turn, a tree node whose central turns do or whose subtree holds a held summary.
-
-    An active tier holds whole sessions; a unit that reaches none of them cannot put a held turn in its answer
-    (graph expansion from it reaches facts the tier does not hold), so the tier leaves it out. Without this, each
-    held session brought every such unit of its conversation, about half of the tier's units at 100k turns.
-    ``turns`` and ``summaries`` are ``(conversation, id)`` pairs.
-    """
-
-    def turns_of(payload: dict[str, Any]) -> Iterable[str]:
-        yield from payload.get("turn_ids", ())
-        for item in payload.get("items", ()):  # a persona's items
-            yield from item.get("turn_ids", ())
-
-    kept, reach = [], set(summaries)
-    order = {"week": 0, "month": 1, "year": 2}
-    parsed = sorted(((r, r.payload) for r in records), key=lambda rp: order.get(rp[1].get("level", ""), -1))
-    for r, payload in parsed:  # the tree bottom-up, after the other kinds
-        conv = r.metadata["conversation_id"]
-        children = payload.get("children", ()) if r.kind == TREE_NODE.kind else ()
-        if any((conv, t) in turns for t in turns_of(payload)) or any((conv, c) in reach for c in children):
-            kept.append(r)
-            reach.add((conv, r.unit_id))
-    return kept
 
 
 def _one(read: Callable[..., list[Any]], *args: Any, **kwargs: Any) -> list[list[Any]]:
