@@ -324,10 +324,8 @@ class SqliteTable:
         """A user's rows (optionally of one conversation or any of ``conversations``, with equal fields, or with
         given keys), sorted by key.
         """
+        tenant.check_conversations(conversation_id, conversations)
         if conversations is not None:
-            if conversation_id is not None:
-                msg = "name one conversation_id or several conversations, not both"
-                raise ValueError(msg)
             found = [
                 r
                 for c in dict.fromkeys(conversations)
@@ -488,10 +486,8 @@ class ChromaTable:
         given keys), sorted by key. Several conversations are one read per ``_BATCH_CONVERSATIONS`` of them (on a
         server store, one read of many is much cheaper than many reads of one).
         """
+        tenant.check_conversations(conversation_id, conversations)
         if conversations is not None:
-            if conversation_id is not None:
-                msg = "name one conversation_id or several conversations, not both"
-                raise ValueError(msg)
             names = list(dict.fromkeys(conversations))
             return sorted(
                 (

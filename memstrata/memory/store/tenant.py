@@ -82,9 +82,7 @@ def where(
     ``scoped``: every record of the collection carries the scope stamp, so a user and conversation are
     named by their scope key alone.
     """
-    if conversations is not None and conversation_id is not None:
-        msg = "name one conversation_id or several conversations, not both"
-        raise ValueError(msg)
+    check_conversations(conversation_id, conversations)
     if scoped and conversation_id is not None:
         clauses: list[dict[str, Any]] = [{SCOPE_FIELD: scope_key(user_id, conversation_id)}]
     elif scoped and conversations is not None:
@@ -98,6 +96,13 @@ def where(
     if extra:
         clauses.extend(extra["$and"] if "$and" in extra else ({k: v} for k, v in extra.items()))
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}
+
+
+def check_conversations(conversation_id: str | None, conversations: Sequence[str] | None) -> None:
+    """A read names one ``conversation_id`` or several ``conversations``, not both (``ValueError``)."""
+    if conversations is not None and conversation_id is not None:
+        msg = "name one conversation_id or several conversations, not both"
+        raise ValueError(msg)
 
 
 def term_key(user_id: str, term: str) -> str:
