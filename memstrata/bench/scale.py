@@ -41,12 +41,10 @@ import os
 import random
 import re
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -54,6 +52,7 @@ from typing import Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
+from memstrata.bench.chroma_run import start_chroma
 from memstrata.bench.locomo import HEADLINE_CATEGORIES, LocomoConversation, load_locomo
 from memstrata.bench.metric import RecallTally
 from memstrata.context import Context
@@ -216,60 +215,6 @@ def ask_sample(
     return tally.summary()["recall_all"][str(budget)], latencies
 
 
-class ChromaServer:
-    """A ``chroma run`` process over one folder, on a free loopback port, for a bench (stop it with :meth:`stop`)."""
-
-    def __init__(self, folder: Path, *, timeout: float = 120.0) -> None:
-        exe = Path(sys.executable).parent / "chroma"
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        self.log = folder.parent / f"{folder.name}-chroma.log"
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(
-                [str(exe), "run", "--path", str(folder), "--host", "127.0.0.1", "--port", str(port)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, "ANONYMIZED_TELEMETRY": "False"},
-            )
-        deadline = time.monotonic() + timeout
-        while not self._answers():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                msg = f"chroma run over {folder} did not start; its log:\n{self.log.read_text()[-2000:]}"
-                raise RuntimeError(msg)
-            time.sleep(0.25)
-
-    def _answers(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/api/v2/heartbeat", timeout=2):
-                return True
-        except OSError:
-            return False
-
-    def peak_mb(self) -> float | None:
-        """The server process's peak resident memory so far (Linux), else ``None``."""
-        status = Path(f"/proc/{self.process.pid}/status")
-        if not status.exists():
-            return None
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-        return None
-
-    def stop(self) -> None:
-        """Stop the server (terminate, then kill after 20 s)."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
 PROGRESS = "scale-progress.json"
 _GROWTH = ("turns", "copy", "next_conv", "ingest_s", "copy_s", "original_turns", "copied_turns")
 
@@ -277,7 +222,8 @@ _GROWTH = ("turns", "copy", "next_conv", "ingest_s", "copy_s", "original_turns",
 class GrowingStore:
     """One user's store, grown in steps: the originals through the graph once, then perturbed copies.
 
-    ``server``: the store is served by a ``chroma run`` over its folder (:class:`ChromaServer`), not embedded.
+    ``server``: the store is served by a ``chroma run`` over its folder, not embedded
+    (:func:`~memstrata.bench.chroma_run.start_chroma`).
     ``folder``: grow the store there and keep it (default: a new temporary folder under ``workdir``). Its growth is
     recorded in :data:`PROGRESS` after each conversation, so a run stopped midway (a 1M-turn user takes hours to grow)
     is grown on from the last whole conversation (:meth:`_resume`).
@@ -302,7 +248,7 @@ class GrowingStore:
         else:
             self.folder = folder
             self.folder.mkdir(parents=True, exist_ok=True)
-        self.server = ChromaServer(self.folder / "chroma") if server else None
+        self.server = start_chroma(self.folder / "chroma") if server else None
         self.url = self.server.url if self.server else None
         self.mem = (
             Memstrata(url=self.url, embeddings=embeddings)
