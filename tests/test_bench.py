@@ -516,3 +516,43 @@ def test_bench_set_reads_context_fields_and_refuses_unknown_ones() -> None:
     for bad in (["no_such_field=1"], ["theme_search_k"]):
         with pytest.raises(typer.BadParameter):
             _settings(bad)
+
+
+def test_a_signal_stops_growth_after_the_conversation_being_written(
+    tmp_path, locomo_path, hash_embeddings, monkeypatch
+) -> None:
+    """SIGTERM mid-copy: the copy is finished and recorded, then growth stops with ``GrowthStoppedError``; the handlers
+    before it are back, and the same folder grows on from there.
+    """
+    import signal
+
+    from memstrata.bench import scale
+    from memstrata.memory.store.invariants import check_store
+
+    folder = tmp_path / "kept"
+    grower = scale.GrowingStore(
+        locomo_path, embeddings=hash_embeddings, workdir=tmp_path, prefix="s-", originals=1, folder=folder
+    )
+    grower.grow(1)
+    original = grower.turns
+    copy = scale.copy_conversation
+
+    def copy_then_signal(store, conv, k):  # the signal arrives while a copy is being written
+        os.kill(os.getpid(), signal.SIGTERM)
+        return copy(store, conv, k)
+
+    handler = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(scale, "copy_conversation", copy_then_signal)
+    with pytest.raises(scale.GrowthStoppedError, match="SIGTERM"):
+        grower.grow(10 * original)
+    monkeypatch.setattr(scale, "copy_conversation", copy)
+    assert signal.getsignal(signal.SIGTERM) is handler
+    assert grower.turns == 2 * original == grower.mem.store.count("turn", user_id=scale.USER)
+    grower.close()
+    again = scale.GrowingStore(
+        locomo_path, embeddings=hash_embeddings, workdir=tmp_path, prefix="s-", originals=1, folder=folder
+    )
+    assert again.resumed and (again.turns, again.copy) == (2 * original, 2)
+    again.grow(3 * original)
+    assert again.turns == 3 * original and check_store(again.mem.store, scale.USER, None) == []
+    again.close()

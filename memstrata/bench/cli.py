@@ -252,7 +252,8 @@ def scale(
         Path | None,
         typer.Option(
             help="grow the user in this folder and keep it; a folder a stopped run left is grown on from its last "
-            "whole conversation (large sizes take hours to grow)"
+            "whole conversation (large sizes take hours to grow; Ctrl-C or SIGTERM stops growing after the "
+            "conversation being written)"
         ),
     ] = None,
 ) -> None:
@@ -260,7 +261,7 @@ def scale(
     import shutil
     import tempfile
 
-    from memstrata.bench.scale import NOTE, chat_pattern, plot_scale, run_sizes
+    from memstrata.bench.scale import NOTE, GrowthStoppedError, chat_pattern, plot_scale, run_sizes
     from memstrata.context import Context
 
     try:
@@ -304,6 +305,9 @@ def scale(
         if chat_rounds:
             result["chat"] = chat_pattern(path, turns=chat_turns, rounds=chat_rounds, workdir=root, originals=originals)
             console.print(result["chat"])
+    except GrowthStoppedError as stopped:  # the sizes measured so far are in --out already (report)
+        console.print(f"{stopped}" + ("; run the same command to grow on" if store else ""))
+        raise typer.Exit(code=1) from None
     finally:
         shutil.rmtree(root, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)

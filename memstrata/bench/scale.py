@@ -35,17 +35,20 @@ Example:
 from __future__ import annotations
 
 import calendar
+import contextlib
 import dataclasses
 import json
 import os
 import random
 import re
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -215,6 +218,28 @@ def ask_sample(
     return tally.summary()["recall_all"][str(budget)], latencies
 
 
+class GrowthStoppedError(RuntimeError):
+    """A signal stopped :meth:`GrowingStore.grow` between two conversations; the same command grows on."""
+
+
+@contextlib.contextmanager
+def _stop_requests() -> Iterator[list[str]]:
+    """While inside, SIGTERM and SIGINT only note their name in the list it yields (main thread only; elsewhere
+    the list stays empty and signals act as before). The previous handlers come back on the way out.
+    """
+    noted: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+    names = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
+    before = {sig: signal.signal(sig, lambda sig, _frame: noted.append(names[sig])) for sig in names}
+    try:
+        yield noted
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
 PROGRESS = "scale-progress.json"
 _GROWTH = ("turns", "copy", "next_conv", "ingest_s", "copy_s", "original_turns", "copied_turns")
 
@@ -277,23 +302,32 @@ class GrowingStore:
         return True
 
     def grow(self, target: int) -> None:
-        """Add conversations until the user holds at least ``target`` turns (whole conversations)."""
-        while self.turns < target:
-            conv = self.convs[self.next_conv]
-            start = time.perf_counter()
-            if self.copy == 0:
-                added = self.mem.ingest(conv.raw, user_id=USER)["turns_seen"]
-                self.ingest_s += time.perf_counter() - start
-                self.original_turns += added
-            else:
-                added = copy_conversation(self.mem.store, conv, self.copy)
-                self.copy_s += time.perf_counter() - start
-                self.copied_turns += added
-            self.turns += added
-            self.next_conv += 1
-            if self.next_conv == len(self.convs):
-                self.next_conv, self.copy = 0, self.copy + 1
-            self._record()
+        """Add conversations until the user holds at least ``target`` turns (whole conversations).
+
+        A SIGTERM or SIGINT while it grows stops it after the conversation being written, which is recorded, and
+        raises :class:`GrowthStoppedError`: killing Chroma's embedded writer mid-write can leave an HNSW segment that no
+        later write can apply its log to (a kill left the 1M-turn store's theme collection so).
+        """
+        with _stop_requests() as stop:
+            while self.turns < target:
+                conv = self.convs[self.next_conv]
+                start = time.perf_counter()
+                if self.copy == 0:
+                    added = self.mem.ingest(conv.raw, user_id=USER)["turns_seen"]
+                    self.ingest_s += time.perf_counter() - start
+                    self.original_turns += added
+                else:
+                    added = copy_conversation(self.mem.store, conv, self.copy)
+                    self.copy_s += time.perf_counter() - start
+                    self.copied_turns += added
+                self.turns += added
+                self.next_conv += 1
+                if self.next_conv == len(self.convs):
+                    self.next_conv, self.copy = 0, self.copy + 1
+                self._record()
+                if stop:
+                    msg = f"stopped by {stop[0]} at {self.turns:,} turns, recorded in {self.folder / PROGRESS}"
+                    raise GrowthStoppedError(msg)
 
     def _record(self) -> None:
         state = {name: getattr(self, name) for name in _GROWTH} | {"originals": len(self.convs)}
