@@ -192,6 +192,28 @@ def test_counters(backend: Backend) -> None:
         store.set_tier("alice", [TURN], "")
 
 
+def test_the_active_tiers_are_read_through_their_index_and_only_the_users_own(tmp_path: Path) -> None:
+    """The counters' ``tier`` is indexed on SQLite: reading a user's cache tier searches the index (a user with
+    many archived records is not scanned), and returns that user's rows only, as the unindexed read would.
+    """
+    store = CounterStore(tables.open_table("counters", path=tmp_path, client=None, indexed=("tier",)))
+    for user in ("alice", "bob"):  # equal conversation and unit ids on both sides
+        items = [("c1", "summary", f"s{i}") for i in range(300)]
+        store.set_scores(user, {item: {"priority": 0.1, "tier": ""} for item in items})
+        store.set_scores(user, {items[3]: {"tier": "cache"}, items[7]: {"tier": "buffer"}})
+    store.set_scores("bob", {("c1", "summary", "s5"): {"tier": "cache"}})
+    assert [(c.unit_id, c.tier) for c in store.active("alice")] == [("s3", "cache"), ("s7", "buffer")]
+    assert sorted(c.unit_id for c in store.active("bob")) == ["s3", "s5", "s7"]
+    table = store.table
+    sql, args = next(table._wheres("alice", None, {"tier": "cache"}, None, table.indexed))
+    with sqlite3.connect(table.path) as db:
+        plan = " ".join(str(row) for row in db.execute(f'EXPLAIN QUERY PLAN SELECT key FROM "counters"{sql}', args))
+    assert "counters_tier" in plan, plan
+    plain = CounterStore(tables.open_table("plain", path=tmp_path, client=None))  # no index: same rows, a scan
+    plain.set_scores("alice", {("c1", "summary", "s3"): {"tier": "cache"}, ("c1", "summary", "s4"): {"tier": ""}})
+    assert [c.unit_id for c in plain.active("alice")] == ["s3"]
+
+
 def test_tenant_isolation(backend: Backend) -> None:
     edge_table, counter_table = backend.open("edges"), backend.open("counters")
     edges, counters = EdgeStore(edge_table), CounterStore(counter_table)

@@ -58,7 +58,7 @@ class MemoryStore(VectorStore):
         super().__init__(path=path, url=url, embeddings=embeddings, client=client)
         folder = Path(path) if path is not None and not url else None
         self.edges = EdgeStore(open_table("edges", path=folder, client=self.client))
-        self.counters = CounterStore(open_table("counters", path=folder, client=self.client))
+        self.counters = CounterStore(open_table("counters", path=folder, client=self.client, indexed=("tier",)))
         self.items = open_table("items", path=folder, client=self.client)  # what a LangGraph store user put
         self.sequences = Sequences(open_table("sequences", path=folder, client=self.client))
         self.journal = open_table("journal", path=folder, client=self.client)  # what was updated or deleted

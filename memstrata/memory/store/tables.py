@@ -228,10 +228,13 @@ class SqliteTable:
     Args:
         path: the SQLite file (created with its folder when missing).
         name: the table inside it (an identifier).
+        indexed: fields a ``match`` often selects few rows by (the counters' ``tier``): each gets an index on the
+            user and the field, so such a read costs what it returns, not a scan of the user's rows.
     """
 
-    def __init__(self, path: Path, name: str) -> None:
+    def __init__(self, path: Path, name: str, *, indexed: Sequence[str] = ()) -> None:
         self.path, self.name = Path(path), check_name(name)
+        self.indexed = frozenset(check_name(f, "field name") for f in indexed)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")  # persistent in the file: readers never block the writer
@@ -241,6 +244,9 @@ class SqliteTable:
                 "conversation_id TEXT NOT NULL, data TEXT NOT NULL)"
             )
             db.execute(f'CREATE INDEX IF NOT EXISTS "{name}_tenant" ON "{name}" (user_id, conversation_id)')
+            for field in sorted(self.indexed):  # the same expression as _wheres writes, or SQLite will not use it
+                value = f"json_extract(data, '$.{field}')"
+                db.execute(f'CREATE INDEX IF NOT EXISTS "{name}_{field}" ON "{name}" (user_id, {value})')
 
     def _connect(self) -> AbstractContextManager[sqlite3.Connection]:
         return sqlite_connection(self.path)
@@ -332,7 +338,7 @@ class SqliteTable:
                 for r in self.get(user_id=user_id, conversation_id=c, match=match, keys=keys)
             ]
             return sorted(found, key=lambda r: r.key)
-        wheres, found = list(self._wheres(user_id, conversation_id, match, keys)), []
+        wheres, found = list(self._wheres(user_id, conversation_id, match, keys, self.indexed)), []
         with self._connect() as db:
             for sql, args in wheres:
                 found += db.execute(f'SELECT key, user_id, conversation_id, data FROM "{self.name}"{sql}', args)
@@ -359,16 +365,26 @@ class SqliteTable:
 
     @staticmethod
     def _wheres(
-        user_id: str, conversation_id: str | None, match: dict[str, MatchValue] | None, keys: Sequence[str] | None
+        user_id: str,
+        conversation_id: str | None,
+        match: dict[str, MatchValue] | None,
+        keys: Sequence[str] | None,
+        indexed: frozenset[str] = frozenset(),
     ) -> Iterator[tuple[str, list[Any]]]:
-        """The WHERE clause and its arguments: one per chunk of ``keys`` (SQLite caps bound variables)."""
+        """The WHERE clause and its arguments: one per chunk of ``keys`` (SQLite caps bound variables). An
+        ``indexed`` field's path is written out (a checked name), so the clause matches its index's expression.
+        """
         clauses, args = ["user_id = ?"], [tenant.check_user(user_id)]
         if conversation_id is not None:
             clauses.append("conversation_id = ?")
             args.append(conversation_id)
         for name, value in _check_match(match).items():
-            clauses.append("json_extract(data, ?) = ?")
-            args.extend([f"$.{name}", value])
+            if name in indexed:
+                clauses.append(f"json_extract(data, '$.{name}') = ?")
+                args.append(value)
+            else:
+                clauses.append("json_extract(data, ?) = ?")
+                args.extend([f"$.{name}", value])
         if keys is None:
             yield " WHERE " + " AND ".join(clauses), args
             return
@@ -589,7 +605,7 @@ class ChromaTable:
 _OPEN_LOCK = threading.Lock()
 
 
-def open_table(name: str, *, path: Path | None, client: Any) -> Table:
+def open_table(name: str, *, path: Path | None, client: Any, indexed: Sequence[str] = ()) -> Table:
     """The table ``name`` of a store.
 
     Args:
@@ -597,13 +613,15 @@ def open_table(name: str, *, path: Path | None, client: Any) -> Table:
         path: the data folder of an embedded store: the rows go to ``path / "memstrata_tables.sqlite3"``,
             beside Chroma's own files.
         client: the Chroma client of a server store, used when ``path`` is ``None``.
+        indexed: fields a ``match`` often selects few rows by (:class:`SqliteTable`; Chroma indexes every
+            metadata field itself).
 
     Returns:
         A :class:`SqliteTable` (embedded mode) or a :class:`ChromaTable` (server mode).
     """
     if path is not None:
         with _OPEN_LOCK:  # two stores of one process opening the same file create its schema one after the other
-            return SqliteTable(Path(path) / SQLITE_FILE, name)
+            return SqliteTable(Path(path) / SQLITE_FILE, name, indexed=indexed)
     if client is None:
         msg = f"table {name!r} needs a data folder or a Chroma client"
         raise StoreError(msg)
