@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,18 +21,14 @@ from typing import Any
 import pytest
 from conftest import EXAMPLE, REPO
 
+from memstrata.bench.chroma_run import free_port
+
 pytestmark = pytest.mark.integration
 
 STARTUP_S = 120.0
 RUN_TIMEOUT_S = 240.0
 QUERY = "When did Tom run the Brighton half marathon?"
 USER = "studio"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _langgraph_executable() -> str:
@@ -88,7 +83,7 @@ def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     home = tmp_path_factory.mktemp("studio")
     (home / "langgraph.json").symlink_to(REPO / "langgraph.json")
     (home / "memstrata").symlink_to(REPO / "memstrata", target_is_directory=True)
-    port = _free_port()
+    port = free_port()
     log = home / "server.log"
     cmd = [
         _langgraph_executable(),

@@ -90,7 +90,8 @@ class ChromaServer:
                 self.process.wait(timeout=STOP_TIMEOUT_S)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on the loopback address (for the servers the bench and the tests start)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -106,7 +107,7 @@ def start_chroma(path: Path, *, timeout: float = STARTUP_TIMEOUT_S) -> ChromaSer
     if not exe.is_file():
         msg = f"{exe} is missing (it ships with chromadb)"
         raise ChromaStartError(msg)
-    port, log = _free_port(), path.parent / f"{path.name}-chroma.log"
+    port, log = free_port(), path.parent / f"{path.name}-chroma.log"
     cmd = [str(exe), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)]
     env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
     with log.open("wb") as out:  # the child keeps its own handle

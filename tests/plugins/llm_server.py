@@ -16,7 +16,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 import pytest
+
+from memstrata.bench.chroma_run import free_port
 
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 STARTUP_TIMEOUT_S = 120.0
@@ -77,12 +78,6 @@ def smollm2_path() -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _answers(base_url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{base_url}/models", timeout=2) as response:
@@ -120,7 +115,7 @@ def start_llama_server(*, timeout: float = STARTUP_TIMEOUT_S) -> LlamaServer:
     """Start ``python -m llama_cpp.server`` on a free loopback port and wait until it completes a token."""
     if importlib.util.find_spec("llama_cpp") is None:
         _unavailable("llama-cpp-python[server] is not installed")
-    model, port = smollm2_path(), _free_port()
+    model, port = smollm2_path(), free_port()
     log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)  # noqa: SIM115
     # interrupt_requests (on by default) silently cuts a running stream short when
     # another request arrives; an OpenAI-compatible server must queue it instead.
