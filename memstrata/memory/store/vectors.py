@@ -885,11 +885,15 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     return (httpx.TransportError, ConnectionError)
 
 
-# A Chroma server (1.5.x) may answer a read of a collection that another client is writing
-# for the first time with "Error creating hnsw segment reader: Nothing found on disk"
-# (chroma-core/chroma#4212): its vector segment is not flushed yet. The next try succeeds,
-# so these calls are repeated a bounded number of times before the error is raised.
-_TRANSIENT = ("Error creating hnsw segment reader",)
+# Two read races of a Chroma server (1.5.x) with another client's writes; in both the next try succeeds,
+# so these calls are repeated a bounded number of times before the error is raised:
+# - "Error creating hnsw segment reader: Nothing found on disk" (chroma-core/chroma#4212): a read of a
+#   collection another client is writing for the first time; its vector segment is not flushed yet.
+# - "Error finding id": a read that found a row in the metadata and not in the vectors, because another
+#   client deleted it in between (in CI, two processes appending to one conversation, one reading the tree
+#   nodes the other replaced). Measured on a loopback server, one client upserting and deleting 20 rows at a
+#   time, another reading them with their vectors: 32 of 1,230 reads failed, and each repeated read succeeded.
+_TRANSIENT = ("Error creating hnsw segment reader", "Error finding id")
 _TRANSIENT_ATTEMPTS = 6
 
 
