@@ -186,7 +186,7 @@ def scale(results: Results) -> str:
 def tiers(results: Results) -> str:
     """HMO's tiers against the archive alone, per store size (and through a ``chroma run`` server, when measured)."""
     rows = []
-    names = tuple(name for name in ("scale_tiers", "scale_server") if name in results)
+    names = tuple(name for name in ("scale_tiers", "scale_1m", "scale_server") if name in results)
 
     def recall(m: dict) -> float:
         return next(v for k, v in m.items() if k.startswith("planted_recall_all@"))
@@ -197,12 +197,13 @@ def tiers(results: Results) -> str:
 
     for name in names:
         for size in results[name]["sizes"]:
+            store = size.get("store", "embedded") + (", grown over several runs" if size.get("grown_over_runs") else "")
             for path, m in size["paths"].items():
                 again = m.get("revisit")
                 rows.append(
                     [
                         count(size["turns"]),
-                        size.get("store", "embedded"),
+                        store,
                         path,
                         f"{count(m['query_p50_ms'])} / {count(m['query_p95_ms'])}",
                         f"{recall(m):.1f}",
@@ -366,6 +367,7 @@ FILES = (
     "locomo_baselines",
     "scale",
     "scale_tiers",
+    "scale_1m",
     "scale_server",
     "chat_counting",
     "chat_conv26",
