@@ -890,9 +890,9 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 # - "Error creating hnsw segment reader: Nothing found on disk" (chroma-core/chroma#4212): a read of a
 #   collection another client is writing for the first time; its vector segment is not flushed yet.
 # - "Error finding id": a read that found a row in the metadata and not in the vectors, because another
-#   client deleted it in between (in CI, two processes appending to one conversation, one reading the tree
-#   nodes the other replaced). Measured on a loopback server, one client upserting and deleting 20 rows at a
-#   time, another reading them with their vectors: 32 of 1,230 reads failed, and each repeated read succeeded.
+#   client deleted it in between (in CI, two processes appending to one conversation: one failed a read while
+#   consolidating the tree, as the other wrote). Measured on a loopback server, one client upserting and deleting
+#   20 rows at a time, another reading them with their vectors: 32 of 1,230 reads failed, each repeat succeeded.
 _TRANSIENT = ("Error creating hnsw segment reader", "Error finding id")
 _TRANSIENT_ATTEMPTS = 6
 
