@@ -556,3 +556,26 @@ def test_a_signal_stops_growth_after_the_conversation_being_written(
     again.grow(3 * original)
     assert again.turns == 3 * original and check_store(again.mem.store, scale.USER, None) == []
     again.close()
+
+
+def test_the_grower_hands_its_store_back_before_a_size_is_measured_and_grows_on(
+    locomo_path, hash_embeddings, tmp_path
+) -> None:
+    """``release`` closes the grower's embedded Chroma client, so the query processes that measure a size do not
+    share the machine with a parent holding every index it wrote (10.5 GB at 1M turns); ``grow`` opens it again.
+    """
+    from chromadb.api.shared_system_client import SharedSystemClient
+
+    from memstrata.bench import scale
+    from memstrata.memory.store.invariants import check_store
+
+    grower = scale.GrowingStore(locomo_path, embeddings=hash_embeddings, workdir=tmp_path, prefix="s-", originals=1)
+    grower.grow(1)
+    original, client = grower.turns, grower.mem.store.client
+    assert client._identifier in SharedSystemClient._identifier_to_system
+    grower.release()
+    assert client._identifier not in SharedSystemClient._identifier_to_system  # stopped: its indexes are freed
+    grower.grow(2 * original)  # opened again, and grown on from where it was
+    assert grower.turns == 2 * original == grower.mem.store.count("turn", user_id=scale.USER)
+    assert check_store(grower.mem.store, scale.USER, None) == []
+    grower.close()

@@ -118,6 +118,48 @@ def test_a_store_written_before_the_index_reads_by_containment_until_indexed(
     assert len(index.turns) == 6 and used == {"matching"}
 
 
+def test_the_size_check_is_answered_by_the_word_index_as_chroma_answers_it(data_dir, hash_embeddings) -> None:
+    """``holds_more_than`` (the snapshot-or-bounded choice) counts the word index's rows, from an empty user on."""
+    store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
+    asked = [(n, conv) for n in (0, 2, 3, 6, 7, 9, 10, 11) for conv in (None, "c1", "c2")]
+    assert not any(store.holds_more_than("turn", n, user_id="u", conversation_id=c) for n, c in asked)
+    _write(store, [_turn("u", i, f"Priya ran lap {i}") for i in range(7)])
+    _write(store, [_turn("u", i, f"Omar swam length {i}", conv="c2") for i in range(3)])
+    _write(store, [_turn("v", i, f"Priya ran lap {i}") for i in range(12)])  # another user, the same conversation id
+    store.delete("turn", user_id="u", conversation_id="c1", unit_ids=[_turn("u", 0, "").id])  # c1 keeps 6
+    counted: list[int] = []
+    words_check = store.words.holds_more_than
+    store.words.holds_more_than = lambda *a, **k: counted.append(a[1]) or words_check(*a, **k)
+    by_index = {(n, c): store.holds_more_than("turn", n, user_id="u", conversation_id=c) for n, c in asked}
+    assert len(counted) == len(asked)  # every answer came from the word index
+    assert [by_index[(n, None)] for n in (7, 9)] == [True, False]  # 9 of u's turns in all
+    assert [by_index[(n, "c1")] for n in (3, 6)] == [True, False]
+    assert by_index[(2, "c2")] is True and by_index[(3, "c2")] is False
+    for path in Path(data_dir).glob(WORDS_FILE + "*"):
+        path.unlink()  # the same store read by Chroma alone, as a store the word index does not cover
+    by_chroma = MemoryStore(path=data_dir, embeddings=hash_embeddings)
+    assert not by_chroma.words_ready("turn")
+    assert {(n, c): by_chroma.holds_more_than("turn", n, user_id="u", conversation_id=c) for n, c in asked} == by_index
+
+
+def test_a_user_holding_most_rows_is_searched_without_the_tag_with_the_same_results(
+    data_dir, hash_embeddings, monkeypatch
+) -> None:
+    store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
+    _write(store, [_turn("big", i, f"Priya ran the marathon lap {i}" + " again" * (i % 3)) for i in range(9)])
+    _write(store, [_turn("small", i, f"Priya ran the marathon lap {i}") for i in range(2)])
+    words, shares = store.words, []
+    holds_most = words._holds_most
+    monkeypatch.setattr(words, "_holds_most", lambda *a: shares.append(holds_most(*a)) or shares[-1])
+    found = {u: words.search("turn", ["marathon", "again"], user_id=u, limit=20) for u in ("big", "small")}
+    assert shares == [True, False]  # 9 of 11 rows, then 2 of 11
+    # each user's own rows only (both hold the same conversation and unit ids): 11 rows match the words, and
+    # without the tag the stored user id keeps the other's out
+    assert len(found["big"]) == 9 and len(found["small"]) == 2
+    monkeypatch.setattr(words, "_holds_most", lambda *a: False)
+    assert words.search("turn", ["marathon", "again"], user_id="big", limit=20) == found["big"]  # same order
+
+
 def test_an_index_of_another_format_is_not_trusted_until_rebuilt(data_dir, hash_embeddings) -> None:
     store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
     _write(store, [_turn("u", i, f"Priya mentioned the marathon number {i}") for i in range(4)])

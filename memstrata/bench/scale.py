@@ -37,6 +37,7 @@ from __future__ import annotations
 import calendar
 import contextlib
 import dataclasses
+import gc
 import json
 import os
 import random
@@ -50,7 +51,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
@@ -59,6 +60,9 @@ from memstrata.bench.chroma_run import start_chroma
 from memstrata.bench.locomo import HEADLINE_CATEGORIES, LocomoConversation, load_locomo
 from memstrata.bench.metric import RecallTally
 from memstrata.context import Context
+
+if TYPE_CHECKING:
+    from memstrata.client import Memstrata
 
 USER = "scale"
 NAMES = [
@@ -265,8 +269,6 @@ class GrowingStore:
         server: bool = False,
         folder: Path | None = None,
     ) -> None:
-        from memstrata import Memstrata
-
         self.convs = load_locomo(path)[:originals]
         if folder is None:
             self.folder = Path(tempfile.mkdtemp(prefix=prefix, dir=workdir))
@@ -275,11 +277,8 @@ class GrowingStore:
             self.folder.mkdir(parents=True, exist_ok=True)
         self.server = start_chroma(self.folder / "chroma") if server else None
         self.url = self.server.url if self.server else None
-        self.mem = (
-            Memstrata(url=self.url, embeddings=embeddings)
-            if self.url
-            else Memstrata(path=self.folder, embeddings=embeddings)
-        )
+        self.embeddings = embeddings
+        self._mem: Memstrata | None = None
         self.turns, self.copy, self.next_conv = 0, 0, 0
         self.ingest_s = self.copy_s = 0.0
         self.original_turns = self.copied_turns = 0
@@ -335,9 +334,34 @@ class GrowingStore:
         part.write_text(json.dumps(state))
         part.replace(self.folder / PROGRESS)  # whole or not at all
 
+    @property
+    def mem(self) -> Memstrata:
+        """The grown store's Memstrata instance, opened again after :meth:`release`."""
+        if self._mem is None:
+            from memstrata import Memstrata
+
+            self._mem = (
+                Memstrata(url=self.url, embeddings=self.embeddings)
+                if self.url
+                else Memstrata(path=self.folder, embeddings=self.embeddings)
+            )
+        return self._mem
+
+    def release(self) -> None:
+        """Close the grower's store before a size is measured, so its query processes have the memory: embedded
+        Chroma keeps every collection it wrote to loaded (10.5 GB at 1M turns, which starved the query process).
+        :meth:`grow` opens it again.
+        """
+        if self._mem is not None:
+            store = self._mem.store
+            self._mem.close()
+            store.close()
+            self._mem = None
+            gc.collect()
+
     def close(self) -> None:
-        """Close the grown store's Memstrata instance, and stop its server."""
-        self.mem.close()
+        """Close the grown store, and stop its server."""
+        self.release()
         if self.server is not None:
             self.server.stop()
 
@@ -494,6 +518,7 @@ def run_sizes(
     try:
         for target in sorted(targets):
             store.grow(target)
+            store.release()
             row: dict[str, Any] = {
                 "turns": store.turns,
                 **({"grown_over_runs": True} if store.resumed else {}),
