@@ -492,6 +492,39 @@ def test_a_transient_server_read_error_is_retried_and_a_lasting_one_raised() -> 
     assert other.calls == 1
 
 
+def test_a_server_read_missing_its_vectors_is_repeated_and_a_lasting_one_raised() -> None:
+    """Rows without their vectors (a server read right after a collection's first write) never reach ``_records``."""
+    from memstrata.memory.store.vectors import PartialReadError, ServerGuard
+
+    class Late:
+        def __init__(self, partial: int) -> None:
+            self.partial, self.calls = partial, 0
+
+        def get(self, include: list[str] | None = None) -> dict:
+            self.calls += 1
+            vectors = [] if self.calls <= self.partial else [[0.1, 0.2], [0.3, 0.4]]
+            return {"ids": ["a", "b"], "embeddings": vectors if "embeddings" in (include or []) else None}
+
+        def query(self, include: list[str] | None = None) -> dict:
+            self.calls += 1
+            first = [[0.1, 0.2]] if self.calls <= self.partial else [[0.1, 0.2], [0.3, 0.4]]
+            return {"ids": [["a", "b"], ["c"]], "embeddings": [first, [[0.5, 0.6]]]}
+
+    once = Late(1)
+    got = ServerGuard(once, "http://127.0.0.1:1").get(include=["embeddings"])
+    assert len(got["embeddings"]) == 2 and once.calls == 2
+    asked = Late(2)
+    assert len(ServerGuard(asked, "http://127.0.0.1:1").query(include=["embeddings"])["embeddings"][0]) == 2
+    assert asked.calls == 3
+    unasked = Late(5)  # no vectors asked for: nothing to repeat
+    assert ServerGuard(unasked, "http://127.0.0.1:1").get(include=["metadatas"])["embeddings"] is None
+    assert unasked.calls == 1
+    always = Late(100)
+    with pytest.raises(PartialReadError, match="without all their vectors"):
+        ServerGuard(always, "http://127.0.0.1:1").get(include=["embeddings"])
+    assert always.calls == 6
+
+
 def test_reads_racing_another_clients_deletes_on_a_real_server_all_succeed(chroma_server: ChromaServer) -> None:
     """A read whose rows another client deletes meanwhile ("Error finding id") is repeated, not raised.
 
