@@ -115,7 +115,8 @@ class Context:
         float,
         _s(
             "store",
-            "seconds a scope found larger than snapshot_max_turns is trusted to stay so (the size check "
+            "seconds a scope found larger than snapshot_max_turns is trusted to stay so, and its latest memory time "
+            "(the bounded path's time anchor) to stay put (the size check "
             "reads up to snapshot_max_turns ids: from the word index embedded, 25 ms at 1M turns; from Chroma on a "
             "server, 12 s at 100k turns; "
             "the bounded path is right at any size, so a scope that shrank meanwhile only costs speed)",

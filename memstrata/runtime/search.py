@@ -199,7 +199,8 @@ def bounds(ctx: Context) -> Bounds:
         sessions=ctx.bounded_sessions,
         entity_facts=ctx.bounded_entity_facts,
         cached_units=ctx.bounded_cache_units,
-        latest_seconds=ctx.snapshot_refresh_s,
+        # the bounded path serves large scopes only: their latest time is trusted as long as their size is
+        latest_seconds=max(ctx.snapshot_refresh_s, ctx.snapshot_large_recheck_s),
     )
 
 

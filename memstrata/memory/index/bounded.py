@@ -152,8 +152,10 @@ class Bounds:
     """How much of a large memory one retrieval reads.
 
     No defaults here: :func:`memstrata.runtime.search.bounds` builds them from the ``bounded_*`` settings of
-    :class:`~memstrata.context.Context` (``latest_seconds`` is ``snapshot_refresh_s``: another process's
-    writes move the memory's latest time, which is re-read this often).
+    :class:`~memstrata.context.Context` (``latest_seconds``: how long the memory's latest time, read from the tree's
+    year nodes, is trusted; this process's writes drop it at once, another process's are seen after this long. It is
+    ``snapshot_large_recheck_s``, as long as a large scope's size is trusted: re-read every 5 s, as it was, it cost
+    0.3 s of a 1M-turn user's questions).
     """
 
     dense_k: int
