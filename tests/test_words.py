@@ -121,15 +121,18 @@ def test_a_store_written_before_the_index_reads_by_containment_until_indexed(
 def test_the_size_check_is_answered_by_the_word_index_as_chroma_answers_it(data_dir, hash_embeddings) -> None:
     """``holds_more_than`` (the snapshot-or-bounded choice) counts the word index's rows, from an empty user on."""
     store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
+    store.collection("turn")  # opened empty: the word index covers it from the start
+    counted: list[int] = []
+    words_check = store.words.holds_more_than
+    store.words.holds_more_than = lambda *a, **k: counted.append(a[1]) or words_check(*a, **k)
     asked = [(n, conv) for n in (0, 2, 3, 6, 7, 9, 10, 11) for conv in (None, "c1", "c2")]
     assert not any(store.holds_more_than("turn", n, user_id="u", conversation_id=c) for n, c in asked)
+    assert len(counted) == len(asked)  # an empty user, answered by the index (whose table does not exist yet)
     _write(store, [_turn("u", i, f"Priya ran lap {i}") for i in range(7)])
     _write(store, [_turn("u", i, f"Omar swam length {i}", conv="c2") for i in range(3)])
     _write(store, [_turn("v", i, f"Priya ran lap {i}") for i in range(12)])  # another user, the same conversation id
     store.delete("turn", user_id="u", conversation_id="c1", unit_ids=[_turn("u", 0, "").id])  # c1 keeps 6
-    counted: list[int] = []
-    words_check = store.words.holds_more_than
-    store.words.holds_more_than = lambda *a, **k: counted.append(a[1]) or words_check(*a, **k)
+    counted.clear()
     by_index = {(n, c): store.holds_more_than("turn", n, user_id="u", conversation_id=c) for n, c in asked}
     assert len(counted) == len(asked)  # every answer came from the word index
     assert [by_index[(n, None)] for n in (7, 9)] == [True, False]  # 9 of u's turns in all
@@ -146,6 +149,8 @@ def test_a_user_holding_most_rows_is_searched_without_the_tag_with_the_same_resu
     data_dir, hash_embeddings, monkeypatch
 ) -> None:
     store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
+    for conversation in (None, "c1"):  # a kind never written: no table, no rows, and no error
+        assert store.words.search("fact", ["marathon"], user_id="big", conversation_id=conversation, limit=5) == []
     _write(store, [_turn("big", i, f"Priya ran the marathon lap {i}" + " again" * (i % 3)) for i in range(9)])
     _write(store, [_turn("small", i, f"Priya ran the marathon lap {i}") for i in range(2)])
     words, shares = store.words, []

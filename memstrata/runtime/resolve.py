@@ -45,7 +45,12 @@ def release_store(ctx: Context) -> None:
     with _STORES_LOCK:
         store = _STORES.pop(_store_key(ctx), None)
     if store is not None:
+        from memstrata.memory.index.bounded import forget_latest
+        from memstrata.runtime.search import forget_sizes
+
         forget_store(store)
+        forget_latest(store)
+        forget_sizes(store)
 
 
 def _store_key(ctx: Context) -> tuple[str | None, str | None, int | None]:

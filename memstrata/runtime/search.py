@@ -204,6 +204,13 @@ def bounds(ctx: Context) -> Bounds:
     )
 
 
+def forget_sizes(store: Any) -> None:
+    """Drop the scope sizes checked on one store (closed or released: a later store may get its ``id``)."""
+    with _SIZES_LOCK:
+        for key in [k for k in _SIZES if k[0] == id(store)]:
+            del _SIZES[key]
+
+
 async def _is_large(store: MemoryStore, ctx: Context) -> bool:
     """Whether the searched scope holds more than ``snapshot_max_turns`` raw turns (re-checked every
     ``snapshot_refresh_s``); a scope that grew past it drops its whole-memory snapshot.

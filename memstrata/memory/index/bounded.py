@@ -505,6 +505,13 @@ class WorkingSet:
         return index
 
 
+def forget_latest(store: Any) -> None:
+    """Drop the latest times cached for one store (closed or released: a later store may get its ``id``)."""
+    with _RUN_LOCK:
+        for key in [k for k in _LATEST if k[0] == id(store)]:
+            del _LATEST[key]
+
+
 def _one(read: Callable[..., list[Any]], *args: Any, **kwargs: Any) -> list[list[Any]]:
     """A read that returns one list, as a list of lists like :meth:`VectorStore.nearest`."""
     return [read(*args, **kwargs)]

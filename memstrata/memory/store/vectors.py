@@ -256,7 +256,9 @@ class VectorStore:
     def close(self) -> None:
         """Hand back what an embedded store's Chroma client holds (its collections' HNSW indexes, loaded whole on
         the first search: 10 GB for a 1M-turn user) once no other client of this process uses the same folder.
-        The store is unusable afterwards. A server store, or a client passed in, is left open.
+        The store is unusable afterwards. A server store, or a client passed in, is left open. A store that reopened
+        its client because another process wrote (:meth:`_reopen`) hands nothing back: chromadb still counts the
+        client it replaced.
         """
         close = getattr(self.client, "close", None)  # chromadb >= 1.5: Client.close() releases the shared system
         if self._path is not None and close is not None:
@@ -927,7 +929,7 @@ def _vectors_missing(out: Any, include: Sequence[str] | None) -> bool:
     if not isinstance(out, dict) or "embeddings" not in (include or ()) or not out.get("ids"):
         return False
     ids, vectors = out["ids"], out.get("embeddings")
-    if vectors is None:
+    if vectors is None or (isinstance(vectors, np.ndarray) and vectors.ndim == 0):  # none (chromadb may wrap it)
         return True
     if isinstance(ids[0], list):  # a query: one list per query vector
         return len(vectors) != len(ids) or any(len(v) != len(i) for v, i in zip(vectors, ids, strict=False))
@@ -977,7 +979,7 @@ class ServerGuard:
             out = method(*args, **kwargs)
             if _vectors_missing(out, kwargs.get("include")):
                 msg = (
-                    f"the Chroma server at {self._url} returned {len(out['ids'])} rows without all their vectors "
+                    f"the Chroma server at {self._url} returned rows without all their vectors "
                     f"({_TRANSIENT_ATTEMPTS} tries); re-run the same command"
                 )
                 raise PartialReadError(msg)

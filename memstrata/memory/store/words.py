@@ -95,6 +95,7 @@ class WordIndex:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tables: set[str] = set()
         self._shares: dict[tuple[str, str], tuple[float, bool]] = {}
+        self._totals: dict[str, tuple[float, int]] = {}
         self._shares_lock = threading.Lock()
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
@@ -200,10 +201,19 @@ class WordIndex:
         if known is not None and now - known[0] < _SHARE_TTL_S:
             return known[1]
         name = _table(kind)
+        if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is None:
+            return False  # nothing of this kind was ever indexed (the search then finds no table either)
         db.execute(f'CREATE VIRTUAL TABLE IF NOT EXISTS temp."{name}_rows" USING fts5vocab(main, "{name}", row)')
         mine = db.execute(f'SELECT doc FROM temp."{name}_rows" WHERE term = ?', (_user_tag(user_id),)).fetchone()
-        total = db.execute(f'SELECT count(*) FROM "{name}_docsize"').fetchone()[0]
-        most = bool(mine) and mine[0] >= _MOST * total
+        most = False
+        if mine and mine[0]:  # the table's row count (the costly part) is read once per kind, for every user
+            with self._shares_lock:
+                counted = self._totals.get(kind)
+            if counted is None or now - counted[0] >= _SHARE_TTL_S:
+                counted = (now, db.execute(f'SELECT count(*) FROM "{name}_docsize"').fetchone()[0])
+                with self._shares_lock:
+                    self._totals[kind] = counted
+            most = mine[0] >= _MOST * counted[1]
         with self._shares_lock:
             self._shares[key] = (now, most)
         return most
