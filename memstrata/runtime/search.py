@@ -25,7 +25,7 @@ from memstrata.memory.index import MemoryIndex
 from memstrata.memory.index.active import active_index
 from memstrata.memory.index.bounded import Bounds, release_run, working_set
 from memstrata.memory.index.held import PerConversation, moved
-from memstrata.memory.index.snapshot import cached_snapshot, forget_snapshot
+from memstrata.memory.index.snapshot import cached_snapshot, drop_store_keys, forget_snapshot
 from memstrata.memory.levels import ENTITY, FACT, TREE_NODE, levels, scope_table
 from memstrata.memory.search.fusion import Weights
 from memstrata.memory.search.query import Query
@@ -206,9 +206,7 @@ def bounds(ctx: Context) -> Bounds:
 
 def forget_sizes(store: Any) -> None:
     """Drop the scope sizes checked on one store (closed or released: a later store may get its ``id``)."""
-    with _SIZES_LOCK:
-        for key in [k for k in _SIZES if k[0] == id(store)]:
-            del _SIZES[key]
+    drop_store_keys(_SIZES, _SIZES_LOCK, store)
 
 
 async def _is_large(store: MemoryStore, ctx: Context) -> bool:

@@ -60,7 +60,7 @@ import numpy as np
 from memstrata.context import default
 from memstrata.memory import levels
 from memstrata.memory.index.sessions import session_cache
-from memstrata.memory.index.snapshot import MemoryIndex, kind_table
+from memstrata.memory.index.snapshot import MemoryIndex, drop_store_keys, kind_table
 from memstrata.memory.levels import TreeNode
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]{3,}")
@@ -507,9 +507,7 @@ class WorkingSet:
 
 def forget_latest(store: Any) -> None:
     """Drop the latest times cached for one store (closed or released: a later store may get its ``id``)."""
-    with _RUN_LOCK:
-        for key in [k for k in _LATEST if k[0] == id(store)]:
-            del _LATEST[key]
+    drop_store_keys(_LATEST, _RUN_LOCK, store)
 
 
 def _one(read: Callable[..., list[Any]], *args: Any, **kwargs: Any) -> list[list[Any]]:

@@ -465,9 +465,16 @@ class MemoryIndex:
 
 def forget_store(store: Any) -> None:
     """Drop every cached snapshot of one store."""
-    with _CACHE_LOCK:
-        for key in [k for k in _CACHE if k[0] == id(store)]:
-            del _CACHE[key]
+    drop_store_keys(_CACHE, _CACHE_LOCK, store)
+
+
+def drop_store_keys(cache: dict[Any, Any], lock: threading.Lock, store: Any) -> None:
+    """Drop a per-process cache's entries of one store (keys that start with its ``id``, which a store opened
+    after it closed can get).
+    """
+    with lock:
+        for key in [k for k in cache if k[0] == id(store)]:
+            del cache[key]
 
 
 def _settle_gc() -> None:

@@ -749,9 +749,8 @@ class VectorStore:
         and its tag posting list is read in milliseconds where Chroma's filtered read of the same ids took
         minutes on a cold 1M-turn store (the first query's size check, :mod:`memstrata.runtime.search`).
         """
-        words = self._word_index(kind)
-        if words is not None and self.words_ready(kind):
-            return words.holds_more_than(kind, n, user_id=user_id, conversation_id=conversation_id)
+        if self.words is not None and self.words_ready(kind):
+            return self.words.holds_more_than(kind, n, user_id=user_id, conversation_id=conversation_id)
         found = self.collection(kind).get(where=self._scope(kind, user_id, conversation_id), limit=n + 1, include=[])
         return len(found["ids"]) > n
 
