@@ -214,6 +214,29 @@ def test_the_active_tiers_are_read_through_their_index_and_only_the_users_own(tm
     assert [c.unit_id for c in plain.active("alice")] == ["s3"]
 
 
+def test_a_read_by_keys_looks_the_keys_up_and_never_walks_the_users_rows(tmp_path: Path) -> None:
+    """SQLite keeps no statistics here, and for a few hundred keys it chose the index on the user and the tier,
+    which visits every row of the user; the read must go through the primary key, and still find only the
+    user's own rows.
+    """
+    store = CounterStore(tables.open_table("counters", path=tmp_path, client=None, indexed=("tier",)))
+    items = [("c1", "summary", f"s{i}") for i in range(2000)]
+    for user in ("alice", "bob"):  # equal conversation and unit ids on both sides
+        store.set_scores(user, {item: {"priority": 0.5 if user == "alice" else 0.25, "tier": ""} for item in items})
+    table, wanted = store.table, items[::7]
+    keys = [r.key for r in table.get(user_id="alice")][::7]
+    for conversation in (None, "c1"):
+        sql, args = next(table._wheres("alice", conversation, None, keys, table.indexed))
+        with sqlite3.connect(table.path) as db:
+            plan = " ".join(str(r) for r in db.execute(f'EXPLAIN QUERY PLAN SELECT key FROM "counters"{sql}', args))
+        assert "sqlite_autoindex_counters_1" in plan and "counters_tier" not in plan, plan
+    found = store.get("alice", wanted)
+    assert len(found) == len(wanted) and {c.priority for c in found.values()} == {0.5}
+    assert store.get("bob", wanted[:3]) == {i: UnitCounters(*i, priority=0.25) for i in wanted[:3]}
+    # another user's keys name no row of this one: the user is still compared on what the keys find
+    assert table.get(user_id="bob", keys=keys) == []
+
+
 def test_tenant_isolation(backend: Backend) -> None:
     edge_table, counter_table = backend.open("edges"), backend.open("counters")
     edges, counters = EdgeStore(edge_table), CounterStore(counter_table)

@@ -315,3 +315,5 @@ def test_use_ranks_against_the_held_active_records_and_keeps_them_equal_to_the_s
     held = held_active(mem.store, user_id="ann", conversation_id=None, refresh_seconds=3600.0)
     stored = active("ann")
     assert {(c.item, c.tier, c.priority) for c in held} == {(c.item, c.tier, c.priority) for c in stored}
+    # the held rows are the store's whole counters (recalls, scoring time), though a use never reads them back
+    assert sorted(held, key=lambda c: c.item) == sorted(stored, key=lambda c: c.item)

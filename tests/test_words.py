@@ -163,6 +163,12 @@ def test_a_user_holding_most_rows_is_searched_without_the_tag_with_the_same_resu
     assert len(found["big"]) == 9 and len(found["small"]) == 2
     monkeypatch.setattr(words, "_holds_most", lambda *a: False)
     assert words.search("turn", ["marathon", "again"], user_id="big", limit=20) == found["big"]  # same order
+    monkeypatch.undo()
+    store.delete_user("big")  # its share is read again when it comes back, now as the smaller user
+    _write(store, [_turn("big", 0, "Priya ran the marathon lap 0")])
+    shares.clear()
+    monkeypatch.setattr(words, "_holds_most", lambda *a: shares.append(holds_most(*a)) or shares[-1])
+    assert words.search("turn", ["marathon"], user_id="big", limit=20) == [("c1", "s1:t0")] and shares == [False]
 
 
 def test_an_index_of_another_format_is_not_trusted_until_rebuilt(data_dir, hash_embeddings) -> None:

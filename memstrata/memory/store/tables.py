@@ -373,10 +373,16 @@ class SqliteTable:
     ) -> Iterator[tuple[str, list[Any]]]:
         """The WHERE clause and its arguments: one per chunk of ``keys`` (SQLite caps bound variables). An
         ``indexed`` field's path is written out (a checked name), so the clause matches its index's expression.
+
+        A read by keys looks each key up in the primary key's index: the unary ``+`` keeps SQLite from reading
+        through an index that starts with the user instead, which it picked for a few hundred keys (no
+        statistics are kept) and which visits every row of the user, 150 ms for 300 keys of a 1M-turn user
+        against 4 ms by key. The user and conversation are still compared on every row found.
         """
-        clauses, args = ["user_id = ?"], [tenant.check_user(user_id)]
+        by_key = "+" if keys is not None else ""
+        clauses, args = [f"{by_key}user_id = ?"], [tenant.check_user(user_id)]
         if conversation_id is not None:
-            clauses.append("conversation_id = ?")
+            clauses.append(f"{by_key}conversation_id = ?")
             args.append(conversation_id)
         for name, value in _check_match(match).items():
             if name in indexed:

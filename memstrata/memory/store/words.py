@@ -37,9 +37,10 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from memstrata.memory.store import tenant
 from memstrata.memory.store.tables import sqlite_connection, sqlite_transaction
@@ -53,6 +54,8 @@ _BATCH = 2000
 # 0.30 -> 0.18 s). The shares are read again after _SHARE_TTL_S.
 _MOST = 0.75
 _SHARE_TTL_S = 600.0
+_NO_TABLE = re.compile(r"no such (fts5 )?table")  # a kind never indexed: its table was never made
+T = TypeVar("T")
 
 
 def _table(kind: str) -> str:
@@ -169,6 +172,9 @@ class WordIndex:
                     (f'tag:"{_user_tag(user_id)}"', user_id),
                 )
                 db.execute(f'INSERT INTO "{name}" ("{name}") VALUES (\'optimize\')')
+        with self._shares_lock:  # the user's shares are read again if they come back
+            for kind in kinds:
+                self._shares.pop((kind, user_id), None)
 
     def clear(self, kind: str) -> None:
         """Remove every row of the kind's index."""
@@ -176,20 +182,29 @@ class WordIndex:
             db.execute(f'DELETE FROM "{_table(kind)}"')
 
     # ---- reads ----------------------------------------------------------------
+    def _read(self, read: Callable[[sqlite3.Connection], T], nothing: T) -> T:
+        """``read`` on a connection of its own; ``nothing`` when it met a kind that was never indexed."""
+        with self._connect() as db:
+            try:
+                return read(db)
+            except sqlite3.OperationalError as exc:
+                if _NO_TABLE.search(str(exc)):
+                    return nothing
+                raise
+
     def units(self, kind: str, *, user_id: str) -> set[tuple[str, str]]:
         """Every ``(conversation_id, unit_id)`` of one user the kind's index holds (for the store check)."""
         name = _table(kind)
-        with self._connect() as db:
-            try:
-                rows = db.execute(
+        return self._read(
+            lambda db: {
+                (str(c), str(u))
+                for c, u in db.execute(
                     f'SELECT conv, unit FROM "{name}" WHERE "{name}" MATCH ? AND user = ?',
                     (f'tag:"{_user_tag(user_id)}"', user_id),
                 )
-                return {(str(c), str(u)) for c, u in rows}
-            except sqlite3.OperationalError as exc:
-                if "no such table" in str(exc):
-                    return set()
-                raise
+            },
+            set(),
+        )
 
     def _holds_most(self, db: sqlite3.Connection, kind: str, user_id: str) -> bool:
         """Whether the user holds at least :data:`_MOST` of the kind's rows (read again after :data:`_SHARE_TTL_S`):
@@ -200,9 +215,7 @@ class WordIndex:
             known = self._shares.get(key)
         if known is not None and now - known[0] < _SHARE_TTL_S:
             return known[1]
-        name = _table(kind)
-        if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is None:
-            return False  # nothing of this kind was ever indexed (the search then finds no table either)
+        name = _table(kind)  # a kind never indexed raises "no such fts5 table" here, which search reads as no rows
         db.execute(f'CREATE VIRTUAL TABLE IF NOT EXISTS temp."{name}_rows" USING fts5vocab(main, "{name}", row)')
         mine = db.execute(f'SELECT doc FROM temp."{name}_rows" WHERE term = ?', (_user_tag(user_id),)).fetchone()
         most = False
@@ -225,17 +238,14 @@ class WordIndex:
         """
         tag = _scope_tag(user_id, conversation_id) if conversation_id is not None else _user_tag(user_id)
         name = _table(kind)
-        with self._connect() as db:
-            try:
-                (found,) = db.execute(
-                    f'SELECT count(*) FROM (SELECT 1 FROM "{name}" WHERE "{name}" MATCH ? AND user = ? '
-                    "AND (? IS NULL OR conv = ?) LIMIT ?)",
-                    (f'tag:"{tag}"', user_id, conversation_id, conversation_id, n + 1),
-                ).fetchone()
-            except sqlite3.OperationalError as exc:
-                if "no such table" in str(exc):
-                    return False
-                raise
+        found = self._read(
+            lambda db: db.execute(
+                f'SELECT count(*) FROM (SELECT 1 FROM "{name}" WHERE "{name}" MATCH ? AND user = ? '
+                "AND (? IS NULL OR conv = ?) LIMIT ?)",
+                (f'tag:"{tag}"', user_id, conversation_id, conversation_id, n + 1),
+            ).fetchone()[0],
+            0,
+        )
         return int(found) > n
 
     def search(
@@ -252,23 +262,19 @@ class WordIndex:
             return []
         tag = _scope_tag(user_id, conversation_id) if conversation_id is not None else _user_tag(user_id)
         name = _table(kind)
-        with self._connect() as db:
-            try:
-                text = f"text:({' OR '.join(terms)})"
-                # The tag phrase adds nothing to a row's BM25 (its column weighs 0), so dropping it where the
-                # user holds most rows changes no score and no order; the stored user id still filters.
-                match = (
-                    text
-                    if conversation_id is None and self._holds_most(db, kind, user_id)
-                    else f'tag:"{tag}" AND {text}'
-                )
-                found = db.execute(
-                    f'SELECT conv, unit FROM "{name}" WHERE "{name}" MATCH ? AND user = ? AND (? IS NULL OR conv = ?) '
-                    f'ORDER BY bm25("{name}", 1.0, 0.0) LIMIT ?',
-                    (match, user_id, conversation_id, conversation_id, limit),
-                )
-                return [(str(c), str(u)) for c, u in found]
-            except sqlite3.OperationalError as exc:
-                if "no such table" in str(exc):  # nothing of this kind was ever indexed
-                    return []
-                raise
+        text = f"text:({' OR '.join(terms)})"
+
+        def read(db: sqlite3.Connection) -> list[tuple[str, str]]:
+            # The tag phrase adds nothing to a row's BM25 (its column weighs 0), so dropping it where the
+            # user holds most rows changes no score and no order; the stored user id still filters.
+            match = (
+                text if conversation_id is None and self._holds_most(db, kind, user_id) else f'tag:"{tag}" AND {text}'
+            )
+            found = db.execute(
+                f'SELECT conv, unit FROM "{name}" WHERE "{name}" MATCH ? AND user = ? AND (? IS NULL OR conv = ?) '
+                f'ORDER BY bm25("{name}", 1.0, 0.0) LIMIT ?',
+                (match, user_id, conversation_id, conversation_id, limit),
+            )
+            return [(str(c), str(u)) for c, u in found]
+
+        return self._read(read, [])

@@ -14,6 +14,7 @@ take the change at their next refresh (:mod:`memstrata.memory.index.active`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -55,7 +56,7 @@ def record_use(
     buffer: int,
 ) -> dict[str, Any]:
     """Count the use, score the used records, move what ranks in or out; what happened, for the trace, and the
-    records whose counters it wrote (``written``).
+    counters it wrote, as they now stand (``written``: each used or moved record's, without a read back).
 
     ``active``: the counters of the active tiers' records the used ones are ranked against.
     """
@@ -97,11 +98,20 @@ def record_use(
     for item, tier in moves.items():
         writes.setdefault(item, {})["tier"] = tier
     store.counters.set_scores(user_id, writes)
+    before = {c.item: c for c in active} | known  # every written record is a used or an active one
     return {
-        "written": sorted(writes),
+        "written": [_written(before[i], writes[i]) for i in sorted(writes)],
         "recalled": len(items),
         "scored_lazily": sum(1 for c in known.values() if not c.tier),
         "promoted": sum(1 for i, t in moves.items() if t and not tiers.get(i)),
         "demoted": sum(1 for t in moves.values() if t == ARCHIVE),
         "moves": len(moves),
     }
+
+
+def _written(old: UnitCounters, fields: dict[str, Any]) -> UnitCounters:
+    """``old`` with the fields :meth:`~memstrata.memory.store.counters.CounterStore.set_scores` just wrote (a tier
+    of ``""`` is the archive, stored as ``None``).
+    """
+    changed = {**fields, "tier": fields["tier"] or None} if "tier" in fields else fields
+    return replace(old, **changed)
