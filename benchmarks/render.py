@@ -186,7 +186,7 @@ def scale(results: Results) -> str:
 def tiers(results: Results) -> str:
     """HMO's tiers against the archive alone, per store size (and through a ``chroma run`` server, when measured)."""
     rows = []
-    names = tuple(name for name in ("scale_tiers", "scale_1m", "scale_server") if name in results)
+    names = tuple(name for name in ("scale_tiers", "scale_10k", "scale_1m", "scale_server") if name in results)
 
     def recall(m: dict) -> float:
         return next(v for k, v in m.items() if k.startswith("planted_recall_all@"))
@@ -225,7 +225,9 @@ def tiers(results: Results) -> str:
             "The same grown user as above; 'bounded' searches the archive alone, 'tiered' the cache, then the cache "
             "and buffer, then the archive, going deeper when the gate says so (offline: the retrieval confidence, and "
             "the tier must hold the archive's nearest summaries). 'Asked again': the first questions asked a second "
-            "time after the first pass (`--revisits`), once the tiers took that pass's promotions.",
+            "time after the first pass (`--revisits`), once the tiers took that pass's promotions. The results "
+            "files were run on different commits (the table below), so a ratio between sizes holds only within one "
+            "commit.",
             table(
                 [
                     "turns of one user",
@@ -367,6 +369,7 @@ FILES = (
     "locomo_baselines",
     "scale",
     "scale_tiers",
+    "scale_10k",
     "scale_1m",
     "scale_server",
     "chat_counting",
