@@ -193,7 +193,8 @@ def tiers(results: Results) -> str:
 
     def shares(m: dict) -> str:
         tiered = any(k.startswith("answered_from_tier_") for k in m)
-        return " / ".join(f"{m.get(f'answered_from_tier_{t}', 0):.0f}" for t in (1, 2, 3)) if tiered else ""
+        share = (f"{m.get(f'answered_from_tier_{t}', 0):.1f}".removesuffix(".0") for t in (1, 2, 3))
+        return " / ".join(share) if tiered else ""
 
     for name in names:
         for size in results[name]["sizes"]:
@@ -203,6 +204,7 @@ def tiers(results: Results) -> str:
                 rows.append(
                     [
                         count(size["turns"]),
+                        f"`{results[name]['provenance']['commit']}`",
                         store,
                         path,
                         f"{count(m['query_p50_ms'])} / {count(m['query_p95_ms'])}",
@@ -226,11 +228,12 @@ def tiers(results: Results) -> str:
             "and buffer, then the archive, going deeper when the gate says so (offline: the retrieval confidence, and "
             "the tier must hold the archive's nearest summaries). 'Asked again': the first questions asked a second "
             "time after the first pass (`--revisits`), once the tiers took that pass's promotions. The results "
-            "files were run on different commits (the table below), so a ratio between sizes holds only within one "
-            "commit.",
+            "files were run on different commits (the tables give each row's), so a ratio between sizes holds only "
+            "within one commit.",
             table(
                 [
                     "turns of one user",
+                    "commit",
                     "store",
                     "search path",
                     "query p50 / p95 ms",

@@ -235,6 +235,8 @@ def test_a_read_by_keys_looks_the_keys_up_and_never_walks_the_users_rows(tmp_pat
     assert store.get("bob", wanted[:3]) == {i: UnitCounters(*i, priority=0.25) for i in wanted[:3]}
     # another user's keys name no row of this one: the user is still compared on what the keys find
     assert table.get(user_id="bob", keys=keys) == []
+    assert table.get(user_id="alice", conversation_id="c2", keys=keys) == []  # and the conversation too
+    assert len(table.get(user_id="alice", conversation_id="c1", keys=keys)) == len(keys)
 
 
 def test_tenant_isolation(backend: Backend) -> None:
