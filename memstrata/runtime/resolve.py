@@ -45,6 +45,7 @@ def release_store(ctx: Context) -> None:
     with _STORES_LOCK:
         store = _STORES.pop(_store_key(ctx), None)
     if store is not None:
+        # imported here, not at the top: `import memstrata` would otherwise load the whole search runtime
         from memstrata.memory.index.bounded import forget_latest
         from memstrata.runtime.search import forget_sizes
 

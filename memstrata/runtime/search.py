@@ -164,7 +164,7 @@ async def record_use(
             buffer=ctx.tier_buffer,
         )
         written = done.pop("written")
-        if written:  # as use() wrote them: a read back cost a cold keyed read (0.17 s a question at 1M turns)
+        if written:  # the counters as use() wrote them, not read back from the store
             note_moves(store, ctx.user_id, written)
         return done
 

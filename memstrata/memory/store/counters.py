@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from memstrata.memory.store import tenant
 from memstrata.memory.store.tables import Scalar, Table, TableRow, WriteCounts
@@ -75,6 +75,12 @@ class UnitCounters:
     scored_at: float | None = None
     session_key: str | None = None
     record_time: float | None = None
+
+    def with_scores(self, fields: Mapping[str, Scalar]) -> UnitCounters:
+        """These counters as :meth:`CounterStore.set_scores` leaves them after writing ``fields`` (a tier of ``""``,
+        the archive, reads back as ``None``), without reading them back.
+        """
+        return replace(self, **{**fields, "tier": fields["tier"] or None} if "tier" in fields else fields)
 
     @property
     def item(self) -> Item:

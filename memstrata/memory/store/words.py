@@ -80,6 +80,11 @@ def _tag(user_id: str, conversation_id: str) -> str:
     return f"{_user_tag(user_id)} {_scope_tag(user_id, conversation_id)}"
 
 
+def _searched_tag(user_id: str, conversation_id: str | None) -> str:
+    """The tag token a read of one conversation, or (``None``) of the whole user, matches."""
+    return _scope_tag(user_id, conversation_id) if conversation_id is not None else _user_tag(user_id)
+
+
 def query_term(word: str) -> str | None:
     """The FTS5 term for a query word: its longest token, quoted (``"Caroline's"`` -> ``"Caroline"``)."""
     tokens = _TOKEN.findall(word)
@@ -236,8 +241,7 @@ class WordIndex:
         ``n + 1`` rows of the tag's posting list (25 ms for 20,001 of a 1M-turn user, where Chroma's filtered
         read of as many ids took minutes cold).
         """
-        tag = _scope_tag(user_id, conversation_id) if conversation_id is not None else _user_tag(user_id)
-        name = _table(kind)
+        tag, name = _searched_tag(user_id, conversation_id), _table(kind)
         found = self._read(
             lambda db: db.execute(
                 f'SELECT count(*) FROM (SELECT 1 FROM "{name}" WHERE "{name}" MATCH ? AND user = ? '
@@ -260,8 +264,7 @@ class WordIndex:
         terms = list(dict.fromkeys(t for t in map(query_term, words) if t))
         if not terms:
             return []
-        tag = _scope_tag(user_id, conversation_id) if conversation_id is not None else _user_tag(user_id)
-        name = _table(kind)
+        tag, name = _searched_tag(user_id, conversation_id), _table(kind)
         text = f"text:({' OR '.join(terms)})"
 
         def read(db: sqlite3.Connection) -> list[tuple[str, str]]:

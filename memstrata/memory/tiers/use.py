@@ -14,7 +14,6 @@ take the change at their next refresh (:mod:`memstrata.memory.index.active`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -100,18 +99,10 @@ def record_use(
     store.counters.set_scores(user_id, writes)
     before = {c.item: c for c in active} | known  # every written record is a used or an active one
     return {
-        "written": [_written(before[i], writes[i]) for i in sorted(writes)],
+        "written": [before[i].with_scores(writes[i]) for i in sorted(writes)],
         "recalled": len(items),
         "scored_lazily": sum(1 for c in known.values() if not c.tier),
         "promoted": sum(1 for i, t in moves.items() if t and not tiers.get(i)),
         "demoted": sum(1 for t in moves.values() if t == ARCHIVE),
         "moves": len(moves),
     }
-
-
-def _written(old: UnitCounters, fields: dict[str, Any]) -> UnitCounters:
-    """``old`` with the fields :meth:`~memstrata.memory.store.counters.CounterStore.set_scores` just wrote (a tier
-    of ``""`` is the archive, stored as ``None``).
-    """
-    changed = {**fields, "tier": fields["tier"] or None} if "tier" in fields else fields
-    return replace(old, **changed)
