@@ -371,6 +371,55 @@ def test_two_processes_appending_to_one_conversation_store_every_message_once_in
     assert_store_ok(mem.store, "two")
 
 
+# Two writers of one conversation through a Chroma server read, cut and write in turn; what one deletes after the
+# other read it must not stay linked. The two tests below put one such interleaving in order on purpose.
+def test_a_summary_deleted_by_another_writer_while_the_tree_is_written_leaves_no_node_or_edge(
+    mem: Memstrata, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memstrata.memory.store.invariants import check_store
+    from memstrata.memory.tree import persist
+    from memstrata.nodes.ingest import episodes as episode_stage
+    from memstrata.nodes.ingest import tree as tree_stage
+
+    deleted: list[str] = []
+
+    def save_after_another_writer(store: Any, update: Any, units: Any) -> int:
+        if not deleted:  # the other writer re-cuts the first episode, between this tree's read and its write
+            first = min(update.summaries.values(), key=lambda s: s.episode_id)
+            old = store.get("episode", user_id="u", conversation_id="c", unit_ids=[first.episode_id])
+            episode_stage._drop_stale(store, "u", "c", old, [])
+            deleted.append(first.id)
+        return persist.save_tree(store, update, units)
+
+    monkeypatch.setattr(tree_stage, "save_tree", save_after_another_writer)
+    mem.ingest(_chat(12, datetime(2024, 3, 4, 10, 0)), user_id="u", conversation_id="c", close=True)
+    assert deleted
+    held = {c for r in mem.store.get("tree_node", user_id="u") for c in r.payload["children"]}
+    assert deleted[0] not in held
+    left = [e for e in mem.store.edges.get("u", conversation_id="c") if deleted[0] in (e.src, e.dst)]
+    assert left == []
+    # The tree is whole. The deleted episode's facts are still named by entities and themes here: the other
+    # writer, which deleted them, redoes those stages after its delete (the next test shows it is told to).
+    broken = [p for p in check_store(mem.store, "u") if "tree" in p.unit or "child_of" in p.unit]
+    assert broken == []
+
+
+def test_an_episode_closed_by_another_writer_since_it_was_read_is_reported_when_deleted(mem: Memstrata) -> None:
+    from memstrata.nodes.ingest.episodes import _drop_stale
+
+    start = datetime(2024, 3, 4, 10, 0)
+    mem.ingest(_chat(3, start), user_id="u", conversation_id="c", now=start + timedelta(minutes=3))
+    seen_open = mem.store.get("episode", user_id="u", conversation_id="c")
+    assert [r.payload["open"] for r in seen_open] == [True]
+    assert _drop_stale(mem.store, "u", "c", seen_open, [])[2] is False  # still open: nothing placed to redo
+    mem.ingest(_chat(3, start), user_id="u", conversation_id="c", close=True)
+    closed = mem.store.get("episode", user_id="u", conversation_id="c")
+    assert [r.payload["open"] for r in closed] == [False] and closed[0].unit_id == seen_open[0].unit_id
+    # the stale reader still holds the open copy; the delete finds it closed, so the caller redoes the tree
+    assert _drop_stale(mem.store, "u", "c", seen_open, [])[2] is True
+    assert mem.store.get("episode", user_id="u", conversation_id="c") == []
+
+
 def test_with_a_model_a_tree_window_still_receiving_messages_is_consolidated_once_it_closes(tmp_path: Path) -> None:
     model = ScriptedChatModel(
         default=lambda messages: {

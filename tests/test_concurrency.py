@@ -462,13 +462,19 @@ def test_a_server_stopped_mid_ingest_is_a_clear_error_and_a_rerun_loses_nothing(
     assert incomplete_sessions(store, conv) == []  # every turn in an episode with its summary, every view there
 
 
-def test_a_transient_server_read_error_is_retried_and_a_lasting_one_raised() -> None:
-    """The Chroma server's "hnsw segment reader" race is repeated away; anything else, or for too long, is raised."""
+@pytest.mark.parametrize(
+    "race",
+    [
+        "Error executing plan: Internal error: Error creating hnsw segment reader: Nothing found on disk",
+        "Error executing plan: Internal error: Error finding id",
+        "Error executing plan: Internal error: Error getting embedding",
+    ],
+)
+def test_a_transient_server_read_error_is_retried_and_a_lasting_one_raised(race: str) -> None:
+    """The Chroma server's read races are repeated away; anything else, or for too long, is raised."""
     from chromadb.errors import InternalError
 
     from memstrata.memory.store.vectors import ServerGuard
-
-    race = "Error executing plan: Internal error: Error creating hnsw segment reader: Nothing found on disk"
 
     class Flaky:
         def __init__(self, failures: int, message: str) -> None:
@@ -526,7 +532,7 @@ def test_a_server_read_missing_its_vectors_is_repeated_and_a_lasting_one_raised(
 
 
 def test_reads_racing_another_clients_deletes_on_a_real_server_all_succeed(chroma_server: ChromaServer) -> None:
-    """A read whose rows another client deletes meanwhile ("Error finding id") is repeated, not raised.
+    """A read whose rows another client deletes meanwhile ("Error finding id", "Error getting embedding") is repeated.
 
     Unguarded, 1 in 40 to 1 in 60 of these reads failed on this machine's loopback server, so 1,200 reads without
     the retry fail with near certainty.

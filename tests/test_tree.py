@@ -550,4 +550,5 @@ def test_a_vanished_leaf_is_pruned_and_an_emptied_node_removed() -> None:
     removed = prune(f)
     assert f.nodes[week_a].children == ["a"] and f.nodes[week_a].stale
     assert week_z in removed and week_z not in f.nodes and "z" not in f.parent
+    assert "b" not in f.parent  # its node stays, but it is nobody's child: save_tree deletes its edge
     assert all(c in f.leaves or c in f.nodes for n in f.nodes.values() for c in n.children)

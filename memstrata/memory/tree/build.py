@@ -210,6 +210,8 @@ def prune(forest: Forest) -> list[str]:
         for node in [n for n in forest.nodes.values() if n.level == level]:
             kept = [c for c in node.children if c in forest.leaves or c in forest.nodes]
             if len(kept) != len(node.children):
+                for gone in set(node.children) - set(kept):  # nor is it anyone's child (its edge goes too)
+                    forest.parent.pop(gone, None)
                 node.children, node.stale = kept, True
                 forest.recenter(node.id)
             if not kept:

@@ -53,6 +53,7 @@ async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dic
     closed: list[list[str]] = []
     drafts: list[dict[str, Any]] = []
     removed = 0
+    repaired = list(state.get("repaired", []))
     for (conv_id, session_id), (turns, vecs) in sessions.items():
         old = await asyncio.to_thread(
             store.get, "episode", user_id=ctx.user_id, conversation_id=conv_id, where={"session_id": session_id}
@@ -97,8 +98,9 @@ async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dic
         ]
         episodes = mark_repeats(episodes, turns, turns[start - 1].position if start else None)
         by_id = {t.id: v for t, v in zip(turns, vecs, strict=True)}
-        dropped, done = await asyncio.to_thread(_drop_stale, store, ctx.user_id, conv_id, old, episodes)
+        dropped, done, unplaced = await asyncio.to_thread(_drop_stale, store, ctx.user_id, conv_id, old, episodes)
         removed += dropped
+        repaired += [conv_id] if unplaced and conv_id not in repaired else []
         episodes = [e for e in episodes if e.id not in done]  # unchanged and finished: nothing to redo
         drafts += [
             {"episode": e.model_dump(mode="json"), "vector": episode_vector([by_id[t] for t in e.turn_ids])}
@@ -119,7 +121,7 @@ async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dic
     }
     if step.model is not None:
         stats["llm"] = {"segment": step.meter.summary()}
-    return {"episodes": written, "closed": closed, "drafts": drafts, "stats": stats}
+    return {"episodes": written, "closed": closed, "drafts": drafts, "repaired": repaired, "stats": stats}
 
 
 def _tail_start(
@@ -193,13 +195,18 @@ async def _llm_cuts(step: Step, turns: list[Turn]) -> set[int] | None:
 
 def _drop_stale(
     store: MemoryStore, user_id: str, conv_id: str, old: list[Any], keep: list[Episode]
-) -> tuple[int, set[str]]:
+) -> tuple[int, set[str], bool]:
     """Delete a session's stored episodes that a re-cut replaced or changed, with their summaries and facts.
 
-    Returns how many ids are gone for good, and the ids of new episodes that are already
+    Returns how many ids are gone for good, the ids of new episodes that are already
     stored, unchanged and finished (closed episodes are never cut again, so an appended
-    message changes only the open tail). An open episode that closes counts as changed:
-    with a model, its summary and facts are redone then.
+    message changes only the open tail), and whether a deleted episode was closed when it was deleted. An open
+    episode that closes counts as changed: with a model, its summary and facts are redone then.
+
+    A closed episode is deleted when a turn of it was updated or a write stopped midway, and when another writer
+    of the conversation (two processes appending through one Chroma server) closed it after ``old`` was read. Its
+    summary may be in the tree and its facts in the graph, so the caller redoes the conversation's later stages
+    (marks it ``repaired``). The episodes are read again just before the delete to see this.
     """
     new = {e.id: e for e in keep}
     finished = {r.unit_id for r in finished_episodes(store, user_id, conv_id, old)}
@@ -211,6 +218,8 @@ def _drop_stale(
         or r.document != new[r.unit_id].embed_text()
         or bool(r.payload.get("open")) != new[r.unit_id].open
     ]
+    now = store.get("episode", user_id=user_id, conversation_id=conv_id, unit_ids=[r.unit_id for r in stale])
+    was_closed = any(not r.payload.get("open") for r in now)
     # Children before parents: facts (and any kind distilled from episodes), episodes, then summaries.
     _drop_episode_units(store, user_id, conv_id, [r.unit_id for r in stale], keep_kinds={"summary"})
     store.delete("episode", user_id=user_id, conversation_id=conv_id, unit_ids=[r.unit_id for r in stale])
@@ -218,7 +227,11 @@ def _drop_stale(
         "summary", user_id=user_id, conversation_id=conv_id, unit_ids=[r.payload.get("summary_id", "") for r in stale]
     )
     stale_ids = {r.unit_id for r in stale}
-    return sum(r.unit_id not in new for r in stale), {r.unit_id for r in old if r.unit_id not in stale_ids}
+    return (
+        sum(r.unit_id not in new for r in stale),
+        {r.unit_id for r in old if r.unit_id not in stale_ids},
+        was_closed,
+    )
 
 
 def _drop_episode_units(

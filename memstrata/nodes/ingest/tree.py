@@ -27,13 +27,23 @@ from memstrata.memory.store.reads import open_episodes
 from memstrata.memory.tokens import TokenCounter
 from memstrata.memory.tree import tree_levels
 from memstrata.memory.tree.build import age_of
-from memstrata.memory.tree.persist import TreeUpdate, header, load_tree, offline_text, refresh, save_tree
+from memstrata.memory.tree.persist import (
+    TreeUpdate,
+    header,
+    load_tree,
+    offline_text,
+    refresh,
+    save_tree,
+    unstored_children,
+)
 from memstrata.memory.tree.windows import UPPER, window_span
 from memstrata.nodes.common import progress, touched_conversations
 from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
 from memstrata.runtime.step import Step
 from memstrata.state import IngestState
+
+_TREE_ATTEMPTS = 3  # reads and writes of one conversation's tree, when another writer deletes its leaves meanwhile
 
 
 class Consolidation(BaseModel):
@@ -53,22 +63,15 @@ async def consolidate_tree(state: IngestState, runtime: Runtime[Context]) -> dic
     calls = {"left": ctx.tree_llm_calls if step.model is not None else 0}
     written: dict[str, int] = dict.fromkeys(UPPER, 0)
     for conv_id in convs:
-        tails = await asyncio.to_thread(open_episodes, store, ctx.user_id, conv_id)
-        update = await asyncio.to_thread(
-            load_tree, store, ctx.user_id, conv_id, skip={r.payload.get("summary_id") for r in tails}
-        )
-        update.grow(tree_levels(ctx.tree_alphas))
-        if step.model is not None:  # windows that closed since: their extractive text is now consolidated once
-            for node_id in finished_offline(update):
-                update.forest.nodes[node_id].stale = True
-        newest = (age_of(update.forest) or (None, None))[1]
-        units = [
-            await _recompute(step, ctx, update, node_id, calls, still_open=window_holds(update, node_id, newest))
-            for node_id in update.stale()
-        ]
-        await asyncio.to_thread(save_tree, store, update, units)
-        for unit in units:
-            written[unit.level] += 1
+        # Another writer of the conversation (two processes through one Chroma server) may delete a summary between
+        # this read and the write: the tree just written would then hold it. It is read and written again, at most
+        # _TREE_ATTEMPTS times; the other writer redoes the tree after its own delete too (see episodes._drop_stale).
+        for _ in range(_TREE_ATTEMPTS):
+            update, units = await _update_tree(step, ctx, store, conv_id, calls)
+            for unit in units:
+                written[unit.level] += 1
+            if not await asyncio.to_thread(unstored_children, store, update, units):
+                break
     progress("tree", "tree nodes recomputed: " + ", ".join(f"{k} {n}" for k, n in written.items()), **written)
     stats: dict[str, Any] = {
         "tree_nodes_written": written,
@@ -77,6 +80,27 @@ async def consolidate_tree(state: IngestState, runtime: Runtime[Context]) -> dic
     if step.model is not None and step.meter.calls:  # only nodes that called the model report
         stats["llm"] = {"consolidate_tree": step.meter.summary()}
     return {"stats": stats}
+
+
+async def _update_tree(
+    step: Step, ctx: Context, store: MemoryStore, conv_id: str, calls: dict[str, int]
+) -> tuple[TreeUpdate, list[TreeNode]]:
+    """Read one conversation's tree, place its new leaves, recompute the stale nodes and write them."""
+    tails = await asyncio.to_thread(open_episodes, store, ctx.user_id, conv_id)
+    update = await asyncio.to_thread(
+        load_tree, store, ctx.user_id, conv_id, skip={r.payload.get("summary_id") for r in tails}
+    )
+    update.grow(tree_levels(ctx.tree_alphas))
+    if step.model is not None:  # windows that closed since: their extractive text is now consolidated once
+        for node_id in finished_offline(update):
+            update.forest.nodes[node_id].stale = True
+    newest = (age_of(update.forest) or (None, None))[1]
+    units = [
+        await _recompute(step, ctx, update, node_id, calls, still_open=window_holds(update, node_id, newest))
+        for node_id in update.stale()
+    ]
+    await asyncio.to_thread(save_tree, store, update, units)
+    return update, units
 
 
 def _to_update(store: MemoryStore, user_id: str, touched: list[str], conversations: list[str]) -> list[str]:
