@@ -31,7 +31,7 @@ from memstrata.memory.store.reads import read_personas
 from memstrata.memory.timeparse import parse_timestamp
 from memstrata.result import RetrievalResult
 from memstrata.runtime.llm import AnswerError
-from memstrata.runtime.resolve import release_store, resolve_store
+from memstrata.runtime.resolve import hold_store, release_store, resolve_store
 
 
 class Memstrata:
@@ -64,9 +64,14 @@ class Memstrata:
         )
         self._runner: asyncio.Runner | None = None
         self._worker: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None  # for calls inside a loop
+        hold_store(Context(user_id="_", **self._base))
+        self._holding = True
 
     def context(self, user_id: str, **overrides: Any) -> Context:
         """The run context for one user, with per-call overrides."""
+        if not self._holding:  # used again after close(): hold the store again
+            hold_store(Context(user_id="_", **self._base))
+            self._holding = True
         return (
             replace(Context(user_id=user_id, **self._base), **overrides)
             if overrides
@@ -282,7 +287,9 @@ class Memstrata:
         return self.store.delete_user(user_id)
 
     def close(self) -> None:
-        """Release the event loop of the blocking API and forget the open store (its files stay)."""
+        """Release the event loop of the blocking API, and close the store once no other open instance uses it (its
+        files stay; a later call opens it again). Calling it twice is harmless.
+        """
         if self._runner is not None:
             self._runner.close()
             self._runner = None
@@ -292,7 +299,9 @@ class Memstrata:
             thread.join(timeout=30)
             loop.close()
             self._worker = None
-        release_store(Context(user_id="_", **self._base))
+        if self._holding:
+            self._holding = False
+            release_store(Context(user_id="_", **self._base))
 
     def _run(self, coro: Any) -> Any:
         """Run a coroutine on this instance's own loop, so HTTP clients of a model survive between calls.

@@ -147,3 +147,29 @@ async def test_a_graph_compiled_with_a_memstrata_store_uses_that_store(tmp_path,
     )
     assert any("Miso" in e["text"] for e in out["evidence"])
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_closing_the_last_instance_on_a_folder_closes_its_store_and_a_later_use_opens_it_again(
+    tmp_path, hash_embeddings
+) -> None:
+    """``Memstrata.close`` hands back the embedded Chroma client once no other open instance shares the store, and
+    an instance used after its close opens the store again with everything written.
+    """
+    from chromadb.api.shared_system_client import SharedSystemClient
+
+    from memstrata import Memstrata
+
+    first = Memstrata(path=tmp_path / "store", embeddings=hash_embeddings)
+    second = Memstrata(path=tmp_path / "store", embeddings=hash_embeddings)
+    first.ingest([{"speaker": "Ann", "text": "My cat Miso loves boxes."}], user_id="u")
+    client = first.store.client
+    assert second.store is first.store  # one store per folder and embedder
+    first.close()
+    first.close()  # twice: still one release, so the second instance keeps its store
+    assert client._identifier in SharedSystemClient._identifier_to_system
+    assert "Miso" in second.retrieve("What is the cat called?", user_id="u").context
+    second.close()
+    assert client._identifier not in SharedSystemClient._identifier_to_system  # stopped: its indexes are freed
+    assert "Miso" in first.retrieve("What is the cat called?", user_id="u").context  # opened again
+    assert first.store.client is not client
+    first.close()

@@ -353,9 +353,7 @@ class GrowingStore:
         :meth:`grow` opens it again.
         """
         if self._mem is not None:
-            store = self._mem.store
-            self._mem.close()
-            store.close()
+            self._mem.close()  # the last instance on the folder: its store is closed
             self._mem = None
             gc.collect()
 

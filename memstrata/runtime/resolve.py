@@ -26,6 +26,7 @@ from memstrata.memory.store import MemoryStore
 from memstrata.runtime.process import limit_blas
 
 _STORES: dict[tuple[Any, ...], MemoryStore] = {}
+_HOLDERS: dict[tuple[Any, ...], int] = {}  # the open Memstrata instances of each cached store
 _STORES_LOCK = threading.Lock()
 
 
@@ -40,10 +41,27 @@ def resolve_store(ctx: Context) -> MemoryStore:
         return _STORES[key]
 
 
-def release_store(ctx: Context) -> None:
-    """Forget the cached store of this context and its snapshots (the bench opens one per conversation)."""
+def hold_store(ctx: Context) -> None:
+    """Count one more user (a :class:`~memstrata.client.Memstrata` instance) of this context's store, so that
+    :func:`release_store` closes it only once the last one lets go.
+    """
+    key = _store_key(ctx)
     with _STORES_LOCK:
-        store = _STORES.pop(_store_key(ctx), None)
+        _HOLDERS[key] = _HOLDERS.get(key, 0) + 1
+
+
+def release_store(ctx: Context) -> None:
+    """Let go of this context's store. Once nobody holds it, forget it and its snapshots and close it: an embedded
+    store hands back what its Chroma client loaded (:meth:`MemoryStore.close`), and the next use opens it again.
+    """
+    key = _store_key(ctx)
+    with _STORES_LOCK:
+        left = _HOLDERS.get(key, 0) - 1
+        if left > 0:  # another instance on the same folder (or server) and embedder still uses it
+            _HOLDERS[key] = left
+            return
+        _HOLDERS.pop(key, None)
+        store = _STORES.pop(key, None)
     if store is not None:
         # imported here, not at the top: `import memstrata` would otherwise load the whole search runtime
         from memstrata.memory.index.bounded import forget_latest
@@ -52,6 +70,7 @@ def release_store(ctx: Context) -> None:
         forget_store(store)
         forget_latest(store)
         forget_sizes(store)
+        store.close()
 
 
 def _store_key(ctx: Context) -> tuple[str | None, str | None, int | None]:
