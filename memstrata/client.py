@@ -31,7 +31,7 @@ from memstrata.memory.store.reads import read_personas
 from memstrata.memory.timeparse import parse_timestamp
 from memstrata.result import RetrievalResult
 from memstrata.runtime.llm import AnswerError
-from memstrata.runtime.resolve import hold_store, release_store, resolve_store
+from memstrata.runtime.resolve import StoreKey, hold_store, release_store, resolve_store
 
 
 class Memstrata:
@@ -64,14 +64,13 @@ class Memstrata:
         )
         self._runner: asyncio.Runner | None = None
         self._worker: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None  # for calls inside a loop
-        hold_store(Context(user_id="_", **self._base))
-        self._holding = True
+        self._hold_lock = threading.Lock()
+        self._held: StoreKey | None = None  # the store this instance holds open (see close)
+        self._hold()
 
     def context(self, user_id: str, **overrides: Any) -> Context:
         """The run context for one user, with per-call overrides."""
-        if not self._holding:  # used again after close(): hold the store again
-            hold_store(Context(user_id="_", **self._base))
-            self._holding = True
+        self._hold()
         return (
             replace(Context(user_id=user_id, **self._base), **overrides)
             if overrides
@@ -81,7 +80,15 @@ class Memstrata:
     @property
     def store(self) -> MemoryStore:
         """The underlying store (shared by every user of this instance)."""
+        self._hold()
         return resolve_store(Context(user_id="_", **self._base))
+
+    def _hold(self) -> None:
+        """Hold the store open (again, when used after :meth:`close`)."""
+        if self._held is None:
+            with self._hold_lock:
+                if self._held is None:
+                    self._held = hold_store(Context(user_id="_", **self._base))
 
     # ---- ingestion -----------------------------------------------------------
     async def aingest(
@@ -299,9 +306,10 @@ class Memstrata:
             thread.join(timeout=30)
             loop.close()
             self._worker = None
-        if self._holding:
-            self._holding = False
-            release_store(Context(user_id="_", **self._base))
+        with self._hold_lock:
+            held, self._held = self._held, None
+        if held is not None:
+            release_store(held)
 
     def _run(self, coro: Any) -> Any:
         """Run a coroutine on this instance's own loop, so HTTP clients of a model survive between calls.

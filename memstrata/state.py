@@ -36,6 +36,11 @@ def union(left: list[list[str]] | None, right: list[list[str]] | None) -> list[l
     return [list(p) for p in dict.fromkeys(tuple(p) for p in [*(left or []), *(right or [])])]
 
 
+def union_ids(left: list[str] | None, right: list[str] | None) -> list[str]:
+    """Append ids, keeping the first of each."""
+    return list(dict.fromkeys([*(left or []), *(right or [])]))
+
+
 # ---- ingestion -------------------------------------------------------------------
 class IngestInput(TypedDict, total=False):
     """What a caller passes to the ingestion graph. ``user_id`` comes from the context."""
@@ -64,6 +69,9 @@ class IngestState(TypedDict, total=False):
     conversations: list[str]  # ids of the conversations in the input
     sessions: list[list[str]]  # [conversation_id, session_id] pairs with new or changed turns
     repaired: list[str]  # conversations with a session an earlier write left unfinished (graph and tree redone)
+    # conversations where this write deleted a closed episode (another writer closed it since it was read, or one of
+    # its turns changed): its summary may be in the tree and its facts in the graph, so the later stages redo them
+    replaced: Annotated[list[str], union_ids]
     episodes: Annotated[list[list[str]], union]  # [conversation_id, episode_id] pairs of the new episodes
     closed: Annotated[list[list[str]], union]  # the new episodes that are closed (the graph and tree take them)
     drafts: list[dict[str, Any]]  # the new episodes (payload and vector), stored by distill_batch
@@ -163,4 +171,5 @@ __all__ = [
     "keep_best",
     "merge_dicts",
     "union",
+    "union_ids",
 ]

@@ -5,6 +5,7 @@ Every test here starts from an empty user.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -404,20 +405,35 @@ def test_a_summary_deleted_by_another_writer_while_the_tree_is_written_leaves_no
     assert broken == []
 
 
-def test_an_episode_closed_by_another_writer_since_it_was_read_is_reported_when_deleted(mem: Memstrata) -> None:
-    from memstrata.nodes.ingest.episodes import _drop_stale
+def test_a_write_that_deletes_an_episode_another_writer_closed_redoes_the_conversations_tree_and_graph(
+    mem: Memstrata, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memstrata.nodes.ingest import episodes as episode_stage
 
     start = datetime(2024, 3, 4, 10, 0)
-    mem.ingest(_chat(3, start), user_id="u", conversation_id="c", now=start + timedelta(minutes=3))
-    seen_open = mem.store.get("episode", user_id="u", conversation_id="c")
-    assert [r.payload["open"] for r in seen_open] == [True]
-    assert _drop_stale(mem.store, "u", "c", seen_open, [])[2] is False  # still open: nothing placed to redo
-    mem.ingest(_chat(3, start), user_id="u", conversation_id="c", close=True)
-    closed = mem.store.get("episode", user_id="u", conversation_id="c")
-    assert [r.payload["open"] for r in closed] == [False] and closed[0].unit_id == seen_open[0].unit_id
-    # the stale reader still holds the open copy; the delete finds it closed, so the caller redoes the tree
-    assert _drop_stale(mem.store, "u", "c", seen_open, [])[2] is True
-    assert mem.store.get("episode", user_id="u", conversation_id="c") == []
+    first = [*_chat(3, start), {"speaker": "Bo", "text": "Back after lunch.", "timestamp": "2024-03-04T13:00:00"}]
+    mem.ingest(first, user_id="u", conversation_id="c", now=datetime(2024, 3, 4, 13, 1))
+    assert _episodes(mem, "u") == [(0, 2, False), (2, 3, True)]  # the time gap closed the first, placed in the tree
+    placed = mem.store.get("episode", user_id="u", conversation_id="c", where={"open": False})[0]
+    stale_copy = dataclasses.replace(
+        placed, metadata={**placed.metadata, "open": True, "payload": json.dumps({**placed.payload, "open": True})}
+    )
+    real, seen = episode_stage._drop_stale, []
+
+    def read_before_it_closed(store: Any, user_id: str, conv_id: str, old: list[Any], keep: list[Any]) -> Any:
+        # this writer read the episodes while the first was still open, then cut it again and drops it
+        out = real(store, user_id, conv_id, [*old, stale_copy], keep)
+        seen.append(out[2])
+        return out
+
+    plain = mem.ingest([{"speaker": "Ann", "text": "Lunch was fine."}], user_id="u", conversation_id="c")
+    assert plain["entities_written"] == 0  # an append that closes nothing redoes nothing
+    monkeypatch.setattr(episode_stage, "_drop_stale", read_before_it_closed)
+    mem.ingest([{"speaker": "Bo", "text": "Good to hear."}], user_id="u", conversation_id="c")
+    assert seen == [True]  # the delete found it closed: the tree and graph are redone
+    held = {c for r in mem.store.get("tree_node", user_id="u") for c in r.payload["children"]}
+    assert placed.payload["summary_id"] not in held
+    assert_store_ok(mem.store, "u")
 
 
 def test_with_a_model_a_tree_window_still_receiving_messages_is_consolidated_once_it_closes(tmp_path: Path) -> None:

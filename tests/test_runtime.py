@@ -168,8 +168,16 @@ def test_closing_the_last_instance_on_a_folder_closes_its_store_and_a_later_use_
     first.close()  # twice: still one release, so the second instance keeps its store
     assert client._identifier in SharedSystemClient._identifier_to_system
     assert "Miso" in second.retrieve("What is the cat called?", user_id="u").context
+    running = second.store  # a graph run still holding the store object when the last instance closes
     second.close()
     assert client._identifier not in SharedSystemClient._identifier_to_system  # stopped: its indexes are freed
-    assert "Miso" in first.retrieve("What is the cat called?", user_id="u").context  # opened again
-    assert first.store.client is not client
+    assert running.count("turn", user_id="u") == 1  # its next use opens a new client
+    running.close()
+    assert first.store.count("turn", user_id="u") == 1  # used again (here through .store): held again
+    third = Memstrata(path=tmp_path / "store", embeddings=hash_embeddings)
+    third.close()
+    reopened = first.store.client
+    assert reopened is not client and reopened._identifier in SharedSystemClient._identifier_to_system
+    assert "Miso" in first.retrieve("What is the cat called?", user_id="u").context
     first.close()
+    assert reopened._identifier not in SharedSystemClient._identifier_to_system

@@ -27,9 +27,14 @@ def progress(stage: str, message: str, **extra: Any) -> None:
 
 def touched_conversations(state: Mapping[str, Any]) -> list[str]:
     """The conversations an ingestion run must redo the per-conversation stages of: those with newly closed episodes,
-    then those a stopped earlier write left unfinished (``repaired``), each once, in that order.
+    then those a stopped earlier write left unfinished (``repaired``), then those where it deleted a closed episode
+    (``replaced``), each once, in that order.
     """
-    return list(dict.fromkeys([*(c for c, _ in state.get("closed", [])), *state.get("repaired", [])]))
+    return list(
+        dict.fromkeys(
+            [*(c for c, _ in state.get("closed", [])), *state.get("repaired", []), *state.get("replaced", [])]
+        )
+    )
 
 
 async def conversations_to_redo(

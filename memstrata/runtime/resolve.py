@@ -41,20 +41,25 @@ def resolve_store(ctx: Context) -> MemoryStore:
         return _STORES[key]
 
 
-def hold_store(ctx: Context) -> None:
+StoreKey = tuple[str | None, str | None, int | None]  # (server url, folder, id of the embedder)
+
+
+def hold_store(ctx: Context) -> StoreKey:
     """Count one more user (a :class:`~memstrata.client.Memstrata` instance) of this context's store, so that
-    :func:`release_store` closes it only once the last one lets go.
+    :func:`release_store` closes it only once the last one lets go; the key to release it by.
     """
     key = _store_key(ctx)
     with _STORES_LOCK:
         _HOLDERS[key] = _HOLDERS.get(key, 0) + 1
+    return key
 
 
-def release_store(ctx: Context) -> None:
-    """Let go of this context's store. Once nobody holds it, forget it and its snapshots and close it: an embedded
-    store hands back what its Chroma client loaded (:meth:`MemoryStore.close`), and the next use opens it again.
+def release_store(ctx: Context | StoreKey) -> None:
+    """Let go of a store (named by a context, or by the key :func:`hold_store` gave). Once nobody holds it, forget it
+    and the per-process caches of it, and close it: an embedded store hands back what its Chroma client loaded
+    (:meth:`MemoryStore.close`). A graph run still using it, or a later use, opens the client again.
     """
-    key = _store_key(ctx)
+    key = ctx if isinstance(ctx, tuple) else _store_key(ctx)
     with _STORES_LOCK:
         left = _HOLDERS.get(key, 0) - 1
         if left > 0:  # another instance on the same folder (or server) and embedder still uses it
@@ -64,16 +69,18 @@ def release_store(ctx: Context) -> None:
         store = _STORES.pop(key, None)
     if store is not None:
         # imported here, not at the top: `import memstrata` would otherwise load the whole search runtime
+        from memstrata.memory.index.active import forget_active
         from memstrata.memory.index.bounded import forget_latest
         from memstrata.runtime.search import forget_sizes
 
         forget_store(store)
         forget_latest(store)
         forget_sizes(store)
+        forget_active(store)
         store.close()
 
 
-def _store_key(ctx: Context) -> tuple[str | None, str | None, int | None]:
+def _store_key(ctx: Context) -> StoreKey:
     url = ctx.chroma_url or os.environ.get(CHROMA_URL_ENV)
     path = None if url else str(Path(ctx.data_dir).expanduser() if ctx.data_dir else default_data_dir())
     return url, path, id(ctx.embeddings) if ctx.embeddings is not None else None

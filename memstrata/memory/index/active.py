@@ -28,7 +28,7 @@ from typing import Any
 
 from memstrata.context import default
 from memstrata.memory.index.bounded import Bounds, WorkingSet
-from memstrata.memory.index.snapshot import MemoryIndex
+from memstrata.memory.index.snapshot import MemoryIndex, drop_store_keys
 
 CACHE, BUFFER = "cache", "buffer"
 
@@ -125,6 +125,11 @@ def note_moves(store: Any, user_id: str, rows: Sequence[Any]) -> None:
                     else:
                         by_item.pop(c.item, None)
             held.rows = list(by_item.values())
+
+
+def forget_active(store: Any) -> None:
+    """Drop every held active tier of one store (it is being closed)."""
+    drop_store_keys(_HELD, _LOCK, store)
 
 
 def refresh_tiers(store: Any, user_id: str) -> None:

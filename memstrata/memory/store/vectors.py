@@ -158,7 +158,7 @@ class VectorStore:
             getattr(self.embeddings, "name", None),
             getattr(self.embeddings, "dimension", None),
         )
-        self.client = client or _make_client(path=path, url=url)
+        self._client: Any = client or _make_client(path=path, url=url)
         self._path = None if client is not None or url else path
         self.location = str(url or path or "<client>")
         self._collections: dict[str, Any] = {}
@@ -253,18 +253,27 @@ class VectorStore:
         """The word index, when this store has one and it holds the kind."""
         return self.words if self.words is not None and indexes_words(kind) else None
 
+    @property
+    def client(self) -> Any:
+        """The Chroma client. After :meth:`close`, an embedded store's next use opens a new one."""
+        client = self._client
+        if client is None:
+            client = self._client = _make_client(path=self._path, url=None)
+        return client
+
     def close(self) -> None:
         """Hand back what an embedded store's Chroma client holds (its collections' HNSW indexes, loaded whole on
         the first search: 10 GB for a 1M-turn user) once no other client of this process uses the same folder.
-        The store is unusable afterwards. A server store, or a client passed in, is left open. A store that reopened
-        its client because another process wrote (:meth:`_reopen`) hands nothing back: chromadb still counts the
-        client it replaced.
+        A later use of the store opens a new client (a call already inside Chroma when it closes may fail). A server
+        store, or a client passed in, is left open. A store that reopened its client because another process wrote
+        (:meth:`_reopen`) hands nothing back: chromadb still counts the client it replaced.
         """
-        close = getattr(self.client, "close", None)  # chromadb >= 1.5: Client.close() releases the shared system
+        close = getattr(self._client, "close", None)  # chromadb >= 1.5: Client.close() releases the shared system
         if self._path is not None and close is not None:
             with self._lock:
                 close()
                 self._collections.clear()
+                self._client = None
 
     def _reopen(self) -> None:
         """A new embedded client, whose index readers load what other processes wrote since.
@@ -278,8 +287,8 @@ class VectorStore:
 
         logger.info("reopening the embedded Chroma client at %s: another process wrote", self.location)
         with self._lock:
-            SharedSystemClient._identifier_to_system.pop(getattr(self.client, "_identifier", None), None)
-            self.client = _make_client(path=self._path, url=None)
+            SharedSystemClient._identifier_to_system.pop(getattr(self._client, "_identifier", None), None)
+            self._client = _make_client(path=self._path, url=None)
             self._collections.clear()
 
     # ---- writes ----------------------------------------------------------------

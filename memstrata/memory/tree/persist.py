@@ -188,15 +188,18 @@ def save_tree(store: MemoryStore, update: TreeUpdate, units: Sequence[TreeNode])
 
 
 def unstored_children(store: MemoryStore, update: TreeUpdate, units: Sequence[TreeNode]) -> list[str]:
-    """The summaries the just-written week nodes hold that are not stored: another writer deleted them after the
-    tree was read (its episode was cut again), so the tree must be read and written again.
+    """The children of the just-written nodes that are not stored: another writer deleted them after the tree was
+    read (a summary whose episode it cut again, or a node its own tree update pruned), so the tree must be read and
+    written again.
     """
-    wanted = sorted({c for u in units if u.child_kind == SUMMARY_KIND for c in u.children})
-    if not wanted:
-        return []
-    found = store.get(SUMMARY_KIND, user_id=update.user_id, conversation_id=update.conversation_id, unit_ids=wanted)
-    stored = {r.unit_id for r in found}
-    return [c for c in wanted if c not in stored]
+    missing = []
+    for kind in (SUMMARY_KIND, TREE_NODE.kind):
+        wanted = sorted({c for u in units if u.child_kind == kind for c in u.children})
+        if wanted:
+            found = store.get(kind, user_id=update.user_id, conversation_id=update.conversation_id, unit_ids=wanted)
+            stored = {r.unit_id for r in found}
+            missing += [c for c in wanted if c not in stored]
+    return missing
 
 
 def _reinforce(store: MemoryStore, update: TreeUpdate, units: Sequence[TreeNode]) -> None:

@@ -52,9 +52,8 @@ async def link_entities(state: IngestState, runtime: Runtime[Context]) -> dict[s
     new_episodes = {tuple(p) for p in closed}
     totals = {"entities_written": 0, "relations_written": 0, "facts_superseded": 0}
     for conv_id in dict.fromkeys([*touched, *missing]):
+        # no closed fact left (a write deleted the only closed episode): an empty graph, and every entity goes
         facts, vectors = await asyncio.to_thread(closed_facts, store, ctx.user_id, conv_id)
-        if not facts:
-            continue
         linked = resolve(
             facts, speakers=_speakers(facts), typo_ratio=ctx.entity_typo_ratio, recent_events=ctx.entity_recent_events
         )

@@ -53,7 +53,7 @@ async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dic
     closed: list[list[str]] = []
     drafts: list[dict[str, Any]] = []
     removed = 0
-    repaired = list(state.get("repaired", []))
+    replaced: list[str] = []
     for (conv_id, session_id), (turns, vecs) in sessions.items():
         old = await asyncio.to_thread(
             store.get, "episode", user_id=ctx.user_id, conversation_id=conv_id, where={"session_id": session_id}
@@ -100,7 +100,7 @@ async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dic
         by_id = {t.id: v for t, v in zip(turns, vecs, strict=True)}
         dropped, done, unplaced = await asyncio.to_thread(_drop_stale, store, ctx.user_id, conv_id, old, episodes)
         removed += dropped
-        repaired += [conv_id] if unplaced and conv_id not in repaired else []
+        replaced += [conv_id] if unplaced else []
         episodes = [e for e in episodes if e.id not in done]  # unchanged and finished: nothing to redo
         drafts += [
             {"episode": e.model_dump(mode="json"), "vector": episode_vector([by_id[t] for t in e.turn_ids])}
@@ -121,7 +121,7 @@ async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dic
     }
     if step.model is not None:
         stats["llm"] = {"segment": step.meter.summary()}
-    return {"episodes": written, "closed": closed, "drafts": drafts, "repaired": repaired, "stats": stats}
+    return {"episodes": written, "closed": closed, "drafts": drafts, "replaced": replaced, "stats": stats}
 
 
 def _tail_start(
@@ -206,7 +206,10 @@ def _drop_stale(
     A closed episode is deleted when a turn of it was updated or a write stopped midway, and when another writer
     of the conversation (two processes appending through one Chroma server) closed it after ``old`` was read. Its
     summary may be in the tree and its facts in the graph, so the caller redoes the conversation's later stages
-    (marks it ``repaired``). The episodes are read again just before the delete to see this.
+    (``replaced``); the entity stage then links its facts again without judging old ones anew. The episodes are
+    read again just before the delete to see this. A close that lands between that read and the delete (a few
+    milliseconds) is not seen here; the other writer's tree update then finds the summary gone after its write
+    (``persist.unstored_children``) and writes the tree again.
     """
     new = {e.id: e for e in keep}
     finished = {r.unit_id for r in finished_episodes(store, user_id, conv_id, old)}

@@ -13,6 +13,7 @@ turn falls past its window, so a chat's tree costs the same model calls as a bat
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from datetime import datetime
 from typing import Any
@@ -43,6 +44,7 @@ from memstrata.runtime.node import open_node
 from memstrata.runtime.step import Step
 from memstrata.state import IngestState
 
+logger = logging.getLogger(__name__)
 _TREE_ATTEMPTS = 3  # reads and writes of one conversation's tree, when another writer deletes its leaves meanwhile
 
 
@@ -66,12 +68,21 @@ async def consolidate_tree(state: IngestState, runtime: Runtime[Context]) -> dic
         # Another writer of the conversation (two processes through one Chroma server) may delete a summary between
         # this read and the write: the tree just written would then hold it. It is read and written again, at most
         # _TREE_ATTEMPTS times; the other writer redoes the tree after its own delete too (see episodes._drop_stale).
-        for _ in range(_TREE_ATTEMPTS):
+        for attempt in range(1, _TREE_ATTEMPTS + 1):
             update, units = await _update_tree(step, ctx, store, conv_id, calls)
             for unit in units:
                 written[unit.level] += 1
-            if not await asyncio.to_thread(unstored_children, store, update, units):
+            missing = await asyncio.to_thread(unstored_children, store, update, units)
+            if not missing:
                 break
+            if attempt == _TREE_ATTEMPTS:  # left for the next write of the conversation, whose update prunes them
+                logger.warning(
+                    "tree of %s/%s: children %s were deleted by another writer during each of %d updates",
+                    ctx.user_id,
+                    conv_id,
+                    missing[:5],
+                    _TREE_ATTEMPTS,
+                )
     progress("tree", "tree nodes recomputed: " + ", ".join(f"{k} {n}" for k, n in written.items()), **written)
     stats: dict[str, Any] = {
         "tree_nodes_written": written,
