@@ -214,6 +214,39 @@ def test_the_active_tiers_are_read_through_their_index_and_only_the_users_own(tm
     assert [c.unit_id for c in plain.active("alice")] == ["s3"]
 
 
+def test_a_conversations_entity_edges_are_read_through_their_index_and_only_the_users_own(
+    tmp_path: Path, hash_embeddings: Any
+) -> None:
+    """The edges' ``src_kind`` is indexed with the user and conversation on SQLite: a question's graph reads the
+    entity edges of a few conversations (1.5% of their rows at 1M turns) without visiting the rest, and gets what
+    an unindexed read gets.
+    """
+    indexed = EdgeStore(tables.open_table("edges", path=tmp_path, client=None, scoped=("src_kind",)))
+    plain = EdgeStore(tables.open_table("plain", path=tmp_path, client=None))  # no index: the same rows, a scan
+    for user in ("alice", "bob"):  # equal conversation and unit ids on both sides
+        for conv in ("c1", "c2"):
+            edges = [  # one in ten from an entity
+                Edge(conv, f"{kind[:3]}:{user}{i}", "r", f"x:{i}", src_kind=kind)
+                for i, kind in enumerate(["entity", *["summary"] * 9] * 20)
+            ]
+            indexed.add(user, edges)
+            plain.add(user, edges)
+    for store in (indexed, plain):
+        got = store.get("alice", conversations=["c2"], src_kind="entity")
+        assert len(got) == 20 and all(e.src.startswith("ent:alice") and e.conversation_id == "c2" for e in got)
+    assert indexed.get("bob", conversation_id="c1", src_kind="entity") == plain.get(
+        "bob", conversation_id="c1", src_kind="entity"
+    )
+    table = indexed.table
+    sql, args = next(table._wheres("alice", "c2", {"src_kind": "entity"}, None, table.scoped))
+    with sqlite3.connect(table.path) as db:
+        plan = " ".join(str(row) for row in db.execute(f'EXPLAIN QUERY PLAN SELECT key FROM "edges"{sql}', args))
+    assert "edges_scoped_src_kind" in plan, plan
+    from memstrata.memory.store import MemoryStore
+
+    assert MemoryStore(path=tmp_path / "store", embeddings=hash_embeddings).edges.table.scoped == {"src_kind"}
+
+
 def test_a_read_by_keys_looks_the_keys_up_and_never_walks_the_users_rows(tmp_path: Path) -> None:
     """SQLite keeps no statistics here, and for a few hundred keys it chose the index on the user and the tier,
     which visits every row of the user; the read must go through the primary key, and still find only the

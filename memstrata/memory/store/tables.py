@@ -230,11 +230,15 @@ class SqliteTable:
         name: the table inside it (an identifier).
         indexed: fields a ``match`` often selects few rows by (the counters' ``tier``): each gets an index on the
             user and the field, so such a read costs what it returns, not a scan of the user's rows.
+        scoped: fields a ``match`` within one conversation often selects few rows by (the edges' ``src_kind``):
+            each gets an index on the user, the conversation and the field, so such a read costs what it returns,
+            not a scan of the conversation's rows.
     """
 
-    def __init__(self, path: Path, name: str, *, indexed: Sequence[str] = ()) -> None:
+    def __init__(self, path: Path, name: str, *, indexed: Sequence[str] = (), scoped: Sequence[str] = ()) -> None:
         self.path, self.name = Path(path), check_name(name)
         self.indexed = frozenset(check_name(f, "field name") for f in indexed)
+        self.scoped = frozenset(check_name(f, "field name") for f in scoped)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")  # persistent in the file: readers never block the writer
@@ -247,6 +251,10 @@ class SqliteTable:
             for field in sorted(self.indexed):  # the same expression as _wheres writes, or SQLite will not use it
                 value = f"json_extract(data, '$.{field}')"
                 db.execute(f'CREATE INDEX IF NOT EXISTS "{name}_{field}" ON "{name}" (user_id, {value})')
+            for field in sorted(self.scoped):  # built once on a table that holds rows already (1.6 s a million)
+                value = f"json_extract(data, '$.{field}')"
+                columns = f"user_id, conversation_id, {value}"
+                db.execute(f'CREATE INDEX IF NOT EXISTS "{name}_scoped_{field}" ON "{name}" ({columns})')
 
     def _connect(self) -> AbstractContextManager[sqlite3.Connection]:
         return sqlite_connection(self.path)
@@ -338,7 +346,7 @@ class SqliteTable:
                 for r in self.get(user_id=user_id, conversation_id=c, match=match, keys=keys)
             ]
             return sorted(found, key=lambda r: r.key)
-        wheres, found = list(self._wheres(user_id, conversation_id, match, keys, self.indexed)), []
+        wheres, found = list(self._wheres(user_id, conversation_id, match, keys, self.indexed | self.scoped)), []
         with self._connect() as db:
             for sql, args in wheres:
                 found += db.execute(f'SELECT key, user_id, conversation_id, data FROM "{self.name}"{sql}', args)
@@ -611,7 +619,9 @@ class ChromaTable:
 _OPEN_LOCK = threading.Lock()
 
 
-def open_table(name: str, *, path: Path | None, client: Any, indexed: Sequence[str] = ()) -> Table:
+def open_table(
+    name: str, *, path: Path | None, client: Any, indexed: Sequence[str] = (), scoped: Sequence[str] = ()
+) -> Table:
     """The table ``name`` of a store.
 
     Args:
@@ -621,13 +631,14 @@ def open_table(name: str, *, path: Path | None, client: Any, indexed: Sequence[s
         client: the Chroma client of a server store, used when ``path`` is ``None``.
         indexed: fields a ``match`` often selects few rows by (:class:`SqliteTable`; Chroma indexes every
             metadata field itself).
+        scoped: fields a ``match`` within one conversation often selects few rows by (:class:`SqliteTable`).
 
     Returns:
         A :class:`SqliteTable` (embedded mode) or a :class:`ChromaTable` (server mode).
     """
     if path is not None:
         with _OPEN_LOCK:  # two stores of one process opening the same file create its schema one after the other
-            return SqliteTable(Path(path) / SQLITE_FILE, name, indexed=indexed)
+            return SqliteTable(Path(path) / SQLITE_FILE, name, indexed=indexed, scoped=scoped)
     if client is None:
         msg = f"table {name!r} needs a data folder or a Chroma client"
         raise StoreError(msg)
