@@ -25,8 +25,10 @@ from memstrata.memory.index import forget_store
 from memstrata.memory.store import MemoryStore
 from memstrata.runtime.process import limit_blas
 
-_STORES: dict[tuple[Any, ...], MemoryStore] = {}
-_HOLDERS: dict[tuple[Any, ...], int] = {}  # the open Memstrata instances of each cached store
+StoreKey = tuple[str | None, str | None, int | None]  # (server url, folder, id of the embedder)
+
+_STORES: dict[StoreKey, MemoryStore] = {}
+_HOLDERS: dict[StoreKey, int] = {}  # the open Memstrata instances of each cached store
 _STORES_LOCK = threading.Lock()
 
 
@@ -39,9 +41,6 @@ def resolve_store(ctx: Context) -> MemoryStore:
             limit_blas(ctx.blas_threads)
             _STORES[key] = MemoryStore(path=path, url=url, embeddings=ctx.embeddings)
         return _STORES[key]
-
-
-StoreKey = tuple[str | None, str | None, int | None]  # (server url, folder, id of the embedder)
 
 
 def hold_store(ctx: Context) -> StoreKey:

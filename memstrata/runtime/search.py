@@ -382,9 +382,8 @@ def graph_view(store: MemoryStore, ctx: Context, index: MemoryIndex) -> GraphVie
 
     def read(conv: str | None) -> dict[str, list[Any]]:
         by_conv: dict[str, list[Any]] = {}
-        for e in store.edges.get(ctx.user_id, conversation_id=conv):
-            if e.src_kind == ENTITY.kind:
-                by_conv.setdefault(e.conversation_id, []).append(e)
+        for e in store.edges.get(ctx.user_id, conversation_id=conv, src_kind=ENTITY.kind):
+            by_conv.setdefault(e.conversation_id, []).append(e)
         return by_conv
 
     with index.lock:  # one query at a time brings the held view up to date; old views are never changed

@@ -29,8 +29,7 @@ def entity_table(store: Any, user: str, conversation: str | None) -> Table:
     entities = sorted(_entities(store, user, conversation), key=lambda e: (-len(e.fact_ids), e.name))
     degree = Counter(
         (e.conversation_id, end)
-        for e in store.edges.get(user, conversation_id=conversation)
-        if e.src_kind == "entity"
+        for e in store.edges.get(user, conversation_id=conversation, src_kind="entity")
         for end in (e.src, e.dst)
     )
     table = Table(title=f"{len(entities)} entities of {user}")
@@ -120,8 +119,8 @@ def _relations(store: Any, user: str, entity: Entity) -> Table:
     names = {e.id: e.name for e in _entities(store, user, entity.conversation_id)}
     edges = [
         e
-        for e in store.edges.get(user, conversation_id=entity.conversation_id)
-        if e.src_kind == "entity" and entity.id in (e.src, e.dst)
+        for e in store.edges.get(user, conversation_id=entity.conversation_id, src_kind="entity")
+        if entity.id in (e.src, e.dst)
     ]
     for e in sorted(edges, key=lambda e: (e.rel, e.src, e.dst)):
         table.add_row(Text(names.get(e.src, e.src)), e.rel, Text(names.get(e.dst, e.dst)), ", ".join(e.turn_ids))

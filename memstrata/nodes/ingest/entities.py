@@ -148,7 +148,7 @@ def _write(
             vectors=[vectors[f.id] for f in changed],
             extra=[f.metadata() for f in changed],
         )
-    old_edges = [e for e in store.edges.get(user_id, conversation_id=conv_id) if e.src_kind == "entity"]
+    old_edges = store.edges.get(user_id, conversation_id=conv_id, src_kind="entity")
     new_keys = {(e.src, e.rel, e.dst) for e in linked.relations}
     store.edges.delete(user_id, [e for e in old_edges if (e.src, e.rel, e.dst) not in new_keys])
     kept = set(old_edges)
