@@ -57,7 +57,9 @@ class Memstrata:
         known = {f.name for f in fields(Context)} - {"user_id"}
         unknown = set(settings) - known
         if unknown:
-            msg = f"unknown setting(s) {sorted(unknown)}; valid ones are the Context fields: {sorted(known)}"
+            from memstrata.context import unknown_settings
+
+            msg = unknown_settings(unknown, known)
             raise TypeError(msg)
         self._base = dict(
             data_dir=str(path) if path else None, chroma_url=url, embeddings=embeddings, model=model, **settings

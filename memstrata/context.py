@@ -5,7 +5,9 @@ lives, planning, the light module, the gate, the deep module, the follow-up,
 reflection, scoring, packing, ingestion, LLM calls); each field's description
 is what LangGraph Studio shows. Precedence is explicit value, then environment
 variable, then built-in default. Nothing is created here: the store, the
-embedder and the model are built on first use by :mod:`memstrata.runtime`.
+embedder and the model are built on first use by :mod:`memstrata.runtime`
+(but a model name that could not be called, OpenAI's API with no
+``OPENAI_API_KEY``, is refused as the context is made).
 
 Example:
     >>> ctx = Context(user_id="alice")
@@ -16,19 +18,28 @@ Example:
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime
+from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, WithJsonSchema
 from pydantic.json_schema import SkipJsonSchema
 
 DATA_DIR_ENV = "MEMSTRATA_DATA_DIR"
 CHROMA_URL_ENV = "MEMSTRATA_CHROMA_URL"
 MODEL_ENV = "MEMSTRATA_MODEL"
+INGEST_MODEL_ENV = "MEMSTRATA_INGEST_MODEL"
+BASE_URL_ENV = "MEMSTRATA_BASE_URL"
+# The OpenAI SDK's variable, then LangChain's older one: read after memstrata's, as ChatOpenAI read them before.
+OPENAI_BASE_URL_ENVS = ("OPENAI_BASE_URL", "OPENAI_API_BASE")
+# What Studio and the API see of a model setting: a name or nothing (a model object is Python-only). Without it, two
+# fields of type BaseChatModel make pydantic try, and fail, to build BaseChatModel's JSON schema.
+MODEL_JSON_SCHEMA = WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "null"}]})
 
 
 def default_data_dir() -> Path:
@@ -155,7 +166,32 @@ class Context:
     # ---- the model ------------------------------------------------------------------
     model: Annotated[
         BaseChatModel | str | None,
-        _s("llm", "a chat model or model name; LLM mode is on only when this (or $MEMSTRATA_MODEL) is set"),
+        MODEL_JSON_SCHEMA,
+        _s(
+            "llm",
+            "a chat model or model name (default $MEMSTRATA_MODEL) for retrieval and the answer, and for "
+            "ingestion unless ingest_model is set; LLM mode is on only when a model is set. A name is called "
+            "through OpenAI's API (it needs $OPENAI_API_KEY) or at base_url",
+        ),
+    ] = None
+    ingest_model: Annotated[
+        BaseChatModel | str | None,
+        MODEL_JSON_SCHEMA,
+        _s(
+            "llm",
+            "a chat model or model name for every model call of ingestion (episodes, summaries, facts, "
+            "entities, themes, personas, the tree, importance) (default $MEMSTRATA_INGEST_MODEL, else model); "
+            "set without model, only ingestion runs in LLM mode and retrieval stays offline",
+        ),
+    ] = None
+    base_url: Annotated[
+        str | None,
+        _s(
+            "llm",
+            "the OpenAI-compatible server (llama.cpp, vLLM, Ollama...) that a model given by name is called at, "
+            "e.g. http://localhost:8080/v1 (default $MEMSTRATA_BASE_URL, then $OPENAI_BASE_URL or "
+            "$OPENAI_API_BASE, else OpenAI's API); such a server needs no $OPENAI_API_KEY",
+        ),
     ] = None
     llm_token_budget: Annotated[int, _s("llm", "LLM tokens (prompt + completion) one query may spend")] = 20000
     llm_timeout_s: Annotated[float, _s("llm", "per-call timeout of a model call")] = 60.0
@@ -310,6 +346,14 @@ class Context:
     segment_depth: Annotated[
         float, _s("ingestion", "a topic cut needs similarity this many std below the session mean")
     ] = 0.5
+    stamp_untimed: Annotated[
+        bool,
+        _s(
+            "ingestion",
+            "a message written without a time gets the write's time (Context.now, else the clock), so it is "
+            "dated, matches since/until and the session gap applies; False keeps it untimed",
+        ),
+    ] = True
     session_gap_hours: Annotated[
         float,
         _s(
@@ -680,11 +724,57 @@ class Context:
         if self.max_iterations < 0 or self.llm_token_budget < 0:
             msg = "Context.max_iterations and Context.llm_token_budget must be >= 0"
             raise ValueError(msg)
+        self._check_model_names()
+
+    def _check_model_names(self) -> None:
+        """Refuse a model name that cannot be called (OpenAI's API with no key) now, before any work, rather
+        than after every node's call has failed into its fallback. A model object is never checked.
+        """
+        from memstrata.runtime.llm import check_model_name
+
+        for ingest in (False, True):
+            source, spec = self.model_setting(ingest=ingest)
+            if isinstance(spec, str):
+                check_model_name(spec, self.resolved_base_url, source=source)
 
     @property
     def llm_mode(self) -> bool:
-        """True only when a model is configured explicitly (here or in ``$MEMSTRATA_MODEL``)."""
-        return self.model is not None or bool(os.environ.get(MODEL_ENV))
+        """True when retrieval and the answer call a model: ``model`` (or ``$MEMSTRATA_MODEL``) is set."""
+        return self.model_setting()[1] is not None
+
+    @property
+    def ingest_llm_mode(self) -> bool:
+        """True when ingestion calls a model: ``ingest_model`` or ``model`` (or their environment variables) is set."""
+        return self.model_setting(ingest=True)[1] is not None
+
+    def model_setting(self, *, ingest: bool = False) -> tuple[str, BaseChatModel | str | None]:
+        """The model retrieval (or, with ``ingest``, ingestion) calls, and the setting it came from.
+
+        Retrieval: ``model``, else ``$MEMSTRATA_MODEL``. Ingestion: ``ingest_model``, else
+        ``$MEMSTRATA_INGEST_MODEL``, else what retrieval uses. A value set here wins over the environment;
+        an empty name means no model (``model=""`` keeps a run offline whatever ``$MEMSTRATA_MODEL`` says).
+
+        Example:
+            >>> ctx = Context(user_id="u", model="small", ingest_model="big", base_url="http://localhost:8080/v1")
+            >>> ctx.model_setting(), ctx.model_setting(ingest=True)
+            (('model', 'small'), ('ingest_model', 'big'))
+        """
+        chain = [("ingest_model", self.ingest_model, INGEST_MODEL_ENV)] if ingest else []
+        for name, value, env in [*chain, ("model", self.model, MODEL_ENV)]:
+            if value is not None:
+                return name, None if isinstance(value, str) and not value else value
+            if os.environ.get(env):
+                return f"${env}", os.environ[env]
+        return "model", None
+
+    @property
+    def resolved_base_url(self) -> str | None:
+        """``base_url``, else ``$MEMSTRATA_BASE_URL``, else ``$OPENAI_BASE_URL`` (or LangChain's older
+        ``$OPENAI_API_BASE``); ``None`` means OpenAI's own API.
+        """
+        if self.base_url is not None:
+            return self.base_url or None
+        return next((os.environ[e] for e in (BASE_URL_ENV, *OPENAI_BASE_URL_ENVS) if os.environ.get(e)), None)
 
     def prompt(self, name: str) -> str:
         """A prompt constant of :mod:`memstrata.prompts` by name, or its override from ``prompts``."""
@@ -708,3 +798,37 @@ def default(name: str) -> Any:
             return f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
     msg = f"Context has no setting {name!r}"
     raise KeyError(msg)
+
+
+def unknown_settings(names: Iterable[str], known: Iterable[str] | None = None) -> str:
+    """The message refusing settings that are no field of :class:`Context`, with the closest valid names.
+
+    Args:
+        names: the unknown names.
+        known: the valid names (default: every field of :class:`Context`).
+
+    Example:
+        >>> print(unknown_settings(["contxt_budget"]))  # doctest: +ELLIPSIS
+        unknown setting 'contxt_budget'; did you mean 'context_budget'? (every setting is a field of ...)
+    """
+    valid = sorted(known if known is not None else (f.name for f in fields(Context)))
+    hints = [(name, _closest(name, valid)) for name in sorted(names)]
+    where = "every setting is a field of memstrata.Context"
+    if len(hints) == 1:
+        name, close = hints[0]
+        return f"unknown setting {name!r}" + (f"; did you mean {_either(close)}?" if close else "") + f" ({where})"
+    parts = [f"{name!r}" + (f" (did you mean {_either(close)}?)" if close else "") for name, close in hints]
+    return f"unknown settings {', '.join(parts)}; {where}"
+
+
+def _closest(name: str, valid: list[str]) -> list[str]:
+    """The valid names nearest ``name`` (at most three): those alike enough, and nearly as alike as the nearest."""
+    scored = sorted(((SequenceMatcher(None, name, v).ratio(), v) for v in valid), key=lambda rv: (-rv[0], rv[1]))
+    best = scored[0][0] if scored else 0.0
+    return [v for ratio, v in scored[:3] if ratio >= max(0.6, best - 0.1)]
+
+
+def _either(names: list[str]) -> str:
+    """``'a'``, ``'a' or 'b'``, ``'a', 'b' or 'c'``."""
+    quoted = [repr(n) for n in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"

@@ -3,8 +3,9 @@
 A memory here is a stored unit of one user: a raw turn (what was said), a fact or a summary (what memstrata made of
 it). Turns are what a user edits: updating or deleting one removes every unit built from it (its episode, summary,
 facts, themes, persona versions, tree nodes) and rebuilds what the session's remaining turns support, so nothing
-stale stays searchable (``memstrata check`` holds after each). Every change is journaled per user
-(:func:`history`).
+stale stays searchable (``memstrata check`` holds after each). A deleted turn, and the old text of an updated one,
+leave a tombstone (:mod:`memstrata.memory.store.tombstones`): a later write of the same message (a chat thread sent
+again, a re-ingested file) does not bring it back. Every change is journaled per user (:func:`history`).
 
 Every function takes a :class:`~memstrata.Memstrata` and a ``user_id``; every read goes through the store's one
 tenant scope.
@@ -20,13 +21,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from memstrata.memory.levels import Turn, get_level, raw_kind
 from memstrata.memory.levels.level2.turn import meta_key
 from memstrata.memory.store.reads import open_episodes, read_sessions
 from memstrata.memory.store.tables import TableRow
+from memstrata.memory.store.tombstones import said_hash
 from memstrata.memory.timeparse import parse_timestamp
 
 if TYPE_CHECKING:
@@ -124,11 +126,14 @@ def update(mem: Memstrata, user_id: str, conversation_id: str, turn_id: str, tex
         msg = "the new text is empty: delete the turn instead"
         raise ValueError(msg)
     old = Turn.model_validate(memory(mem, user_id, turn_id, conversation_id=conversation_id)["unit"])
+    new = old.model_copy(update={"text": text})
     close = _closed(mem, user_id, conversation_id, old.session_id)
+    # The old words are buried first (a re-send of them while this runs is refused), the new ones unburied (an
+    # update back to an earlier text is kept).
+    mem.store.tombstones.bury([old], event="update")
+    mem.store.tombstones.lift(user_id, conversation_id, [turn_id], said=said_hash(new))
     removed = _remove(mem, user_id, conversation_id, [turn_id])
-    _rebuild(
-        mem, user_id, conversation_id, {old.session_id}, close=close, extra=[old.model_copy(update={"text": text})]
-    )
+    _rebuild(mem, user_id, conversation_id, {old.session_id}, close=close, extra=[new])
     _journal(mem, user_id, conversation_id, "update", turn_id, before=old.text, after=text)
     return {"updated": turn_id, "removed": removed}
 
@@ -141,29 +146,39 @@ def delete(mem: Memstrata, user_id: str, conversation_id: str, turn_id: str | No
         LookupError: the conversation or the turn is not stored for this user.
     """
     if turn_id is None:
-        ids = [r.unit_id for r in mem.store.get(raw_kind(), user_id=user_id, conversation_id=conversation_id)]
-        if not ids:
+        turns = [
+            Turn.model_validate(r.payload)
+            for r in mem.store.get(raw_kind(), user_id=user_id, conversation_id=conversation_id)
+        ]
+        if not turns:
             msg = f"no conversation {conversation_id!r} for user {user_id!r}"
             raise LookupError(msg)
+        ids = [t.id for t in turns]
+        mem.store.tombstones.bury(turns, event="delete")
         removed = _remove(mem, user_id, conversation_id, ids)
         mem.store.sequences.delete(user_id=user_id, conversation_id=conversation_id)
         _journal(mem, user_id, conversation_id, "delete_conversation", None, before=f"{len(ids)} turns", after=None)
         return removed
     old = Turn.model_validate(memory(mem, user_id, turn_id, conversation_id=conversation_id)["unit"])
     close = _closed(mem, user_id, conversation_id, old.session_id)
+    mem.store.tombstones.bury([old], event="delete")  # before the turn goes: no re-send in between brings it back
     removed = _remove(mem, user_id, conversation_id, [turn_id])
     _rebuild(mem, user_id, conversation_id, {old.session_id}, close=close)
-    _journal(mem, user_id, conversation_id, "delete", turn_id, before=old.text, after=None)
+    # The deleted words are not journaled: history says which turn went and when, never what it said.
+    _journal(mem, user_id, conversation_id, "delete", turn_id, before=None, after=None)
     return removed
 
 
 def history(mem: Memstrata, user_id: str, *, conversation_id: str | None = None) -> list[dict[str, Any]]:
-    """What was updated or deleted, oldest first: {at, event, conversation_id, turn_id, before, after}."""
+    """What was updated or deleted, oldest first: {at, event, conversation_id, turn_id, before, after}; ``at`` is
+    an ISO-8601 time in UTC.
+    """
     events = [
         json.loads(str(r.fields["event"]))
         for r in mem.store.journal.get(user_id=user_id, conversation_id=conversation_id)
     ]
-    return sorted(events, key=lambda e: (e["at"], e.get("turn_id") or ""))
+    events.sort(key=lambda e: (e["at"], e.get("turn_id") or ""))
+    return [{**e, "at": datetime.fromtimestamp(e["at"], UTC).isoformat(timespec="microseconds")} for e in events]
 
 
 # ---- helpers --------------------------------------------------------------------------------------
@@ -268,7 +283,10 @@ def _rebuild(
         }
         for t in turns
     ]
-    mem.ingest({"conversation_id": conversation_id, "messages": messages}, user_id=user_id, close=close)
+    # An untimed turn stays untimed: the rebuild is not a new write of it.
+    mem.ingest(
+        {"conversation_id": conversation_id, "messages": messages}, user_id=user_id, close=close, stamp_untimed=False
+    )
 
 
 def _journal(

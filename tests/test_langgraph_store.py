@@ -180,11 +180,20 @@ def test_a_namespace_that_does_not_name_a_user_is_refused_and_a_prefix_layout_wo
     langmem = MemstrataStore(mem, prefix=("memories",))
     langmem.put(("memories", "ann"), "k", {"content": "Ann likes tea."})
     item = langmem.get(("memories", "ann"), "k")
-    assert item.namespace == ("memories", "ann", "default") and item.value == {"content": "Ann likes tea."}
+    assert item.namespace == ("memories", "ann") and item.value == {"content": "Ann likes tea."}  # as put
     assert [i.namespace for i in langmem.search(("memories", "ann"), query="What does Ann like?")] == [
-        ("memories", "ann", "default")
+        ("memories", "ann")
     ]
-    assert langmem.list_namespaces(prefix=("memories", "ann")) == [("memories", "ann", "default")]
+    assert langmem.list_namespaces(prefix=("memories", "ann")) == [("memories", "ann")]
     with pytest.raises(InvalidNamespaceError, match="start with \\('memories',\\)"):
         langmem.put(("ann",), "k", {"content": "x"})
     assert mem.store.count("turn", user_id="ann") == 1
+
+
+def test_an_item_reads_back_under_the_namespace_it_was_put_in(tmp_path) -> None:
+    store = MemstrataStore(Memstrata(path=tmp_path / "chroma", embeddings=HashEmbeddings()), prefix=("memories",))
+    store.put(("memories", "alice"), "k1", {"content": "Alice likes tea."})
+    store.put(("memories", "alice", "chat"), "k2", {"content": "Alice has a cat."})
+    assert store.get(("memories", "alice"), "k1").namespace == ("memories", "alice")
+    found = {i.key: i.namespace for i in store.search(("memories", "alice"))}
+    assert found == {"k1": ("memories", "alice"), "k2": ("memories", "alice", "chat")}

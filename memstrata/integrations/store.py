@@ -47,6 +47,7 @@ from langgraph.store.base import (
 )
 
 from memstrata.client import Memstrata
+from memstrata.memory.levels import Turn
 from memstrata.memory.store import tenant
 from memstrata.memory.store.tables import TableRow
 
@@ -109,6 +110,8 @@ class MemstrataStore(BaseStore):
             self._delete(PutOp(op.namespace, op.key, None))
         now = time.time()
         created = float(old[0].fields["created_at"]) if old else now  # type: ignore[arg-type]
+        # A put is deliberate: what an earlier delete of this key buried is written again.
+        self.memory.store.tombstones.lift(user, conv, [m["id"] for m in messages])
         self.memory.ingest(messages, user_id=user, conversation_id=conv)  # appended, like any message
         self._items.upsert(
             [
@@ -118,6 +121,7 @@ class MemstrataStore(BaseStore):
                     conv,
                     {
                         "key": op.key,
+                        "namespace": json.dumps(list(op.namespace)),  # as put: (user,) reads back as (user,)
                         "value": json.dumps(value),
                         "turn_ids": json.dumps([m["id"] for m in messages]),
                         "created_at": created,
@@ -134,8 +138,17 @@ class MemstrataStore(BaseStore):
         if not rows:
             return
         gone = json.loads(str(rows[0].fields["turn_ids"]))
-        # The turns and every unit and edge built from them; what remains is rebuilt below.
-        self.memory.store.delete_turns(user, conv, gone)
+        store = self.memory.store
+        # Buried first (no write in between brings them back), then the turns and every unit and edge built from
+        # them; what remains is rebuilt below.
+        store.tombstones.bury(
+            [
+                Turn.model_validate(r.payload)
+                for r in store.get("turn", user_id=user, conversation_id=conv, unit_ids=gone)
+            ],
+            event="delete",
+        )
+        store.delete_turns(user, conv, gone)
         self._items.delete(user_id=user, keys=[key])
         remaining = self._conversation_messages(user, conv)
         if remaining:
@@ -173,7 +186,7 @@ class MemstrataStore(BaseStore):
             )
             raise InvalidNamespaceError(msg)
         user = tenant.check_user(prefix[n])
-        found = sorted({(*self.prefix, user, r.conversation_id) for r in self._items.get(user_id=user)})
+        found = sorted({_item(r, layout=self.prefix).namespace for r in self._items.get(user_id=user)})
         for cond in op.match_conditions or ():
             found = [ns for ns in found if _condition(ns, cond.match_type, cond.path)]
         if op.max_depth is not None:
@@ -288,7 +301,8 @@ def _item(
         k: datetime.fromtimestamp(float(row.fields[k]), tz=UTC)  # type: ignore[arg-type]
         for k in ("created_at", "updated_at")
     }
-    namespace = (*layout, row.user_id, row.conversation_id)
+    put = row.fields.get("namespace")
+    namespace = tuple(json.loads(str(put))) if put else (*layout, row.user_id, row.conversation_id)
     if search:
         return SearchItem(
             namespace, str(row.fields["key"]), value, stamps["created_at"], stamps["updated_at"], score=score

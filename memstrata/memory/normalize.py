@@ -59,6 +59,7 @@ def normalize_input(
     session_gap: timedelta = timedelta(hours=6),
     tail: Callable[[str], Tail | None] | None = None,
     metadata: dict[str, Any] | None = None,
+    stamp: datetime | None = None,
 ) -> list[Conversation]:
     """Turn any accepted input into validated :class:`Conversation` objects.
 
@@ -74,11 +75,14 @@ def normalize_input(
             so a message list continues the conversation: its first message joins the last session unless
             the silence since is longer than ``session_gap``. ``None``: every conversation starts empty.
         metadata: fields attached to every message (a message's own ``metadata`` wins on a shared name).
+        stamp: the time of a message (of a message list or LangChain messages) written without one: the write's
+            time, so it has a date, ``since``/``until`` match it and the session gap applies. ``None``: it stays
+            untimed.
     """
     kind = detect_format(data, source)
     shared = _meta(metadata, f"{source}: the write's")
     try:
-        convs = _conversations(data, kind, user_id, conversation_id, source, session_gap, tail or _no_tail)
+        convs = _conversations(data, kind, user_id, conversation_id, source, session_gap, tail or _no_tail, stamp)
     except ValidationError as exc:  # a value no unit accepts: say which field, never a traceback
         problem = exc.errors()[0]
         where = ".".join(str(p) for p in problem.get("loc", ()))
@@ -114,18 +118,20 @@ def _conversations(
     source: str,
     session_gap: timedelta,
     tail: Callable[[str], Tail | None],
+    stamp: datetime | None = None,
 ) -> list[Conversation]:
     if kind == "locomo":
         items = data if isinstance(data, list) else [data]
         return [_locomo(item, user_id, source, i) for i, item in enumerate(items)]
     if kind == "langchain":
-        return [_messages([_from_langchain(m) for m in data], user_id, conversation_id, source, session_gap, tail)]
+        messages = [_from_langchain(m) for m in data]
+        return [_messages(messages, user_id, conversation_id, source, session_gap, tail, stamp)]
     if kind == "conversations":  # [{"conversation_id": ..., "messages": [...]}, ...]
         return [
             c
             for i, item in enumerate(data)
             for c in _conversations(
-                item, "messages", user_id, conversation_id, f"{source}: conversation #{i}", session_gap, tail
+                item, "messages", user_id, conversation_id, f"{source}: conversation #{i}", session_gap, tail, stamp
             )
         ]
     if isinstance(data, dict) and not isinstance(data.get("messages"), list):
@@ -135,7 +141,7 @@ def _conversations(
     if conv_id is not None and (not isinstance(conv_id, str) or not conv_id.strip()):
         msg = f"{source}: 'conversation_id' must be a non-empty string, got {conv_id!r}"
         raise IngestError(msg)
-    return [_messages(messages, user_id, conv_id, source, session_gap, tail)]
+    return [_messages(messages, user_id, conv_id, source, session_gap, tail, stamp)]
 
 
 def detect_format(data: Any, source: str = "<input>") -> str:
@@ -299,13 +305,23 @@ def _meta(value: Any, where: str) -> dict[str, str | int | float | bool]:
     return dict(value)
 
 
+def _untimed(raw: dict[str, Any]) -> bool:
+    return raw.get("timestamp", raw.get("time")) is None
+
+
 def _source_id(raw: dict[str, Any]) -> str | None:
     value = raw.get("dia_id", raw.get("id"))
     return str(value) if value not in (None, "") else None
 
 
 def _messages(
-    messages: Any, user_id: str, conv_id: str | None, source: str, gap: timedelta, tail: Callable[[str], Tail | None]
+    messages: Any,
+    user_id: str,
+    conv_id: str | None,
+    source: str,
+    gap: timedelta,
+    tail: Callable[[str], Tail | None],
+    stamp: datetime | None = None,
 ) -> Conversation:
     conv_id = conv_id or "default"
     where = f"{source}: conversation {conv_id}"
@@ -326,7 +342,7 @@ def _messages(
         if not isinstance(raw, dict):
             msg = f"{where}, message #{i}: expected an object, got {type(raw).__name__}"
             raise IngestError(msg)
-        when = parse_timestamp(raw.get("timestamp"))
+        when = parse_timestamp(raw.get("timestamp")) if not _untimed(raw) else stamp
         if raw.get("timestamp") not in (None, "") and when is None:
             warnings.append(f"{where}, message #{i}: unparseable timestamp {raw.get('timestamp')!r} (kept as text)")
         if "session" in raw:
@@ -340,7 +356,16 @@ def _messages(
     sessions = []
     for key, items in groups.items():
         turns = [
-            _turn(raw, user_id, conv_id, key, pos, f"{where}, message #{i}", warnings=warnings)
+            _turn(
+                raw,
+                user_id,
+                conv_id,
+                key,
+                pos,
+                f"{where}, message #{i}",
+                stamp if _untimed(raw) else None,
+                warnings=warnings,
+            )
             for pos, (i, raw) in enumerate(items)
         ]
         first = turns[0]

@@ -1,4 +1,8 @@
-"""Robust structured LLM decisions, streamed answers, metering and the token budget.
+"""The model a context names, robust structured LLM decisions, streamed answers, metering and the token budget.
+
+:func:`chat_model` turns ``Context.model`` (or, for ingestion, ``Context.ingest_model``) into a chat model: a
+name becomes a ``ChatOpenAI`` at ``Context.base_url``; a name that would go to OpenAI's API with no
+``OPENAI_API_KEY`` is a :class:`ModelConfigError`.
 
 Every LLM decision goes through :func:`decide`: a pydantic schema, tool calling
 (the schema bound as the one required tool), tenacity retries with backoff on
@@ -37,13 +41,14 @@ import asyncio
 import importlib
 import json
 import logging
+import os
 import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
@@ -52,10 +57,15 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
+if TYPE_CHECKING:
+    from memstrata.context import Context
+
 logger = logging.getLogger(__name__)
 T = TypeVar("T", bound=BaseModel)
 ItemT = TypeVar("ItemT")
 INTERNAL_TAGS = ["nostream", "memstrata:internal"]
+OPENAI_KEY_ENV = "OPENAI_API_KEY"
+PLACEHOLDER_KEY = "not-needed"  # OpenAI-compatible servers (llama.cpp, vLLM, Ollama) take any key
 GOOD_OUTCOMES = ("ok", "parsed_text", "repaired")
 # A validator may index a list with a bad id or read a missing attribute: all of
 # these mean "the model's answer is unusable", never "crash the graph".
@@ -83,6 +93,78 @@ class AnswerError(LLMError):
 
 class EmptyReplyError(LLMError):
     """The server answered, but with no choice to read (an empty ``choices`` list, or a stream with no text)."""
+
+
+class ModelConfigError(ValueError):
+    """A model given by name cannot be called as configured: OpenAI's API with no ``OPENAI_API_KEY``."""
+
+
+# ---- the model -----------------------------------------------------------------------
+
+
+def _is_openai(base_url: str | None) -> bool:
+    """Whether a model name is called at OpenAI's own API (no base URL, or api.openai.com)."""
+    return not base_url or "api.openai.com" in base_url
+
+
+def check_model_name(name: str, base_url: str | None, *, source: str = "model") -> None:
+    """Refuse a model name that would be called at OpenAI's API with no ``OPENAI_API_KEY``.
+
+    Args:
+        name: the model name.
+        base_url: the server it is called at (``None``: OpenAI's API).
+        source: the setting it came from, for the message (``model``, ``$MEMSTRATA_MODEL``...).
+
+    Raises:
+        ModelConfigError: the name goes to OpenAI's API and ``OPENAI_API_KEY`` is not set.
+
+    Example:
+        >>> check_model_name("smollm2", "http://localhost:8080/v1")  # a local server needs no key
+    """
+    if os.environ.get(OPENAI_KEY_ENV) or not _is_openai(base_url):
+        return
+    msg = (
+        f"{source}={name!r} names a model that memstrata calls through OpenAI's API, but OPENAI_API_KEY is not "
+        "set. Set OPENAI_API_KEY; or, for an OpenAI-compatible server (llama.cpp, vLLM, Ollama...), set "
+        "base_url (Memstrata(base_url=...), Context.base_url) or $MEMSTRATA_BASE_URL to its address, e.g. "
+        "http://localhost:8080/v1; or pass a LangChain chat model object instead of a name."
+    )
+    raise ModelConfigError(msg)
+
+
+def chat_model(ctx: Context, *, ingest: bool = False) -> BaseChatModel | None:
+    """The chat model retrieval (or, with ``ingest``, ingestion) calls, or ``None`` offline.
+
+    A model object is used as is. A name (see :meth:`Context.model_setting`) becomes a ``ChatOpenAI`` at
+    ``Context.resolved_base_url``, with ``OPENAI_API_KEY`` or, at another server, a placeholder key.
+
+    Raises:
+        ModelConfigError: a name that would go to OpenAI's API with no ``OPENAI_API_KEY``.
+
+    Example:
+        >>> from memstrata.context import Context
+        >>> chat_model(Context(user_id="u")) is None  # offline unless a model is configured
+        True
+    """
+    source, spec = ctx.model_setting(ingest=ingest)
+    if spec is None or isinstance(spec, BaseChatModel):
+        return spec
+    base_url = ctx.resolved_base_url
+    check_model_name(str(spec), base_url, source=source)
+    from langchain_openai import ChatOpenAI
+
+    local = not _is_openai(base_url)
+    return ChatOpenAI(
+        model=str(spec),
+        base_url=base_url,
+        timeout=ctx.llm_timeout_s,
+        max_retries=0,
+        stream_usage=True,
+        max_tokens=ctx.llm_max_tokens,
+        # llama.cpp, vLLM and Ollama read max_tokens, not OpenAI's newer max_completion_tokens.
+        extra_body={"max_tokens": ctx.llm_max_tokens} if local else None,
+        api_key=os.environ.get(OPENAI_KEY_ENV) or PLACEHOLDER_KEY,
+    )
 
 
 @dataclass

@@ -20,9 +20,10 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from memstrata.context import CHROMA_URL_ENV, MODEL_ENV, Context, default_data_dir
+from memstrata.context import CHROMA_URL_ENV, Context, default_data_dir
 from memstrata.memory.index import forget_store
 from memstrata.memory.store import MemoryStore
+from memstrata.runtime.llm import chat_model
 from memstrata.runtime.process import limit_blas
 
 StoreKey = tuple[str | None, str | None, int | None]  # (server url, folder, id of the embedder)
@@ -103,27 +104,10 @@ def open_store(ctx: Context) -> MemoryStore | None:
         return _STORES.get(_store_key(ctx))
 
 
-def resolve_model(ctx: Context) -> BaseChatModel | None:
-    """The chat model for LLM mode, or ``None`` offline.
+def resolve_model(ctx: Context, *, ingest: bool = False) -> BaseChatModel | None:
+    """The chat model retrieval (or, with ``ingest``, ingestion) calls, or ``None`` offline.
 
-    A model instance is used as is; a name (from ``Context.model`` or
-    ``$MEMSTRATA_MODEL``) builds a ``ChatOpenAI`` that reads
-    ``OPENAI_BASE_URL``/``OPENAI_API_KEY`` for the endpoint.
+    See :func:`memstrata.runtime.llm.chat_model`: a model object is used as is; a name (``Context.model``,
+    ``Context.ingest_model`` or their environment variables) builds a ``ChatOpenAI`` at ``Context.base_url``.
     """
-    model = ctx.model if ctx.model is not None else os.environ.get(MODEL_ENV) or None
-    if model is None or isinstance(model, BaseChatModel):
-        return model
-    from langchain_openai import ChatOpenAI
-
-    base_url = os.environ.get("OPENAI_BASE_URL")
-    local = bool(base_url) and "api.openai.com" not in base_url
-    return ChatOpenAI(
-        model=str(model),
-        timeout=ctx.llm_timeout_s,
-        max_retries=0,
-        stream_usage=True,
-        max_tokens=ctx.llm_max_tokens,
-        # llama.cpp, vLLM and Ollama read max_tokens, not OpenAI's newer max_completion_tokens.
-        extra_body={"max_tokens": ctx.llm_max_tokens} if local else None,
-        api_key=os.environ.get("OPENAI_API_KEY") or "not-needed",  # local servers take any key
-    )
+    return chat_model(ctx, ingest=ingest)

@@ -158,9 +158,9 @@ class Step:
     (no token budget; every call is still metered and recorded).
     """
 
-    def __init__(self, ctx: Context, shared: SharedMeter) -> None:
+    def __init__(self, ctx: Context, shared: SharedMeter, *, ingest: bool = False) -> None:
         self.ctx = ctx
-        self.model: BaseChatModel | None = resolve_model(ctx)
+        self.model: BaseChatModel | None = resolve_model(ctx, ingest=ingest)
         self.shared = shared
         self.meter = MeterView(shared)
 
@@ -173,8 +173,8 @@ class Step:
 
     @classmethod
     def for_ingestion(cls, ctx: Context) -> Step:
-        """An ingestion stage's step: metered, with no token budget."""
-        return cls(ctx, SharedMeter(budget=None, completion_cap=ctx.llm_max_tokens))
+        """An ingestion stage's step on ``Context.ingest_model`` (else ``model``): metered, with no token budget."""
+        return cls(ctx, SharedMeter(budget=None, completion_cap=ctx.llm_max_tokens), ingest=True)
 
     def sibling(self, *, offline: bool = False) -> Step:
         """Another step on the same model and budget, whose calls are counted apart (``offline``: no model, so

@@ -9,6 +9,8 @@
   message written without a position is appended, never put in the place of a stored one;
 - ``items``: the values a LangGraph store user put (:mod:`memstrata.integrations.store`), in the same place;
 - ``journal``: what a user updated or deleted (:mod:`memstrata.memories`), in the same place;
+- ``tombstones``: the ids and content hashes (never the text) of deleted and replaced turns, so no later write brings
+  them back (:mod:`~memstrata.memory.store.tombstones`);
 - ``tier_state``: per user, the persona anchor of HMO's drift gate (:mod:`memstrata.nodes.ingest.tiers`).
 
 All three build filters and keys with :mod:`~memstrata.memory.store.tenant`, and
@@ -33,6 +35,7 @@ from memstrata.memory.store.edges import Edge, EdgeStore
 from memstrata.memory.store.sequences import Sequences
 from memstrata.memory.store.tables import Table, open_table
 from memstrata.memory.store.tenant import StoreError, stable_hash
+from memstrata.memory.store.tombstones import Tombstones
 from memstrata.memory.store.vectors import EmbedderMismatchError, Record, VectorStore
 
 
@@ -63,6 +66,7 @@ class MemoryStore(VectorStore):
         self.items = open_table("items", path=folder, client=self.client)  # what a LangGraph store user put
         self.sequences = Sequences(open_table("sequences", path=folder, client=self.client))
         self.journal = open_table("journal", path=folder, client=self.client)  # what was updated or deleted
+        self.tombstones = Tombstones(open_table("tombstones", path=folder, client=self.client))
         self.tier_state = open_table("tier_state", path=folder, client=self.client)  # HMO's persona anchor per user
 
     def tables(self) -> dict[str, Table]:
@@ -73,6 +77,7 @@ class MemoryStore(VectorStore):
             "items": self.items,
             "sequences": self.sequences.table,
             "journal": self.journal,
+            "tombstones": self.tombstones.table,
             "tier_state": self.tier_state,
         }
 
@@ -202,6 +207,7 @@ class MemoryStore(VectorStore):
         removed["items"] = self.items.delete(user_id=user_id)
         removed["sequences"] = self.sequences.delete(user_id=user_id)
         removed["journal"] = self.journal.delete(user_id=user_id)
+        removed["tombstones"] = self.tombstones.delete(user_id=user_id)
         removed["tier_state"] = self.tier_state.delete(user_id=user_id)
         return removed
 

@@ -1,6 +1,8 @@
 """Ingestion stage 1: read and validate the input, place its messages, then store its new or changed raw turns.
 
-Everything is validated before anything is written. A message without a position is
+Everything is validated before anything is written. A message a user deleted, or updated away, is dropped here
+whoever sends it again (:mod:`memstrata.memory.store.tombstones`); one without a time gets the write's time (unless
+``Context.stamp_untimed`` is off). A message without a position is
 appended after the stored turns of its session (:mod:`memstrata.memory.placement`).
 Later stages read the turns back from the store by session (:mod:`memstrata.memory.store.reads`), so the
 state carries ids, not conversations.
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from memstrata.memory.normalize import load_path, normalize_input
 from memstrata.memory.placement import place_turns, stored_tail
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.reads import ended_tails, incomplete_sessions, stored_turn_texts
+from memstrata.memory.store.tombstones import drop_buried
 from memstrata.nodes.common import progress
 from memstrata.runtime.node import open_node
 from memstrata.state import IngestState
@@ -34,7 +37,7 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
     started = time.perf_counter()
     run = await open_node(runtime, "store_turns", ingest=True)
     store = run.store
-    convs = await asyncio.to_thread(_normalize, state, ctx, store)
+    convs, buried = await asyncio.to_thread(_normalize, state, ctx, store)
     total = sum(c.turn_count for c in convs)
     progress("load", f"read {len(convs)} conversation(s), {total} turns", total_turns=total)
     sessions: list[list[str]] = []
@@ -83,6 +86,7 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
             "conversations": len(convs),
             "turns_seen": total,
             "turns_added": added,
+            "turns_buried": buried,
             "sessions_touched": len(sessions),
             "warnings": [w for c in convs for w in c.warnings],
             "stage_seconds": {"turns": round(time.perf_counter() - started, 3)},
@@ -90,8 +94,10 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
     }
 
 
-def _normalize(state: IngestState, ctx: Context, store: MemoryStore) -> list[Conversation]:
-    """The input as conversations whose every turn has its final place (appended ones included)."""
+def _normalize(state: IngestState, ctx: Context, store: MemoryStore) -> tuple[list[Conversation], int]:
+    """The input as conversations whose every turn has its final place (appended ones included), without the
+    messages a user deleted or updated away (their tombstones), and how many of those the input held.
+    """
     source = state.get("source")
     name = "<input>"
     if isinstance(source, (str, Path)):
@@ -106,5 +112,8 @@ def _normalize(state: IngestState, ctx: Context, store: MemoryStore) -> list[Con
         session_gap=timedelta(hours=ctx.session_gap_hours),
         tail=lambda conv_id: stored_tail(store, ctx.user_id, conv_id),
         metadata=state.get("metadata"),
+        stamp=(ctx.now or datetime.now(UTC).replace(tzinfo=None)) if ctx.stamp_untimed else None,
     )
-    return [place_turns(store, c) for c in convs]
+    kept = [drop_buried(c, store.tombstones.graves(c.user_id, c.conversation_id)) for c in convs]
+    # A conversation whose every message was buried has nothing left to write.
+    return [place_turns(store, c) for c, _ in kept if c.sessions], sum(n for _, n in kept)
