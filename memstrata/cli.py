@@ -1,8 +1,14 @@
-"""The ``memstrata`` command line: ingest, ask, inspect, list, update, delete, history, check, reindex, forget, bench.
+"""The ``memstrata`` command line: ingest, ask, inspect, list, update, delete, history, check, users, export, import,
+reindex, forget, bench.
 
 The data directory is ``--data-dir``, else ``$MEMSTRATA_DATA_DIR``, else
 ``~/.memstrata`` (an embedded Chroma store). ``--chroma-url`` (or
-``$MEMSTRATA_CHROMA_URL``) uses a Chroma server instead.
+``$MEMSTRATA_CHROMA_URL``) uses a Chroma server instead. Only ``ingest`` and ``import``
+create a store; every other command needs one that holds the user (and conversation).
+Stored text is printed as data, never read as console markup. A failure is one
+line on stderr: exit code 2 for bad input, a missing store, user or conversation,
+an unreachable Chroma server or a model with no endpoint; 1 when ``check`` finds
+problems; 130 when an ingest is interrupted (the same command resumes it).
 """
 
 from __future__ import annotations
@@ -10,20 +16,26 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 from rich.tree import Tree
+from typer.core import TyperGroup
 
 from memstrata.client import Memstrata
-from memstrata.context import default_data_dir
+from memstrata.context import CHROMA_URL_ENV, MODEL_ENV, default_data_dir
 from memstrata.memory import levels
 from memstrata.memory.index.active import tier_sizes
 from memstrata.memory.normalize import IngestError
@@ -32,9 +44,45 @@ from memstrata.memory.timeparse import parse_timestamp
 from memstrata.runtime.llm import AnswerError
 from memstrata.views.extractive_answer import extractive_answer
 
-app = typer.Typer(no_args_is_help=True)
-console = Console()
-err = Console(stderr=True)
+# Spelled out rather than imported: the CLI must run on a memstrata whose Context predates these settings.
+INGEST_MODEL_ENV = "MEMSTRATA_INGEST_MODEL"
+BASE_URL_ENVS = ("MEMSTRATA_BASE_URL", "OPENAI_BASE_URL", "OPENAI_API_BASE")
+
+
+class _Cli(TyperGroup):
+    """The app's group: a store error a command did not expect (a Chroma server that stops answering mid-command)
+    reaches the user as one line and exit code 2, not a traceback, whichever command met it.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except StoreError as exc:
+            _fail(exc)
+
+
+app = typer.Typer(no_args_is_help=True, cls=_Cli)
+# No emoji codes: stored text saying ":smile:" is printed as said (markup is escaped or off wherever it is printed).
+console = Console(emoji=False)
+err = Console(stderr=True, emoji=False)
+
+
+def _say(label: str, message: object, *, style: str = "bold red") -> None:
+    """One line on stderr: the message is data (escaped), and never hard-wrapped, so it stays one line."""
+    err.print(f"[{style}]{label}:[/] {escape(str(message))}", soft_wrap=True, highlight=False)
+
+
+def _fail(problem: str | Exception, *, code: int = 2) -> NoReturn:
+    _say("error", problem)
+    raise typer.Exit(code=code)
+
+
+def _user_given(value: str) -> str:
+    """The ``--user`` callback: a blank id would reach the store as a traceback deep in a read or a write."""
+    if not value.strip():
+        _fail("--user is empty: give the id of the user whose memory this is")
+    return value
+
 
 DataDir = Annotated[
     Path | None, typer.Option("--data-dir", help="Embedded store folder (default $MEMSTRATA_DATA_DIR or ~/.memstrata).")
@@ -42,45 +90,125 @@ DataDir = Annotated[
 ChromaUrl = Annotated[
     str | None, typer.Option("--chroma-url", help="Use a Chroma server instead of the embedded store.")
 ]
-User = Annotated[str, typer.Option("--user", "-u", help="The user whose memory this is (tenant id).")]
+User = Annotated[
+    str, typer.Option("--user", "-u", callback=_user_given, help="The user whose memory this is (tenant id).")
+]
+Model = Annotated[
+    str | None,
+    typer.Option("--model", help="Chat model for LLM mode (else offline); needs OPENAI_API_KEY or --base-url."),
+]
+BaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--base-url",
+        help="OpenAI-compatible server the model is called at, e.g. http://localhost:8080/v1 "
+        "(default $MEMSTRATA_BASE_URL, then $OPENAI_BASE_URL).",
+    ),
+]
+IngestModel = Annotated[
+    str | None,
+    typer.Option(
+        "--ingest-model", help="Chat model for ingestion only (default $MEMSTRATA_INGEST_MODEL, else --model)."
+    ),
+]
 FLAG = ""  # a flag's metavar: the help shows no value to give (typer would show "<bool>", yet takes none)
 
 
+def _where(data_dir: Path | None, chroma_url: str | None) -> tuple[Path, str | None]:
+    """The embedded folder and the server URL a command uses (the URL, when set, wins, as in ``Memstrata``)."""
+    return data_dir or default_data_dir(), chroma_url or os.environ.get(CHROMA_URL_ENV) or None
+
+
+def _model_settings(model: str | None, base_url: str | None, ingest_model: str | None) -> dict[str, str]:
+    """The model options given, to pass on (only those: a Context without ``base_url`` still runs the rest).
+
+    Checked before any work: a model name with neither ``OPENAI_API_KEY`` nor a base URL would fail every call.
+    """
+    named = [
+        (option if value is not None else f"${env}", value if value is not None else os.environ.get(env))
+        for option, value, env in (("--model", model, MODEL_ENV), ("--ingest-model", ingest_model, INGEST_MODEL_ENV))
+    ]
+    endpoint = base_url or next((os.environ[e] for e in BASE_URL_ENVS if os.environ.get(e)), None)
+    needs_key = not endpoint or "api.openai.com" in endpoint
+    for source, name in named:
+        if name and needs_key and not os.environ.get("OPENAI_API_KEY"):
+            _fail(
+                f"{source} {name!r} has no endpoint: set OPENAI_API_KEY (OpenAI's API), or pass --base-url "
+                "(or set $MEMSTRATA_BASE_URL) to an OpenAI-compatible server such as http://localhost:8080/v1"
+            )
+    given = {"model": model, "base_url": base_url, "ingest_model": ingest_model}
+    return {name: value for name, value in given.items() if value is not None}
+
+
 def _mem(data_dir: Path | None, chroma_url: str | None, **settings: Any) -> Memstrata:
-    folder = data_dir or default_data_dir()
-    if not chroma_url and folder.exists() and not folder.is_dir():
-        _fail(StoreError(f"--data-dir {folder} is a file, not a store folder"))
-    return Memstrata(path=folder, url=chroma_url, **settings)
+    folder, url = _where(data_dir, chroma_url)
+    if not url and folder.exists() and not folder.is_dir():
+        _fail(f"--data-dir {folder} is a file, not a store folder")
+    try:
+        mem = Memstrata(path=folder, url=chroma_url, **settings)
+    except (TypeError, ValueError) as exc:  # a setting this memstrata lacks, or a model it cannot call
+        _fail(exc)
+    if url:
+        _reach(mem, url)
+    return mem
+
+
+def _reach(mem: Memstrata, url: str) -> None:
+    """Open a server store now: every command then meets an unreachable server here, as one line naming the fix,
+    rather than as a traceback from its first read.
+    """
+    try:
+        _ = mem.store
+    except StoreError as exc:
+        if exc.__cause__ is None:  # no connection was tried (a malformed URL): its own message says what is wrong
+            _fail(exc)
+        _fail(
+            f"the Chroma server at {url} is unreachable ({exc.__cause__}): start it (chroma run --path DIR "
+            f"--port PORT) or check --chroma-url (or ${CHROMA_URL_ENV})"
+        )
+
+
+def _store_mem(data_dir: Path | None, chroma_url: str | None, **settings: Any) -> Memstrata:
+    """An existing store: a command that reads, checks or removes never creates one in a mistyped folder."""
+    folder, url = _where(data_dir, chroma_url)
+    if not url and not folder.is_dir():
+        held = " (it is a file)" if folder.exists() else ""
+        _fail(f"no memstrata store at {folder}{held}: ingest into it first, or pass the right --data-dir")
+    return _mem(data_dir, chroma_url, **settings)
 
 
 def _read_mem(
-    data_dir: Path | None, chroma_url: str | None, user: str, conversation: str | None = None, **settings: Any
+    data_dir: Path | None,
+    chroma_url: str | None,
+    user: str,
+    conversation: str | None = None,
+    *,
+    or_history: bool = False,
+    **settings: Any,
 ) -> Memstrata:
-    """The store a reading command reads: never created by reading, and holding the user (and conversation)."""
-    folder = data_dir or default_data_dir()
-    if not chroma_url and not folder.is_dir():
-        _fail(
-            StoreError(
-                f"no memstrata store at {folder}"
-                + (" (it is a file)" if folder.exists() else "")
-                + ": ingest into it first, or pass the right --data-dir"
-            )
-        )
-    mem = _mem(data_dir, chroma_url, **settings)
-    if not mem.store.count(levels.raw_kind(), user_id=user, conversation_id=conversation):
-        where = f"conversation {conversation!r} of user {user!r}" if conversation else f"user {user!r}"
-        held = (
-            " (the user has other conversations)"
-            if conversation and mem.store.count(levels.raw_kind(), user_id=user)
-            else ""
-        )
-        _fail(StoreError(f"no memory for {where} in {chroma_url or folder}{held}"))
-    return mem
+    """The store a reading command reads: never created by reading, and holding the user (and conversation).
+
+    With ``or_history``, a user (or conversation) whose memory was all deleted still counts while its history
+    of updates and deletions is kept.
+    """
+    mem = _store_mem(data_dir, chroma_url, **settings)
+    if mem.store.count(levels.raw_kind(), user_id=user, conversation_id=conversation):
+        return mem
+    if or_history and mem.history(user, conversation_id=conversation):
+        return mem
+    where = f"conversation {conversation!r} of user {user!r}" if conversation else f"user {user!r}"
+    held = (
+        " (the user has other conversations)"
+        if conversation and mem.store.count(levels.raw_kind(), user_id=user)
+        else ""
+    )
+    folder, url = _where(data_dir, chroma_url)
+    _fail(f"no memory for {where} in {url or folder}{held}")
 
 
 def _writable(path: Path | None, option: str) -> None:
     if path is not None and not path.parent.is_dir():
-        _fail(StoreError(f"{option} {path}: the folder {path.parent} does not exist"))
+        _fail(f"{option} {path}: the folder {path.parent} does not exist")
 
 
 def _version(value: bool) -> None:
@@ -99,11 +227,6 @@ def _main(
     ] = False,
 ) -> None:
     """memstrata: long-term hierarchical memory for LLM agents."""
-
-
-def _fail(exc: Exception) -> None:
-    err.print(f"[bold red]error:[/] {exc}")
-    raise typer.Exit(code=2)
 
 
 def _meta_pairs(pairs: list[str]) -> dict[str, Any] | None:
@@ -125,7 +248,10 @@ def _meta_pairs(pairs: list[str]) -> dict[str, Any] | None:
 
 @app.command()
 def ingest(
-    path: Annotated[Path, typer.Argument(help="LoCoMo JSON, or a JSON list of {speaker, text, timestamp} messages.")],
+    path: Annotated[
+        Path,
+        typer.Argument(help="LoCoMo JSON, or a JSON list of {speaker, text, timestamp} messages; - reads stdin."),
+    ],
     user: User,
     conversation: Annotated[
         str | None,
@@ -137,7 +263,9 @@ def ingest(
     ] = None,
     data_dir: DataDir = None,
     chroma_url: ChromaUrl = None,
-    model: Annotated[str | None, typer.Option("--model", help="Chat model for LLM mode (else offline).")] = None,
+    model: Model = None,
+    base_url: BaseUrl = None,
+    ingest_model: IngestModel = None,
     close: Annotated[
         bool,
         typer.Option(
@@ -155,7 +283,50 @@ def ingest(
     ] = None,
 ) -> None:
     """Ingest conversations into a user's memory: messages with ids or times are stored once, others appended."""
-    mem = _mem(data_dir, chroma_url, model=model)
+    settings = _model_settings(model, base_url, ingest_model)
+    source = _ingest_source(path)  # before the store opens: a mistyped file name leaves no empty store behind
+    metadata = _meta_pairs(meta or [])
+    folder, url = _where(data_dir, chroma_url)
+    fresh = not url and not folder.exists()
+    mem = _mem(data_dir, chroma_url, **settings)
+    try:
+        # For LoCoMo files --conversation selects a sample_id; for message lists it names the conversation.
+        stats = _ingest_with_progress(
+            mem,
+            source,
+            user_id=user,
+            conversation_id=conversation,
+            only_conversation=conversation,
+            close=close,
+            metadata=metadata,
+        )
+    except (IngestError, StoreError) as exc:
+        if fresh:
+            _drop_if_empty(mem, folder)
+        _fail(exc)
+    except KeyboardInterrupt:
+        _fail("interrupted: run the same command again to resume where it stopped (what was stored is kept)", code=130)
+    for warning in stats.get("warnings", []):
+        _say("warning", warning, style="yellow")
+    console.print(_stats_table(stats))
+
+
+def _ingest_source(path: Path) -> Any:
+    """The file to ingest, or for ``-`` the JSON read from stdin, checked before any store is opened."""
+    if str(path) != "-":
+        if not path.is_file():
+            _fail(f"{path}: no such file")
+        return path
+    try:
+        return json.loads(sys.stdin.read())
+    except json.JSONDecodeError as exc:
+        _fail(f"<stdin>: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}")
+    except UnicodeDecodeError as exc:
+        _fail(f"<stdin>: not UTF-8 text ({exc.reason})")
+
+
+def _ingest_with_progress(mem: Memstrata, source: Any, **options: Any) -> dict[str, Any]:
+    """``Memstrata.ingest`` under a progress bar that leaves nothing behind, on success or error."""
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -163,7 +334,7 @@ def ingest(
         TimeElapsedColumn(),
         console=console,
         transient=True,
-    ) as bar:  # nothing left behind, on success or error
+    ) as bar:
         task = bar.add_task("reading", total=None)
 
         def on_progress(event: dict[str, Any]) -> None:
@@ -171,25 +342,24 @@ def ingest(
                 bar.update(task, total=event.get("total_turns"), description="embedding turns")
             elif event.get("stage") == "turns":
                 bar.advance(task, event.get("done", 0))
-            bar.update(task, description=event.get("message", "")[:70])
+            bar.update(task, description=escape(event.get("message", "")[:70]))  # may quote the input
 
-        try:
-            # For LoCoMo files --conversation selects a sample_id; for message lists it names the conversation.
-            stats = mem.ingest(
-                path,
-                user_id=user,
-                conversation_id=conversation,
-                only_conversation=conversation,
-                close=close,
-                metadata=_meta_pairs(meta or []),
-                on_progress=on_progress,
-            )
-        except (IngestError, StoreError) as exc:
-            _fail(exc)
+        stats = mem.ingest(source, on_progress=on_progress, **options)
         bar.update(task, completed=bar.tasks[0].total or 0)
-    for warning in stats.get("warnings", []):
-        err.print(f"[yellow]warning:[/] {warning}")
-    console.print(_stats_table(stats))
+    return stats
+
+
+def _drop_if_empty(mem: Memstrata, folder: Path) -> None:
+    """Remove the store folder this ingest created, when the failure left no turn of anyone in it (input that fails
+    to normalize is found after the store opened): a later command would take the empty folder for a store.
+    """
+    try:
+        empty = not mem.store.users()
+    except StoreError:
+        return
+    if empty:
+        mem.close()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _stats_table(stats: dict[str, Any]) -> Table:
@@ -224,7 +394,9 @@ def ask(
     budget: Annotated[
         int, typer.Option("--budget", "-b", min=1, max=1_000_000, help="Context budget in tokens.")
     ] = 1500,
-    model: Annotated[str | None, typer.Option("--model", help="Chat model for LLM mode (else offline).")] = None,
+    model: Model = None,
+    base_url: BaseUrl = None,
+    ingest_model: IngestModel = None,
     as_json: Annotated[bool, typer.Option("--json", metavar=FLAG, help="Print the full result as JSON.")] = False,
     top: Annotated[int, typer.Option("--top", min=1, help="Evidence rows shown ranked before the context.")] = 5,
     html: Annotated[Path | None, typer.Option("--html", help="Also write the query's trace as an HTML page.")] = None,
@@ -233,12 +405,13 @@ def ask(
 ) -> None:
     """Answer from memory (with a model), or show the best evidence ranked and the cited context (offline)."""
     _writable(html, "--html")
-    mem = _read_mem(data_dir, chroma_url, user, conversation, model=model)
+    settings = _model_settings(model, base_url, ingest_model)
+    mem = _read_mem(data_dir, chroma_url, user, conversation, **settings)
     failed = False
     try:
         result = mem.ask(question, user_id=user, conversation_id=conversation, context_budget=budget)
     except AnswerError as exc:  # the model failed: say so, still show the evidence, exit 2
-        err.print(f"[bold red]error:[/] {exc}")
+        _say("error", exc)
         result, failed = exc.result, True
     except (StoreError, ValueError) as exc:
         _fail(exc)
@@ -246,40 +419,48 @@ def ask(
         from memstrata.views.pages import trace_page
 
         html.write_text(trace_page(result), encoding="utf-8")
-        err.print(f"[dim]wrote {html}[/]")
+        err.print(Text(f"wrote {html}", style="dim"))
     if as_json:
         console.print_json(result.model_dump_json())
         return
+    _print_result(question, result, budget, top)
+    if failed:
+        raise typer.Exit(code=2)
+
+
+def _print_result(question: str, result: Any, budget: int, top: int) -> None:
+    """The answer (or an extractive one), the path taken, the best evidence ranked, and the packed context."""
     if result.answer is not None:
-        console.print(f"[bold]answer:[/] {result.answer}\n")
+        console.print(Text.assemble(("answer:", "bold"), " ", result.answer, "\n"))
     elif result.trace.get("path") == "light" and result.evidence:
         found = extractive_answer(
             question, [(f"{e.speaker}: {e.text}", parse_timestamp(e.time)) for e in result.evidence]
         )
         if found:
             console.print(
-                f"[bold]extractive answer[/] [dim](a clause of the best turn, no model)[/]: {found}\n", highlight=False
+                Text.assemble(
+                    ("extractive answer", "bold"), (" (a clause of the best turn, no model)", "dim"), ": ", found, "\n"
+                )
             )
     trace = result.trace
-    console.print(
-        f"[dim]path: {trace.get('path')} · iterations: {trace.get('iterations')} · "
+    line = (
+        f"path: {trace.get('path')} · iterations: {trace.get('iterations')} · "
         f"{len(result.evidence)} turns · {result.context_tokens}/{budget} tokens · "
-        f"llm calls: {trace.get('llm', {}).get('calls', 0)}[/]"
+        f"llm calls: {trace.get('llm', {}).get('calls', 0)}"
     )
+    console.print(Text(line, style="dim"))
     for gate in trace.get("gate", []):
-        console.print(f"[dim]gate {gate['iteration']}: {gate['path']} ({gate['reason']})[/]")
+        console.print(Text(f"gate {gate['iteration']}: {gate['path']} ({gate['reason']})", style="dim"))
     if not result.evidence:
         console.print("[yellow]no evidence found[/]")
-    else:
-        console.print(_evidence_table(result.evidence[:top]))
-        console.print("\n[bold]packed context[/] [dim](chronological, as a prompt would get it)[/]")
-        console.print(result.context, markup=False)
-    if failed:
-        raise typer.Exit(code=2)
+        return
+    console.print(_evidence_table(result.evidence[:top]))
+    console.print("\n[bold]packed context[/] [dim](chronological, as a prompt would get it)[/]")
+    console.print(result.context, markup=False)
 
 
 def _evidence_table(evidence: list[Any]) -> Table:
-    """The best evidence first, with its citation and why it ranked there."""
+    """The best evidence first, with its citation and why it ranked there (stored text as plain ``Text``)."""
     table = Table(title="best evidence, ranked (score order, then MMR spreads near-repeats)", title_justify="left")
     for column in ("#", "cite", "turn", "score", "why"):
         table.add_column(column, overflow="fold")
@@ -290,7 +471,7 @@ def _evidence_table(evidence: list[Any]) -> Table:
             f", time {parts['temporal']:.2f}" if parts.get("temporal") else ""
         )
         cite = e.turn_id + (f" · {e.time}" if e.time else "")
-        table.add_row(str(rank), cite, f"{e.speaker}: {e.text}"[:160], f"{e.score:.3f}", why)
+        table.add_row(str(rank), Text(cite), Text(f"{e.speaker}: {e.text}"[:160]), f"{e.score:.3f}", Text(why))
     return table
 
 
@@ -374,7 +555,7 @@ def inspect(
             from memstrata.views.pages import memory_page
 
             html.write_text(memory_page(store, user_id=user, conversation_id=conversation), encoding="utf-8")
-            console.print(f"wrote {html}")
+            console.print(Text(f"wrote {html}"))
             return
         console.print(_tree(store, user, conversation))
     except StoreError as exc:
@@ -389,7 +570,7 @@ def _tree(store: Any, user: str, conversation: str | None) -> Tree:
         (r.metadata["conversation_id"], r.payload["episode_id"]): r
         for r in store.get("summary", user_id=user, conversation_id=conversation)
     }
-    root = Tree(f"[bold]{user}[/] · " + " · ".join(f"{n} {kind}" for kind, n in counts.items()))
+    root = Tree(f"[bold]{escape(user)}[/] · " + " · ".join(f"{n} {kind}" for kind, n in counts.items()))
     sizes = tier_sizes(store, user, conversation)
     root.add(
         f"[bold]tiers[/] (HMO) · cache {sizes['cache']} records in {sizes['cache_sessions']} sessions · "
@@ -400,25 +581,28 @@ def _tree(store: Any, user: str, conversation: str | None) -> Tree:
         by_conv.setdefault(ep.metadata["conversation_id"], {}).setdefault(ep.metadata["session_id"], []).append(ep)
     for conv_id in sorted(by_conv):
         sessions = by_conv[conv_id]
-        conv_node = root.add(f"[bold cyan]{conv_id}[/] · {len(sessions)} sessions")
+        conv_node = root.add(f"[bold cyan]{escape(conv_id)}[/] · {len(sessions)} sessions")
         for sid in sorted(sessions, key=lambda s: (len(s), s)):
             eps = sorted(sessions[sid], key=lambda e: e.payload["start_position"])
             when = eps[0].payload.get("timestamp_raw") or ""
-            s_node = conv_node.add(f"session {sid} [dim]{when}[/] · {len(eps)} episodes")
+            s_node = conv_node.add(f"session {escape(sid)} [dim]{escape(when)}[/] · {len(eps)} episodes")
             for ep in eps:
-                p = ep.payload
-                state = " · [yellow]open[/] (closes when the chat goes quiet)" if p.get("open") else ""
-                e_node = s_node.add(
-                    f"[green]{p['id']}[/] · {len(p['turn_ids'])} turns "
-                    f"({p['turn_ids'][0]} … {p['turn_ids'][-1]}){state}"
-                )
-                summary = summaries.get((conv_id, p["id"]))
-                if summary:
-                    e_node.add(
-                        f"[magenta]{summary.unit_id}[/] [dim]({summary.payload.get('method')})[/] "
-                        f"{summary.document[:160]}"
-                    )
+                _add_episode(s_node, ep.payload, summaries.get((conv_id, ep.payload["id"])))
     return root
+
+
+def _add_episode(session: Tree, p: dict[str, Any], summary: Any) -> None:
+    """One episode under its session, with its summary (stored text, escaped: it is never markup)."""
+    state = " · [yellow]open[/] (closes when the chat goes quiet)" if p.get("open") else ""
+    node = session.add(
+        f"[green]{escape(p['id'])}[/] · {len(p['turn_ids'])} turns "
+        f"({escape(p['turn_ids'][0])} … {escape(p['turn_ids'][-1])}){state}"
+    )
+    if summary:
+        node.add(
+            f"[magenta]{escape(summary.unit_id)}[/] [dim]({escape(str(summary.payload.get('method')))})[/] "
+            f"{escape(summary.document[:160])}"
+        )
 
 
 def _show_unit(store: Any, user: str, conversation: str | None, unit: str) -> None:
@@ -429,17 +613,19 @@ def _show_unit(store: Any, user: str, conversation: str | None, unit: str) -> No
         for r in store.get(lv.kind, user_id=user, conversation_id=conversation, unit_ids=[unit])
     ]
     if not found:
-        _fail(StoreError(f"no unit {unit!r} for user {user!r}"))
-        return
+        _fail(f"no unit {unit!r} for user {user!r}")
     level, record = found[0]
     item = level.unit.model_validate(record.payload)
-    console.print(f"[bold]{level.kind}[/] {unit} · conversation {item.conversation_id} · {level.description}")
+    console.print(
+        f"[bold]{level.kind}[/] {escape(unit)} · conversation {escape(item.conversation_id)} · "
+        f"{escape(level.description)}"
+    )
     console.print(record.document, markup=False)
     for child_id in item.child_ids():
         for lv in levels.levels():
             child = store.get(lv.kind, user_id=user, conversation_id=item.conversation_id, unit_ids=[child_id])
             if child and lv.role != "raw":
-                console.print(f"\n[bold]contains {lv.kind}[/] {child_id}:")
+                console.print(f"\n[bold]contains {lv.kind}[/] {escape(child_id)}:")
                 console.print(child[0].document, markup=False)
     raws = store.get(
         levels.raw_kind(),
@@ -496,11 +682,11 @@ def list_memories(
     if as_json:
         typer.echo(json.dumps([{k: v for k, v in r.items() if k != "unit"} for r in rows], default=str))
         return
-    table = Table(title=f"{user} · {kind} · {offset + 1}-{offset + len(rows)}")
+    table = Table(title=Text(f"{user} · {kind} · {offset + 1}-{offset + len(rows)}"))
     for column in ("id", "conversation", "time", "text"):
         table.add_column(column)
-    for r in rows:
-        table.add_row(r["id"], r["conversation_id"], str(r["time"] or ""), r["text"][:140])
+    for r in rows:  # stored text as plain Text: brackets in it are what was said, not markup
+        table.add_row(Text(r["id"]), Text(r["conversation_id"]), Text(str(r["time"] or "")), Text(r["text"][:140]))
     console.print(table)
 
 
@@ -550,9 +736,13 @@ def history(
     data_dir: DataDir = None,
     chroma_url: ChromaUrl = None,
 ) -> None:
-    """What was updated or deleted in a user's memory, oldest first."""
-    for event in _mem(data_dir, chroma_url).history(user, conversation_id=conversation):
-        typer.echo(json.dumps(event))  # one JSON object a line, never wrapped
+    """What was updated or deleted in a user's memory, oldest first: one JSON object a line."""
+    mem = _read_mem(data_dir, chroma_url, user, conversation, or_history=True)
+    events = mem.history(user, conversation_id=conversation)
+    for event in events:
+        typer.echo(json.dumps(event, default=str))  # never wrapped; `at` is whatever the journal keeps
+    if not events:
+        _say("note", f"nothing updated or deleted for user {user!r}", style="dim")
 
 
 @app.command()
@@ -563,10 +753,10 @@ def forget(
     yes: Annotated[bool, typer.Option("--yes", metavar=FLAG, help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Delete every trace of a user."""
+    mem = _read_mem(data_dir, chroma_url, user, or_history=True)
     if not yes and not typer.confirm(f"Delete all memory of user {user!r}?"):
         raise typer.Exit(code=1)
-    removed = _mem(data_dir, chroma_url).delete_user(user)
-    console.print(json.dumps(removed))
+    typer.echo(json.dumps(mem.delete_user(user)))
 
 
 @app.command()
@@ -579,12 +769,78 @@ def check(
     """Verify the invariants every write keeps (parents, entities, edges, counters, word index, positions)."""
     from memstrata.memory.store.invariants import check_store
 
-    problems = check_store(_mem(data_dir, chroma_url).store, user, conversation)
+    store = _read_mem(data_dir, chroma_url, user, conversation).store
+    problems = check_store(store, user, conversation)
     for problem in problems:
         console.print(str(problem), markup=False)
     if problems:
-        err.print(f"[bold red]{len(problems)} problem(s)[/]")
-        raise typer.Exit(code=1)
+        _fail(f"{len(problems)} problem(s) in {_checked(store, user, conversation)}", code=1)
+    console.print(f"checked {_checked(store, user, conversation)}: no problems", markup=False)
+
+
+def _checked(store: Any, user: str, conversation: str | None) -> str:
+    """What ``check`` covered, so a clean result shows it read the memory: "user 'ann': 3 conversations, ..."."""
+    scope = {"user_id": user, "conversation_id": conversation}
+    turns = store.get(levels.raw_kind(), **scope)
+    units = sum(store.count(lv.kind, **scope) for lv in levels.levels())
+    what = f"conversation {conversation!r} of user {user!r}" if conversation else f"user {user!r}"
+    n = len({r.metadata["conversation_id"] for r in turns})
+    return f"{what}: {n} conversation{'s' * (n != 1)}, {len(turns)} turns, {units} units"
+
+
+@app.command()
+def users(data_dir: DataDir = None, chroma_url: ChromaUrl = None) -> None:
+    """List every user with memory in the store, one a line."""
+    found = _store_mem(data_dir, chroma_url).users()
+    for user in found:
+        typer.echo(user)
+    if not found:
+        _say("note", "the store holds no user", style="yellow")
+
+
+@app.command()
+def export(
+    user: User,
+    out: Annotated[Path, typer.Argument(help="The JSON-lines file to write ('-': standard output).")],
+    data_dir: DataDir = None,
+    chroma_url: ChromaUrl = None,
+) -> None:
+    """Write a user's memory as JSON lines: everything that cannot be rebuilt (turns, sessions, store items,
+    history, tombstones, persona exclusions). `memstrata import` reads it back.
+    """
+    mem = _read_mem(data_dir, chroma_url, user, or_history=True)
+    if str(out) != "-":
+        _writable(out, "the export file")
+    try:
+        counts = mem.export(user, sys.stdout if str(out) == "-" else out)
+    except LookupError as exc:
+        _fail(exc)
+    _say("exported", json.dumps(counts), style="green")
+
+
+@app.command("import")
+def import_(
+    source: Annotated[Path, typer.Argument(help="A file written by `memstrata export` ('-': standard input).")],
+    as_user: Annotated[
+        str | None, typer.Option("--as", help="Import under this user id instead of the exported one.")
+    ] = None,
+    replace: Annotated[
+        bool, typer.Option("--replace", metavar=FLAG, help="Delete that user's memory first, if it has any.")
+    ] = False,
+    data_dir: DataDir = None,
+    chroma_url: ChromaUrl = None,
+) -> None:
+    """Read a user's memory from `memstrata export` and rebuild what is derived (the store is created if needed)."""
+    if as_user is not None:
+        _user_given(as_user)
+    if str(source) != "-" and not source.is_file():
+        _fail(f"{source}: no such file")
+    mem = _mem(data_dir, chroma_url)
+    try:
+        counts = mem.import_(sys.stdin if str(source) == "-" else source, user_id=as_user, replace=replace)
+    except ValueError as exc:
+        _fail(exc)
+    typer.echo(json.dumps(counts))
 
 
 @app.command()
@@ -610,7 +866,7 @@ def reindex(
     ] = False,
 ) -> None:
     """Re-embed every collection with the current embedder (after changing models), and rebuild the word index."""
-    store = _mem(data_dir, chroma_url).store
+    store = _store_mem(data_dir, chroma_url).store
     if scopes_only or words_only:
         done = {
             **({"scopes": store.stamp_scopes()} if scopes_only else {}),
@@ -618,7 +874,7 @@ def reindex(
         }
     else:
         done = {"embedded": store.reindex(), "words": store.index_words()}
-    console.print(json.dumps(done))
+    typer.echo(json.dumps(done))
 
 
 def _mount_bench() -> None:

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import fields, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
@@ -291,6 +291,37 @@ class Memstrata:
         return len(held)
 
     # ---- housekeeping ----------------------------------------------------------
+    def users(self) -> list[str]:
+        """Every user id with memory in the store, sorted."""
+        from memstrata.portable import users
+
+        return users(self)
+
+    def export(self, user_id: str, out: str | Path | IO[str]) -> dict[str, int]:
+        """Write everything of a user that cannot be rebuilt (turns, sessions, store items, history, tombstones,
+        persona exclusions) as JSON lines to a path or text file; returns counts. See :mod:`memstrata.portable`.
+
+        Raises:
+            LookupError: the user has no memory.
+        """
+        from memstrata.portable import export_user
+
+        return export_user(self, user_id, out)
+
+    def import_(
+        self, source: str | Path | IO[str], *, user_id: str | None = None, replace: bool = False
+    ) -> dict[str, int]:
+        """Read an :meth:`export` into this store (under ``user_id``, default the exported one) and rebuild what is
+        derived; ``replace`` deletes that user's memory first.
+
+        Raises:
+            ValueError: not a memstrata export, or the user already has memory and ``replace`` is off; nothing is
+                written then.
+        """
+        from memstrata.portable import import_user
+
+        return import_user(self, source, user_id=user_id, replace=replace)
+
     def delete_user(self, user_id: str) -> dict[str, int]:
         """Remove every trace of a user; returns how many units of each kind went."""
         return self.store.delete_user(user_id)

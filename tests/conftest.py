@@ -101,7 +101,7 @@ INTEGRATION = {
     "test_chat_writes.py::test_a_retrieval_before_the_first_write_leaves_nothing_that_breaks_the_next",
     "test_chat_writes.py::test_the_cli_appends_a_json_list_to_a_stored_conversation",
     "test_chat_writes.py::test_inspect_shows_each_conversations_own_summaries_in_text_and_html",
-    "test_check.py::test_the_cli_prints_nothing_wrong_then_each_problem",
+    "test_check.py::test_the_cli_prints_what_it_checked_then_each_problem",
 }
 """Tests (``file::function``, or a whole ``file``) that use the real model where no fixture shows it."""
 

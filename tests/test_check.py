@@ -104,16 +104,18 @@ def test_two_turns_at_one_position_are_caught(mem: Memstrata) -> None:
     assert any(p.invariant == "position" for p in check_store(mem.store, "u"))
 
 
-def test_the_cli_prints_nothing_wrong_then_each_problem(tmp_path: Path) -> None:
+def test_the_cli_prints_what_it_checked_then_each_problem(tmp_path: Path) -> None:
     runner = CliRunner()
     store = ["--user", "u", "--data-dir", str(tmp_path / "cli")]
     assert (
         runner.invoke(app, ["ingest", str(EXAMPLE), *store]).exit_code == 0
     )  # the packaged embedder, as a user has it
     ok = runner.invoke(app, ["check", *store])
-    assert ok.exit_code == 0 and ok.output.strip() == ""
+    assert ok.exit_code == 0 and ok.output.startswith("checked user 'u'") and "no problems" in ok.output
     Memstrata(path=tmp_path / "cli").store.counters.put("u", [UnitCounters("priya-tom", "summary", "sum:gone")])
     bad = runner.invoke(app, ["check", *store])
     assert bad.exit_code == 1 and "[counter] priya-tom/summary sum:gone" in bad.output
-    elsewhere = runner.invoke(app, ["check", *store, "--conversation", "other"])  # one conversation only
-    assert elsewhere.exit_code == 0 and elsewhere.output.strip() == ""
+    elsewhere = runner.invoke(app, ["check", *store, "--conversation", "other"])  # not stored: one line, exit 2
+    assert elsewhere.exit_code == 2 and "no memory for conversation 'other'" in elsewhere.output
+    mine = runner.invoke(app, ["check", *store, "--conversation", "priya-tom"])  # one conversation only
+    assert mine.exit_code == 1 and "[counter] priya-tom/summary sum:gone" in mine.output

@@ -32,14 +32,14 @@ def entity_table(store: Any, user: str, conversation: str | None) -> Table:
         for e in store.edges.get(user, conversation_id=conversation, src_kind="entity")
         for end in (e.src, e.dst)
     )
-    table = Table(title=f"{len(entities)} entities of {user}")
+    table = Table(title=Text(f"{len(entities)} entities of {user}"))
     for column in ("entity", "type", "conversation", "facts", "relations", "aliases"):
         table.add_column(column, justify="right" if column in ("facts", "relations") else "left")
     for e in entities:
-        table.add_row(
+        table.add_row(  # every stored string as plain Text: brackets in it are what was said, not markup
             Text(e.name),
-            e.type,
-            e.conversation_id,
+            Text(e.type),
+            Text(e.conversation_id),
             str(len(e.fact_ids)),
             str(degree[(e.conversation_id, e.id)]),
             Text(", ".join(a for a in e.aliases if a != e.name)),
@@ -108,7 +108,7 @@ def _facts_table(title: str, ids: list[str], facts: dict[str, Fact], turns: dict
         if fact.superseded_by:
             valid += f", superseded by {fact.superseded_by}"
         raw = "\n".join(f"{t} {turns.get(t, '?')}" for t in fact.turn_ids)
-        table.add_row(fid, Text(fact.text), valid, Text(raw))
+        table.add_row(Text(fid), Text(fact.text), Text(valid), Text(raw))
     return table
 
 
@@ -123,5 +123,7 @@ def _relations(store: Any, user: str, entity: Entity) -> Table:
         if entity.id in (e.src, e.dst)
     ]
     for e in sorted(edges, key=lambda e: (e.rel, e.src, e.dst)):
-        table.add_row(Text(names.get(e.src, e.src)), e.rel, Text(names.get(e.dst, e.dst)), ", ".join(e.turn_ids))
+        table.add_row(
+            Text(names.get(e.src, e.src)), Text(e.rel), Text(names.get(e.dst, e.dst)), Text(", ".join(e.turn_ids))
+        )
     return table

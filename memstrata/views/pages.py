@@ -94,6 +94,8 @@ _MEMORY = _ENV.from_string("""<!doctype html><html lang="en"><head><meta charset
 {% endfor %}
 <script>{{ script|safe }}</script></body></html>""")  # noqa: E501 - the page's markup, kept byte for byte
 
+# tojson's output is marked safe yet keeps its double quotes, which would end a data-text attribute early
+# (a query or a turn could then add attributes of its own): forceescape escapes it once more.
 _TRACE = _ENV.from_string("""<!doctype html><html lang="en"><head><meta charset="utf-8">
 <title>memstrata · {{ query }}</title><style>{{ style }}</style></head><body>
 <h1>{{ query }}</h1>
@@ -105,7 +107,7 @@ _TRACE = _ENV.from_string("""<!doctype html><html lang="en"><head><meta charset=
 <p class="dim"><span id="shown">0</span> rows match</p>
 <h2>Path through the retrieval graph</h2>
 <table id="steps"><tr><th>#</th><th>node</th><th>decision and why</th></tr>
-{% for e in trace.events %}<tr data-text="{{ e.node }} {{ e|tojson }}"><td>{{ loop.index }}</td><td>{{ e.node }}</td>
+{% for e in trace.events %}<tr data-text="{{ e.node }} {{ e|tojson|forceescape }}"><td>{{ loop.index }}</td><td>{{ e.node }}</td>
 <td>{% for k, v in e.items() if k != "node" %}<b>{{ k }}</b>: {{ v }}{% if not loop.last %}; {% endif %}{% endfor %}</td></tr>
 {% endfor %}</table>
 <h2>Evidence, in rank order</h2>

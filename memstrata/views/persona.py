@@ -39,7 +39,9 @@ def persona_view(store: Any, user: str, conversation: str | None, speaker: str) 
             unit_ids=sorted({t for v in versions for t in v.linked_turn_ids()}),
         )
     }
-    root = Tree(f"[bold cyan]{versions[0].speaker}[/] · {conv} · persona (Bi-Mem's five dimensions)")
+    root = Tree(
+        Text.assemble((versions[0].speaker, "bold cyan"), f" · {conv} · persona (Bi-Mem's five dimensions)")
+    )  # a Text: the speaker and conversation are stored text, never markup
     for d in DIMENSIONS:
         mine = [v for v in versions if v.dimension == d]
         current = next((v for v in reversed(mine) if v.current), None)

@@ -52,8 +52,11 @@ def theme_view(store: Any, user: str, conversation: str | None, *, facts_shown: 
         mine = [t for t in themes if t.conversation_id == conv_id]
         s = theme_stats(mine)
         root = Tree(
-            f"[bold cyan]{conv_id}[/] · {s['count']} themes over {s['facts']} facts · size "
-            f"min {s['min']} / median {s['median']} / max {s['max']}"
+            Text.assemble(
+                (conv_id, "bold cyan"),  # a Text: a conversation id is stored text, never markup
+                f" · {s['count']} themes over {s['facts']} facts · size "
+                f"min {s['min']} / median {s['median']} / max {s['max']}",
+            )
         )
         shown = {f for t in mine for f in t.fact_ids[:facts_shown]}
         facts = (

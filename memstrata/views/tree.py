@@ -94,16 +94,20 @@ def window_view(store: Any, user: str, conversation: str | None, key: str) -> Gr
     else:
         start, end = window_span(key)
         inside = [s for s in _summaries(store, user, conversation) if s.timestamp and start <= s.timestamp <= end]
-    table = Table(title=f"tree nodes of {key} ({level or 'untimed'})")
+    table = Table(title=f"tree nodes of {escape(key)} ({level or 'untimed'})")
     for column in ("node", "conversation", "events", "summary"):
         table.add_column(column)
     for n in sorted(nodes, key=lambda n: (n.conversation_id, n.id)):
         table.add_row(escape(n.id), escape(n.conversation_id), str(n.leaves), escape(n.text))
-    events = Table(title=f"{len(inside)} event summaries in {key}")
+    events = Table(title=f"{len(inside)} event summaries in {escape(key)}")
     for column in ("summary", "conversation", "time", "turns", "text"):
         events.add_column(column)
     for s in sorted(inside, key=lambda s: (s.conversation_id, s.timestamp or 0, s.id)):
         events.add_row(
-            escape(s.id), escape(s.conversation_id), s.timestamp_raw or "", str(len(s.turn_ids)), escape(s.text[:200])
+            escape(s.id),
+            escape(s.conversation_id),
+            escape(s.timestamp_raw or ""),  # as the input wrote it
+            str(len(s.turn_ids)),
+            escape(s.text[:200]),
         )
     return Group(table, events)
