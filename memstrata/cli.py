@@ -864,9 +864,21 @@ def reindex(
             "per-unit terms (no re-embedding)",
         ),
     ] = False,
+    tiers: Annotated[
+        bool,
+        typer.Option(
+            "--tiers",
+            metavar=FLAG,
+            help="only score and tier (HMO) what was written while tiers were off, for every user (no re-embedding)",
+        ),
+    ] = False,
 ) -> None:
     """Re-embed every collection with the current embedder (after changing models), and rebuild the word index."""
-    store = _store_mem(data_dir, chroma_url).store
+    mem = _store_mem(data_dir, chroma_url)
+    if tiers:
+        typer.echo(json.dumps(mem.score_tiers()))
+        return
+    store = mem.store
     if scopes_only or words_only:
         done = {
             **({"scopes": store.stamp_scopes()} if scopes_only else {}),

@@ -322,6 +322,21 @@ class Memstrata:
 
         return import_user(self, source, user_id=user_id, replace=replace)
 
+    def score_tiers(self, user_id: str | None = None) -> dict[str, int]:
+        """Score and tier, with HMO, what was written while ``tiers`` was off (of one user, or of every user).
+
+        Ingestion scores records only with ``tiers`` on, so that off costs a write nothing; this replays each
+        conversation's stored turns unchanged with ``tiers=True``, so every closed episode without a score gets one.
+        """
+        done = {"users": 0, "conversations": 0, "records_scored": 0}
+        for user in [user_id] if user_id is not None else self.users():
+            done["users"] += 1
+            for conv in self.conversations(user):
+                stats = memories.replay(self, user, conv["conversation_id"], tiers=True)
+                done["conversations"] += 1
+                done["records_scored"] += int(stats.get("records_scored", 0))
+        return done
+
     def delete_user(self, user_id: str) -> dict[str, int]:
         """Remove every trace of a user; returns how many units of each kind went."""
         return self.store.delete_user(user_id)

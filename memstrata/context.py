@@ -631,7 +631,8 @@ class Context:
             "(the bounded path), going deeper only when the gate says so; off by default: on planted questions "
             "spread evenly over a 10k- and a 100k-turn user it found as much as the archive alone but was slower, "
             "since almost every question went on to the archive (BENCHMARKS history); "
-            "ingestion scores and tiers records whatever this says",
+            "ingestion scores and tiers records only when this is on (off: HMO costs a write nothing; "
+            "Memstrata.score_tiers or `memstrata reindex --tiers` scores what was written meanwhile)",
         ),
     ] = False
     tier_recent_sessions: Annotated[int, _s("tiers", "the cache holds every record of this many latest sessions")] = 8

@@ -258,6 +258,22 @@ def _remove(mem: Memstrata, user_id: str, conversation_id: str, turn_ids: list[s
     return removed
 
 
+def replay(mem: Memstrata, user_id: str, conversation_id: str, **overrides: Any) -> dict[str, Any]:
+    """Write a conversation's stored turns again, unchanged: nothing new is added, and every stage builds what it
+    lacks (how a stopped write resumes; with ``tiers=True``, how records written while tiers were off are scored).
+    """
+    sessions = {
+        str(r.metadata.get("session_id"))
+        for r in mem.store.get(raw_kind(), user_id=user_id, conversation_id=conversation_id)
+    }
+    read = read_sessions(mem.store, user_id, [[conversation_id, s] for s in sorted(sessions)])
+    turns = sorted((t for stored, _ in read.values() for t in stored), key=lambda t: (t.session_id, t.position))
+    if not turns:
+        return {}
+    payload = {"conversation_id": conversation_id, "messages": _as_messages(turns)}
+    return mem.ingest(payload, user_id=user_id, stamp_untimed=False, **overrides)
+
+
 def _rebuild(
     mem: Memstrata, user_id: str, conversation_id: str, sessions: set[str], *, close: bool, extra: Sequence[Turn] = ()
 ) -> None:
@@ -270,7 +286,16 @@ def _rebuild(
     )
     if not turns:
         return
-    messages = [
+    messages = _as_messages(turns)
+    # An untimed turn stays untimed: the rebuild is not a new write of it.
+    mem.ingest(
+        {"conversation_id": conversation_id, "messages": messages}, user_id=user_id, close=close, stamp_untimed=False
+    )
+
+
+def _as_messages(turns: Sequence[Turn]) -> list[dict[str, Any]]:
+    """Stored turns as messages that put each back in its place, with its id, time and metadata."""
+    return [
         {
             "speaker": t.speaker,
             "text": t.text,
@@ -283,10 +308,6 @@ def _rebuild(
         }
         for t in turns
     ]
-    # An untimed turn stays untimed: the rebuild is not a new write of it.
-    mem.ingest(
-        {"conversation_id": conversation_id, "messages": messages}, user_id=user_id, close=close, stamp_untimed=False
-    )
 
 
 def _journal(

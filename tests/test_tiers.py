@@ -317,3 +317,20 @@ def test_use_ranks_against_the_held_active_records_and_keeps_them_equal_to_the_s
     assert {(c.item, c.tier, c.priority) for c in held} == {(c.item, c.tier, c.priority) for c in stored}
     # the held rows are the store's whole counters (recalls, scoring time), though a use never reads them back
     assert sorted(held, key=lambda c: c.item) == sorted(stored, key=lambda c: c.item)
+
+
+def test_tiers_off_cost_a_write_nothing_and_score_tiers_scores_what_was_written_meanwhile(mem: Memstrata) -> None:
+    stats = mem.ingest(EXAMPLE, user_id="ann", close=True, **{**SMALL, "tiers": False})
+    assert "records_scored" not in stats and "tiers" not in stats["stage_seconds"]  # the stage did not run
+    assert not [c for c in mem.store.counters.all("ann", kind="summary") if c.importance is not None]
+    mem.ingest(EXAMPLE, user_id="bob", close=True, **{**SMALL, "tiers": False})
+    done = mem.score_tiers("ann")
+    summaries = mem.store.count("summary", user_id="ann")
+    assert done == {"users": 1, "conversations": 1, "records_scored": summaries} and summaries > 0
+    rows = list(mem.store.counters.all("ann", kind="summary"))
+    assert len(rows) == summaries and all(c.importance is not None and c.tier is not None for c in rows)
+    assert all(c.importance is None for c in mem.store.counters.all("bob", kind="summary"))  # only the user asked
+    assert mem.score_tiers("ann")["records_scored"] == 0  # nothing left unscored
+    assert mem.score_tiers()["records_scored"] == mem.store.count("summary", user_id="bob")  # every user
+    assert_store_ok(mem.store, "ann")
+    assert_store_ok(mem.store, "bob")

@@ -312,7 +312,7 @@ class GrowingStore:
                 conv = self.convs[self.next_conv]
                 start = time.perf_counter()
                 if self.copy == 0:
-                    added = self.mem.ingest(conv.raw, user_id=USER)["turns_seen"]
+                    added = self.mem.ingest(conv.raw, user_id=USER, tiers=True)["turns_seen"]  # the tiered case
                     self.ingest_s += time.perf_counter() - start
                     self.original_turns += added
                 else:
@@ -573,7 +573,7 @@ def chat_pattern(
                 "session_900": list(session),
             },
         }
-        write_ms.append(_timed(lambda item=item: mem.ingest(item, user_id=USER)))
+        write_ms.append(_timed(lambda item=item: mem.ingest(item, user_id=USER, tiers=True)))
         after_write_ms.append(_timed(lambda: mem.retrieve(rng.choice(pool), user_id=USER)))
     mem.close()
     p50_read, p50_after = float(np.percentile(read_ms, 50)), float(np.percentile(after_write_ms, 50))

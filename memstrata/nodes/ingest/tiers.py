@@ -13,7 +13,10 @@ closed episodes this stage
 3. ranks the new records with the active ones (:func:`memstrata.memory.tiers.assign.assign_tiers`) and writes what
    moved to the counters store. The archive is never ranked here.
 
-Scoring only writes counters: no search snapshot is rebuilt for it.
+Scoring only writes counters: no search snapshot is rebuilt for it. With ``Context.tiers`` off, this stage does
+nothing at all (no read, no counter, no model call). Turned on, a write scores the unscored closed episodes of the
+conversations it closes episodes in; :meth:`memstrata.Memstrata.score_tiers` (``memstrata reindex --tiers``) scores
+every conversation at once.
 """
 
 from __future__ import annotations
@@ -77,7 +80,9 @@ class NewRecord:
 
 
 async def rank_tiers(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Score the newly closed episodes, run the drift gate and write the tiers that moved."""
+    """Score the newly closed episodes, run the drift gate and write the tiers that moved (nothing with tiers off)."""
+    if not runtime.context.tiers:  # off costs nothing; turning tiers on scores what is unscored (score_tiers)
+        return {}
     check = _to_check(state)
     if not state.get("closed") and not check:
         return {}
