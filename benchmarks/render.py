@@ -111,9 +111,30 @@ def locomo(results: Results) -> str:
             f"The run took {count(result['runtime_seconds'])} s, memstrata's ingestion "
             f"{count(result['ingest_seconds'])} s, peak memory {count(result['peak_memory_mb'])} MB. "
             + _baselines_alone(results),
+            *_stage_costs(result),
             provenance(results, ("locomo", "locomo_baselines")),
         ]
     )
+
+
+def _stage_costs(result: dict[str, Any]) -> list[str]:
+    """The ingestion seconds of memstrata per stage, against the embedding floor (dense's own ingestion)."""
+    ours, dense = result["methods"].get("memstrata", {}), result["methods"].get("dense", {})
+    stages = ours.get("stage_seconds")
+    if not stages:
+        return []
+    total, floor = sum(stages.values()), dense.get("prepare_seconds")
+    rows = [[stage, f"{seconds:.1f}", pct(seconds / total)] for stage, seconds in stages.items()]
+    against = (
+        f"; memstrata's whole ingestion was {ours['prepare_seconds'] / floor:.1f}x the embedding floor (dense's "
+        f"ingestion, each turn embedded once: {floor:.1f} s) in the same run"
+        if floor
+        else ""
+    )
+    return [
+        f"Where memstrata's ingestion went, per stage (seconds summed over the conversations){against}:",
+        table(["stage", "seconds", "share in %"], rows),
+    ]
 
 
 def _baselines_alone(results: Results) -> str:

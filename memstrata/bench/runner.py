@@ -55,6 +55,8 @@ class MethodStats:
     tallies: dict[int, RecallTally] = field(default_factory=dict)
     latencies_ms: list[float] = field(default_factory=list)
     prepare_seconds: float = 0.0
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # memstrata's ingestion, per stage
+    llm_calls: dict[str, dict[str, int]] = field(default_factory=dict)  # with a model: calls, prompt tokens per site
     context_tokens: dict[int, int] = field(default_factory=dict)
     contexts: int = 0
     budget_violations: int = 0
@@ -214,6 +216,7 @@ def _run_all(
         for method in methods:
             bars.update(task, description=f"{method.name} · prepare {conv.sample_id}")
             stats[method.name].prepare_seconds += _timed_prepare(method, conv)
+            _add_stages(stats[method.name], getattr(method, "stats", None))
             bars.update(task, description=f"{method.name} · {conv.sample_id}")
             begin = getattr(method, "begin_question", None)
             for question in conv.questions:
@@ -224,6 +227,16 @@ def _run_all(
                     method, question, conv, gold, stats[method.name], counter=counter, latency_budget=latency_budget
                 )
                 bars.advance(task)
+
+
+def _add_stages(stats: MethodStats, ingested: dict[str, Any] | None) -> None:
+    """Add one ingestion's seconds per stage (and, with a model, its calls per call site) to the method's."""
+    for stage, seconds in (ingested or {}).get("stage_seconds", {}).items():
+        stats.stage_seconds[stage] = stats.stage_seconds.get(stage, 0.0) + float(seconds)
+    for site, meter in (ingested or {}).get("llm", {}).items():
+        row = stats.llm_calls.setdefault(site, {"calls": 0, "prompt_tokens": 0})
+        for name in row:
+            row[name] += int(meter.get(name, 0)) if isinstance(meter, dict) else 0
 
 
 def _timed_prepare(method: Method, conv: LocomoConversation) -> float:
@@ -304,6 +317,8 @@ def _method_report(stats: MethodStats, latency_budget: int) -> dict[str, Any]:
             "queries": len(stats.latencies_ms),
         },
         "prepare_seconds": stats.prepare_seconds,
+        **({"stage_seconds": {k: round(v, 3) for k, v in stats.stage_seconds.items()}} if stats.stage_seconds else {}),
+        **({"ingest_llm_calls": stats.llm_calls} if stats.llm_calls else {}),
         "mean_context_tokens": {str(b): stats.context_tokens.get(b, 0) / n for b in stats.budgets},
         "budget_violations": stats.budget_violations,
     }
