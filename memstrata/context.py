@@ -367,7 +367,8 @@ class Context:
         _s(
             "ingestion",
             "a session's open tail closes into episodes once its latest message is this much older than "
-            "now (Context.now, else the clock); messages without a time never go quiet. Closing also "
+            "the write's present (Context.now, else the write's newest message time, else the clock); messages "
+            "without a time never go quiet. Closing also "
             "happens at a boundary, at max_episode_turns, when a later session starts, or on request",
         ),
     ] = 30.0

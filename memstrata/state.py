@@ -66,6 +66,10 @@ class IngestState(TypedDict, total=False):
     only_conversation: str | None
     close: bool
     metadata: dict[str, Any] | None  # fields attached to every message of the write
+    # the write's present (naive UTC, ISO): Context.now, else its newest message's time, else the clock; a tail is
+    # quiet when its latest message is episode_quiet_minutes older than this, so past-dated messages written one
+    # at a time make the same episodes as one call of them
+    present: str
     conversations: list[str]  # ids of the conversations in the input
     sessions: list[list[str]]  # [conversation_id, session_id] pairs with new or changed turns
     repaired: list[str]  # conversations with a session an earlier write left unfinished (graph and tree redone)

@@ -191,7 +191,7 @@ def test_a_batch_gives_the_same_episodes_as_cutting_the_whole_session(mem: Memst
     from memstrata.memory.segmentation import segment_session
 
     source = REPO / "examples" / "conversation.json"
-    mem.ingest(source, user_id="u")  # its messages are from 2024: quiet, so every episode closes
+    mem.ingest(source, user_id="u", close=True)  # a finished record: every episode closes
     assert all(not r.payload["open"] for r in mem.store.get("episode", user_id="u"))
     ctx = mem.context("u")
     for session in {r.payload["session_id"] for r in mem.store.get("turn", user_id="u")}:

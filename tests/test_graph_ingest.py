@@ -37,7 +37,7 @@ def renamed_copy(tmp_path, old: str, new: str) -> str:
 
 def test_ingest_writes_facts_entities_and_edges_once(data_dir, hash_embeddings) -> None:
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
-    stats = mem.ingest(EXAMPLE, user_id="u")
+    stats = mem.ingest(EXAMPLE, user_id="u", close=True)
     assert stats["facts_written"] > 10 and stats["entities_written"] >= 4 and stats["relations_written"] > 0
     before = counts(mem, "u")
     assert before["fact"] == stats["facts_written"] and before["edges"] > 0
@@ -46,7 +46,7 @@ def test_ingest_writes_facts_entities_and_edges_once(data_dir, hash_embeddings) 
     assert any(f.text.startswith("Priya") and "Lisbon" in f.text for f in facts)  # "I'm moving" -> Priya
     entities = {r.unit_id: r.payload for r in mem.store.get("entity", user_id="u")}
     assert {"ent:priya", "ent:tom", "ent:lisbon"} <= set(entities)
-    again = mem.ingest(EXAMPLE, user_id="u")
+    again = mem.ingest(EXAMPLE, user_id="u", close=True)
     assert again["facts_written"] == again["entities_written"] == 0
     assert counts(mem, "u") == before  # re-ingesting adds nothing
 
@@ -57,7 +57,7 @@ def test_one_new_message_rewrites_only_what_it_changes_and_the_graph_stays_whole
 
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     messages = json.loads(EXAMPLE.read_text())["messages"]
-    mem.ingest({"conversation_id": "c", "messages": messages}, user_id="u")
+    mem.ingest({"conversation_id": "c", "messages": messages}, user_id="u", close=True)
     total = mem.store.count("entity", user_id="u")
     stats = mem.ingest(
         {
@@ -72,6 +72,7 @@ def test_one_new_message_rewrites_only_what_it_changes_and_the_graph_stays_whole
             ],
         },
         user_id="u",
+        close=True,
     )
     assert 0 < stats["entities_written"] < total and stats["relations_written"] < mem.store.edges.count("u")
     # what is stored equals the graph resolved afresh from every stored fact: nothing lost, nothing stale
@@ -193,7 +194,7 @@ def test_a_move_supersedes_the_old_home_which_stays_as_history(data_dir, hash_em
         ["I live in Porto with my cat Miso.", "Porto is lovely."],
         ["I moved to Lisbon last week, the flat is great.", "Lisbon, wow!"],
     )
-    stats = mem.ingest(source, user_id="u")
+    stats = mem.ingest(source, user_id="u", close=True)
     assert stats["facts_superseded"] == 1
     facts = {f.object: f for f in (Fact.model_validate(r.payload) for r in mem.store.get("fact", user_id="u"))}
     assert facts["Porto"].superseded_by == facts["Lisbon"].id and facts["Lisbon"].current
@@ -247,14 +248,14 @@ def test_the_models_facts_are_used_and_garbage_falls_back_per_episode(data_dir, 
     }
     model = ScriptedChatModel(default=fact_script(good))
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings, model=model, llm_retries=0)
-    stats = mem.ingest(EXAMPLE, user_id="u")
+    stats = mem.ingest(EXAMPLE, user_id="u", close=True)
     facts = [Fact.model_validate(r.payload) for r in mem.store.get("fact", user_id="u")]
     assert stats["facts_fallbacks"] == 0 and facts and all(f.method == "llm" for f in facts)
     assert facts[0].event_date is not None and "ent:lisbon" in facts[0].entity_ids
 
     junk = ScriptedChatModel(default=fact_script("{ this is not the schema"))
     mem2 = Memstrata(path=data_dir + "-junk", embeddings=hash_embeddings, model=junk, llm_retries=0)
-    stats = mem2.ingest(EXAMPLE, user_id="u")
+    stats = mem2.ingest(EXAMPLE, user_id="u", close=True)
     episodes = mem2.store.count("episode", user_id="u")
     assert stats["facts_fallbacks"] == episodes > 0  # every episode fell back, and it is counted
     offline = [Fact.model_validate(r.payload) for r in mem2.store.get("fact", user_id="u")]
@@ -271,7 +272,7 @@ def test_with_a_model_the_model_decides_supersession_and_garbage_keeps_the_rule(
         return ScriptedChatModel(default=reply)
 
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings, model=model_saying({"replaces": True}), llm_retries=0)
-    stats = mem.ingest(source, user_id="u")
+    stats = mem.ingest(source, user_id="u", close=True)
     facts = {f.object: f for f in (Fact.model_validate(r.payload) for r in mem.store.get("fact", user_id="u"))}
     assert stats["facts_superseded"] == 1 and stats["llm"]["supersede"]["calls"] >= 1
     assert facts["hiking hills"].superseded_by == facts["painting landscapes"].id  # the model said so, not the rule

@@ -54,7 +54,7 @@ def test_reingest_adds_nothing(mem: Memstrata) -> None:
 def test_new_session_only_adds(mem: Memstrata) -> None:
     data = json.loads(EXAMPLE.read_text())
     first_two = [m for m in data["messages"] if m["timestamp"] < "2024-05"]
-    mem.ingest({"conversation_id": "priya-tom", "messages": first_two}, user_id="u")
+    mem.ingest({"conversation_id": "priya-tom", "messages": first_two}, user_id="u", close=True)
     old = {r.unit_id: r.document for r in mem.store.get("episode", user_id="u")}
     stats = mem.ingest(EXAMPLE, user_id="u")
     assert stats["sessions_touched"] == 1 and stats["episodes_replaced"] == 0

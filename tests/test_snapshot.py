@@ -168,8 +168,8 @@ def test_the_graph_view_redoes_only_the_written_conversation_and_equals_a_rebuil
 
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     messages = json.loads(EXAMPLE.read_text())["messages"]
-    mem.ingest({"conversation_id": "a", "messages": messages}, user_id="u")
-    mem.ingest({"conversation_id": "b", "messages": messages}, user_id="u")
+    mem.ingest({"conversation_id": "a", "messages": messages}, user_id="u", close=True)
+    mem.ingest({"conversation_id": "b", "messages": messages}, user_id="u", close=True)
     ctx = Context(user_id="u", embeddings=hash_embeddings, data_dir=str(data_dir))
     index = MemoryIndex.load(mem.store, user_id="u")
     reads: list[str | None] = []
@@ -195,6 +195,7 @@ def test_the_graph_view_redoes_only_the_written_conversation_and_equals_a_rebuil
             ],
         },
         user_id="u",
+        close=True,
     )
     reads.clear()  # ingestion reads edges too
     index = MemoryIndex.load(mem.store, user_id="u")  # updated in place: keeps what it read

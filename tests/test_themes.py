@@ -410,8 +410,8 @@ def snapshot(mem: Memstrata, user: str) -> tuple[dict[str, Any], set[tuple]]:
 def mem(tmp_path_factory: pytest.TempPathFactory, minilm: Any) -> Iterator[Memstrata]:
     """Ann's and Bo's conversations in one embedded store (the packaged MiniLM, no model)."""
     memory = Memstrata(path=tmp_path_factory.mktemp("themes") / "store", embeddings=minilm)
-    memory.ingest(conversation(ANN), user_id="ann")
-    memory.ingest(conversation(BO), user_id="bo")
+    memory.ingest(conversation(ANN), user_id="ann", close=True)
+    memory.ingest(conversation(BO), user_id="bo", close=True)
     yield memory
     memory.close()
 
@@ -461,7 +461,7 @@ def test_isolation_a_users_themes_and_edges_hold_only_their_own_facts(mem: Memst
 
 def test_reingest_adds_nothing_and_a_new_session_keeps_the_store_clean(mem: Memstrata) -> None:
     before, n_edges = snapshot(mem, "ann"), mem.store.edges.count("ann")
-    stats = mem.ingest(conversation(ANN), user_id="ann")
+    stats = mem.ingest(conversation(ANN), user_id="ann", close=True)
     assert stats.get("themes_written", 0) == 0 and stats.get("themes_removed", 0) == 0
     assert snapshot(mem, "ann") == before
     assert mem.store.count("theme", user_id="ann") == len(before[0]) and mem.store.edges.count("ann") == n_edges
@@ -479,7 +479,7 @@ def test_reingest_adds_nothing_and_a_new_session_keeps_the_store_clean(mem: Mems
             ],
         ),
     ]
-    stats = mem.ingest(conversation(more), user_id="ann")
+    stats = mem.ingest(conversation(more), user_id="ann", close=True)
     after = themes_of(mem, "ann")
     assert set(before[0]) <= set(after)  # the old themes keep their ids
     assert stats["facts_placed_before"] == len(facts) and stats["facts_reassigned"] == 0

@@ -161,9 +161,9 @@ def _tree(mem: Memstrata, user: str = "u") -> dict[str, dict]:
 
 def test_appending_a_session_changes_only_its_windows_and_their_ancestors(data_dir, hash_embeddings) -> None:
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
-    mem.ingest(_messages(range(2)), user_id="u")
+    mem.ingest(_messages(range(2)), user_id="u", close=True)
     before = _tree(mem)
-    stats = mem.ingest(_messages(range(3)), user_id="u")
+    stats = mem.ingest(_messages(range(3)), user_id="u", close=True)
     after = _tree(mem)
     new_leaves = {r.unit_id for r in mem.store.get("summary", user_id="u") if r.payload["session_id"] == "3"}
     parents = {c: n for n, p in after.items() for c in p["children"]}
@@ -192,7 +192,7 @@ def _chain(parents: dict[str, str], leaf: str) -> list[str]:
 def test_untimed_turns_fall_back_to_session_order_and_the_tree_says_so(data_dir, hash_embeddings) -> None:
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     messages = [{"speaker": m["speaker"], "text": m["text"]} for m in _messages(range(3))["messages"]]
-    mem.ingest({"conversation_id": "plain", "messages": messages}, user_id="u")
+    mem.ingest({"conversation_id": "plain", "messages": messages}, user_id="u", stamp_untimed=False)
     nodes = list(_tree(mem).values())
     assert nodes and {n["level"] for n in nodes} == {"week"}  # no age: day and week only
     assert all(n["window"] == "untimed" and not n["timed"] and n["timestamp"] is None for n in nodes)
@@ -300,7 +300,7 @@ def test_a_weekend_is_the_same_days_in_a_turn_and_in_a_question() -> None:
 @pytest.fixture
 def demo(data_dir) -> Memstrata:
     mem = Memstrata(path=data_dir, embeddings=HashEmbeddings())
-    mem.ingest(EXAMPLE, user_id="demo")
+    mem.ingest(EXAMPLE, user_id="demo", close=True)
     return mem
 
 

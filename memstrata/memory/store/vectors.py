@@ -33,6 +33,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 from memstrata.memory import levels
 from memstrata.memory.embeddings import MiniLMEmbeddings, embedder_identity
 from memstrata.memory.store import tenant
+from memstrata.memory.store.encoded import EncodedTexts
 from memstrata.memory.store.tables import flag_collection
 from memstrata.memory.store.tenant import StoreError
 from memstrata.memory.store.terms import MAX_POSTINGS, TERMS, TERMS_FORMAT, query_terms, rank, tagged_terms
@@ -154,6 +155,7 @@ class VectorStore:
         client: Any = None,
     ) -> None:
         self.embeddings = embeddings or MiniLMEmbeddings()
+        self.encoded = EncodedTexts(self.embeddings)  # a re-sent or unchanged text is never encoded twice
         self.embedder_name, self._dim = (
             getattr(self.embeddings, "name", None),
             getattr(self.embeddings, "dimension", None),
@@ -315,7 +317,7 @@ class VectorStore:
         if len(documents) != len(units) or (vectors is not None and len(vectors) != len(units)):
             msg = "upsert: units, documents and vectors must have the same length"
             raise StoreError(msg)
-        vecs = list(vectors) if vectors is not None else self.embeddings.embed_documents(list(documents))
+        vecs = list(vectors) if vectors is not None else self.encoded.embed(list(documents))
         ids, metas = [], []
         for i, unit in enumerate(units):
             data = unit.model_dump(mode="json")

@@ -69,6 +69,7 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
         ]
         repaired += [conv.conversation_id] if unfinished else []
     return {
+        "present": _present(ctx, convs).isoformat(),
         "conversations": [c.conversation_id for c in convs],
         "sessions": sessions,
         "repaired": repaired,
@@ -92,6 +93,18 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
             "stage_seconds": {"turns": round(time.perf_counter() - started, 3)},
         },
     }
+
+
+def _present(ctx: Context, convs: list[Conversation]) -> datetime:
+    """The write's present: ``Context.now``, else the newest time among its messages, else the clock (naive UTC).
+
+    Episodes close on message time: a backfill of past-dated messages, one call each, does not find each earlier
+    message quiet by the wall clock; a live message (stamped with the clock when it has no time) brings the clock.
+    """
+    if ctx.now is not None:
+        return ctx.now.astimezone(UTC).replace(tzinfo=None) if ctx.now.tzinfo else ctx.now
+    stamps = [t.timestamp for c in convs for s in c.sessions for t in s.turns if t.timestamp is not None]
+    return max(stamps) if stamps else datetime.now(UTC).replace(tzinfo=None)
 
 
 def _normalize(state: IngestState, ctx: Context, store: MemoryStore) -> tuple[list[Conversation], int]:
