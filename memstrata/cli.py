@@ -765,11 +765,22 @@ def check(
     conversation: Annotated[str | None, typer.Option("--conversation", "-c", help="Only this conversation.")] = None,
     data_dir: DataDir = None,
     chroma_url: ChromaUrl = None,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair",
+            metavar=FLAG,
+            help="rebuild everything derived from the raw turns (of the conversation, or of every one), then check",
+        ),
+    ] = False,
 ) -> None:
     """Verify the invariants every write keeps (parents, entities, edges, counters, word index, positions)."""
     from memstrata.memory.store.invariants import check_store
 
-    store = _read_mem(data_dir, chroma_url, user, conversation).store
+    mem = _read_mem(data_dir, chroma_url, user, conversation)
+    store = mem.store
+    if repair:
+        _say("rebuilt", json.dumps(mem.rebuild(user, conversation_id=conversation)), style="green")
     problems = check_store(store, user, conversation)
     for problem in problems:
         console.print(str(problem), markup=False)

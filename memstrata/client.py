@@ -322,6 +322,18 @@ class Memstrata:
 
         return import_user(self, source, user_id=user_id, replace=replace)
 
+    def rebuild(self, user_id: str, *, conversation_id: str | None = None) -> dict[str, int]:
+        """Delete every unit derived from the user's raw turns (of one conversation, or of all) and build them again
+        from those turns; ``memstrata check`` is clean after it. Turns, store items, history, tombstones and persona
+        exclusions are kept. See :func:`memstrata.repair.rebuild`.
+
+        Raises:
+            LookupError: no such user or conversation.
+        """
+        from memstrata.repair import rebuild
+
+        return rebuild(self, user_id, conversation_id)
+
     def score_tiers(self, user_id: str | None = None) -> dict[str, int]:
         """Score and tier, with HMO, what was written while ``tiers`` was off (of one user, or of every user).
 

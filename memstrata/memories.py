@@ -133,7 +133,7 @@ def update(mem: Memstrata, user_id: str, conversation_id: str, turn_id: str, tex
     mem.store.tombstones.bury([old], event="update")
     mem.store.tombstones.lift(user_id, conversation_id, [turn_id], said=said_hash(new))
     removed = _remove(mem, user_id, conversation_id, [turn_id])
-    _rebuild(mem, user_id, conversation_id, {old.session_id}, close=close, extra=[new])
+    rebuild_sessions(mem, user_id, conversation_id, {old.session_id}, close=close, extra=[new])
     _journal(mem, user_id, conversation_id, "update", turn_id, before=old.text, after=text)
     return {"updated": turn_id, "removed": removed}
 
@@ -163,7 +163,7 @@ def delete(mem: Memstrata, user_id: str, conversation_id: str, turn_id: str | No
     close = _closed(mem, user_id, conversation_id, old.session_id)
     mem.store.tombstones.bury([old], event="delete")  # before the turn goes: no re-send in between brings it back
     removed = _remove(mem, user_id, conversation_id, [turn_id])
-    _rebuild(mem, user_id, conversation_id, {old.session_id}, close=close)
+    rebuild_sessions(mem, user_id, conversation_id, {old.session_id}, close=close)
     # The deleted words are not journaled: history says which turn went and when, never what it said.
     _journal(mem, user_id, conversation_id, "delete", turn_id, before=None, after=None)
     return removed
@@ -274,7 +274,7 @@ def replay(mem: Memstrata, user_id: str, conversation_id: str, **overrides: Any)
     return mem.ingest(payload, user_id=user_id, stamp_untimed=False, **overrides)
 
 
-def _rebuild(
+def rebuild_sessions(
     mem: Memstrata, user_id: str, conversation_id: str, sessions: set[str], *, close: bool, extra: Sequence[Turn] = ()
 ) -> None:
     """Ingest the sessions' remaining turns (and ``extra``) again: each keeps its place; the units built from the

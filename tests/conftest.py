@@ -116,6 +116,7 @@ SLOW = {
     "test_bench.py::test_baselines_on_conv26": 30,
     "test_concurrency.py::test_eight_processes_ingest_eight_users_at_once": 23,
     "test_concurrency.py::test_a_server_stopped_mid_ingest_is_a_clear_error_and_a_rerun_loses_nothing": 20,
+    "test_two_writers_stress.py::test_two_processes_appending_through_a_server_leave_a_sound_store": 23,
 }
 """Tests (``file::function``, or a whole ``file``) that take 20 s or more, with the seconds they took."""
 

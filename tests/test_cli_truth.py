@@ -374,3 +374,19 @@ def test_export_then_import_into_an_empty_store_then_export_is_byte_identical(st
     assert "not a memstrata export" in one_line_error(
         run("import", "-", "--as", "zed", "--data-dir", str(other), stdin='{"x": 1}\n')
     )
+
+
+def test_check_repair_rebuilds_what_is_derived_and_leaves_the_store_clean(tmp_path: Path) -> None:
+    folder, source = tmp_path / "store", tmp_path / "hostile.json"
+    source.write_text(json.dumps(MESSAGES), encoding="utf-8")
+    at = ("-u", USER, "--data-dir", str(folder))
+    _ok(run("ingest", str(source), "-c", CONV, "--close", *at))
+    mem = _HashMemstrata(path=folder)
+    episode = mem.store.get("episode", user_id=USER)[0]
+    mem.store.delete("episode", user_id=USER, conversation_id=CONV, unit_ids=[episode.unit_id])  # facts orphaned
+    mem.close()
+    broken = run("check", *at)
+    assert broken.exit_code == 1 and "problem(s)" in broken.stderr
+    repaired = run("check", "--repair", *at)
+    assert repaired.exit_code == 0 and "no problems" in repaired.stdout and "rebuilt" in repaired.stderr
+    assert all(m["text"] in _ok(run("list", *at)) for m in MESSAGES)  # every turn kept

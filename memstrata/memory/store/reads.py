@@ -128,17 +128,40 @@ def read_episode_turns(store: MemoryStore, user_id: str, episodes: list[Episode]
 
 
 def closed_facts(store: MemoryStore, user_id: str, conv_id: str) -> tuple[list[Fact], dict[str, list[float]]]:
-    """The facts of the conversation's closed episodes, in episode order, and their vectors (an open
+    """The facts of the conversation's stored closed episodes, in episode order, and their vectors (an open
     episode's facts are redone as it grows, so the entity graph and the themes wait for it to close).
+
+    A fact whose episode is not stored is left out: another writer of the conversation deleted the episode, and
+    the fact goes too (:func:`memstrata.nodes.ingest.facts.drop_orphan_facts`).
     """
-    tails = {r.unit_id for r in open_episodes(store, user_id, conv_id)}
-    records = [
-        r
-        for r in store.get("fact", user_id=user_id, conversation_id=conv_id, with_vectors=True)
-        if r.payload.get("episode_id") not in tails
-    ]
+    records = store.get("fact", user_id=user_id, conversation_id=conv_id, with_vectors=True)
+    # The episodes are read after the facts: an episode is stored before its facts, so a fact read here whose
+    # episode is missing now lost it to a delete, not to a write still under way.
+    closed = {
+        r.unit_id for r in store.get("episode", user_id=user_id, conversation_id=conv_id) if not r.payload.get("open")
+    }
+    records = [r for r in records if r.payload.get("episode_id") in closed]
     facts = sorted((Fact.model_validate(r.payload) for r in records), key=lambda f: (f.episode_id, f.n))
     return facts, {r.unit_id: r.metadata["_vector"] for r in records}
+
+
+def stray_facts(store: MemoryStore, user_id: str, conv_id: str, session_id: str, known: list[str]) -> list[Any]:
+    """The session's stored facts whose episode is not stored (``known``: the session's episode ids, read before).
+
+    Two writers of one conversation could leave such facts before their race was closed (a writer's facts landed
+    after the other deleted their episode); the next write of the session deletes them. A fact of an episode
+    stored after ``known`` was read (another writer's, stored before its facts) is told apart by reading its
+    episode after the fact.
+    """
+    where: dict[str, Any] = {"session_id": session_id}
+    if known:
+        where["episode_id"] = {"$nin": sorted(set(known))}
+    found = store.get("fact", user_id=user_id, conversation_id=conv_id, where=where)
+    if not found:
+        return []
+    wanted = sorted({str(r.payload.get("episode_id", "")) for r in found})
+    stored = {r.unit_id for r in store.get("episode", user_id=user_id, conversation_id=conv_id, unit_ids=wanted)}
+    return [r for r in found if r.payload.get("episode_id") not in stored]
 
 
 def read_personas(store: MemoryStore, user_id: str, speaker: str, conversation_id: str | None = None) -> list[Persona]:

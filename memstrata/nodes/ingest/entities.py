@@ -29,6 +29,7 @@ from memstrata.memory.levels import Entity, Fact
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.reads import closed_facts, open_episodes
 from memstrata.nodes.common import conversations_to_redo, progress
+from memstrata.nodes.ingest.facts import drop_orphan_facts
 from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
 from memstrata.runtime.step import Step
@@ -148,6 +149,8 @@ def _write(
             vectors=[vectors[f.id] for f in changed],
             extra=[f.metadata() for f in changed],
         )
+        # another writer may have deleted one of their episodes since they were read: that fact must not come back
+        drop_orphan_facts(store, user_id, conv_id, [f.episode_id for f in changed])
     old_edges = store.edges.get(user_id, conversation_id=conv_id, src_kind="entity")
     new_keys = {(e.src, e.rel, e.dst) for e in linked.relations}
     store.edges.delete(user_id, [e for e in old_edges if (e.src, e.rel, e.dst) not in new_keys])

@@ -9,7 +9,9 @@ later session exists, when it has gone quiet (``episode_quiet_minutes``) or when
 write asks (``close``). Episodes a re-cut replaced are deleted with their summaries and
 facts (facts first, summaries last, so no reader ever meets a unit whose parent is
 gone). New episodes are not stored here: :mod:`.distill` stores each one after its
-summary, so a stored episode always has one.
+summary, so a stored episode always has one. A touched session's facts whose episode
+is not stored (a store written before the two-writer race below was closed) are
+deleted here too, and the conversation's later stages redone.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from memstrata.memory.levels import Episode, Turn, levels
 from memstrata.memory.levels.level2.episode import build_episodes, episode_vector, mark_repeats
 from memstrata.memory.segmentation import cut_tail
 from memstrata.memory.store import MemoryStore
-from memstrata.memory.store.reads import finished_episodes, read_sessions
-from memstrata.nodes.common import progress
+from memstrata.memory.store.reads import finished_episodes, read_sessions, stray_facts
+from memstrata.nodes.common import logger, progress
 from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
 from memstrata.runtime.step import Step
@@ -58,10 +60,12 @@ async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dic
         old = await asyncio.to_thread(
             store.get, "episode", user_id=ctx.user_id, conversation_id=conv_id, where={"session_id": session_id}
         )
+        if await asyncio.to_thread(_drop_strays, store, ctx.user_id, conv_id, session_id, old):
+            replaced.append(conv_id)  # the graph, themes and persona may have taken those facts in: redo them
         start, frozen = await asyncio.to_thread(_tail_start, store, ctx.user_id, conv_id, turns, old)
         old = [r for r in old if r.unit_id not in frozen]  # closed: never cut, dropped or redone again
         tail = turns[start:]
-        closing = bool(state.get("close")) or (conv_id, session_id) in later or _quiet(ctx, tail)
+        closing = bool(state.get("close")) or (conv_id, session_id) in later or _quiet(ctx, tail, state.get("present"))
         # Topic cuts are decided over the tail once it is full or done (the model's, else the offline ones);
         # until then the tail is one open episode (time gaps still cut it), so a cut is judged over as many
         # turns as a batch would see, not over the first few of a growing tail.
@@ -158,12 +162,17 @@ def _sessions_with_later(store: MemoryStore, user_id: str, pairs: list[tuple[str
     return out
 
 
-def _quiet(ctx: Context, tail: list[Turn]) -> bool:
-    """Whether the tail's latest message is more than ``episode_quiet_minutes`` older than now."""
+def _quiet(ctx: Context, tail: list[Turn], present: str | None) -> bool:
+    """Whether the tail's latest message is more than ``episode_quiet_minutes`` older than the write's present.
+
+    The present is the write's own (``Context.now``, else its newest message's time, see
+    :func:`memstrata.nodes.ingest.turns.store_turns`): episodes close on message time, so past-dated messages
+    written one at a time make the same episodes as one call of them; a live message brings the clock.
+    """
     stamps = [t.timestamp for t in tail if t.timestamp is not None]
     if not stamps:
         return False
-    now = ctx.now or datetime.now(UTC)
+    now = datetime.fromisoformat(present) if present else ctx.now or datetime.now(UTC)
     now = now.astimezone(UTC).replace(tzinfo=None) if now.tzinfo else now  # turns keep naive UTC times
     return now - max(stamps) > timedelta(minutes=ctx.episode_quiet_minutes)
 
@@ -210,6 +219,10 @@ def _drop_stale(
     read again just before the delete to see this. A close that lands between that read and the delete (a few
     milliseconds) is not seen here; the other writer's tree update then finds the summary gone after its write
     (``persist.unstored_children``) and writes the tree again.
+
+    The facts are deleted before the episodes and read again after them: a writer storing one of these episodes
+    meanwhile stores its facts last and then reads the episode back, so between the two reads one of the writers
+    finds the other's facts or delete, and no fact is left without its episode.
     """
     new = {e.id: e for e in keep}
     finished = {r.unit_id for r in finished_episodes(store, user_id, conv_id, old)}
@@ -221,11 +234,16 @@ def _drop_stale(
         or r.document != new[r.unit_id].embed_text()
         or bool(r.payload.get("open")) != new[r.unit_id].open
     ]
-    now = store.get("episode", user_id=user_id, conversation_id=conv_id, unit_ids=[r.unit_id for r in stale])
+    ids = [r.unit_id for r in stale]
+    now = store.get("episode", user_id=user_id, conversation_id=conv_id, unit_ids=ids)
     was_closed = any(not r.payload.get("open") for r in now)
     # Children before parents: facts (and any kind distilled from episodes), episodes, then summaries.
-    _drop_episode_units(store, user_id, conv_id, [r.unit_id for r in stale], keep_kinds={"summary"})
-    store.delete("episode", user_id=user_id, conversation_id=conv_id, unit_ids=[r.unit_id for r in stale])
+    _drop_episode_units(store, user_id, conv_id, ids, keep_kinds={"summary"})
+    store.delete("episode", user_id=user_id, conversation_id=conv_id, unit_ids=ids)
+    # Again, now that the episodes are gone: a writer still storing one of them (summary, episode, facts) may have
+    # stored its facts since the first read. It reads the episode back after its facts (facts.drop_orphan_facts),
+    # so if its facts land after this read, it sees the episode gone and deletes them itself.
+    _drop_episode_units(store, user_id, conv_id, ids, keep_kinds={"summary"})
     store.delete(
         "summary", user_id=user_id, conversation_id=conv_id, unit_ids=[r.payload.get("summary_id", "") for r in stale]
     )
@@ -235,6 +253,17 @@ def _drop_stale(
         {r.unit_id for r in old if r.unit_id not in stale_ids},
         was_closed,
     )
+
+
+def _drop_strays(store: MemoryStore, user_id: str, conv_id: str, session_id: str, old: list[Any]) -> int:
+    """Delete the session's facts whose episode is not stored (left by two writers before their race was closed,
+    or by anything else that deleted an episode and not its facts); how many went.
+    """
+    strays = stray_facts(store, user_id, conv_id, session_id, [r.unit_id for r in old])
+    if strays:
+        store.delete("fact", user_id=user_id, conversation_id=conv_id, unit_ids=[r.unit_id for r in strays])
+        logger.warning("%s/%s: deleted %d facts whose episode is not stored", user_id, conv_id, len(strays))
+    return len(strays)
 
 
 def _drop_episode_units(

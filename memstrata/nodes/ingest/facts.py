@@ -5,12 +5,16 @@ model, one extraction call per episode (Bi-Mem §4.2.1, xMemory §3.2 in our own
 wording) with a schema, retries, and the offline facts of that episode when the
 model's output is unusable (counted as ``facts_fallbacks``). Facts are stored
 with their episode id; an episode's facts that its new extraction no longer
-yields are deleted, so re-extracting never duplicates.
+yields are deleted, so re-extracting never duplicates. A writer that stores facts
+reads their episodes back and deletes the facts of any episode another writer
+deleted meanwhile (:func:`drop_orphan_facts`), so no fact outlives its episode.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Sequence
 from datetime import datetime
 
 from pydantic import BaseModel, Field
@@ -24,6 +28,8 @@ from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.step import Step
 
 ENTITY_TYPES = ("person", "pet", "place", "org", "thing")
+
+logger = logging.getLogger("memstrata")
 
 
 class ExtractedFact(BaseModel):
@@ -71,9 +77,12 @@ def _speakers(turns: list[Turn]) -> list[str]:
 
 
 def replace_facts(store: MemoryStore, user_id: str, episodes: list[Episode], facts: list[Fact], batch: int) -> int:
-    """Store the episodes' facts; delete their earlier facts the new extraction no longer yields."""
+    """Store the episodes' facts; delete their earlier facts the new extraction no longer yields, and the facts of
+    an episode another writer deleted meanwhile (:func:`drop_orphan_facts`). Returns how many stay stored.
+    """
     keep = {(f.conversation_id, f.id) for f in facts}
-    for conv_id, ids in by_conversation([[e.conversation_id, e.id] for e in episodes]).items():
+    grouped = by_conversation([[e.conversation_id, e.id] for e in episodes])
+    for conv_id, ids in grouped.items():
         old = store.get("fact", user_id=user_id, conversation_id=conv_id, where={"episode_id": {"$in": ids}})
         store.delete(
             "fact",
@@ -84,7 +93,29 @@ def replace_facts(store: MemoryStore, user_id: str, episodes: list[Episode], fac
     for start in range(0, len(facts), batch):
         part = facts[start : start + batch]
         store.upsert("fact", part, documents=[f.embed_text() for f in part], extra=[f.metadata() for f in part])
-    return len(facts)
+    dropped = sum(drop_orphan_facts(store, user_id, conv_id, ids) for conv_id, ids in grouped.items())
+    return len(facts) - dropped
+
+
+def drop_orphan_facts(store: MemoryStore, user_id: str, conv_id: str, episode_ids: Sequence[str]) -> int:
+    """Delete the facts of those of ``episode_ids`` that are not stored; how many went.
+
+    Called right after facts are stored. Another writer of the conversation (two processes through one Chroma
+    server) may have deleted their episode meanwhile: it deletes the episode, then reads its facts and deletes
+    them (:func:`memstrata.nodes.ingest.episodes._drop_stale`); this writer stores the facts, then reads the
+    episode. Whichever of the two reads comes second sees the other's write, so no fact outlives its episode.
+    """
+    wanted = sorted(set(episode_ids))
+    if not wanted:
+        return 0
+    stored = {r.unit_id for r in store.get("episode", user_id=user_id, conversation_id=conv_id, unit_ids=wanted)}
+    gone = [e for e in wanted if e not in stored]
+    if not gone:
+        return 0
+    found = store.get("fact", user_id=user_id, conversation_id=conv_id, where={"episode_id": {"$in": gone}})
+    store.delete("fact", user_id=user_id, conversation_id=conv_id, unit_ids=[r.unit_id for r in found])
+    logger.info("%s/%s: dropped %d facts whose episode another writer deleted", user_id, conv_id, len(found))
+    return len(found)
 
 
 async def _llm_facts(step: Step, ep: Episode, turns: list[Turn], fallback: list[Fact]) -> tuple[list[Fact], bool]:
