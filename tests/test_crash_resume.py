@@ -200,7 +200,7 @@ def upsert(self, kind, *args, **kwargs):
 
 MemoryStore.upsert = upsert
 mem = Memstrata(path=folder, embeddings=HashEmbeddings(), model=make_chat_model(url), max_fanout=1)
-stats = mem.ingest(source, user_id="u", conversation_id="priya-tom", on_progress=on_progress)
+stats = mem.ingest(source, user_id="u", conversation_id="priya-tom", close=True, on_progress=on_progress)
 print(json.dumps({k: v["calls"] for k, v in stats.get("llm", {}).items()}))
 """
 LLM_STAGES = [("segment", 1), ("upsert:fact", 1), ("summaries", 1)]

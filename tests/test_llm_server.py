@@ -158,7 +158,7 @@ async def test_ingestion_in_llm_mode(chat_model: Any, tmp_path: Any) -> None:
     from memstrata import Memstrata
 
     mem = Memstrata(path=tmp_path / "chroma", model=chat_model)
-    stats = await mem.aingest(small_conversation(), user_id="u", conversation_id="priya-tom")
+    stats = await mem.aingest(small_conversation(), user_id="u", conversation_id="priya-tom", close=True)
     episodes = mem.store.count("episode", user_id="u")
     summaries = mem.store.count("summary", user_id="u")
     assert episodes > 0 and summaries == episodes
