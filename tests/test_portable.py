@@ -252,8 +252,11 @@ def test_tenants_stay_apart(source: Source, fresh: Memstrata) -> None:
         export_user(fresh, "bo", io.StringIO())
 
 
-def test_users_and_a_round_trip_through_a_chroma_server(chroma_server: Any, minilm: Any, tmp_path: Path) -> None:
-    served = Memstrata(url=chroma_server.url, embeddings=minilm)
+def test_users_and_a_round_trip_through_a_chroma_server(
+    chroma_server: Any, hash_embeddings: Any, tmp_path: Path
+) -> None:
+    # the session's server is shared: its collections keep the embedder the first test gave them (hash embeddings)
+    served = Memstrata(url=chroma_server.url, embeddings=hash_embeddings)
     names = [f"portable-{tmp_path.name}-{n}" for n in ("a", "b")]
     for name in names:
         served.ingest([{"speaker": "Ann", "text": f"{name} likes tea."}], user_id=name, conversation_id="c")
@@ -264,7 +267,7 @@ def test_users_and_a_round_trip_through_a_chroma_server(chroma_server: Any, mini
     served.delete_user(names[0])
     assert names[0] not in users(served) and names[1] in users(served)
 
-    local = Memstrata(path=tmp_path / "local", embeddings=minilm)
+    local = Memstrata(path=tmp_path / "local", embeddings=hash_embeddings)
     import_user(local, out)
     again = tmp_path / "again.jsonl"
     export_user(local, names[1], again)
