@@ -262,12 +262,13 @@ def replay(mem: Memstrata, user_id: str, conversation_id: str, **overrides: Any)
     """Write a conversation's stored turns again, unchanged: nothing new is added, and every stage builds what it
     lacks (how a stopped write resumes; with ``tiers=True``, how records written while tiers were off are scored).
     """
-    sessions = {
-        str(r.metadata.get("session_id"))
-        for r in mem.store.get(raw_kind(), user_id=user_id, conversation_id=conversation_id)
-    }
-    read = read_sessions(mem.store, user_id, [[conversation_id, s] for s in sorted(sessions)])
-    turns = sorted((t for stored, _ in read.values() for t in stored), key=lambda t: (t.session_id, t.position))
+    turns = sorted(
+        (
+            Turn.model_validate(r.payload)
+            for r in mem.store.get(raw_kind(), user_id=user_id, conversation_id=conversation_id)
+        ),
+        key=lambda t: (t.session_id, t.position),
+    )
     if not turns:
         return {}
     payload = {"conversation_id": conversation_id, "messages": _as_messages(turns)}

@@ -37,13 +37,14 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from memstrata.context import Context
-from memstrata.memory.levels import DIMENSIONS, FACT, PERSONA, Persona, Turn, raw_kind
+from memstrata.memory.levels import DIMENSIONS, Turn, raw_kind
 from memstrata.memory.normalize import IngestError, normalize_input
 from memstrata.memory.store import MemoryStore, tenant
-from memstrata.memory.store.reads import open_episodes, read_personas
+from memstrata.memory.store.reads import open_episodes
 from memstrata.memory.store.tables import ChromaTable, SqliteTable, Table, TableRow, check_name, sqlite_connection
 from memstrata.memory.store.tenant import StoreError
 from memstrata.memory.store.vectors import COLLECTION_PREFIX
+from memstrata.repair import Exclusion, persona_exclusions, reapply_exclusion
 
 if TYPE_CHECKING:
     from memstrata.client import Memstrata
@@ -175,26 +176,19 @@ def _row_records(store: MemoryStore, user_id: str) -> list[dict[str, Any]]:
 
 def _exclusion_records(store: MemoryStore, user_id: str) -> list[dict[str, Any]]:
     """The fact ids removed from a current persona version, with the fact's text and turns (to find it again when a
-    re-ingest gives it another id).
+    re-ingest gives it another id): :func:`memstrata.repair.persona_exclusions`, as records.
     """
-    current = [p for r in store.get(PERSONA.kind, user_id=user_id) if (p := Persona.model_validate(r.payload)).current]
-    wanted = {(p.conversation_id, p.speaker, p.dimension, f) for p in current for f in p.excluded}
-    facts = {
-        (r.metadata["conversation_id"], r.unit_id): r.payload
-        for conv in sorted({c for c, *_ in wanted})
-        for r in store.get(FACT.kind, user_id=user_id, conversation_id=conv, unit_ids=sorted({w[3] for w in wanted}))
-    }
     return [
         {
             "type": "persona_exclusion",
-            "conversation_id": conv,
-            "speaker": speaker,
-            "dimension": dimension,
-            "fact_id": fact_id,
-            "fact_text": facts.get((conv, fact_id), {}).get("text"),
-            "fact_turn_ids": list(facts.get((conv, fact_id), {}).get("turn_ids", [])),
+            "conversation_id": e.conversation_id,
+            "speaker": e.speaker,
+            "dimension": e.dimension,
+            "fact_id": e.fact_id,
+            "fact_text": e.text,
+            "fact_turn_ids": list(e.turn_ids),
         }
-        for conv, speaker, dimension, fact_id in sorted(wanted)
+        for e in persona_exclusions(store, user_id)
     ]
 
 
@@ -569,38 +563,11 @@ def _row_key(row: dict[str, Any], user_id: str) -> str:
 
 
 def _exclude(mem: Memstrata, user_id: str, e: dict[str, Any]) -> bool:
-    """Remove the fact from the speaker's persona again; ``False`` when no persona version can hold the exclusion."""
-    store, conv = mem.store, e["conversation_id"]
-    fact_id = _same_fact(store, user_id, e)
-    try:
-        mem.forget_persona_item(user_id, e["speaker"], e["dimension"], fact_id, conversation_id=conv)
-        return True
-    except LookupError:  # no version holds the item: the exclusion still goes on the current one
-        pass
-    try:
-        versions = read_personas(store, user_id, e["speaker"], conv)
-    except LookupError:
-        return False
-    current = next((v for v in versions if v.dimension == e["dimension"] and v.current), None)
-    if current is None:
-        return False
-    if fact_id not in current.excluded:
-        edited = current.model_copy(update={"excluded": sorted({*current.excluded, fact_id})})
-        store.upsert(PERSONA.kind, [edited], documents=[edited.embed_text()], extra=[edited.metadata()])
-    return True
-
-
-def _same_fact(store: MemoryStore, user_id: str, e: dict[str, Any]) -> str:
-    """The exported fact's id, or the id of the stored fact with its text and turns (a re-cut episode renames it)."""
-    facts = store.get(FACT.kind, user_id=user_id, conversation_id=e["conversation_id"])
-    if any(r.unit_id == e["fact_id"] for r in facts) or e["fact_text"] is None:
-        return e["fact_id"]
-    same = sorted(
-        r.unit_id
-        for r in facts
-        if r.payload.get("text") == e["fact_text"] and list(r.payload.get("turn_ids", [])) == e["fact_turn_ids"]
+    """Remove the fact from the speaker's persona again (:func:`memstrata.repair.reapply_exclusion`)."""
+    exclusion = Exclusion(
+        e["conversation_id"], e["speaker"], e["dimension"], e["fact_id"], e["fact_text"], tuple(e["fact_turn_ids"])
     )
-    return same[0] if same else e["fact_id"]
+    return reapply_exclusion(mem, user_id, exclusion)
 
 
 # ---- users ----------------------------------------------------------------------------------------------------
@@ -655,10 +622,8 @@ def _table_users(table: Table, *, sessions_only: bool) -> set[str]:
 
 
 def _side_tables(store: MemoryStore) -> dict[str, Table]:
-    """The carried tables this store has (``tombstones`` is missing from a store older than it)."""
-    tombstones = getattr(store, "tombstones", None)
-    found = {"items": store.items, "journal": store.journal, "tombstones": getattr(tombstones, "table", tombstones)}
-    return {name: table for name, table in found.items() if table is not None}
+    """The side tables an export carries."""
+    return {"items": store.items, "journal": store.journal, "tombstones": store.tombstones.table}
 
 
 def _holds(store: MemoryStore, user_id: str) -> bool:

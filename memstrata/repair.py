@@ -59,14 +59,14 @@ def rebuild(mem: Memstrata, user_id: str, conversation_id: str | None = None) ->
     store = mem.store
     sessions = _sessions(store, user_id, conversation_id)
     closed = {conv: _closed_sessions(store, user_id, conv) for conv in sessions}
-    exclusions = _exclusions(store, user_id, list(sessions))
+    exclusions = persona_exclusions(store, user_id, list(sessions))
     removed = sum(_clear(store, user_id, conv) for conv in sessions)
     if conversation_id is None:
         store.tier_state.delete(user_id=user_id)
     for conv, ids in sessions.items():
         _reingest(mem, user_id, conv, ids, closed[conv])
     for exclusion in exclusions:
-        _exclude(mem, user_id, exclusion)
+        reapply_exclusion(mem, user_id, exclusion)
     return {
         "conversations": len(sessions),
         "turns": sum(len(store.get(raw_kind(), user_id=user_id, conversation_id=c)) for c in sessions),
@@ -133,35 +133,42 @@ def _reingest(mem: Memstrata, user_id: str, conv_id: str, sessions: list[str], c
         rebuild_sessions(mem, user_id, conv_id, set(rest), close=False)
 
 
-def _exclusions(store: MemoryStore, user_id: str, conversations: list[str]) -> list[Exclusion]:
-    """The facts removed from the current persona versions of these conversations, with each fact's text and turns."""
-    out = []
-    for conv in conversations:
-        versions = [
-            Persona.model_validate(r.payload) for r in store.get("persona", user_id=user_id, conversation_id=conv)
+def persona_exclusions(store: MemoryStore, user_id: str, conversations: list[str] | None = None) -> list[Exclusion]:
+    """The facts removed from the user's current persona versions (of these conversations, or of all), with each
+    fact's text and turns, sorted by conversation, speaker, dimension and fact (an export writes them in this order).
+    """
+    out: set[Exclusion] = set()
+    for conv in conversations if conversations is not None else [None]:
+        current = [
+            p
+            for r in store.get("persona", user_id=user_id, conversation_id=conv)
+            if (p := Persona.model_validate(r.payload)).current
         ]
-        current = [p for p in versions if p.current]
-        wanted = sorted({f for p in current for f in p.excluded})
-        facts = {
-            r.unit_id: r.payload for r in store.get("fact", user_id=user_id, conversation_id=conv, unit_ids=wanted)
-        }
-        out += [
-            Exclusion(
-                conv,
-                p.speaker,
-                p.dimension,
-                f,
-                facts.get(f, {}).get("text"),
-                tuple(facts.get(f, {}).get("turn_ids", [])),
-            )
-            for p in current
-            for f in p.excluded
-        ]
-    return out
+        for c in sorted({p.conversation_id for p in current}):
+            wanted = sorted({f for p in current if p.conversation_id == c for f in p.excluded})
+            facts = {
+                r.unit_id: r.payload for r in store.get("fact", user_id=user_id, conversation_id=c, unit_ids=wanted)
+            }
+            out |= {
+                Exclusion(
+                    c,
+                    p.speaker,
+                    p.dimension,
+                    f,
+                    facts.get(f, {}).get("text"),
+                    tuple(facts.get(f, {}).get("turn_ids", [])),
+                )
+                for p in current
+                if p.conversation_id == c
+                for f in p.excluded
+            }
+    return sorted(out, key=lambda e: (e.conversation_id, e.speaker, e.dimension, e.fact_id))
 
 
-def _exclude(mem: Memstrata, user_id: str, e: Exclusion) -> bool:
-    """Remove the fact from the rebuilt persona again; ``False`` when no persona version can hold the exclusion."""
+def reapply_exclusion(mem: Memstrata, user_id: str, e: Exclusion) -> bool:
+    """Remove the fact from the rebuilt (or imported) persona again; ``False`` when no persona version can hold the
+    exclusion.
+    """
     fact_id = _same_fact(mem.store, user_id, e)
     try:
         mem.forget_persona_item(user_id, e.speaker, e.dimension, fact_id, conversation_id=e.conversation_id)

@@ -117,12 +117,9 @@ class Tombstones:
             contents=frozenset(str(r.fields["content"]) for r in rows),
         )
 
-    def delete(self, *, user_id: str, conversation_id: str | None = None) -> int:
-        """Drop a user's tombstones (of one conversation, when given): a user forgotten entirely."""
-        if conversation_id is None:
-            return self.table.delete(user_id=user_id)
-        keys = [r.key for r in self.table.get(user_id=user_id, conversation_id=conversation_id)]
-        return self.table.delete(user_id=user_id, keys=keys) if keys else 0
+    def delete(self, *, user_id: str) -> int:
+        """Drop a user's tombstones: a user forgotten entirely."""
+        return self.table.delete(user_id=user_id)
 
 
 def drop_buried(conv: Conversation, graves: Graves) -> tuple[Conversation, int]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -65,7 +65,7 @@ async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dic
         start, frozen = await asyncio.to_thread(_tail_start, store, ctx.user_id, conv_id, turns, old)
         old = [r for r in old if r.unit_id not in frozen]  # closed: never cut, dropped or redone again
         tail = turns[start:]
-        closing = bool(state.get("close")) or (conv_id, session_id) in later or _quiet(ctx, tail, state.get("present"))
+        closing = bool(state.get("close")) or (conv_id, session_id) in later or _quiet(ctx, tail, state["present"])
         # Topic cuts are decided over the tail once it is full or done (the model's, else the offline ones);
         # until then the tail is one open episode (time gaps still cut it), so a cut is judged over as many
         # turns as a batch would see, not over the first few of a growing tail.
@@ -162,7 +162,7 @@ def _sessions_with_later(store: MemoryStore, user_id: str, pairs: list[tuple[str
     return out
 
 
-def _quiet(ctx: Context, tail: list[Turn], present: str | None) -> bool:
+def _quiet(ctx: Context, tail: list[Turn], present: str) -> bool:
     """Whether the tail's latest message is more than ``episode_quiet_minutes`` older than the write's present.
 
     The present is the write's own (``Context.now``, else its newest message's time, see
@@ -172,9 +172,7 @@ def _quiet(ctx: Context, tail: list[Turn], present: str | None) -> bool:
     stamps = [t.timestamp for t in tail if t.timestamp is not None]
     if not stamps:
         return False
-    now = datetime.fromisoformat(present) if present else ctx.now or datetime.now(UTC)
-    now = now.astimezone(UTC).replace(tzinfo=None) if now.tzinfo else now  # turns keep naive UTC times
-    return now - max(stamps) > timedelta(minutes=ctx.episode_quiet_minutes)
+    return datetime.fromisoformat(present) - max(stamps) > timedelta(minutes=ctx.episode_quiet_minutes)
 
 
 async def _llm_cuts(step: Step, turns: list[Turn]) -> set[int] | None:

@@ -37,7 +37,9 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
     started = time.perf_counter()
     run = await open_node(runtime, "store_turns", ingest=True)
     store = run.store
-    convs, buried = await asyncio.to_thread(_normalize, state, ctx, store)
+    clock = ctx.now or datetime.now(UTC)
+    clock = clock.astimezone(UTC).replace(tzinfo=None) if clock.tzinfo else clock  # turns keep naive UTC times
+    convs, buried = await asyncio.to_thread(_normalize, state, ctx, store, clock)
     total = sum(c.turn_count for c in convs)
     progress("load", f"read {len(convs)} conversation(s), {total} turns", total_turns=total)
     sessions: list[list[str]] = []
@@ -69,7 +71,7 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
         ]
         repaired += [conv.conversation_id] if unfinished else []
     return {
-        "present": _present(ctx, convs).isoformat(),
+        "present": _present(ctx, convs, clock).isoformat(),
         "conversations": [c.conversation_id for c in convs],
         "sessions": sessions,
         "repaired": repaired,
@@ -95,19 +97,19 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
     }
 
 
-def _present(ctx: Context, convs: list[Conversation]) -> datetime:
-    """The write's present: ``Context.now``, else the newest time among its messages, else the clock (naive UTC).
+def _present(ctx: Context, convs: list[Conversation], clock: datetime) -> datetime:
+    """The write's present: ``Context.now``, else the newest time among its messages, else the clock (``clock`` is
+    the first or the last, in naive UTC).
 
     Episodes close on message time: a backfill of past-dated messages, one call each, does not find each earlier
     message quiet by the wall clock; a live message (stamped with the clock when it has no time) brings the clock.
     """
     if ctx.now is not None:
-        return ctx.now.astimezone(UTC).replace(tzinfo=None) if ctx.now.tzinfo else ctx.now
-    stamps = [t.timestamp for c in convs for s in c.sessions for t in s.turns if t.timestamp is not None]
-    return max(stamps) if stamps else datetime.now(UTC).replace(tzinfo=None)
+        return clock
+    return max((t.timestamp for c in convs for s in c.sessions for t in s.turns if t.timestamp), default=clock)
 
 
-def _normalize(state: IngestState, ctx: Context, store: MemoryStore) -> tuple[list[Conversation], int]:
+def _normalize(state: IngestState, ctx: Context, store: MemoryStore, clock: datetime) -> tuple[list[Conversation], int]:
     """The input as conversations whose every turn has its final place (appended ones included), without the
     messages a user deleted or updated away (their tombstones), and how many of those the input held.
     """
@@ -125,7 +127,7 @@ def _normalize(state: IngestState, ctx: Context, store: MemoryStore) -> tuple[li
         session_gap=timedelta(hours=ctx.session_gap_hours),
         tail=lambda conv_id: stored_tail(store, ctx.user_id, conv_id),
         metadata=state.get("metadata"),
-        stamp=(ctx.now or datetime.now(UTC).replace(tzinfo=None)) if ctx.stamp_untimed else None,
+        stamp=clock if ctx.stamp_untimed else None,
     )
     kept = [drop_buried(c, store.tombstones.graves(c.user_id, c.conversation_id)) for c in convs]
     # A conversation whose every message was buried has nothing left to write.
