@@ -72,6 +72,9 @@ class IngestState(TypedDict, total=False):
     present: str
     conversations: list[str]  # ids of the conversations in the input
     sessions: list[list[str]]  # [conversation_id, session_id] pairs with new or changed turns
+    # [conversation_id, session_id, first position] of turns only appended to an open tail, closing nothing: they
+    # wait raw in the tail, and only their turn contexts are written
+    appended: list[list[Any]]
     repaired: list[str]  # conversations with a session an earlier write left unfinished (graph and tree redone)
     # conversations where this write deleted a closed episode (another writer closed it since it was read, or one of
     # its turns changed): its summary may be in the tree and its facts in the graph, so the later stages redo them

@@ -142,8 +142,10 @@ def test_closed_episodes_are_never_cut_again_and_the_tail_stays_open_until_done(
     for i, m in enumerate(messages):  # a live chat: each message is written when it is sent
         mem.ingest([m], user_id="u", now=start + i * timedelta(minutes=1))
         eps = _episodes(mem, "u")
-        assert sum(open_ for *_, open_ in eps) == 1  # exactly one open episode: the tail, holding the newest turn
-        assert max(e for _, e, _ in eps) == i
+        assert sum(open_ for *_, open_ in eps) == 1  # exactly one open episode: the start of the tail
+        # a message that closes nothing waits raw after it (no episode, summary or fact is rewritten for it)
+        assert max(e for _, e, _ in eps) <= i
+        assert max(e for _, e, o in eps if o) == max(e for _, e, _ in eps)
         closed = [(s, e) for s, e, o in eps if not o]
         assert set(closed) >= set(previous)  # what was closed stays as it was
         previous = closed
@@ -430,7 +432,8 @@ def test_a_write_that_deletes_an_episode_another_writer_closed_redoes_the_conver
     plain = mem.ingest([{"speaker": "Ann", "text": "Lunch was fine."}], user_id="u", conversation_id="c")
     assert plain["entities_written"] == 0  # an append that closes nothing redoes nothing
     monkeypatch.setattr(episode_stage, "_drop_stale", read_before_it_closed)
-    mem.ingest([{"speaker": "Bo", "text": "Good to hear."}], user_id="u", conversation_id="c")
+    # close=True: a write that cuts the tail (an append that closes nothing never reads the episodes)
+    mem.ingest([{"speaker": "Bo", "text": "Good to hear."}], user_id="u", conversation_id="c", close=True)
     assert seen == [True]  # the delete found it closed: the tree and graph are redone
     held = {c for r in mem.store.get("tree_node", user_id="u") for c in r.payload["children"]}
     assert placed.payload["summary_id"] not in held

@@ -30,6 +30,10 @@ def _episodes(mem: Memstrata, user: str) -> list[tuple]:
     return sorted((r.payload["session_id"], tuple(r.payload["turn_ids"]), bool(r.payload.get("open"))) for r in rows)
 
 
+def _summaries(mem: Memstrata, user: str) -> list:
+    return sorted(mem.store.get("summary", user_id=user), key=lambda r: r.unit_id)
+
+
 def test_past_dated_messages_written_one_at_a_time_are_not_each_an_episode(tmp_path: Path, locomo_path: Path) -> None:
     messages = _session_1(locomo_path)
     mem = Memstrata(path=tmp_path / "s", embeddings=HashEmbeddings())
@@ -37,15 +41,24 @@ def test_past_dated_messages_written_one_at_a_time_are_not_each_an_episode(tmp_p
     for m in messages:
         mem.ingest([m], user_id="stream", conversation_id="c")
     stream, batch = _episodes(mem, "stream"), _episodes(mem, "batch")
-    # Not one episode per message (18 before episodes closed on message time). The topic cuts are still decided
-    # over the tail as it was when it filled (the stream) or over the whole input (one call), so the two may cut
-    # the first full tail differently: here 2 episodes against 3, over the same turns.
-    assert len(stream) <= len(batch) <= 3 < len(messages) / 3
-    assert sorted({t for e in stream for t in e[1]}) == sorted({t for e in batch for t in e[1]})
+    # The same closed episodes (18 before episodes closed on message time): one call replays its messages as a
+    # stream. The open tail starts at the same turn; the stream's stops at its last write that cut it, the later
+    # messages having closed nothing (they wait raw after it), while one call's runs to the end.
+    assert [e for e in stream if not e[2]] == [e for e in batch if not e[2]]
+    assert 1 < len(batch) <= 3 < len(messages) / 3
+    (s_open,), (b_open,) = [e for e in stream if e[2]], [e for e in batch if e[2]]
+    assert s_open[1][0] == b_open[1][0] and b_open[1][-1] == "s1:t17"
+    closed = {e[1] for e in batch if not e[2]}
+    assert [r.document for r in _summaries(mem, "stream") if tuple(r.payload["turn_ids"]) in closed] == [
+        r.document for r in _summaries(mem, "batch") if tuple(r.payload["turn_ids"]) in closed
+    ]
     # a live message (stamped with the clock) finds the backfill's tail long quiet: it closes
     mem.ingest([{"speaker": "Caroline", "text": "Back again!"}], user_id="stream", conversation_id="c")
     assert not [e for e in _episodes(mem, "stream") if e[0] == "1" and e[2]]  # session 1 is over: closed
     assert [e for e in _episodes(mem, "batch") if e[0] == "1" and e[2]]  # the batch's tail: still open
+    # closed by the same later write, the two are the same
+    mem.ingest([{"speaker": "Caroline", "text": "Back again!"}], user_id="batch", conversation_id="c")
+    assert [e for e in _episodes(mem, "stream") if e[0] == "1"] == [e for e in _episodes(mem, "batch") if e[0] == "1"]
     assert_store_ok(mem.store, "stream")
     mem.close()
 
@@ -75,13 +88,20 @@ def test_a_text_is_encoded_once_per_store_and_the_memory_is_bounded() -> None:
         EncodedTexts(embedder, max_texts=-1)
 
 
-def test_a_chat_message_does_not_encode_its_open_episodes_unchanged_texts_again(tmp_path: Path) -> None:
+def test_a_chat_message_that_closes_nothing_encodes_its_turn_only(tmp_path: Path) -> None:
     mem = Memstrata(path=tmp_path / "s", embeddings=HashEmbeddings())
     said = ["I adopted a cat named Miso.", "She is grey and loves boxes.", "Tomorrow I fly to Lisbon."]
-    for i, text in enumerate(said):
-        mem.ingest([{"speaker": "Ann", "text": text, "timestamp": f"2024-05-01T10:0{i}:00"}], user_id="ann")
+    mem.ingest([{"speaker": "Ann", "text": said[0], "timestamp": "2024-05-01T10:00:00"}], user_id="ann")
+    for i, text in enumerate(said[1:], 1):
+        before = mem.store.encoded.stats()["misses"]
+        out = mem.ingest([{"speaker": "Ann", "text": text, "timestamp": f"2024-05-01T10:0{i}:00"}], user_id="ann")
+        assert mem.store.encoded.stats()["misses"] == before + 1  # its turn; its view is pooled, nothing else runs
+        assert set(out["stage_seconds"]) == {"turns", "contexts"} and out["summaries_written"] == 0
+    assert [r.payload["turn_ids"] for r in mem.store.get("episode", user_id="ann")] == [["s1:t0"]]
+    hits = mem.retrieve("Where do I fly tomorrow?", user_id="ann", context_budget=200)
+    assert said[2] in hits.context  # waiting raw in the open tail, and found
+    assert_store_ok(mem.store, "ann")
     stats = mem.store.encoded.stats()
-    assert stats["hits"] > 0 and stats["misses"] < stats["hits"] + stats["misses"]
     before = dict(stats)
     mem.ingest([{"speaker": "Ann", "text": said[0], "timestamp": "2024-05-01T10:00:00"}], user_id="ann")  # re-sent
     assert mem.store.encoded.stats()["misses"] == before["misses"]  # nothing new to encode

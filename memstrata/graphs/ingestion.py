@@ -2,9 +2,11 @@
 entity graph -> themes -> persona (and, with a model, the scenes' calibration) -> HMO's importance and tiers ->
 temporal tree -> derived kinds.
 
-A message without a position is appended after its session's stored turns. Each session's open tail is cut
-into episodes; closed ones are never cut again, and only closed episodes reach the entity graph and the tree,
-so one message costs the same however long its conversation is (see :mod:`memstrata.nodes.ingest.episodes`).
+A message without a position is appended after its session's stored turns. A write that only appends to a
+session's open tail and closes nothing ends after the turn contexts: the turns wait raw in the tail (searched as raw
+turns) until a write closes or fills it. Each session's open tail is then cut into episodes; closed ones are never
+cut again, and only closed episodes reach the entity graph and the tree, so one message costs the same however
+long its conversation is (see :mod:`memstrata.nodes.ingest.episodes`).
 
 Wiring only; each stage lives in :mod:`memstrata.nodes.ingest` and writes its own kinds to the store.
 ``distill_batch`` stores a batch's summaries, then its episodes, then their facts: a stored unit's parent is
@@ -18,7 +20,7 @@ from __future__ import annotations
 from langgraph.graph import END, START, StateGraph
 
 from memstrata.context import Context
-from memstrata.nodes.ingest.contexts import write_turn_contexts
+from memstrata.nodes.ingest.contexts import route_contexts, write_turn_contexts
 from memstrata.nodes.ingest.derived import derive_units
 from memstrata.nodes.ingest.distill import distill_batch, route_episodes
 from memstrata.nodes.ingest.entities import link_entities
@@ -44,7 +46,7 @@ builder.add_node("derive_units", derive_units)
 
 builder.add_edge(START, "store_turns")
 builder.add_edge("store_turns", "write_turn_contexts")
-builder.add_edge("write_turn_contexts", "segment_episodes")
+builder.add_conditional_edges("write_turn_contexts", route_contexts, ["segment_episodes", END])
 builder.add_conditional_edges("segment_episodes", route_episodes, ["distill_batch", "link_entities"])
 builder.add_edge("distill_batch", "link_entities")
 builder.add_edge("link_entities", "group_themes")

@@ -9,8 +9,6 @@ predecessor, as HyMem allows, so context at a boundary is never lost.
 
 Example:
     >>> import numpy as np
-
-from memstrata.context import default
     >>> vecs = np.vstack([np.tile([1.0, 0.0], (4, 1)), np.tile([0.0, 1.0], (4, 1))])
     >>> segment_session(vecs, min_turns=2, overlap=0)
     [(0, 3), (4, 7)]
@@ -18,8 +16,9 @@ from memstrata.context import default
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -150,3 +149,127 @@ def cut_tail(
             s, e = s + begin, e + begin
             out.append((max(0, s - overlap) if s > 0 else s, e, closed))
     return out
+
+
+def stays_open(
+    *,
+    core_turns: int,
+    times: Sequence[datetime | None],
+    present: datetime,
+    max_turns: int = default("max_episode_turns"),
+    quiet: timedelta,
+    max_gap: timedelta,
+) -> bool:
+    """Whether appending to an open tail closes nothing, by the rules of :func:`cut_tail` before its tail is full.
+
+    ``core_turns`` counts the tail's turns after the appended ones join it (leaving out the turns it repeats from
+    its predecessor); ``times`` holds the tail's last stored turn's time, then the appended turns' times. The tail
+    stays one open episode while it is shorter than ``max_turns``, no gap between those times exceeds ``quiet`` or
+    ``max_gap``, and its newest time is within ``quiet`` of the write's ``present``. Then no episode closes and
+    no topic cut is asked for, so nothing derived needs to change. An untimed turn neither opens a gap nor
+    closes one.
+
+    Example:
+        >>> t = datetime(2024, 1, 1, 9, 0)
+        >>> gap = timedelta(minutes=30)
+        >>> stays_open(core_turns=3, times=[t, t + timedelta(minutes=1)], present=t, quiet=gap, max_gap=gap)
+        True
+        >>> stays_open(core_turns=12, times=[t, t], present=t, quiet=gap, max_gap=gap)
+        False
+    """
+    if core_turns >= max_turns:
+        return False
+    limit = min(quiet, max_gap)
+    stamps = [t for t in times if t is not None]
+    if any(b - a > limit for a, b in pairwise(stamps)):
+        return False
+    return not stamps or present - max(stamps) <= quiet
+
+
+ModelCuts = Callable[[int, int], Awaitable[set[int] | None]]
+
+
+async def replay_tail(
+    vectors: np.ndarray,
+    times: Sequence[datetime | None] | None,
+    *,
+    start: int,
+    open_span: tuple[int, int] | None,
+    present: datetime | None,
+    closing: bool,
+    max_turns: int = default("max_episode_turns"),
+    quiet: timedelta,
+    model_cuts: ModelCuts | None = None,
+    **options: Any,
+) -> list[tuple[int, int, bool]]:
+    """A session's tail cut as if its turns had been written one message at a time: ``(start, end, closed)`` each.
+
+    Episodes close on message time, so one call of many messages and the same messages written one at a time make
+    the same episodes. A message joins the open episode unless the tail is full (``max_turns``), a silence longer
+    than ``quiet`` or ``max_gap`` precedes it, or no episode is open (:func:`stays_open`); then :func:`cut_tail` cuts
+    the tail as it stands at that message (topic cuts once it is full: ``model_cuts(first, last)``, else the offline
+    ones), every episode but the last is closed, and the tail goes on after them. At the end, ``closing`` (a later
+    session, or the write asks) or a tail that is quiet by ``present`` closes what is open; else the open episode
+    runs to the last turn. The closed episodes are those a stream of the same messages closes; a stream's open
+    episode may end earlier, since a message that closes nothing waits after it (:func:`stays_open`).
+
+    ``start`` is the first turn after the closed episodes; ``open_span`` the stored open episode's first and last
+    turn, when there is one and it starts the tail (the replay goes on after it). Indices are into ``vectors``.
+
+    Example:
+        >>> import asyncio
+        >>> vecs = np.tile([1.0, 0.0], (5, 1))
+        >>> gap = timedelta(minutes=30)
+        >>> asyncio.run(
+        ...     replay_tail(
+        ...         vecs,
+        ...         None,
+        ...         start=0,
+        ...         open_span=None,
+        ...         present=None,
+        ...         closing=False,
+        ...         max_turns=3,
+        ...         quiet=gap,
+        ...         overlap=0,
+        ...         max_gap=gap,
+        ...     )
+        ... )
+        [(0, 2, True), (3, 4, False)]
+    """
+    n = len(vectors)
+    stamps = list(times) if times else [None] * n
+    limit = min(quiet, options.get("max_gap", quiet))
+    out: list[tuple[int, int, bool]] = []
+    span = open_span
+
+    async def cut(first: int, last: int, *, closes: bool) -> list[tuple[int, int, bool]]:
+        ready = closes or last - first + 1 >= max_turns
+        forced: set[int] | None = None if ready else set()
+        if ready and model_cuts is not None and last > first:
+            forced = await model_cuts(first, last)
+        return cut_tail(
+            vectors[: last + 1],
+            stamps[: last + 1],
+            start=first,
+            closing=closes,
+            max_turns=max_turns,
+            quiet=quiet,
+            forced=forced,
+            **options,
+        )
+
+    for j in range((span[1] + 1) if span else start, n):
+        a, b = stamps[j - 1] if j else None, stamps[j]
+        silence = j > start and a is not None and b is not None and b - a > limit
+        if span is not None and j - start + 1 < max_turns and not silence:
+            continue  # joins the open tail: nothing closes
+        cuts = await cut(start, j, closes=False)
+        out += [c for c in cuts if c[2]]
+        span = next(((s, e) for s, e, shut in cuts if not shut), None)
+        start = next((c[1] + 1 for c in reversed(cuts) if c[2]), start)
+    last = n - 1
+    tail = [t for t in stamps[start:] if t is not None]
+    quiet_now = bool(tail) and present is not None and present - max(tail) > quiet
+    if (closing or quiet_now) and start <= last:
+        return out + await cut(start, last, closes=True)
+    return out + ([(span[0], last, False)] if span else [])

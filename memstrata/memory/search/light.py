@@ -187,12 +187,44 @@ def light_lookup(
             found_by=WINDOW_FOUND_BY,
             query=query,
         )
+        waiting = pending_rows(index)
+        if len(waiting) and len(parts["score"]):  # no summary stands for them yet: they are read raw
+            best = waiting[np.argsort(-parts["score"][waiting])[:raw_per_query]]
+            found += turn_hits(index, best, parts, level="level2", found_by=PENDING_FOUND_BY, query=query)
         out.turns += tag_hits(index, query, found)  # the scope and tree window that led to each turn
     out.level1 = list(level1.values())
     out.coarse = sorted(coarse.values(), key=lambda h: -h.score)
     for hit in out.turns:
         out.kinds[hit.found_by] = out.kinds.get(hit.found_by, 0) + 1
     return out
+
+
+PENDING_FOUND_BY = "open_tail"  # ``Hit.found_by`` of turns waiting raw in an open tail (:func:`pending_rows`)
+
+
+def pending_rows(index: MemoryIndex) -> np.ndarray:
+    """Rows of the turns appended after a session's open episode: no summary stands for them until the tail
+    closes or fills (:func:`memstrata.memory.store.reads.appended_to_open_tail`), so every query weighs them as raw
+    turns. They follow the turns of an open summary in its session; a snapshot without that summary (the bounded
+    path's candidates) finds them only as raw turns.
+    """
+    held = index.memo.get("pending_rows")
+    if held is None:
+        summaries = index.events.get(SUMMARY.kind)
+        rows: list[int] = []
+        for unit, linked in zip(
+            summaries.units if summaries else [], summaries.turn_rows if summaries else [], strict=True
+        ):
+            if not getattr(unit, "open", False) or not len(linked):
+                continue
+            last = index.turns[max(linked, key=lambda r: index.turns[r].position)]
+            position = last.position + 1
+            while (row := index.by_position.get((last.conversation_id, last.session_id, position))) is not None:
+                rows.append(row)
+                position += 1
+        held = np.asarray(rows, dtype=int)
+        index.remember("pending_rows", held)  # dropped with the memo whenever the snapshot changes
+    return held
 
 
 LEVEL1_RANKS = ("own", "turns", "fused")

@@ -6,12 +6,14 @@ records; the stages in :mod:`memstrata.nodes.ingest` call them on a worker threa
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
 
 from memstrata.memory.conversation import Conversation
 from memstrata.memory.levels import Episode, Fact, Persona, Turn
+from memstrata.memory.segmentation import stays_open
 from memstrata.memory.store import MemoryStore
 
 
@@ -21,28 +23,82 @@ def sessions_where(conv: Conversation) -> dict[str, Any]:
 
 
 def stored_turn_texts(store: MemoryStore, conv: Conversation) -> dict[str, str]:
-    """The stored turns of the input's sessions: unit id -> stored text."""
-    records = store.get("turn", user_id=conv.user_id, conversation_id=conv.conversation_id, where=sessions_where(conv))
+    """The stored text of each of the input's turns that is stored (by id): unit id -> stored text."""
+    ids = [t.id for s in conv.sessions for t in s.turns]
+    records = store.get("turn", user_id=conv.user_id, conversation_id=conv.conversation_id, unit_ids=ids)
     return {r.unit_id: r.document for r in records}
+
+
+def appended_to_open_tail(
+    store: MemoryStore,
+    conv: Conversation,
+    fresh: list[Turn],
+    *,
+    present: datetime,
+    max_turns: int,
+    quiet: timedelta,
+    max_gap: timedelta,
+) -> int | None:
+    """The position of the first appended turn when this write only appends new turns to its session's open tail
+    and closes nothing (:func:`~memstrata.memory.segmentation.stays_open`); ``None`` when anything else may change.
+
+    Three reads, whatever the conversation's length: the session's open episode, the turn before the appended
+    ones, and the session counters. The appended turns then wait, raw, in the tail after that episode (searched
+    as raw turns, :func:`~memstrata.memory.search.light.pending_rows`) until a write closes or fills the tail, and
+    that write cuts and distils the whole tail once.
+    """
+    turns = [t for s in conv.sessions for t in s.turns]
+    if not fresh or len(conv.sessions) != 1 or len(fresh) != len(turns):
+        return None
+    session = conv.sessions[0].session_id
+    marks = store.sequences.sessions(conv.user_id, conv.conversation_id)
+    numbered = [int(m) for m in marks if m.isdigit()]
+    if not session.isdigit() or max(numbered, default=-1) != int(session):
+        return None  # an earlier session, or one whose end may close another's tail
+    key = {"user_id": conv.user_id, "conversation_id": conv.conversation_id}
+    tails = store.get("episode", **key, where={"session_id": session, "open": True})
+    first = min(t.position for t in fresh)
+    if len(tails) != 1 or int(tails[0].payload["end_position"]) >= first:
+        return None
+    tail = tails[0].payload
+    before = store.get("turn", **key, where={"session_id": session, "position": first - 1})
+    if len(before) != 1:
+        return None
+    last = Turn.model_validate(before[0].payload)
+    core = max(t.position for t in fresh) - int(tail["start_position"]) + 1 - int(tail.get("repeated", 0))
+    times = [last.timestamp, *(t.timestamp for t in sorted(fresh, key=lambda t: t.position))]
+    open_still = stays_open(
+        core_turns=core, times=times, present=present, max_turns=max_turns, quiet=quiet, max_gap=max_gap
+    )
+    return first if open_still else None
 
 
 def incomplete_sessions(store: MemoryStore, conv: Conversation, fresh: set[str] = frozenset()) -> list[str]:
     """Sessions of the input whose finished episodes do not cover every stored turn (but the ``fresh`` ones this
-    write adds), or that lack turn contexts.
+    write adds, and those waiting after the session's open episode), or that lack turn contexts.
 
     An episode is finished when its summary and all its facts are stored (they are written
     summary, episode, facts). Anything less is an interrupted ingest, a deletion of turns, or
     a store written before turn contexts existed; re-ingesting the same input repairs it.
     """
     key = {"user_id": conv.user_id, "conversation_id": conv.conversation_id, "where": sessions_where(conv)}
+    episodes = store.get("episode", **key)
+    # Turns after a session's open episode wait raw in its tail (appended_to_open_tail): nothing is derived from
+    # them yet, so they are not unfinished work.
+    tail_end = {str(r.payload["session_id"]): int(r.payload["end_position"]) for r in episodes if r.payload.get("open")}
     turns: dict[str, set[str]] = {}
+    pending: dict[str, set[str]] = {}
     for r in store.get("turn", **key):
         if r.unit_id not in fresh:
-            turns.setdefault(str(r.metadata.get("session_id")), set()).add(r.unit_id)
-    episodes = store.get("episode", **key)
+            session = str(r.metadata.get("session_id"))
+            turns.setdefault(session, set()).add(r.unit_id)
+            if int(r.metadata.get("position", -1)) > tail_end.get(session, 1 << 62):
+                pending.setdefault(session, set()).add(r.unit_id)
     covered: dict[str, set[str]] = {}
     for ep in finished_episodes(store, conv.user_id, conv.conversation_id, episodes):
         covered.setdefault(ep.payload["session_id"], set()).update(ep.payload["turn_ids"])
+    for session, ids in pending.items():
+        covered.setdefault(session, set()).update(ids)
     viewed: dict[str, set[str]] = {}
     for r in store.get("turn_context", **key):
         viewed.setdefault(str(r.metadata.get("session_id")), set()).add(str(r.metadata.get("turn_id")))
@@ -115,6 +171,27 @@ def read_sessions(
             recs.sort(key=lambda r: r.metadata.get("position", 0))
             vecs = np.asarray([r.metadata["_vector"] for r in recs], dtype=float) if with_vectors else None
             out[(conv_id, session_id)] = ([Turn.model_validate(r.payload) for r in recs], vecs)
+    return out
+
+
+def read_session_ends(
+    store: MemoryStore, user_id: str, appended: list[list[Any]], *, back: int, with_vectors: bool = False
+) -> dict[tuple[str, str], tuple[list[Turn], np.ndarray | None]]:
+    """The turns of some sessions from ``back`` turns before a position on, in position order (with vectors):
+    ``appended`` holds ``[conversation_id, session_id, position]`` triples.
+    """
+    out: dict[tuple[str, str], tuple[list[Turn], np.ndarray | None]] = {}
+    for conv_id, session_id, position in appended:
+        records = store.get(
+            "turn",
+            user_id=user_id,
+            conversation_id=conv_id,
+            where={"session_id": str(session_id), "position": {"$gte": max(0, int(position) - back)}},
+            with_vectors=with_vectors,
+        )
+        records.sort(key=lambda r: r.metadata.get("position", 0))
+        vecs = np.asarray([r.metadata["_vector"] for r in records], dtype=float) if with_vectors else None
+        out[(conv_id, str(session_id))] = ([Turn.model_validate(r.payload) for r in records], vecs)
     return out
 
 

@@ -1,5 +1,8 @@
 """Ingestion stage 2: each touched session's turns with their neighbours (the ``turn_context`` view).
 
+A write that only appended to a session's open tail reads just the tail's last turns and rewrites the views of the
+appended turns and of the ``context_width`` turns before them.
+
 A view's vector is its text encoded, or its turns' stored vectors pooled (``Context.context_vectors``).
 """
 
@@ -9,15 +12,21 @@ import asyncio
 import time
 from typing import Any
 
+from langgraph.graph import END
 from langgraph.runtime import Runtime
 
 from memstrata.context import Context
 from memstrata.memory.levels.level2.turn_context import pooled_vectors, turn_contexts
 from memstrata.memory.store import MemoryStore
-from memstrata.memory.store.reads import by_conversation, read_sessions
+from memstrata.memory.store.reads import by_conversation, read_session_ends, read_sessions
 from memstrata.nodes.common import progress
 from memstrata.runtime.node import open_node
 from memstrata.state import IngestState
+
+
+def route_contexts(state: IngestState) -> str:
+    """A write that only appended to open tails is done once their views are written; any other goes on."""
+    return END if state.get("appended") and not state.get("sessions") else "segment_episodes"
 
 
 async def write_turn_contexts(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -30,6 +39,11 @@ async def write_turn_contexts(state: IngestState, runtime: Runtime[Context]) -> 
     sessions = await asyncio.to_thread(
         read_sessions, store, ctx.user_id, state.get("sessions", []), with_vectors=pooled
     )
+    appended = state.get("appended", [])
+    if appended:  # turns appended to an open tail: only their views and their predecessors' change
+        sessions |= await asyncio.to_thread(
+            read_session_ends, store, ctx.user_id, appended, back=2 * ctx.context_width, with_vectors=pooled
+        )
     views, vectors = [], {}
     for turns, vecs in sessions.values():
         session_views = turn_contexts(turns, width=ctx.context_width)
@@ -40,7 +54,21 @@ async def write_turn_contexts(state: IngestState, runtime: Runtime[Context]) -> 
                 for v, p in zip(session_views, pooled_vectors(vecs, width=ctx.context_width).tolist(), strict=True)
             }
     stored = await asyncio.to_thread(_stored, store, ctx.user_id, state.get("sessions", []))
-    views = [v for v in views if stored.get((v.conversation_id, v.id)) != v.embed_text()]  # only what changed
+    stored |= await asyncio.to_thread(_stored_views, store, ctx.user_id, views if appended else [])
+    # only what changed; of an appended tail's turns read for their neighbours only, no view is rewritten
+    edge = {(c, str(s)): int(p) - ctx.context_width for c, s, p in appended}
+    context_only = {
+        (t.conversation_id, t.id)
+        for turns, _ in sessions.values()
+        for t in turns
+        if t.position < edge.get((t.conversation_id, t.session_id), -1)
+    }
+    views = [
+        v
+        for v in views
+        if stored.get((v.conversation_id, v.id)) != v.embed_text()
+        and (v.conversation_id, v.turn_id) not in context_only
+    ]
     for start in range(0, len(views), ctx.embed_batch):
         batch = views[start : start + ctx.embed_batch]
         await asyncio.to_thread(
@@ -69,3 +97,14 @@ def _stored(store: MemoryStore, user_id: str, pairs: list[list[str]]) -> dict[tu
             "turn_context", user_id=user_id, conversation_id=conv_id, where={"session_id": {"$in": sessions}}
         )
     }
+
+
+def _stored_views(store: MemoryStore, user_id: str, views: list[Any]) -> dict[tuple[str, str], str]:
+    """The stored texts of these views, by (conversation, id)."""
+    out: dict[tuple[str, str], str] = {}
+    for conv_id, ids in by_conversation([[v.conversation_id, v.id] for v in views]).items():
+        out |= {
+            (conv_id, r.unit_id): r.document
+            for r in store.get("turn_context", user_id=user_id, conversation_id=conv_id, unit_ids=ids)
+        }
+    return out

@@ -1,11 +1,15 @@
 """Ingestion stage 3: cut the open tail of each touched session into HyMem's Level-2 episodes.
 
 A session's tail is its turns after the last closed episode; closed episodes are never
-cut again, so a message written alone costs the same however long its session is.
-Offline cuts (topic shifts, time gaps, a length cap), or the model's boundaries in LLM
-mode, asked over the tail only, once it is full (``max_episode_turns``) or done. Every
-episode of the tail but the last is closed; the last closes at the length cap, when a
-later session exists, when it has gone quiet (``episode_quiet_minutes``) or when the
+cut again, so a message written alone costs the same however long its session is. The tail is
+replayed as if its messages had come one at a time (:func:`~memstrata.memory.segmentation.replay_tail`),
+so one call and a stream of the same messages close the same episodes: a message joins the open
+episode until the tail is full (``max_episode_turns``) or a silence precedes it; then the tail is cut
+(offline cuts: topic shifts, time gaps, a length cap; or the model's boundaries in LLM mode, asked over
+the tail only once it is full or done), and every episode of it but the last is closed. The open episode
+runs to the tail's last turn (a write that only appends to it and closes nothing never reaches this
+stage: its turns wait raw after it, see :mod:`.turns`). The last closes at the length cap, when a
+later session exists, when it has gone quiet (``episode_quiet_minutes``, by the write's present) or when the
 write asks (``close``). Episodes a re-cut replaced are deleted with their summaries and
 facts (facts first, summaries last, so no reader ever meets a unit whose parent is
 gone). New episodes are not stored here: :mod:`.distill` stores each one after its
@@ -27,7 +31,7 @@ from pydantic import BaseModel, Field
 from memstrata.context import Context
 from memstrata.memory.levels import Episode, Turn, levels
 from memstrata.memory.levels.level2.episode import build_episodes, episode_vector, mark_repeats
-from memstrata.memory.segmentation import cut_tail
+from memstrata.memory.segmentation import ModelCuts, replay_tail
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.reads import finished_episodes, read_sessions, stray_facts
 from memstrata.nodes.common import logger, progress
@@ -64,28 +68,22 @@ async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dic
             replaced.append(conv_id)  # the graph, themes and persona may have taken those facts in: redo them
         start, frozen = await asyncio.to_thread(_tail_start, store, ctx.user_id, conv_id, turns, old)
         old = [r for r in old if r.unit_id not in frozen]  # closed: never cut, dropped or redone again
-        tail = turns[start:]
-        closing = bool(state.get("close")) or (conv_id, session_id) in later or _quiet(ctx, tail, state["present"])
-        # Topic cuts are decided over the tail once it is full or done (the model's, else the offline ones);
-        # until then the tail is one open episode (time gaps still cut it), so a cut is judged over as many
-        # turns as a batch would see, not over the first few of a growing tail.
-        ready = closing or len(tail) >= ctx.max_episode_turns
-        forced = None if ready else set()  # None: the offline cuts
-        if step.model is not None and ready and len(tail) > 1:
-            forced = await _llm_cuts(step, tail)  # None (a failed call): the offline cuts
-        cuts = cut_tail(
+        closing = bool(state.get("close")) or (conv_id, session_id) in later
+        cuts = await replay_tail(
             vecs,
             [t.timestamp for t in turns],
             start=start,
+            open_span=_open_span(old, turns, start),
+            present=datetime.fromisoformat(state["present"]),
             closing=closing,
             max_turns=ctx.max_episode_turns,
             quiet=timedelta(minutes=ctx.episode_quiet_minutes),
+            model_cuts=_model_cuts(step, turns) if step.model is not None else None,
             min_turns=ctx.min_episode_turns,
             overlap=ctx.episode_overlap,
             max_gap=timedelta(minutes=ctx.episode_max_gap_minutes),
             window=ctx.segment_window,
             depth=ctx.segment_depth,
-            forced=forced,
         )
         episodes = [
             e.model_copy(update={"open": not shut})
@@ -162,17 +160,29 @@ def _sessions_with_later(store: MemoryStore, user_id: str, pairs: list[tuple[str
     return out
 
 
-def _quiet(ctx: Context, tail: list[Turn], present: str) -> bool:
-    """Whether the tail's latest message is more than ``episode_quiet_minutes`` older than the write's present.
-
-    The present is the write's own (``Context.now``, else its newest message's time, see
-    :func:`memstrata.nodes.ingest.turns.store_turns`): episodes close on message time, so past-dated messages
-    written one at a time make the same episodes as one call of them; a live message brings the clock.
+def _open_span(old: list[Any], turns: list[Turn], start: int) -> tuple[int, int] | None:
+    """The first and last turn (indices into ``turns``) of the session's stored open episode, when it is unchanged
+    and starts the tail at ``start``; ``None`` otherwise (the tail is then replayed from ``start``).
     """
-    stamps = [t.timestamp for t in tail if t.timestamp is not None]
-    if not stamps:
-        return False
-    return datetime.fromisoformat(present) - max(stamps) > timedelta(minutes=ctx.episode_quiet_minutes)
+    index = {t.id: i for i, t in enumerate(turns)}
+    text = {t.id: t.render() for t in turns}
+    for r in old:
+        ids = r.payload.get("turn_ids", [])
+        if not r.payload.get("open") or not ids or any(t not in index for t in ids):
+            continue
+        core = ids[min(int(r.payload.get("repeated", 0)), len(ids) - 1)]
+        if index[core] == start and r.document == "\n".join(text[t] for t in ids):
+            return index[ids[0]], index[ids[-1]]
+    return None
+
+
+def _model_cuts(step: Step, turns: list[Turn]) -> ModelCuts:
+    """The model's topic cuts over the tail's turns ``first..last`` (``None``: the offline cuts)."""
+
+    async def cuts(first: int, last: int) -> set[int] | None:
+        return await _llm_cuts(step, turns[first : last + 1])
+
+    return cuts
 
 
 async def _llm_cuts(step: Step, turns: list[Turn]) -> set[int] | None:

@@ -24,7 +24,12 @@ from memstrata.memory.levels.level2.turn import changed_turns
 from memstrata.memory.normalize import load_path, normalize_input
 from memstrata.memory.placement import place_turns, stored_tail
 from memstrata.memory.store import MemoryStore
-from memstrata.memory.store.reads import ended_tails, incomplete_sessions, stored_turn_texts
+from memstrata.memory.store.reads import (
+    appended_to_open_tail,
+    ended_tails,
+    incomplete_sessions,
+    stored_turn_texts,
+)
 from memstrata.memory.store.tombstones import drop_buried
 from memstrata.nodes.common import progress
 from memstrata.runtime.node import open_node
@@ -42,12 +47,27 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
     convs, buried = await asyncio.to_thread(_normalize, state, ctx, store, clock)
     total = sum(c.turn_count for c in convs)
     progress("load", f"read {len(convs)} conversation(s), {total} turns", total_turns=total)
+    present = _present(ctx, convs, clock)
     sessions: list[list[str]] = []
+    appended: list[list[Any]] = []  # [conversation, session, first position]: only appended to an open tail
     repaired: list[str] = []  # conversations with a session an earlier write left unfinished
     added = 0
     for conv in convs:
         stored = await asyncio.to_thread(stored_turn_texts, store, conv)
         fresh = changed_turns([t for s in conv.sessions for t in s.turns], stored)
+        new = [t for t in fresh if t.id not in stored]
+        first = None
+        if len(new) == len(fresh) and not state.get("close"):
+            first = await asyncio.to_thread(
+                appended_to_open_tail,
+                store,
+                conv,
+                fresh,
+                present=present,
+                max_turns=ctx.max_episode_turns,
+                quiet=timedelta(minutes=ctx.episode_quiet_minutes),
+                max_gap=timedelta(minutes=ctx.episode_max_gap_minutes),
+            )
         for start in range(0, len(fresh), ctx.embed_batch):
             batch = fresh[start : start + ctx.embed_batch]
             await asyncio.to_thread(
@@ -64,6 +84,9 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
                 conversation_id=conv.conversation_id,
                 done=len(batch),
             )
+        if first is not None:  # closes nothing: the turns wait raw in the open tail, nothing derived changes
+            appended.append([conv.conversation_id, fresh[0].session_id, first])
+            continue
         unfinished = await asyncio.to_thread(incomplete_sessions, store, conv, {t.id for t in fresh})
         ended = await asyncio.to_thread(ended_tails, store, conv, {t.session_id for t in fresh})
         sessions += [
@@ -71,9 +94,10 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
         ]
         repaired += [conv.conversation_id] if unfinished else []
     return {
-        "present": _present(ctx, convs, clock).isoformat(),
+        "present": present.isoformat(),
         "conversations": [c.conversation_id for c in convs],
         "sessions": sessions,
+        "appended": appended,
         "repaired": repaired,
         # Every count starts at zero, so stages that had nothing to do still report it.
         "stats": {

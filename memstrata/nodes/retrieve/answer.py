@@ -20,6 +20,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
 from memstrata.context import Context
+from memstrata.memory.search.light import pending_rows
 from memstrata.memory.search.packing import pack_context
 from memstrata.memory.search.persona import persona_block
 from memstrata.memory.search.selection import found_first, mark_captions, mmr, window_first
@@ -103,7 +104,9 @@ def _persona(state: RetrievalState, index: Any, ctx: Context, counter: TokenCoun
 
 
 def open_tail_turns(index: Any) -> set[tuple[str, str]]:
-    """(conversation, turn) of every turn in an open episode: the turns its open summary stands for."""
+    """(conversation, turn) of every turn in an open tail: the turns its open summary stands for, and those
+    appended after it that wait raw (:func:`~memstrata.memory.search.light.pending_rows`).
+    """
     held = index.memo.get("open_tail_turns")
     if held is None:
         summaries = index.events.get("summary")
@@ -112,6 +115,7 @@ def open_tail_turns(index: Any) -> set[tuple[str, str]]:
             if summaries is None
             else {(u.conversation_id, t) for u in summaries.units if getattr(u, "open", False) for t in u.turn_ids}
         )
+        held |= {(index.turns[r].conversation_id, index.turns[r].id) for r in pending_rows(index)}
         index.remember("open_tail_turns", held)  # dropped with the memo whenever the snapshot changes
     return held
 
