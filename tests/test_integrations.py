@@ -134,7 +134,7 @@ def test_settings_build_the_memory(memory: Memstrata, tmp_path: Path) -> None:
     assert isinstance(retriever.memory, Memstrata) and retriever.invoke("anything") == []
     with pytest.raises(ValueError, match="either memstrata or settings"):
         MemstrataRetriever(memstrata=memory, settings={"path": tmp_path}, user_id="u")
-    with pytest.raises(ValueError, match="user_id is required"):
+    with pytest.raises(ValueError, match="user_id must be a non-blank string"):
         MemstrataRetriever(memstrata=memory, user_id=" ")
     with pytest.raises(ValueError, match="k"):
         MemstrataRetriever(memstrata=memory, user_id="u", k=0)

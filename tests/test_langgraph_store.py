@@ -197,3 +197,42 @@ def test_an_item_reads_back_under_the_namespace_it_was_put_in(tmp_path) -> None:
     assert store.get(("memories", "alice"), "k1").namespace == ("memories", "alice")
     found = {i.key: i.namespace for i in store.search(("memories", "alice"))}
     assert found == {"k1": ("memories", "alice"), "k2": ("memories", "alice", "chat")}
+
+
+def test_a_namespace_template_filled_per_run_and_one_left_unfilled(tmp_path) -> None:
+    """LangMem's tools fill ``("memories", "{user_id}")`` from ``config["configurable"]`` before calling the store, and
+    leave the placeholder when the run has no such key: the store refuses it rather than make ``"{user_id}"`` one
+    tenant shared by every such run.
+    """
+    from langchain_core.runnables import RunnableConfig
+
+    mem = Memstrata(path=tmp_path / "chroma", embeddings=HashEmbeddings())
+    template = ("memories", "{user_id}")
+
+    class State(TypedDict):
+        text: str
+        found: list[str]
+
+    def remember(state: State, config: RunnableConfig, *, store: BaseStore) -> dict[str, Any]:
+        configurable = config["configurable"]  # as langmem.utils.NamespaceTemplate fills it
+        namespace = tuple(configurable.get(p.strip("{}"), p) if p.startswith("{") else p for p in template)
+        found = [i.value["content"] for i in store.search(namespace, query="What does the user drink?")]
+        store.put(namespace, f"k{len(found)}", {"content": state["text"]})
+        return {"found": found}
+
+    store = MemstrataStore(mem, prefix=("memories",))
+    graph = StateGraph(State).add_node("remember", remember).add_edge(START, "remember").compile(store=store)
+    for user, drink in (("ann", "tea"), ("bob", "coffee")):
+        graph.invoke({"text": f"I drink {drink}.", "found": []}, {"configurable": {"user_id": user}})
+    out = graph.invoke({"text": "I drink tea daily.", "found": []}, {"configurable": {"user_id": "ann"}})
+    assert out["found"] == ["I drink tea."]  # ann's own item, never bob's
+    with pytest.raises(InvalidNamespaceError, match=r"unfilled template '\{user_id\}'.*'configurable'"):
+        graph.invoke({"text": "I drink water.", "found": []})
+    for call in (
+        lambda: store.get(template, "k0"),
+        lambda: store.list_namespaces(prefix=template),
+        lambda: store.put(("memories", "ann", "{thread_id}"), "k", {"content": "x"}),
+    ):
+        with pytest.raises(InvalidNamespaceError, match="unfilled template"):
+            call()
+    assert mem.users() == ["ann", "bob"]

@@ -89,6 +89,6 @@ async def test_nothing_of_memory_reaches_the_token_stream(mem: Memstrata) -> Non
     assert "".join(tokens).strip() == "Tom ran it in Brighton."
 
 
-def test_user_id_is_required(mem: Memstrata) -> None:
-    with pytest.raises(ValueError, match="user_id is required"):
+def test_a_blank_default_user_is_refused(mem: Memstrata) -> None:
+    with pytest.raises(ValueError, match="user_id must be a non-blank string"):
         MemstrataMiddleware(mem, user_id=" ")

@@ -3,18 +3,23 @@
 :class:`MemstrataRetriever` runs the retrieval graph (offline unless a model is
 configured) and returns the cited raw turns as ``Document`` objects, best
 first. :func:`memory_search_tool` wraps it in a tool whose only argument is
-``query``: the user id is bound when the tool is built and never shown to the
-model.
+``query``, and :func:`memory_save_tool` saves a statement the model passes as
+``memory``. The user is never the model's to choose: each call takes it from the
+run (its context's ``user_id``, else ``config["configurable"]["user_id"]``), else
+from the ``user_id`` given when the retriever or tool was built, a default (see
+:mod:`memstrata.integrations.tenant`). So one agent with these tools serves
+every user.
 
 Example:
     >>> from memstrata import Memstrata
     >>> mem = Memstrata(path="/tmp/memstrata-demo")  # doctest: +SKIP
-    >>> retriever = MemstrataRetriever(memstrata=mem, user_id="demo", k=3)  # doctest: +SKIP
-    >>> docs = retriever.invoke("Where does Priya work?")  # doctest: +SKIP
+    >>> retriever = MemstrataRetriever(memstrata=mem, k=3)  # doctest: +SKIP
+    >>> demo = {"configurable": {"user_id": "demo"}}  # the run's user
+    >>> docs = retriever.invoke("Where does Priya work?", config=demo)  # doctest: +SKIP
     >>> docs[0].page_content, docs[0].metadata["citation"]  # doctest: +SKIP
     ('Priya: I got an offer from Tidewater Labs as a data engineer. I start on 6 May.', '[s1:t6]')
-    >>> tool = memory_search_tool(mem, user_id="demo")  # doctest: +SKIP
-    >>> print(tool.invoke({"query": "Where does Priya work?"}))  # doctest: +SKIP
+    >>> tool = memory_search_tool(mem)  # doctest: +SKIP
+    >>> print(tool.invoke({"query": "Where does Priya work?"}, config=demo))  # doctest: +SKIP
     [session 1 · 2 March 2024]
     s1:t6 Priya: I got an offer from Tidewater Labs as a data engineer. I start on 6 May.
 """
@@ -34,10 +39,12 @@ from langchain_core.callbacks import (
 )
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from memstrata.client import Memstrata
+from memstrata.integrations.tenant import default_user, run_tenant
 from memstrata.result import Evidence, RetrievalResult
 
 T = TypeVar("T")
@@ -89,15 +96,17 @@ def evidence_document(evidence: Evidence) -> Document:
 
 
 class MemstrataRetriever(BaseRetriever):
-    """Cited raw turns from one user's memory, as LangChain ``Document`` objects.
+    """Cited raw turns from the run's user's memory, as LangChain ``Document`` objects.
 
     Give either ``memstrata`` (a :class:`~memstrata.Memstrata`) or ``settings``
-    (its constructor arguments, e.g. ``{"path": ".memstrata"}``).
+    (its constructor arguments, e.g. ``{"path": ".memstrata"}``). Each call searches
+    the memory of the run's user: ``invoke(query, config={"configurable": {"user_id": ...}})``,
+    or inside a LangGraph run its context's ``user_id``, else :attr:`user_id`.
 
     Attributes:
         memstrata: the memory to search.
         settings: used to build ``memstrata`` when it is not given.
-        user_id: whose memory is searched (the isolation boundary).
+        user_id: the default user, for calls whose run names none; left out, every call must name its user.
         conversation_id: optionally, search only this conversation of the user.
         k: how many documents to return at most, best first. ``invoke(query, k=...)``
             overrides it per call. This is not ``level1_k``, the number of summaries
@@ -106,16 +115,15 @@ class MemstrataRetriever(BaseRetriever):
             ``k`` documents come from); the memory's own setting when unset.
 
     Example:
-        >>> retriever = MemstrataRetriever(
-        ...     settings={"path": "/tmp/memstrata-demo"}, user_id="demo", k=2
-        ... )  # doctest: +SKIP
-        >>> [d.metadata["turn_id"] for d in retriever.invoke("Who is Rui?")]  # doctest: +SKIP
+        >>> retriever = MemstrataRetriever(settings={"path": "/tmp/memstrata-demo"}, k=2)  # doctest: +SKIP
+        >>> docs = retriever.invoke("Who is Rui?", config={"configurable": {"user_id": "demo"}})  # doctest: +SKIP
+        >>> [d.metadata["turn_id"] for d in docs]  # doctest: +SKIP
         ['s3:t2', 's3:t1']
     """
 
     memstrata: Memstrata | None = None
     settings: dict[str, Any] = Field(default_factory=dict)
-    user_id: str
+    user_id: str | None = None
     conversation_id: str | None = None
     k: int = Field(default=4, ge=1)
     context_budget: int | None = Field(default=None, ge=1)
@@ -125,9 +133,7 @@ class MemstrataRetriever(BaseRetriever):
         if self.memstrata is not None and self.settings:
             msg = "MemstrataRetriever: give either memstrata or settings, not both"
             raise ValueError(msg)
-        if not self.user_id.strip():
-            msg = "MemstrataRetriever.user_id is required: pass the user whose memory is searched"
-            raise ValueError(msg)
+        default_user("MemstrataRetriever", self.user_id)
         if self.memstrata is None:
             self.memstrata = Memstrata(**self.settings)
         return self
@@ -146,13 +152,26 @@ class MemstrataRetriever(BaseRetriever):
             overrides["context_budget"] = self.context_budget
         return overrides
 
-    async def aresult(self, query: str) -> RetrievalResult:
-        """The full retrieval result (evidence, packed context, trace) for ``query``."""
-        return await self.memory.aretrieve(query, user_id=self.user_id, **self._overrides())
+    async def aresult(self, query: str, *, config: RunnableConfig | None = None) -> RetrievalResult:
+        """The full retrieval result (evidence, packed context, trace) for ``query``.
 
-    def result(self, query: str) -> RetrievalResult:
+        It searches the memory of the run's user: ``config``'s (else the current LangGraph run's context or
+        config), else :attr:`user_id`.
+
+        Raises:
+            UserIdError: no user anywhere.
+        """
+        return await self._search(query, self._run_user(config))
+
+    def result(self, query: str, *, config: RunnableConfig | None = None) -> RetrievalResult:
         """Blocking twin of :meth:`aresult`; safe to call from inside a running event loop."""
-        return run_sync(self.aresult(query))
+        return run_sync(self._search(query, self._run_user(config)))  # the user is read here, in the caller's run
+
+    def _run_user(self, config: RunnableConfig | None) -> str:
+        return run_tenant("MemstrataRetriever", user_id=self.user_id, config=config).user_id
+
+    async def _search(self, query: str, user_id: str) -> RetrievalResult:
+        return await self.memory.aretrieve(query, user_id=user_id, **self._overrides())
 
     def documents(self, result: RetrievalResult, *, k: int | None = None) -> list[Document]:
         """The best ``k`` (default :attr:`k`) evidence turns of ``result`` as documents."""
@@ -162,15 +181,29 @@ class MemstrataRetriever(BaseRetriever):
             raise ValueError(msg)
         return [evidence_document(e) for e in result.evidence[:limit]]
 
+    # BaseRetriever hands its config to no method below invoke, so the run's user is read here and passed down.
+    # `input` is BaseRetriever's parameter name, kept for callers that pass it by name.
+    def invoke(self, input: str, config: RunnableConfig | None = None, **kwargs: Any) -> list[Document]:  # noqa: A002
+        """The documents for ``input`` from the memory of the run's user (see :meth:`aresult`); ``k=`` overrides
+        :attr:`k`.
+        """
+        config = ensure_config(config)
+        return super().invoke(input, config, user_id=self._run_user(config), **kwargs)
+
+    async def ainvoke(self, input: str, config: RunnableConfig | None = None, **kwargs: Any) -> list[Document]:  # noqa: A002
+        """The async form of :meth:`invoke`."""
+        config = ensure_config(config)
+        return await super().ainvoke(input, config, user_id=self._run_user(config), **kwargs)
+
     def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, user_id: str, k: int | None = None
     ) -> list[Document]:
-        return self.documents(self.result(query), k=k)
+        return self.documents(run_sync(self._search(query, user_id)), k=k)
 
     async def _aget_relevant_documents(
-        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, k: int | None = None
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, user_id: str, k: int | None = None
     ) -> list[Document]:
-        return self.documents(await self.aresult(query), k=k)
+        return self.documents(await self._search(query, user_id), k=k)
 
 
 class MemorySearchInput(BaseModel):
@@ -180,9 +213,10 @@ class MemorySearchInput(BaseModel):
 
 
 class MemorySearchTool(BaseTool):
-    """Searches one user's memory; returns the cited context, with the documents as the artifact.
+    """Searches the run's user's memory; returns the cited context, with the documents as the artifact.
 
-    Build it with :func:`memory_search_tool`.
+    Build it with :func:`memory_search_tool`. LangChain hands ``_run`` the call's config (the agent run's, inside
+    an agent), where the retriever reads the user; the model's arguments are only ``query``.
     """
 
     name: str = "memory_search"
@@ -191,13 +225,15 @@ class MemorySearchTool(BaseTool):
     response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
     retriever: MemstrataRetriever
 
-    def _run(self, query: str, run_manager: CallbackManagerForToolRun | None = None) -> tuple[str, list[Document]]:
-        return self._reply(self.retriever.result(query))
+    def _run(
+        self, query: str, *, config: RunnableConfig, run_manager: CallbackManagerForToolRun | None = None
+    ) -> tuple[str, list[Document]]:
+        return self._reply(self.retriever.result(query, config=config))
 
     async def _arun(
-        self, query: str, run_manager: AsyncCallbackManagerForToolRun | None = None
+        self, query: str, *, config: RunnableConfig, run_manager: AsyncCallbackManagerForToolRun | None = None
     ) -> tuple[str, list[Document]]:
-        return self._reply(await self.retriever.aresult(query))
+        return self._reply(await self.retriever.aresult(query, config=config))
 
     def _reply(self, result: RetrievalResult) -> tuple[str, list[Document]]:
         return result.context or NO_MEMORY, self.retriever.documents(result)
@@ -206,14 +242,15 @@ class MemorySearchTool(BaseTool):
 def memory_search_tool(
     memstrata: Memstrata,
     *,
-    user_id: str,
+    user_id: str | None = None,
     conversation_id: str | None = None,
     context_budget: int | None = None,
     k: int = 8,
     name: str = "memory_search",
     description: str = TOOL_DESCRIPTION,
 ) -> MemorySearchTool:
-    """A tool that searches ``user_id``'s memory; the model passes only ``query``.
+    """A tool that searches the run's user's memory (``user_id`` when the run names none); the model passes only
+    ``query``.
 
     The tool's content is the cited context (verbatim turns grouped by session,
     each line led by its turn id), or a short notice when nothing matched. Its
@@ -221,7 +258,7 @@ def memory_search_tool(
 
     Args:
         memstrata: the memory to search.
-        user_id: whose memory; bound here, never exposed to the model.
+        user_id: the default user, for runs that name none; never exposed to the model, which cannot choose a user.
         conversation_id: optionally, search only this conversation.
         context_budget: tokens of context the tool returns (the memory's default when unset).
         k: documents in the artifact.
@@ -232,9 +269,10 @@ def memory_search_tool(
         A LangChain tool, ready for ``langchain.agents.create_agent(model, tools=[...])``.
 
     Example:
-        >>> tool = memory_search_tool(Memstrata(path="/tmp/memstrata-demo"), user_id="demo")  # doctest: +SKIP
+        >>> tool = memory_search_tool(Memstrata(path="/tmp/memstrata-demo"))  # doctest: +SKIP
         >>> sorted(tool.tool_call_schema.model_json_schema()["properties"])  # doctest: +SKIP
         ['query']
+        >>> tool.invoke({"query": "Who is Rui?"}, config={"configurable": {"user_id": "demo"}})  # doctest: +SKIP
     """
     retriever = MemstrataRetriever(
         memstrata=memstrata, user_id=user_id, conversation_id=conversation_id, context_budget=context_budget, k=k
@@ -255,48 +293,62 @@ class MemorySaveInput(BaseModel):
 
 
 class MemorySaveTool(BaseTool):
-    """Writes one statement into one user's memory on purpose, as a message of ``speaker`` in ``conversation_id``.
+    """Writes one statement into the run's user's memory on purpose, as a message of ``speaker`` in
+    ``conversation_id``.
 
     Build it with :func:`memory_save_tool`. The statement is appended like any chat message (its own turn, searched
-    like every other turn, forgotten with the user).
+    like every other turn, forgotten with the user). The user is the run's, read from the config LangChain hands
+    ``_run``, else :attr:`user_id`.
     """
 
     name: str = "memory_save"
     description: str = SAVE_DESCRIPTION
     args_schema: type[BaseModel] = MemorySaveInput
     memstrata: Memstrata
-    user_id: str
+    user_id: str | None = None
     conversation_id: str = "memories"
     speaker: str = "memory"
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
+    @model_validator(mode="after")
+    def _check_user(self) -> MemorySaveTool:
+        default_user("MemorySaveTool", self.user_id)
+        return self
+
     def _message(self, memory: str) -> dict[str, Any]:
         return {"conversation_id": self.conversation_id, "messages": [{"speaker": self.speaker, "text": memory}]}
 
-    def _run(self, memory: str, run_manager: CallbackManagerForToolRun | None = None) -> str:
-        self.memstrata.ingest(self._message(memory), user_id=self.user_id)
+    def _user(self, config: RunnableConfig) -> str:
+        return run_tenant("MemorySaveTool", user_id=self.user_id, config=config).user_id
+
+    def _run(self, memory: str, *, config: RunnableConfig, run_manager: CallbackManagerForToolRun | None = None) -> str:
+        self.memstrata.ingest(self._message(memory), user_id=self._user(config))
         return f"Saved to memory: {memory}"
 
-    async def _arun(self, memory: str, run_manager: AsyncCallbackManagerForToolRun | None = None) -> str:
-        await self.memstrata.aingest(self._message(memory), user_id=self.user_id)
+    async def _arun(
+        self, memory: str, *, config: RunnableConfig, run_manager: AsyncCallbackManagerForToolRun | None = None
+    ) -> str:
+        await self.memstrata.aingest(self._message(memory), user_id=self._user(config))
         return f"Saved to memory: {memory}"
 
 
 def memory_save_tool(
     memstrata: Memstrata,
     *,
-    user_id: str,
+    user_id: str | None = None,
     conversation_id: str = "memories",
     speaker: str = "memory",
     name: str = "memory_save",
     description: str = SAVE_DESCRIPTION,
 ) -> MemorySaveTool:
-    """A tool that saves a statement into ``user_id``'s memory; the model passes only ``memory``.
+    """A tool that saves a statement into the run's user's memory (``user_id`` when the run names none); the model
+    passes only ``memory``.
 
     Example:
-        >>> tool = memory_save_tool(Memstrata(path="/tmp/memstrata-demo"), user_id="demo")  # doctest: +SKIP
-        >>> tool.invoke({"memory": "Ann is allergic to peanuts."})  # doctest: +SKIP
+        >>> tool = memory_save_tool(Memstrata(path="/tmp/memstrata-demo"))  # doctest: +SKIP
+        >>> ann = {"configurable": {"user_id": "ann"}}  # the run's user
+        >>> tool.invoke({"memory": "Ann is allergic to peanuts."}, config=ann)  # doctest: +SKIP
         'Saved to memory: Ann is allergic to peanuts.'
     """
     return MemorySaveTool(

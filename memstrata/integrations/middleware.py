@@ -9,8 +9,13 @@ the speakers' names when the app gives them and the time (now, when a message
 carries none); ids are the messages' own, so every message is stored once
 however often the agent looped through tools, and a later turn only appends
 its new messages. A silence longer than the session gap starts a new session,
-as everywhere else. The conversation id is the run's ``thread_id``, else the
-one given here.
+as everywhere else.
+
+One agent serves every user: the user is the run's (its context's ``user_id``, else
+``config["configurable"]["user_id"]``, else the ``user_id`` given here as a default), and so is
+the conversation written to (the context's ``conversation_id``, else the run's ``thread_id``,
+else the one given here); see :mod:`memstrata.integrations.tenant`. A run that names no user,
+in a middleware built without a default, fails with :class:`~memstrata.integrations.tenant.UserIdError`.
 
 Retrieval runs offline or with memstrata's own model, never through the agent's
 model, and its internal calls are tagged ``nostream``: nothing of it reaches the
@@ -19,9 +24,11 @@ agent's token stream.
 Example:
     >>> from langchain.agents import create_agent
     >>> mem = Memstrata(path=".memstrata")  # doctest: +SKIP
-    >>> agent = create_agent(model, tools=[], middleware=[MemstrataMiddleware(mem, user_id="ann")])  # doctest: +SKIP
+    >>> agent = create_agent(model, tools=[], middleware=[MemstrataMiddleware(mem)])  # doctest: +SKIP
     >>> agent.invoke(
-    ...     {"messages": [("user", "Where did I move?")]}, {"configurable": {"thread_id": "t1"}}
+    ...     {"messages": [("user", "Where did I move?")]},
+    ...     {"configurable": {"thread_id": "t1"}},
+    ...     context={"user_id": "ann"},
     ... )  # doctest: +SKIP
 """
 
@@ -29,12 +36,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from memstrata.client import Memstrata
+from memstrata.integrations.tenant import Tenant, default_user, run_tenant
 from memstrata.result import RetrievalResult
 
 MEMORY_HEADER = (
@@ -43,13 +51,23 @@ MEMORY_HEADER = (
 )
 
 
+class _Query(NamedTuple):
+    """One retrieval, and its cache key: whose memory, and which message asked."""
+
+    user_id: str
+    message_id: str
+    text: str
+
+
 class MemstrataMiddleware(AgentMiddleware):
     """Retrieve before the model call, write the turn back after the agent finishes.
 
     Args:
         memstrata: the memory.
-        user_id: the tenant whose memory the agent reads and writes.
-        conversation_id: used when the run has no ``thread_id``.
+        user_id: the default user, for runs that name none; left out, every run must name its user
+            (``context={"user_id": ...}`` or ``config["configurable"]["user_id"]``).
+        conversation_id: the conversation written to when the run names none (no context ``conversation_id``,
+            no ``thread_id``).
         context_budget: tokens of memory put in front of the model.
         retrieve: ``"first_model_call"`` retrieves once per user message (tool loops reuse it),
             ``"every_model_call"`` on every call, ``"never"`` not at all.
@@ -62,7 +80,7 @@ class MemstrataMiddleware(AgentMiddleware):
         self,
         memstrata: Memstrata,
         *,
-        user_id: str,
+        user_id: str | None = None,
         conversation_id: str = "default",
         context_budget: int = 1000,
         retrieve: Literal["first_model_call", "every_model_call", "never"] = "first_model_call",
@@ -71,80 +89,88 @@ class MemstrataMiddleware(AgentMiddleware):
         assistant_name: str | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(user_id, str) or not user_id.strip():
-            msg = "MemstrataMiddleware: user_id is required (it is the tenant boundary)"
-            raise ValueError(msg)
-        self.memory, self.user_id, self.conversation_id = memstrata, user_id, conversation_id
+        self.memory, self.conversation_id = memstrata, conversation_id
+        self.user_id = default_user("MemstrataMiddleware", user_id)
         self.context_budget, self.retrieve, self.write_back = context_budget, retrieve, write_back
         self.names = {"user": user_name or "user", "assistant": assistant_name or "assistant"}
-        self._cache: dict[tuple[str, str], str] = {}
+        self._cache: dict[_Query, str] = {}  # keyed by user too: two users' same message never share a retrieval
 
     # ---- before the model call -------------------------------------------------------
     async def awrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
     ) -> ModelResponse:
         """The async form of :meth:`wrap_model_call`."""
-        context = await self._context(request.messages)
+        query = self._query(request)
+        context = self._cached(query) if query else ""
+        if query and context is None:
+            found = await self.memory.aretrieve(query.text, user_id=query.user_id, context_budget=self.context_budget)
+            context = self._remember(query, memory_block(found))
         return await handler(_with_memory(request, context) if context else request)
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> ModelResponse:
-        """Put the memory found for the latest user message into the system message, then call the model.
+        """Put the memory of the run's user found for the latest user message into the system message, then call
+        the model.
 
         With ``retrieve="first_model_call"`` one message's memory is searched once and reused by the
         model calls that follow it; with ``"never"`` the request passes unchanged.
+
+        Raises:
+            UserIdError: the run names no user and the middleware has no default.
         """
-        query = self._query(request.messages)
+        query = self._query(request)
         context = self._cached(query) if query else ""
         if query and context is None:
-            context = self._remember(
-                query,
-                memory_block(self.memory.retrieve(query[1], user_id=self.user_id, context_budget=self.context_budget)),
-            )
+            found = self.memory.retrieve(query.text, user_id=query.user_id, context_budget=self.context_budget)
+            context = self._remember(query, memory_block(found))
         return handler(_with_memory(request, context) if context else request)
 
-    async def _context(self, messages: list[BaseMessage]) -> str:
-        query = self._query(messages)
-        if query is None:
-            return ""
-        cached = self._cached(query)
-        if cached is not None:
-            return cached
-        result = await self.memory.aretrieve(query[1], user_id=self.user_id, context_budget=self.context_budget)
-        return self._remember(query, memory_block(result))
-
-    def _query(self, messages: list[BaseMessage]) -> tuple[str, str] | None:
-        """The latest user message as (id, text), or ``None`` when there is nothing to retrieve for."""
-        latest = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
+    def _query(self, request: ModelRequest) -> _Query | None:
+        """The run's user and its latest message, or ``None`` when there is nothing to retrieve for."""
+        latest = next((m for m in reversed(request.messages) if isinstance(m, HumanMessage)), None)
         if self.retrieve == "never" or latest is None or not _text(latest).strip():
             return None
-        return latest.id or "", _text(latest)
+        user = self._tenant(getattr(request.runtime, "context", None)).user_id
+        return _Query(user, latest.id or "", _text(latest))
 
-    def _cached(self, query: tuple[str, str]) -> str | None:
+    def _cached(self, query: _Query) -> str | None:
         return self._cache.get(query) if self.retrieve == "first_model_call" else None
 
-    def _remember(self, query: tuple[str, str], context: str) -> str:
+    def _remember(self, query: _Query, context: str) -> str:
         if len(self._cache) > 256:
             self._cache.clear()
         self._cache[query] = context
         return context
+
+    def _tenant(self, context: Any) -> Tenant:
+        return run_tenant(
+            "MemstrataMiddleware",
+            user_id=self.user_id,
+            conversation_id=self.conversation_id,
+            context=context,
+            conversation_key="thread_id",
+        )
 
     # ---- after the agent's turn -----------------------------------------------------------
     async def aafter_agent(self, state: AgentState, runtime: Any) -> dict[str, Any] | None:
         """The async form of :meth:`after_agent`."""
         messages = self._messages(state) if self.write_back else []
         if messages:
-            await self.memory.aingest(
-                messages, user_id=self.user_id, conversation_id=_thread_id() or self.conversation_id
-            )
+            user, conversation = self._tenant(getattr(runtime, "context", None))
+            await self.memory.aingest(messages, user_id=user, conversation_id=conversation or self.conversation_id)
         return None
 
     def after_agent(self, state: AgentState, runtime: Any) -> dict[str, Any] | None:
-        """Write the turn's user and assistant messages to memory (with ``write_back``), under the thread's
-        id, or ``conversation_id`` outside a thread; the agent's state is left as it is.
+        """Write the turn's user and assistant messages to the run's user's memory (with ``write_back``), in the
+        run's conversation (its context's ``conversation_id``, else its ``thread_id``, else ``conversation_id``);
+        the agent's state is left as it is.
+
+        Raises:
+            UserIdError: the run names no user and the middleware has no default.
         """
         messages = self._messages(state) if self.write_back else []
         if messages:
-            self.memory.ingest(messages, user_id=self.user_id, conversation_id=_thread_id() or self.conversation_id)
+            user, conversation = self._tenant(getattr(runtime, "context", None))
+            self.memory.ingest(messages, user_id=user, conversation_id=conversation or self.conversation_id)
         return None
 
     def _messages(self, state: AgentState) -> list[dict[str, Any]]:
@@ -196,12 +222,3 @@ def _text(message: BaseMessage) -> str:
     if isinstance(content, str):
         return content
     return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
-
-
-def _thread_id() -> str | None:
-    try:
-        from langgraph.config import get_config
-
-        return get_config().get("configurable", {}).get("thread_id")
-    except RuntimeError:  # outside a run
-        return None

@@ -15,7 +15,12 @@ messages were found, best first, with the score and the citation under
 rebuilds the conversation's episodes and summaries without them.
 
 Every read and write names its user; listing namespaces needs a prefix that
-names one, so no call ever sees another user's items.
+names one, so no call ever sees another user's items. The user comes from the
+namespace, which the caller fills per run: LangMem's tools fill a template such
+as ``("memories", "{user_id}")`` from ``config["configurable"]`` before they call
+the store, and leave the placeholder as written when the run has no such key. A
+namespace still holding a ``{...}`` placeholder is refused, so those runs never
+share one ``"{user_id}"`` tenant.
 
 Example:
     >>> store = MemstrataStore(Memstrata(path=".memstrata"))  # doctest: +SKIP
@@ -185,6 +190,7 @@ class MemstrataStore(BaseStore):
                 f"{(*self.prefix, 'user_id')!r} or {(*self.prefix, 'user_id', '...')!r}"
             )
             raise InvalidNamespaceError(msg)
+        _check_filled(tuple(prefix))
         user = tenant.check_user(prefix[n])
         found = sorted({_item(r, layout=self.prefix).namespace for r in self._items.get(user_id=user)})
         for cond in op.match_conditions or ():
@@ -202,6 +208,7 @@ class MemstrataStore(BaseStore):
                 f"id); got {namespace!r}"
             )
             raise InvalidNamespaceError(msg)
+        _check_filled(tuple(namespace))
         return _split(tuple(namespace[len(self.prefix) :]), prefix=prefix, layout=self.prefix)
 
     def _conversation_messages(self, user: str, conv: str) -> list[dict[str, Any]]:
@@ -232,6 +239,20 @@ def _split(namespace: tuple[str, ...], *, prefix: bool = False, layout: tuple[st
     user = tenant.check_user(namespace[0])
     conv = namespace[1] if len(namespace) == 2 else (None if prefix else DEFAULT_CONVERSATION)
     return user, conv
+
+
+def _check_filled(namespace: tuple[str, ...]) -> None:
+    """Refuse a namespace template left unfilled, such as LangMem's ``("memories", "{user_id}")`` in a run whose
+    config has no ``user_id``: the placeholder would become one tenant shared by every such run.
+    """
+    part = next((p for p in namespace if isinstance(p, str) and p.startswith("{") and p.endswith("}")), None)
+    if part is not None:
+        key = part.strip("{}")
+        msg = (
+            f"MemstrataStore namespace {namespace!r} holds the unfilled template {part!r}: name the user per run, "
+            f"e.g. config={{'configurable': {{{key!r}: 'ann'}}}} for LangMem's tools, which fill it from there"
+        )
+        raise InvalidNamespaceError(msg)
 
 
 def _key(user: str, conv: str | None, key: str) -> str:
