@@ -20,14 +20,73 @@ KINDS = ("fact", "theme")
 
 
 def top_k(sims: np.ndarray, k: int) -> list[list[int]]:
-    """Each row's ``k`` most similar other rows, best first (ties by row)."""
-    sims = sims.copy()
+    """Each row's ``k`` most similar other rows, best first (ties by row).
+
+    Example:
+        >>> top_k(np.array([[1.0, 0.5, 0.5], [0.5, 1.0, 0.9], [0.5, 0.9, 1.0]]), 1)
+        [[1], [2], [1]]
+    """
+    sims = np.array(sims, dtype=float)
     np.fill_diagonal(sims, -np.inf)
+    return nearest_rows(sims, k)
+
+
+def nearest_rows(sims: np.ndarray, k: int) -> list[list[int]]:
+    """Each row's ``k`` largest finite columns, best first (ties by column), in vectorized passes."""
+    n = sims.shape[1] if sims.ndim == 2 else 0
+    take = min(k, n)
+    if take <= 0:
+        return [[] for _ in range(len(sims))]
+    kth = np.partition(sims, n - take, axis=1)[:, n - take]  # each row's k-th largest value
     out = []
-    for row in sims:
-        order = sorted(range(len(row)), key=lambda j: (-row[j], j))[:k]
-        out.append([j for j in order if np.isfinite(row[j])])
+    for row, floor in zip(sims, kth, strict=True):
+        cand = np.flatnonzero(row >= floor)  # ties at the k-th value all compete, decided by column
+        order = cand[np.lexsort((cand, -row[cand]))][:k]
+        out.append([int(j) for j in order if np.isfinite(row[j])])
     return out
+
+
+def fact_neighbours(
+    fact_ids: Sequence[str],
+    x: np.ndarray,
+    k: int,
+    previous: dict[str, list[tuple[str, float]]] | None = None,
+    *,
+    block: int = 1024,
+) -> list[list[tuple[int, float]]]:
+    """Each fact's ``k`` most similar other facts (rows of the unit-length ``x``) with their cosine, best first.
+
+    ``previous`` holds the stored lists (neighbour id, weight) of facts already in the graph. A fact keeps its list
+    when it is whole (no neighbour gone, ``k`` long or all there was) and no new fact comes closer than its last
+    neighbour; the others are computed again, against every fact, a block of rows at a time (no n x n matrix).
+    So a write that adds m facts to n costs an m x n product, not n x n, and gives the lists a full pass gives
+    (up to exact ties).
+    """
+    row = {f: i for i, f in enumerate(fact_ids)}
+    prev = previous or {}
+    fresh = [i for i, f in enumerate(fact_ids) if f not in prev]
+    out: list[list[tuple[int, float]] | None] = [None] * len(fact_ids)
+    whole = {f: near for f, near in prev.items() if f in row and all(n in row for n, _ in near)}
+    if fresh:
+        near_new = x[fresh] @ x.T  # the new facts against all: each old fact's best new rival
+        near_new[np.arange(len(fresh)), fresh] = -np.inf
+        rival = near_new.max(axis=0)
+    else:
+        rival = np.full(len(fact_ids), -np.inf)
+    n_other = len(fact_ids) - 1
+    for f, near in whole.items():
+        i = row[f]
+        last = near[-1][1] if len(near) >= min(k, n_other) and near else -np.inf
+        if len(near) >= min(k, n_other) and rival[i] < last - 1e-4:
+            out[i] = [(row[n], w) for n, w in near]
+    redo = [i for i, kept in enumerate(out) if kept is None]
+    for start in range(0, len(redo), block):
+        rows = redo[start : start + block]
+        sims = x[rows] @ x.T
+        sims[np.arange(len(rows)), rows] = -np.inf
+        for i, s, near in zip(rows, sims, nearest_rows(sims, k), strict=True):
+            out[i] = [(j, float(s[j])) for j in near]
+    return [kept or [] for kept in out]
 
 
 def knn_edges(
@@ -38,8 +97,13 @@ def knn_edges(
     theme_vectors: dict[str, np.ndarray],
     *,
     k: int,
+    previous: dict[str, list[tuple[str, float]]] | None = None,
 ) -> list[Edge]:
-    """The conversation's fact and theme graph: membership edges and each node's top-``k`` similar nodes."""
+    """The conversation's fact and theme graph: membership edges and each node's top-``k`` similar nodes.
+
+    ``previous``: the stored fact lists (:func:`similar_facts`), kept where no new fact changes them
+    (:func:`fact_neighbours`).
+    """
     x = unit_rows(fact_vectors)
     row = {f: i for i, f in enumerate(fact_ids)}
     names = list(themes)
@@ -50,11 +114,10 @@ def knn_edges(
         for f in themes[t]
     ]
     if len(x):
-        sims = x @ x.T
         edges += [
-            Edge(conversation_id, fact_ids[i], SIMILAR, fact_ids[j], "fact", "fact", round(float(sims[i, j]), 4))
-            for i, near in enumerate(top_k(sims, k))
-            for j in near
+            Edge(conversation_id, fact_ids[i], SIMILAR, fact_ids[j], "fact", "fact", round(sim, 4))
+            for i, near in enumerate(fact_neighbours(fact_ids, x, k, previous))
+            for j, sim in near
         ]
     if len(mu):
         sims = mu @ mu.T
@@ -64,6 +127,17 @@ def knn_edges(
             for j in near
         ]
     return edges
+
+
+def similar_facts(edges: Sequence[Edge]) -> dict[str, list[tuple[str, float]]]:
+    """The stored fact-to-fact lists of this graph: each fact's neighbours and weights, best first."""
+    out: dict[str, list[tuple[str, float]]] = {}
+    for e in edges:
+        if e.rel == SIMILAR and e.src_kind == "fact" and e.dst_kind == "fact":
+            out.setdefault(e.src, []).append((e.dst, e.weight))
+    for near in out.values():
+        near.sort(key=lambda p: -p[1])
+    return out
 
 
 def is_theme_edge(edge: Edge) -> bool:

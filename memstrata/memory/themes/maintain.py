@@ -80,7 +80,8 @@ def regroup(
         touched = set(labels)
     else:
         labels = [before.get(f) for f in ids]
-        touched = {previous[f] for f in previous if f not in set(ids)} & set(labels)  # themes that lost facts
+        present = set(ids)
+        touched = {previous[f] for f in previous if f not in present} & set(labels)  # themes that lost facts
         known = [i for i, label in enumerate(labels) if label is not None]
         keys, mu = centroids(x[known], [labels[i] for i in known])
         keys, mu = list(keys), list(mu)

@@ -23,7 +23,7 @@ from memstrata.context import Context
 from memstrata.memory.levels import Fact, Theme
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.reads import closed_facts, open_episodes
-from memstrata.memory.themes.graph import edge_changes, knn_edges
+from memstrata.memory.themes.graph import edge_changes, knn_edges, similar_facts
 from memstrata.memory.themes.maintain import Regrouped, regroup, theme_text
 from memstrata.memory.themes.partition import centroids
 from memstrata.nodes.common import conversations_to_redo, per_write, progress
@@ -214,8 +214,10 @@ def _write(
         )
     if grouped.removed:
         store.delete("theme", user_id=ctx.user_id, conversation_id=conv_id, unit_ids=sorted(grouped.removed))
-    wanted = knn_edges(conv_id, ids, x, grouped.themes, centre, k=ctx.theme_knn) if ids else []
-    stale, new = edge_changes(store.edges.get(ctx.user_id, conversation_id=conv_id), wanted)
+    stored = store.edges.get(ctx.user_id, conversation_id=conv_id)
+    previous = similar_facts(stored)  # kept where the new facts do not change them
+    wanted = knn_edges(conv_id, ids, x, grouped.themes, centre, k=ctx.theme_knn, previous=previous) if ids else []
+    stale, new = edge_changes(stored, wanted)
     store.edges.delete(ctx.user_id, stale)
     store.edges.add(ctx.user_id, new)
 

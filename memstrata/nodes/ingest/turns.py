@@ -114,11 +114,17 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
             "turns_seen": total,
             "turns_added": added,
             "turns_buried": buried,
+            "turns_waiting": sum(1 for c in convs for s in c.sessions for t in s.turns if _waits(t, appended)),
             "sessions_touched": len(sessions),
             "warnings": [w for c in convs for w in c.warnings],
             "stage_seconds": {"turns": round(time.perf_counter() - started, 3)},
         },
     }
+
+
+def _waits(turn: Any, appended: list[list[Any]]) -> bool:
+    """Whether a turn of this write was only appended to its session's open tail (it waits there raw)."""
+    return any(turn.conversation_id == c and turn.session_id == s and turn.position >= p for c, s, p in appended)
 
 
 def _present(ctx: Context, convs: list[Conversation], clock: datetime) -> datetime:
