@@ -101,6 +101,18 @@ def _recall(mem: Any, conv: LocomoConversation, written: set[str], budgets: tupl
     }
 
 
+def _seconds(values: list[float]) -> dict[str, Any]:
+    """How many writes, and their p50 and p95 seconds."""
+    if not values:
+        return {"writes": 0, "p50": None, "p95": None}
+    ordered = sorted(values)
+    return {
+        "writes": len(values),
+        "p50": round(statistics.median(values), 4),
+        "p95": round(ordered[int(0.95 * (len(ordered) - 1))], 4),
+    }
+
+
 def _window_ratio(values: list[int], size: int) -> float | None:
     first, last = sum(values[:size]), sum(values[-size:])
     return round(last / first, 3) if first else None
@@ -139,6 +151,8 @@ def run_chat(
                 "seconds": round(time.perf_counter() - started, 4),
                 "llm": _llm(stats),
                 "turns_added": stats["turns_added"],
+                # closed nothing: only appended to the open tail (its embedding and its append, nothing derived)
+                "appended_only": bool(stats.get("turns_waiting")) and not stats.get("episodes_written"),
             }
         )
         if progress:
@@ -164,7 +178,10 @@ def run_chat(
                 "p95": round(sorted(seconds)[int(0.95 * (len(seconds) - 1))], 4),
                 "total": round(sum(seconds), 3),
             },
+            "appended_only": _seconds([p["seconds"] for p in per if p["appended_only"]]),
+            "other_writes": _seconds([p["seconds"] for p in per if not p["appended_only"]]),
             "batch_seconds": round(batch_seconds, 3),
+            "stream_over_batch": round(sum(seconds) / batch_seconds, 2) if batch_seconds else None,
             "turns_stored": {
                 "stream": len(_turns(stream, conv.sample_id)),
                 "batch": len(_turns(batch, conv.sample_id)),
