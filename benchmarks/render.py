@@ -387,6 +387,110 @@ def llm_mode(results: Results) -> str:
     )
 
 
+LME_TYPES = (
+    "single-session-user",
+    "single-session-assistant",
+    "single-session-preference",
+    "multi-session",
+    "temporal-reasoning",
+    "knowledge-update",
+)
+
+LME_BASELINES = ("bm25", "dense", "hybrid_rrf", "random")
+
+
+def longmemeval(results: Results) -> str:
+    """LongMemEval-S: budget recall, the paper's ranked metrics at three levels, per type, and cost.
+
+    Reads ``results["longmemeval"]`` (the JSON of ``memstrata bench longmemeval``). Not in :data:`SECTIONS` until
+    a run's results file is committed; ``python benchmarks/render.py --longmemeval FILE`` prints it from any file.
+    """
+    result = results["longmemeval"]
+    budgets = [str(b) for b in result["budgets"]]
+    key = str(result["latency_budget"])
+    ranked = sorted(result["methods"].items(), key=lambda item: -item[1]["recall_all"][key])
+    main = table(
+        ["method", *(f"B={b}" for b in budgets), f"p50 / p95 ms at B={key}"],
+        [
+            [
+                name,
+                *(f"{pct(m['recall_all'][b])} / {pct(m['recall_frac'][b])}" for b in budgets),
+                f"{m['latency_ms']['p50']:.0f} / {m['latency_ms']['p95']:.0f}",
+            ]
+            for name, m in ranked
+        ],
+    )
+    levels = (("session", "session"), ("turn", "turn"), ("turn_user", "user turn"))
+    metrics = ("recall_any@5", "recall_any@10", "recall_all@10", "ndcg@10")
+    paper = table(
+        ["method", *(f"{label} {metric.replace('recall_', '')}" for _, label in levels for metric in metrics)],
+        [
+            [name, *(_lme_metric(m["retrieval"][level], x) for level, _ in levels for x in metrics)]
+            for name, m in ranked
+        ],
+    )
+    counts = result["questions_per_type"]
+    types = [t for t in LME_TYPES if counts.get(t)]
+    by_type = table(
+        ["method", *(f"{t} ({counts[t]})" for t in types), f"abstention ({counts.get('abstention', 0)})"],
+        [
+            [name, *(_lme_type(m["per_type"][t], key) for t in types), _lme_type(m["abstention"], key)]
+            for name, m in ranked
+        ],
+    )
+    questions = ranked[0][1]["retrieval"]
+    return "\n\n".join(
+        [
+            "## LongMemEval-S: evidence recall under a token budget, and the paper's retrieval metrics",
+            f"recall_all / recall_frac in %, {count(result['questions'])} questions with evidence (abstention apart); "
+            f"latency is one query's context at B={key}. A turn counts when its text is in the context verbatim "
+            "(`docs/benchmarks/longmemeval.md` says how this differs from the published figures).",
+            main,
+            f"The paper's recall_any, recall_all and NDCG in %, on each method's ranked turns (memstrata's: the turns "
+            f"it cites at B={result['rank_budget']}, in rank order); sessions ranked by their first turn "
+            f"({questions['session']['questions']} questions), every turn ({questions['turn']['questions']}), user "
+            f"turns only as the official scoring ({questions['turn_user']['questions']}: the questions whose evidence "
+            "the user said):",
+            paper,
+            f"By type: recall_all at B={key} / session recall_any@5, in %:",
+            by_type,
+            _lme_cost(result),
+            provenance(results, ("longmemeval",)),
+        ]
+    )
+
+
+def _lme_metric(level: dict[str, Any], metric: str) -> str:
+    return pct(level[metric]) if level["questions"] else "-"
+
+
+def _lme_type(part: dict[str, Any], key: str) -> str:
+    recall = pct(part["recall_all"][key]) if part["recall_questions"] else "-"
+    session = part["retrieval"]["session"]
+    return f"{recall} / {pct(session['recall_any@5']) if session['questions'] else '-'}"
+
+
+def _lme_cost(result: dict[str, Any]) -> str:
+    """Ingestion seconds per question of each method, against dense's (the embedding floor)."""
+    floor = result.get("embedding_floor_seconds")
+    parts = [
+        f"{name} {m['prepare_seconds_per_question']:.1f} s"
+        + (f" ({m['prepare_seconds'] / floor:.1f}x)" if floor and name not in LME_BASELINES else "")
+        for name, m in result["methods"].items()
+    ]
+    if {"dense", "hybrid_rrf"} <= set(result["methods"]):
+        parts.append("hybrid_rrf reads dense's encoding of the turns, so its time is its BM25 index")
+    firsts = [f"{name} {m['first_query_ms']['p50']:.0f} ms" for name, m in result["methods"].items()]
+    runs = len(result.get("runs", [])) or 1
+    haystack = count(result["token_stats"]["haystack_tokens_mean"])
+    return (
+        f"Ingestion per question ({'x dense, the embedding floor' if floor else 'no dense in the run'}): "
+        f"{'; '.join(parts)}. The latency above is of the question asked after one other query; a fresh store's "
+        f"first query (memstrata loads its search snapshot then) took, p50: {'; '.join(firsts)}. The questions took "
+        f"{count(result['question_seconds'])} s in {runs} run(s); a haystack held {haystack} tokens on average."
+    )
+
+
 SECTIONS: tuple[Callable[[Results], str], ...] = (locomo, scale, tiers, chat, llm_mode)
 FILES = (
     "locomo",
@@ -428,7 +532,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if BENCHMARKS.md differs from the JSON")
     parser.add_argument("--doc", type=Path, default=DOC)
+    parser.add_argument("--longmemeval", type=Path, help="print the LongMemEval section of this results JSON and exit")
     args = parser.parse_args()
+    if args.longmemeval:
+        print(longmemeval({"longmemeval": json.loads(args.longmemeval.read_text(encoding="utf-8"))}))
+        return 0
     doc = args.doc.read_text(encoding="utf-8")
     new = replace(doc, render(load()))
     if args.check:

@@ -107,6 +107,7 @@ INTEGRATION = {
 
 SLOW = {
     # seconds on 2 cores (pytest --durations), all parametrized cases together; 20 s or more is slow
+    "test_bench_longmemeval.py::test_the_command_with_minilm_runs_bm25_dense_and_memstrata": 58,
     "test_crash_resume.py::test_killed_llm_mode_ingest_resumes_to_exactly_a_clean_run": 1480,
     "test_crash_resume.py::test_killed_ingest_resumes_to_exactly_a_clean_run": 110,
     "test_bench.py::test_bench_scale_smoke": 137,

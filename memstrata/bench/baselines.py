@@ -77,7 +77,7 @@ class RankedTurnsMethod:
         if conversation.sample_id != self.sample_id:
             msg = f"{self.name}: prepare({conversation.sample_id!r}) must run before its questions"
             raise RuntimeError(msg)
-        order = self._ranking(question)
+        order = self.ranking(question)
         return pack_lines(
             [self.lines[i] for i in order],
             budget=budget,
@@ -85,7 +85,8 @@ class RankedTurnsMethod:
             line_tokens=[self.line_tokens[i] for i in order],
         )
 
-    def _ranking(self, question: str) -> np.ndarray:
+    def ranking(self, question: str) -> np.ndarray:
+        """Every turn's row, best first, for ``question`` (remembered for the question's next budget)."""
         # The runner asks each question at several budgets in a row; ranking once
         # per question keeps the first (timed) call honest and the rest cheap.
         if self._last is None or self._last[0] != question:

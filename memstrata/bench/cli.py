@@ -1,4 +1,4 @@
-r"""``memstrata bench``: benchmark commands (mounted by the main CLI as a sub-app): locomo, chat, scale.
+r"""``memstrata bench``: benchmark commands (mounted by the main CLI as a sub-app): locomo, longmemeval, chat, scale.
 
 Example:
     $ python -m memstrata.bench.cli locomo ../shared/data/locomo/locomo10.json \
@@ -148,6 +148,92 @@ def locomo(
         f"{result['questions']} questions in {result['runtime_seconds']:.0f} s; "
         f"peak memory {result['peak_memory_mb']:.0f} MB; wrote {out} and {plot}"
     )
+
+
+def _shard(value: str | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    index, sep, count = value.partition("/")
+    if not (sep and index.isdigit() and count.isdigit() and 0 <= int(index) < int(count)):
+        msg = f"--shard must be i/n with 0 <= i < n, e.g. 0/4, got {value!r}"
+        raise typer.BadParameter(msg)
+    return int(index), int(count)
+
+
+@bench_app.command("longmemeval")
+def longmemeval(
+    path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="LongMemEval .json or .json.gz")],
+    methods: Annotated[str | None, typer.Option(help=f"comma-separated, from {','.join(METHOD_NAMES)}")] = None,
+    out: Annotated[Path, typer.Option(help="results JSON")] = Path("benchmarks/results/longmemeval.json"),
+    log: Annotated[
+        Path | None,
+        typer.Option(
+            help="per-question results, one JSON line each, appended as the run goes; a log holding questions "
+            "resumes (default: --out with .jsonl)"
+        ),
+    ] = None,
+    plot: Annotated[Path | None, typer.Option(help="recall_all vs budget PNG (default: beside --out)")] = None,
+    budgets: Annotated[str, typer.Option(help="comma-separated token budgets")] = "1000,2000,4000,8000",
+    questions: Annotated[int | None, typer.Option(min=1, help="the first N selected questions only")] = None,
+    per_type: Annotated[
+        int | None, typer.Option(min=1, help="N questions of each type (abstention is a type here), drawn with --seed")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="seed of the --per-type draw")] = 0,
+    shard: Annotated[
+        str | None, typer.Option(help="i/n: run every n-th selected question from the i-th (merge with --merge)")
+    ] = None,
+    merge: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="run nothing: join these logs (repeatable; e.g. the shards') into --log and summarize the selected "
+            "questions"
+        ),
+    ] = None,
+    torch_threads: Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's own)")] = None,
+    progress: Annotated[bool, typer.Option(metavar="", help="show a progress bar")] = True,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="a Context setting memstrata runs with, as KEY=VALUE (repeatable)"),
+    ] = None,
+) -> None:
+    """LongMemEval-S: evidence recall@B and the paper's ranked metrics of memstrata and the baselines, in one run."""
+    from memstrata.bench.longmemeval_run import merge_longmemeval, plot_recall, results_tables, run_longmemeval
+
+    settings = _settings(set_ or [])
+    log = log or out.with_suffix(".jsonl")
+    plot = plot or out.with_name(f"{out.stem}_recall.png")
+    selection = {"questions": questions, "per_type": per_type, "seed": seed}
+    if merge:
+        result = merge_longmemeval(path, merge, log=log, command=command_line(), **selection)
+    else:
+        if torch_threads is not None:
+            import torch
+
+            torch.set_num_threads(torch_threads)
+        limit_blas(BLAS_THREADS)
+        result = run_longmemeval(
+            path,
+            log=log,
+            methods=_methods(methods),
+            budgets=_budgets(budgets),
+            shard=_shard(shard),
+            settings=settings,
+            progress=progress,
+            command=command_line(),
+            **selection,
+        )
+        result["torch_threads"] = torch_threads
+        result["blas_threads"] = BLAS_THREADS
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    plot_recall(result, plot)
+    console = Console()
+    for table in results_tables(result):
+        console.print(table)
+    missing = (
+        f"; {len(result['questions_missing'])} selected questions not run yet" if result["questions_missing"] else ""
+    )
+    console.print(f"{result['questions']} questions{missing}; wrote {out}, {log} and {plot}")
 
 
 @bench_app.command("chat")

@@ -165,7 +165,7 @@ def run_locomo(
     Returns:
         The results dict; see ``benchmarks/README.md`` for its keys.
     """
-    budgets = _check_budgets(budgets)
+    budgets = check_budgets(budgets)
     started = time.perf_counter()
     convs = load_locomo(path, conversations=conversations)
     for conv in convs:
@@ -173,7 +173,7 @@ def run_locomo(
     active = resolve_methods(
         methods, embeddings=embeddings, reader=reader, reader_model=reader_model, settings=settings
     )
-    _check_unique([m.name for m in active])
+    check_unique([m.name for m in active])
     stats = {m.name: MethodStats(budgets=budgets) for m in active}
     latency_budget = LATENCY_BUDGET if LATENCY_BUDGET in budgets else budgets[len(budgets) // 2]
     for method in active:
@@ -185,7 +185,7 @@ def run_locomo(
             _run_all(convs, active, stats, counter=counter, latency_budget=latency_budget, bars=bars)
     finally:
         for method in active:
-            _close(method)
+            close_method(method)
     result = _report(convs, stats, counter=counter, latency_budget=latency_budget)
     for method in active:
         rows = getattr(method, "rows", None)
@@ -293,7 +293,7 @@ def _report(
         "questions": headline,
         "questions_per_category": per_category,
         "ingest_seconds": memstrata.prepare_seconds if memstrata else None,
-        "peak_memory_mb": _peak_memory_mb(),
+        "peak_memory_mb": peak_memory_mb(),
         "token_stats": _token_stats(convs, counter),
         "latency_budget": latency_budget,
     }
@@ -355,13 +355,14 @@ def _run_info(
     }
 
 
-def _peak_memory_mb() -> float:
+def peak_memory_mb() -> float:
     """Peak resident memory of this process (ru_maxrss is KiB on Linux, bytes on macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
-def _check_budgets(budgets: Sequence[int]) -> tuple[int, ...]:
+def check_budgets(budgets: Sequence[int]) -> tuple[int, ...]:
+    """The budgets, sorted and without repeats; every one a positive integer."""
     cleaned = tuple(sorted({int(b) for b in budgets}))
     if not cleaned or cleaned[0] < 1:
         msg = f"budgets: need one or more positive token budgets, got {list(budgets)}"
@@ -369,13 +370,15 @@ def _check_budgets(budgets: Sequence[int]) -> tuple[int, ...]:
     return cleaned
 
 
-def _check_unique(names: list[str]) -> None:
+def check_unique(names: list[str]) -> None:
+    """Refuse a method named twice."""
     if len(set(names)) != len(names):
         msg = f"methods: each method name must appear once, got {names}"
         raise ValueError(msg)
 
 
-def _close(method: Method) -> None:
+def close_method(method: Method) -> None:
+    """Release what a method holds (its store), if it holds anything."""
     close = getattr(method, "close", None)
     if callable(close):
         close()
