@@ -73,7 +73,8 @@ def test_facts_that_land_after_another_writer_deleted_their_episode_are_dropped(
         return real(store, user_id, episodes, facts, batch)
 
     monkeypatch.setattr(distill, "replace_facts", facts_after_the_other_writers_delete)
-    _write(mem, _chat(1, first=3))
+    # close=True: a write that cuts and distils the tail (an append that closes nothing writes no episode)
+    _write(mem, _chat(1, first=3), close=True)
     assert deleted == ["ep:s1:0-3"]
     assert mem.store.get("fact", user_id="u", conversation_id="c", where={"episode_id": {"$in": deleted}}) == []
     assert_store_ok(mem.store, "u")
@@ -156,10 +157,12 @@ def _strays(mem: Memstrata, episode_id: str, n: int = 2) -> list[str]:
     return [f.id for f in strays]
 
 
-def test_the_next_write_of_a_session_deletes_facts_left_without_their_episode(mem: Memstrata) -> None:
+def test_the_next_write_that_cuts_a_session_deletes_facts_left_without_their_episode(mem: Memstrata) -> None:
     _write(mem, _chat(6))
     _strays(mem, "ep:s1:0-2")
-    _write(mem, _chat(1, first=6))
+    _write(mem, _chat(1, first=6))  # closes nothing: it only appends, and reads no fact
+    assert _orphans(mem) != []
+    _write(mem, _chat(1, first=7), close=True)
     assert _orphans(mem) == []
     assert_store_ok(mem.store, "u")
 

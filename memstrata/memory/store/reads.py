@@ -226,7 +226,7 @@ def stray_facts(store: MemoryStore, user_id: str, conv_id: str, session_id: str,
     """The session's stored facts whose episode is not stored (``known``: the session's episode ids, read before).
 
     Two writers of one conversation could leave such facts before their race was closed (a writer's facts landed
-    after the other deleted their episode); the next write of the session deletes them. A fact of an episode
+    after the other deleted their episode); the next write that cuts the session deletes them. A fact of an episode
     stored after ``known`` was read (another writer's, stored before its facts) is told apart by reading its
     episode after the fact.
     """
