@@ -42,10 +42,11 @@ def appended_to_open_tail(
     """The position of the first appended turn when this write only appends new turns to its session's open tail
     and closes nothing (:func:`~memstrata.memory.segmentation.stays_open`); ``None`` when anything else may change.
 
-    Three reads, whatever the conversation's length: the session's open episode, the turn before the appended
-    ones, and the session counters. The appended turns then wait, raw, in the tail after that episode (searched
-    as raw turns, :func:`~memstrata.memory.search.light.pending_rows`) until a write closes or fills the tail, and
-    that write cuts and distils the whole tail once.
+    Three reads, whatever the conversation's length: the session counters, the session's open episode, and the
+    turn before the appended ones (by the id a message without one gets, else by its place). The appended turns
+    then wait, raw, in the tail after that episode (searched as raw turns,
+    :func:`~memstrata.memory.search.light.pending_rows`) until a write closes or fills the tail, and that write
+    cuts and distils the whole tail once.
     """
     turns = [t for s in conv.sessions for t in s.turns]
     if not fresh or len(conv.sessions) != 1 or len(fresh) != len(turns):
@@ -61,7 +62,12 @@ def appended_to_open_tail(
     if len(tails) != 1 or int(tails[0].payload["end_position"]) >= first:
         return None
     tail = tails[0].payload
-    before = store.get("turn", **key, where={"session_id": session, "position": first - 1})
+    # the turn before, by the id a message without one gets (one keyed read), else by its place
+    before = [
+        r
+        for r in store.get("turn", **key, unit_ids=[f"s{session}:t{first - 1}"])
+        if r.metadata.get("session_id") == session and r.metadata.get("position") == first - 1
+    ] or store.get("turn", **key, where={"session_id": session, "position": first - 1})
     if len(before) != 1:
         return None
     last = Turn.model_validate(before[0].payload)
