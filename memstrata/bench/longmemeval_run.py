@@ -27,6 +27,7 @@ from langchain_core.embeddings import Embeddings
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from memstrata.bench import report
 from memstrata.bench.baselines import make_baseline
 from memstrata.bench.longmemeval import (
     ABSTENTION,
@@ -467,11 +468,6 @@ def _pct(value: float) -> str:
     return f"{100.0 * value:.1f}"
 
 
-def _by_recall(result: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    key = str(result["latency_budget"])
-    return sorted(result["methods"].items(), key=lambda item: -item[1]["recall_all"].get(key, 0.0))
-
-
 SHORT_TYPES = {
     "single-session-user": "ss-user",
     "single-session-assistant": "ss-asst",
@@ -493,7 +489,7 @@ def results_tables(result: dict[str, Any]) -> list[Any]:
     recall.add_column("method", style="bold", no_wrap=True)
     for b in budgets:
         recall.add_column(f"B={b}", justify="right")
-    for name, m in _by_recall(result):
+    for name, m in report.by_recall(result):
         recall.add_row(name, *(f"{_pct(m['recall_all'][b])}/{_pct(m['recall_frac'][b])}" for b in budgets))
     return [recall, paper_table(result), type_table(result), cost_table(result)]
 
@@ -508,7 +504,7 @@ def paper_table(result: dict[str, Any]) -> Any:
     metrics = [f"{m}@{k}" for k in result["ks"] for m in ("recall_any", "recall_all", "ndcg")]
     for metric in metrics:
         table.add_column(metric.replace("recall_", ""), justify="right")
-    for name, m in _by_recall(result):
+    for name, m in report.by_recall(result):
         for level in LEVELS:
             scores = m["retrieval"][level]
             n = scores["questions"]
@@ -527,7 +523,7 @@ def type_table(result: dict[str, Any]) -> Any:
     types = [t for t in (*QUESTION_TYPES, ABSTENTION) if counts.get(t)]
     for t in types:
         table.add_column(f"{SHORT_TYPES[t]}\n({counts[t]})", justify="right")
-    for name, m in _by_recall(result):
+    for name, m in report.by_recall(result):
         parts = [m[ABSTENTION] if t == ABSTENTION else m["per_type"][t] for t in types]
         table.add_row(name, *(_type_cell(p, key) for p in parts))
     return table
@@ -561,7 +557,7 @@ def cost_table(result: dict[str, Any]) -> Any:
         "over budget",
     ):
         table.add_column(header, justify="right")
-    for name, m in _by_recall(result):
+    for name, m in report.by_recall(result):
         table.add_row(
             name,
             f"{m['latency_ms']['p50']:.0f}",
@@ -578,24 +574,5 @@ def cost_table(result: dict[str, Any]) -> Any:
 
 def plot_recall(result: dict[str, Any], path: str | Path) -> Path:
     """Write a PNG of recall_all against budget, one line per method; returns the path."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    budgets = list(result["budgets"])
-    figure = Figure(figsize=(7.0, 4.5), dpi=120)
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
-    for name, stats in _by_recall(result):
-        axes.plot(budgets, [100.0 * stats["recall_all"][str(b)] for b in budgets], marker="o", label=name)
-    axes.set_xlabel("context budget (MiniLM tokens)")
-    axes.set_ylabel("recall_all (%)")
-    axes.set_title(f"LongMemEval evidence recall ({result['questions']} questions, abstention apart)")
-    axes.set_xscale("log", base=2)
-    axes.set_xticks(budgets, [str(b) for b in budgets])
-    axes.set_ylim(0, 100)
-    axes.grid(alpha=0.3)
-    axes.legend()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, bbox_inches="tight")
-    return out
+    title = f"LongMemEval evidence recall ({result['questions']} questions, abstention apart)"
+    return report.plot_recall(result, path, title=title, log_budgets=True)

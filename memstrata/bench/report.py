@@ -45,7 +45,7 @@ def recall_table(result: dict[str, Any]) -> Table:
     table.add_column("method", style="bold", no_wrap=True)
     for budget in budgets:
         table.add_column(f"B={budget}", justify="right", no_wrap=True)
-    for name, stats in _by_recall(result):
+    for name, stats in by_recall(result):
         table.add_row(name, *(f"{_pct(stats['recall_all'][b])}/{_pct(stats['recall_frac'][b])}" for b in budgets))
     return table
 
@@ -57,7 +57,7 @@ def cost_table(result: dict[str, Any]) -> Table:
     table.add_column("method", style="bold", no_wrap=True)
     for header in ("p50 ms", "p95 ms", "prepare s", f"tokens@{key}", "over budget"):
         table.add_column(header, justify="right", no_wrap=True)
-    for name, stats in _by_recall(result):
+    for name, stats in by_recall(result):
         latency = stats["latency_ms"]
         table.add_row(
             name,
@@ -78,7 +78,7 @@ def category_table(result: dict[str, Any], *, budget: int | None = None) -> Tabl
     table.add_column("method", style="bold", no_wrap=True)
     for cat in (*HEADLINE_CATEGORIES, 5):
         table.add_column(f"{CATEGORY_NAMES[cat]}\n({counts.get(str(cat), '?')})", justify="right", no_wrap=True)
-    for name, stats in _by_recall(result):
+    for name, stats in by_recall(result):
         parts = [stats["per_category"][str(c)] for c in HEADLINE_CATEGORIES] + [stats.get("category_5", {})]
         table.add_row(name, *(_pct(p["recall_all"][key]) if p.get("questions") else "-" for p in parts))
     return table
@@ -133,16 +133,20 @@ def results_tables(result: dict[str, Any]) -> list[Table]:
     return [recall_table(result), category_table(result), cost_table(result), *([llm] if llm else [])]
 
 
-def plot_recall(result: dict[str, Any], path: str | Path) -> Path:
-    """Write a PNG of recall_all against budget, one line per method; returns the path."""
+def plot_recall(result: dict[str, Any], path: str | Path, **options: Any) -> Path:
+    """Write a PNG of recall_all against budget, one line per method (``options``: :func:`recall_figure`'s);
+    returns the path.
+    """
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    recall_figure(result).savefig(out, bbox_inches="tight")
+    recall_figure(result, **options).savefig(out, bbox_inches="tight")
     return out
 
 
-def recall_figure(result: dict[str, Any]) -> Figure:
-    """recall_all against budget, one line per method, titled with the dataset's name (see :func:`dataset_name`)."""
+def recall_figure(result: dict[str, Any], *, title: str | None = None, log_budgets: bool = False) -> Figure:
+    """recall_all against budget, one line per method, titled with the dataset's name (see :func:`dataset_name`)
+    unless ``title`` is given; ``log_budgets`` spaces the budgets on a log scale.
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -150,19 +154,21 @@ def recall_figure(result: dict[str, Any]) -> Figure:
     figure = Figure(figsize=(7.0, 4.5), dpi=120)
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    for name, stats in _by_recall(result):
+    for name, stats in by_recall(result):
         axes.plot(budgets, [100.0 * stats["recall_all"][str(b)] for b in budgets], marker="o", label=name)
     axes.set_xlabel("context budget (MiniLM tokens)")
     axes.set_ylabel("recall_all (%)")
-    axes.set_title(f"{dataset_name(result)} evidence recall, categories 1-4 ({result['questions']} questions)")
-    axes.set_xticks(budgets)
+    axes.set_title(title or f"{dataset_name(result)} evidence recall, categories 1-4 ({result['questions']} questions)")
+    if log_budgets:
+        axes.set_xscale("log", base=2)
+    axes.set_xticks(budgets, [str(b) for b in budgets])
     axes.set_ylim(0, 100)
     axes.grid(alpha=0.3)
     axes.legend()
     return figure
 
 
-def _by_recall(result: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def by_recall(result: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Methods, best recall_all at the latency budget first."""
     key = str(result.get("latency_budget", result["budgets"][0]))
     return sorted(result["methods"].items(), key=lambda item: -item[1]["recall_all"].get(key, 0.0))
