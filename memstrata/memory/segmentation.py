@@ -155,7 +155,7 @@ def stays_open(
     *,
     core_turns: int,
     times: Sequence[datetime | None],
-    present: datetime,
+    present: datetime | None,
     max_turns: int = default("max_episode_turns"),
     quiet: timedelta,
     max_gap: timedelta,
@@ -167,7 +167,7 @@ def stays_open(
     stays one open episode while it is shorter than ``max_turns``, no gap between those times exceeds ``quiet`` or
     ``max_gap``, and its newest time is within ``quiet`` of the write's ``present``. Then no episode closes and
     no topic cut is asked for, so nothing derived needs to change. An untimed turn neither opens a gap nor
-    closes one.
+    closes one; ``present=None`` is the newest time itself (a message written at its own time).
 
     Example:
         >>> t = datetime(2024, 1, 1, 9, 0)
@@ -183,7 +183,7 @@ def stays_open(
     stamps = [t for t in times if t is not None]
     if any(b - a > limit for a, b in pairwise(stamps)):
         return False
-    return not stamps or present - max(stamps) <= quiet
+    return not stamps or present is None or present - max(stamps) <= quiet
 
 
 ModelCuts = Callable[[int, int], Awaitable[set[int] | None]]
@@ -238,7 +238,6 @@ async def replay_tail(
     """
     n = len(vectors)
     stamps = list(times) if times else [None] * n
-    limit = min(quiet, options.get("max_gap", quiet))
     out: list[tuple[int, int, bool]] = []
     span = open_span
 
@@ -259,9 +258,15 @@ async def replay_tail(
         )
 
     for j in range((span[1] + 1) if span else start, n):
-        a, b = stamps[j - 1] if j else None, stamps[j]
-        silence = j > start and a is not None and b is not None and b - a > limit
-        if span is not None and j - start + 1 < max_turns and not silence:
+        joins = span is not None and stays_open(
+            core_turns=j - start + 1,
+            times=[stamps[j - 1], stamps[j]],
+            present=None,  # each message is written at its own time
+            max_turns=max_turns,
+            quiet=quiet,
+            max_gap=options.get("max_gap", quiet),
+        )
+        if joins:
             continue  # joins the open tail: nothing closes
         cuts = await cut(start, j, closes=False)
         out += [c for c in cuts if c[2]]
