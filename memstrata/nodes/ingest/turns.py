@@ -51,7 +51,7 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
     sessions: list[list[str]] = []
     appended: list[list[Any]] = []  # [conversation, session, first position]: only appended to an open tail
     repaired: list[str] = []  # conversations with a session an earlier write left unfinished
-    added = 0
+    added = waiting = 0
     for conv in convs:
         stored = await asyncio.to_thread(stored_turn_texts, store, conv)
         fresh = changed_turns([t for s in conv.sessions for t in s.turns], stored)
@@ -86,6 +86,7 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
             )
         if first is not None:  # closes nothing: the turns wait raw in the open tail, nothing derived changes
             appended.append([conv.conversation_id, fresh[0].session_id, first])
+            waiting += len(fresh)
             continue
         unfinished = await asyncio.to_thread(incomplete_sessions, store, conv, {t.id for t in fresh})
         ended = await asyncio.to_thread(ended_tails, store, conv, {t.session_id for t in fresh})
@@ -114,17 +115,12 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
             "turns_seen": total,
             "turns_added": added,
             "turns_buried": buried,
-            "turns_waiting": sum(1 for c in convs for s in c.sessions for t in s.turns if _waits(t, appended)),
+            "turns_waiting": waiting,
             "sessions_touched": len(sessions),
             "warnings": [w for c in convs for w in c.warnings],
             "stage_seconds": {"turns": round(time.perf_counter() - started, 3)},
         },
     }
-
-
-def _waits(turn: Any, appended: list[list[Any]]) -> bool:
-    """Whether a turn of this write was only appended to its session's open tail (it waits there raw)."""
-    return any(turn.conversation_id == c and turn.session_id == s and turn.position >= p for c, s, p in appended)
 
 
 def _present(ctx: Context, convs: list[Conversation], clock: datetime) -> datetime:
