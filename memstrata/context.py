@@ -381,6 +381,14 @@ class Context:
             "(no model call; neighbours weigh half)",
         ),
     ] = "pooled"
+    span_vectors: Annotated[
+        Literal["encoded", "pooled"],
+        _s(
+            "ingestion",
+            "the vector of an offline fact or extractive summary (a quote of its turns): its text encoded, or "
+            "pooled from the token vectors of the pass that encoded its turns (late chunking; no encoder call)",
+        ),
+    ] = "pooled"
     summary_max_sentences: Annotated[int, _s("ingestion", "extractive summary: sentences at most")] = 5
     summary_max_words: Annotated[int, _s("ingestion", "extractive summary: words at most")] = 90
     embed_batch: Annotated[int, _s("ingestion", "units embedded and written per batch")] = 256

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 from langchain_core.embeddings import Embeddings
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -49,6 +51,22 @@ def _load_model(path: str, device: str) -> Any:
         pass
     with _LOAD_LOCK:
         return SentenceTransformer(path, device=device)
+
+
+@dataclass(frozen=True)
+class TokenVectors:
+    """The encoder's last-layer vector of each token of one text, with the characters each token covers.
+
+    ``vectors`` is ``(n, dim)`` float16 (half the memory; pooling is done in float32); ``offsets`` is ``(n, 2)``,
+    each token's ``[start, end)`` in the text, ``(0, 0)`` for the special tokens. A text longer than the encoder's
+    window keeps only the tokens the encoder read.
+    """
+
+    vectors: np.ndarray
+    offsets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.vectors)
 
 
 class MiniLMEmbeddings(Embeddings):
@@ -84,6 +102,33 @@ class MiniLMEmbeddings(Embeddings):
             show_progress_bar=False,
         )
         return vectors.tolist()
+
+    def embed_with_tokens(self, texts: list[str]) -> tuple[list[list[float]], list[TokenVectors]]:
+        """The unit-length vector of each text (as :meth:`embed_documents` gives it) and its token vectors, from
+        one encoder pass: what :mod:`memstrata.memory.late_chunking` pools a span's vector from.
+        """
+        if not texts:
+            return [], []
+        model = self.model
+        outputs = model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            output_value=None,
+            show_progress_bar=False,
+        )
+        spans = model.tokenizer(
+            list(texts), return_offsets_mapping=True, truncation=True, max_length=model.max_seq_length
+        )["offset_mapping"]
+        vectors, tokens = [], []
+        for out, offsets in zip(outputs, spans, strict=True):
+            read = out["attention_mask"].bool()
+            vectors.append(out["sentence_embedding"].float().cpu().numpy().tolist())
+            found = out["token_embeddings"][read].float().cpu().numpy().astype(np.float16)
+            if len(found) != len(offsets):  # a tokenizer that disagrees with the encoder: no token vectors
+                found, offsets = found[:0], []
+            tokens.append(TokenVectors(found, np.asarray(offsets, dtype=np.int32).reshape(-1, 2)))
+        return vectors, tokens
 
     def embed_query(self, text: str) -> list[float]:
         """The unit-length vector of one text, encoded as :meth:`embed_documents` does."""

@@ -20,7 +20,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from memstrata.memory.text import NUMBER, PLEASANTRY, SENTENCE, content_words, proper_nouns, resolve_dates_in
+from memstrata.memory.text import (
+    NUMBER,
+    PLEASANTRY,
+    SENTENCE,
+    content_words,
+    proper_nouns,
+    resolve_dates_in,
+    split_at,
+)
 from memstrata.memory.timeparse import RELATIVE_PATTERN, format_date
 
 
@@ -31,6 +39,7 @@ class Summary:
     text: str
     keywords: list[str]
     participants: list[str]
+    quotes: list[tuple[int, int, int]]  # (turn index, start, end) of each kept sentence, in its turn's text
 
 
 def _score(sentence: str, freq: Counter[str]) -> float:
@@ -48,16 +57,17 @@ def extractive_summary(
     """Summarize ``(speaker, text)`` turns of one episode."""
     freq = Counter(w for _, text in turns for w in dict.fromkeys(content_words(text)))  # ordered: no hash seed
     candidates = []
-    for speaker, text in turns:
-        for sentence in SENTENCE.split(text.strip()):
+    for index, (speaker, text) in enumerate(turns):
+        for start, sentence in split_at(SENTENCE, text.strip(), len(text) - len(text.lstrip())):
             if sentence:
-                candidates.append((_score(sentence, freq), len(candidates), speaker, sentence))
+                candidates.append((_score(sentence, freq), len(candidates), speaker, sentence, (index, start)))
     chosen = sorted(sorted(candidates, key=lambda c: -c[0])[:max_sentences], key=lambda c: c[1])
-    parts, words = [], 0
-    for score, _, speaker, sentence in chosen:
+    parts, quotes, words = [], [], 0
+    for score, _, speaker, sentence, (index, start) in chosen:
         if score <= 0 or words >= max_words:
             continue
         parts.append(f"{speaker}: {resolve_dates_in(sentence, session_time)}")
+        quotes.append((index, start, start + len(sentence)))
         words += len(sentence.split())
     participants = list(dict.fromkeys(s for s, _ in turns))
     names = Counter(n for _, text in turns for n in proper_nouns(" x " + text))
@@ -65,4 +75,9 @@ def extractive_summary(
     keywords = list(dict.fromkeys(keywords))[:10]
     header = f"[{format_date(session_time)}] " if session_time else ""
     body = " ".join(parts) or " ".join(f"{s}: {t}" for s, t in turns)[:400]
-    return Summary(text=f"{header}{', '.join(participants)}. {body}", keywords=keywords, participants=participants)
+    return Summary(
+        text=f"{header}{', '.join(participants)}. {body}",
+        keywords=keywords,
+        participants=participants,
+        quotes=quotes,
+    )

@@ -164,6 +164,21 @@ NUMBER = re.compile(r"\d")
 PLEASANTRY = re.compile(r"^(hey|hi|hello|thanks|thank you|bye|see you|take care|good to see|wow|haha|lol)\b", re.I)
 
 
+def split_at(pattern: re.Pattern[str], text: str, start: int = 0) -> list[tuple[int, str]]:
+    """``pattern.split(text)`` (a pattern without groups) with where each piece starts, plus ``start``.
+
+    Example:
+        >>> split_at(SENTENCE, "Hi. I moved.")
+        [(0, 'Hi.'), (4, 'I moved.')]
+    """
+    pieces, last = [], 0
+    for m in pattern.finditer(text):
+        pieces.append((start + last, text[last : m.start()]))
+        last = m.end()
+    pieces.append((start + last, text[last:]))
+    return pieces
+
+
 def content_words(text: str) -> list[str]:
     """Lower-cased words that are not stopwords."""
     return [w.lower() for w in WORD.findall(text) if w.lower() not in STOPWORDS and len(w) > 2]

@@ -47,7 +47,7 @@ from lemminflect import getAllLemmas, getInflection
 from memstrata.memory.entity_graph.mentions import Mention, find_mentions
 from memstrata.memory.levels.level1.fact import Fact
 from memstrata.memory.levels.level2.turn import Turn
-from memstrata.memory.text import PLEASANTRY, SENTENCE, STOPWORDS, content_words, resolve_dates_in
+from memstrata.memory.text import PLEASANTRY, SENTENCE, STOPWORDS, content_words, resolve_dates_in, split_at
 from memstrata.memory.timeparse import RELATIVE_PATTERN, resolve_relative
 
 _CLAUSE = re.compile(
@@ -153,24 +153,62 @@ def extract_facts(
     for turn in turns:
         other = next((p for p in people if p != turn.speaker), None) if len(people) == 2 else None
         anchor = turn.timestamp or session_time
-        for clause in clauses(turn.text):
+        for clause, start, end in clause_spans(turn.text):
             fact = _fact(turn, clause, other=other, anchor=anchor, episode_id=episode_id, n=len(out), speakers=people)
             if fact is not None:
-                out.append(fact)
+                out.append(fact.model_copy(update={"quotes": [(turn.id, start, end)]}))
     return out
 
 
 def clauses(text: str) -> list[str]:
     """Sentences split into clauses, fillers removed, stripped of trailing punctuation noise."""
+    return [clause for clause, _, _ in clause_spans(text)]
+
+
+def clause_spans(text: str) -> list[tuple[str, int, int]]:
+    """:func:`clauses`, each with the characters ``[start, end)`` of ``text`` it was cut from.
+
+    Example:
+        >>> clause_spans("Yeah, I moved to Porto; it is sunny.")
+        [('I moved to Porto', 6, 22), ('it is sunny', 24, 35)]
+    """
     out = []
-    text = (text or "").replace("\u2019", "'").replace("\u2018", "'")
-    for sentence in SENTENCE.split(_FILLER.sub(",", text)):
+    text = (text or "").replace("\u2019", "'").replace("\u2018", "'")  # same length: offsets hold
+    kept, where = _without_fillers(text)
+    for at, sentence in split_at(SENTENCE, kept):
         question = sentence.rstrip().endswith("?")
-        for part in _CLAUSE.split(sentence):
-            part = _LEADING.sub("", part.strip(" ,.!;:-\"'")).strip(" ,.!;:-\"'")
+        for start, part in split_at(_CLAUSE, sentence, at):
+            lead, part = _trimmed(part)
             if part and not question:
-                out.append(part)
+                first = start + lead
+                out.append((part, where[first], where[first + len(part) - 1] + 1))
     return out
+
+
+def _without_fillers(text: str) -> tuple[str, list[int]]:
+    """``text`` with each filler (``, you know,``) replaced by a comma, and where each kept character came from."""
+    pieces, where, last = [], [], 0
+    for m in _FILLER.finditer(text):
+        pieces += [text[last : m.start()], ","]
+        where += [*range(last, m.start()), m.start()]
+        last = m.end()
+    pieces.append(text[last:])
+    where += range(last, len(text))
+    return "".join(pieces), where
+
+
+def _trimmed(part: str) -> tuple[int, str]:
+    """A clause stripped of punctuation noise and leading fillers (``"Yeah, so I"`` -> ``"I"``), and how many
+    characters went from its start.
+    """
+    noise = " ,.!;:-\"'"
+    lead = len(part) - len(part.lstrip(noise))
+    part = part.strip(noise)
+    if m := _LEADING.match(part):
+        lead += m.end()
+        part = part[m.end() :]
+    lead += len(part) - len(part.lstrip(noise))
+    return lead, part.strip(noise)
 
 
 def carries_content(clause: str) -> bool:

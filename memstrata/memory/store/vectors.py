@@ -302,6 +302,7 @@ class VectorStore:
         documents: Sequence[str],
         vectors: Sequence[Sequence[float]] | None = None,
         extra: Sequence[dict[str, Any]] | None = None,
+        keep_tokens: bool = False,
     ) -> int:
         """Write units (idempotent: the same unit always lands on the same key).
 
@@ -311,13 +312,15 @@ class VectorStore:
             documents: the text stored (and embedded unless ``vectors`` is given).
             vectors: precomputed embeddings, one per unit.
             extra: scalar metadata per unit, for filtering (session, episode, time...).
+            keep_tokens: keep the documents' token vectors in :attr:`encoded` (the turns, whose facts and summaries
+                pool their vectors from them: :mod:`memstrata.memory.late_chunking`).
         """
         if not units:
             return 0
         if len(documents) != len(units) or (vectors is not None and len(vectors) != len(units)):
             msg = "upsert: units, documents and vectors must have the same length"
             raise StoreError(msg)
-        vecs = list(vectors) if vectors is not None else self.encoded.embed(list(documents))
+        vecs = list(vectors) if vectors is not None else self.encoded.embed(list(documents), keep_tokens=keep_tokens)
         ids, metas = [], []
         for i, unit in enumerate(units):
             data = unit.model_dump(mode="json")

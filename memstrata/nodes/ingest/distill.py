@@ -26,7 +26,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import Send
 
 from memstrata.context import Context
-from memstrata.memory.levels import Episode, EventSummary, Fact
+from memstrata.memory.late_chunking import unit_vectors
+from memstrata.memory.levels import Episode, EventSummary, Fact, Turn
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.reads import read_episode_turns
 from memstrata.nodes.common import progress
@@ -73,9 +74,17 @@ async def distill_batch(batch: EpisodeBatch, runtime: Runtime[Context]) -> dict[
         for ep in episodes
     ]
     summaries_s = time.perf_counter() - started - facts_s
+    quoted = {t.id: t for ts in of.values() for t in ts}
     async with _write_lock():  # a progress event is a moment when no branch is half-way through its writes
         spent = await asyncio.to_thread(
-            _write, store, ctx.user_id, summaries, episodes, vectors, facts, ctx.embed_batch
+            _write,
+            store,
+            ctx.user_id,
+            (summaries, episodes, facts),
+            vectors,
+            quoted,
+            ctx.embed_batch,
+            pooled=ctx.span_vectors == "pooled",
         )
         progress("facts", f"extracted {len(facts)} facts from {len(episodes)} episodes", done=len(episodes))
         progress("summaries", f"summarized and stored {len(summaries)} episodes (Level-1)", done=len(summaries))
@@ -83,6 +92,7 @@ async def distill_batch(batch: EpisodeBatch, runtime: Runtime[Context]) -> dict[
         "summaries_written": len(summaries),
         "facts_written": len(facts),
         "facts_fallbacks": fallbacks,
+        "vectors_pooled": spent.pop("pooled"),
         "stage_seconds": {
             "summaries": round(summaries_s + spent["summaries"], 3),
             "facts": round(facts_s + spent["facts"], 3),
@@ -113,16 +123,27 @@ def _write_lock() -> asyncio.Lock:
 def _write(
     store: MemoryStore,
     user_id: str,
-    summaries: list[EventSummary],
-    episodes: list[Episode],
+    units: tuple[list[EventSummary], list[Episode], list[Fact]],
     vectors: list[list[float]],
-    facts: list[Fact],
+    turns: dict[str, Turn],
     batch: int,
+    *,
+    pooled: bool,
 ) -> dict[str, float]:
-    """Summaries, then episodes, then facts (parents first); the seconds each part took."""
+    """Summaries, then episodes, then facts (parents first); the seconds each part took, and how many summaries
+    and facts got their vectors pooled from their turns' tokens (:mod:`memstrata.memory.late_chunking`).
+    """
+    summaries, episodes, facts = units
     started = time.perf_counter()
+    summary_vectors, pooled_summaries = unit_vectors(
+        summaries, turns, store.encoded.tokens_of, store.encoded.embed, pooled=pooled
+    )
     store.upsert(
-        "summary", summaries, documents=[s.embed_text() for s in summaries], extra=[s.metadata() for s in summaries]
+        "summary",
+        summaries,
+        documents=[s.embed_text() for s in summaries],
+        vectors=summary_vectors,
+        extra=[s.metadata() for s in summaries],
     )
     store.upsert(
         "episode",
@@ -132,8 +153,13 @@ def _write(
         extra=[e.metadata() for e in episodes],
     )
     middle = time.perf_counter()
-    replace_facts(store, user_id, episodes, facts, batch)
-    return {"summaries": middle - started, "facts": time.perf_counter() - middle}
+    fact_vectors, pooled_facts = unit_vectors(facts, turns, store.encoded.tokens_of, store.encoded.embed, pooled=pooled)
+    replace_facts(store, user_id, episodes, facts, batch, fact_vectors)
+    return {
+        "summaries": middle - started,
+        "facts": time.perf_counter() - middle,
+        "pooled": pooled_summaries + pooled_facts,
+    }
 
 
 def episode_sends(node: str, drafts: list[dict[str, Any]], max_fanout: int) -> list[Send]:

@@ -76,9 +76,17 @@ def _speakers(turns: list[Turn]) -> list[str]:
     return list(dict.fromkeys(t.speaker for t in turns))
 
 
-def replace_facts(store: MemoryStore, user_id: str, episodes: list[Episode], facts: list[Fact], batch: int) -> int:
-    """Store the episodes' facts; delete their earlier facts the new extraction no longer yields, and the facts of
-    an episode another writer deleted meanwhile (:func:`drop_orphan_facts`). Returns how many stay stored.
+def replace_facts(
+    store: MemoryStore,
+    user_id: str,
+    episodes: list[Episode],
+    facts: list[Fact],
+    batch: int,
+    vectors: Sequence[Sequence[float]] | None = None,
+) -> int:
+    """Store the episodes' facts (with ``vectors``, else their texts encoded); delete their earlier facts the new
+    extraction no longer yields, and the facts of an episode another writer deleted meanwhile
+    (:func:`drop_orphan_facts`). Returns how many stay stored.
     """
     keep = {(f.conversation_id, f.id) for f in facts}
     grouped = by_conversation([[e.conversation_id, e.id] for e in episodes])
@@ -92,7 +100,13 @@ def replace_facts(store: MemoryStore, user_id: str, episodes: list[Episode], fac
         )
     for start in range(0, len(facts), batch):
         part = facts[start : start + batch]
-        store.upsert("fact", part, documents=[f.embed_text() for f in part], extra=[f.metadata() for f in part])
+        store.upsert(
+            "fact",
+            part,
+            documents=[f.embed_text() for f in part],
+            vectors=vectors[start : start + batch] if vectors is not None else None,
+            extra=[f.metadata() for f in part],
+        )
     dropped = sum(drop_orphan_facts(store, user_id, conv_id, ids) for conv_id, ids in grouped.items())
     return len(facts) - dropped
 

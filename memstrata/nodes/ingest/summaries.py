@@ -40,4 +40,4 @@ async def _llm_summary(step: Step, ep: Episode, fallback: EventSummary) -> Event
     if outcome not in GOOD_OUTCOMES or not sentences:
         return fallback
     header = f"[{format_date(ep.timestamp)}] " if ep.timestamp else ""
-    return fallback.model_copy(update={"text": header + " ".join(sentences)[:2000], "method": "llm"})
+    return fallback.model_copy(update={"text": header + " ".join(sentences)[:2000], "method": "llm", "quotes": []})

@@ -76,6 +76,7 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
                 batch,
                 documents=[t.embed_text() for t in batch],
                 extra=[t.metadata() for t in batch],
+                keep_tokens=True,  # the facts and summaries cut from these turns pool their vectors from them
             )
             added += len(batch)
             progress(
@@ -108,6 +109,7 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
             "summaries_written": 0,
             "facts_written": 0,
             "facts_fallbacks": 0,
+            "vectors_pooled": 0,
             "entities_written": 0,
             "relations_written": 0,
             "facts_superseded": 0,

@@ -66,6 +66,10 @@ class Fact(Unit):
     valid_from: datetime | None = None
     superseded_by: str = ""
     method: str = Field(default="clauses", description="'clauses' (offline) or 'llm'")
+    quotes: list[tuple[str, int, int]] = Field(
+        default_factory=list,
+        description="[turn id, start, end]: the characters of its turn's text the clause was cut from (offline)",
+    )
 
     @model_validator(mode="after")
     def _derive_id(self) -> Fact:

@@ -44,6 +44,10 @@ class EventSummary(Unit):
     turn_ids: list[str] = Field(default_factory=list)
     method: str = Field(default="extractive", description="'extractive' or 'llm'")
     open: bool = Field(default=False, description="its episode is a session's open tail (see Episode.open)")
+    quotes: list[tuple[str, int, int]] = Field(
+        default_factory=list,
+        description="[turn id, start, end]: the sentences of its turns' texts an extractive summary keeps",
+    )
 
     @model_validator(mode="after")
     def _derive_id(self) -> EventSummary:
@@ -83,6 +87,7 @@ def offline_summary(
         timestamp=episode.timestamp,
         timestamp_raw=episode.timestamp_raw,
         method="extractive",
+        quotes=[(turns[i].id, start, end) for i, start, end in summary.quotes],
     )
 
 

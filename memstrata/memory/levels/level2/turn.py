@@ -48,6 +48,11 @@ class Turn(Unit):
         """Its rendered line (:meth:`render`): speaker, text and any photo caption."""
         return self.render()
 
+    @property
+    def text_start(self) -> int:
+        """Where its text starts in :meth:`render` (after ``"speaker: "``)."""
+        return len(self.speaker) + 2
+
     def linked_turn_ids(self) -> list[str]:
         """Itself."""
         return [self.id]
