@@ -14,7 +14,6 @@ from memstrata import Memstrata
 from memstrata.context import Context
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.index.bounded import WorkingSet, content_words
-from memstrata.memory.index.sessions import session_cache
 from memstrata.memory.levels import levels
 from memstrata.memory.search.query import Query
 from memstrata.memory.search.scoring import score_query
@@ -163,7 +162,7 @@ def test_a_finished_retrieval_leaves_no_working_set_behind(data_dir, hash_embedd
     for query in QUERIES:
         assert mem.retrieve(query, user_id="u", snapshot_max_turns=0, tiers=False).evidence  # the archive alone
     assert len({id(ws) for ws in built}) == len(QUERIES)  # each retrieval built its own working set...
-    assert not any(ws in bounded._RUN_CACHE.values() for ws in built)  # ...and dropped it at its answer
+    assert not any(ws in mem.store.caches.runs.values() for ws in built)  # ...and dropped it at its answer
 
 
 def test_the_bounded_path_stays_in_its_tenant_and_sees_other_processes_writes(data_dir, hash_embeddings) -> None:
@@ -253,7 +252,7 @@ def test_sessions_come_from_the_cache_until_the_store_changes_under_them(
     bounds = bounds_of(Context(user_id="u", bounded_dense_k=500, bounded_event_k=500, bounded_sessions=500))
     first = WorkingSet(mem.store, user_id="u", bounds=bounds)
     cold = first.ensure(QUERIES, vecs)
-    cache = session_cache(mem.store)
+    cache = mem.store.caches.sessions
     assert cache.units == len(cold.tables["turn"]) + len(cold.tables["turn_context"])
     assert sorted(session_reads) == ["turn", "turn_context"]
     warm = WorkingSet(mem.store, user_id="u", bounds=bounds).ensure(QUERIES, vecs)

@@ -284,14 +284,11 @@ def test_the_size_check_reads_the_store_only_while_no_snapshot_is_held(data_dir,
 
 
 def test_closing_forgets_the_sizes_and_latest_times_checked_on_the_store(data_dir, hash_embeddings) -> None:
-    """A store opened after a close can get the closed one's ``id``: nothing cached under it may outlive it."""
-    from memstrata.memory.index import bounded
-    from memstrata.runtime import search
-
+    """Nothing a store's searches cached may outlive its close."""
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     mem.ingest({"conversation_id": "c", "messages": json.loads(EXAMPLE.read_text())["messages"]}, user_id="u")
     assert mem.retrieve("Where is Priya moving?", user_id="u", snapshot_max_turns=0).evidence  # the bounded path
-    key = id(mem.store)
-    assert any(k[0] == key for k in search._SIZES) and any(k[0] == key for k in bounded._LATEST)
+    caches = mem.store.caches
+    assert any(k[0] == "u" for k in caches.sizes) and any(k[0] == "u" for k in caches.latest)
     mem.close()
-    assert not any(k[0] == key for k in search._SIZES) and not any(k[0] == key for k in bounded._LATEST)
+    assert not caches.sizes and not caches.latest and caches.is_empty()

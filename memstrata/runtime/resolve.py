@@ -21,7 +21,6 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 
 from memstrata.context import CHROMA_URL_ENV, Context, default_data_dir
-from memstrata.memory.index import forget_store
 from memstrata.memory.store import MemoryStore
 from memstrata.runtime.llm import chat_model
 from memstrata.runtime.process import limit_blas
@@ -56,8 +55,8 @@ def hold_store(ctx: Context) -> StoreKey:
 
 def release_store(ctx: Context | StoreKey) -> None:
     """Let go of a store (named by a context, or by the key :func:`hold_store` gave). Once nobody holds it, forget it
-    and the per-process caches of it, and close it: an embedded store hands back what its Chroma client loaded
-    (:meth:`MemoryStore.close`). A graph run still using it, or a later use, opens the client again.
+    and close it: its search caches (``store.caches``) are emptied and an embedded store hands back what its Chroma
+    client loaded (:meth:`MemoryStore.close`). A graph run still using it, or a later use, reads and opens again.
     """
     key = ctx if isinstance(ctx, tuple) else _store_key(ctx)
     with _STORES_LOCK:
@@ -68,15 +67,6 @@ def release_store(ctx: Context | StoreKey) -> None:
         _HOLDERS.pop(key, None)
         store = _STORES.pop(key, None)
     if store is not None:
-        # imported here, not at the top: `import memstrata` would otherwise load the whole search runtime
-        from memstrata.memory.index.active import forget_active
-        from memstrata.memory.index.bounded import forget_latest
-        from memstrata.runtime.search import forget_sizes
-
-        forget_store(store)
-        forget_latest(store)
-        forget_sizes(store)
-        forget_active(store)
         store.close()
 
 

@@ -2,17 +2,17 @@
 
 :func:`memstrata.runtime.node.open_node` calls these once per node run and hands the node a
 :class:`~memstrata.runtime.node.NodeRun`; the search itself is pure code in :mod:`memstrata.memory.search`.
-A snapshot is kept per user and scope (:mod:`memstrata.memory.index`); query vectors come from a small
-in-process cache. :func:`weights` and :func:`bounds` are the one place the scoring and bounded-path
-settings are built from :class:`~memstrata.context.Context`.
+A snapshot is kept per user and scope, and query vectors in a small cache, both on the store
+(``store.caches``, :mod:`memstrata.memory.index.caches`); every snapshot a node opens marks its user used and
+holds the store's users within the run's ``Context.cache_mb``, least recently used user dropped first.
+:func:`weights` and :func:`bounds` are the one place the scoring and bounded-path settings are built from
+:class:`~memstrata.context.Context`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -25,7 +25,7 @@ from memstrata.memory.index import MemoryIndex
 from memstrata.memory.index.active import active_index
 from memstrata.memory.index.bounded import Bounds, release_run, working_set
 from memstrata.memory.index.held import PerConversation, moved
-from memstrata.memory.index.snapshot import cached_snapshot, drop_store_keys, forget_snapshot
+from memstrata.memory.index.snapshot import cached_snapshot, forget_snapshot
 from memstrata.memory.levels import ENTITY, FACT, TREE_NODE, levels, scope_table
 from memstrata.memory.search.fusion import Weights
 from memstrata.memory.search.query import Query
@@ -34,11 +34,6 @@ from memstrata.memory.store import MemoryStore
 from memstrata.memory.tiers.priority import PriorityWeights
 from memstrata.memory.tree.search import load_reinforcement, reinforcement_current
 from memstrata.runtime.process import trim_heap
-
-_VECTORS: OrderedDict[tuple[int, str], np.ndarray] = OrderedDict()
-_VECTORS_LOCK = threading.Lock()
-_SIZES: dict[tuple[Any, ...], tuple[float, bool]] = {}
-_SIZES_LOCK = threading.Lock()
 
 
 async def open_index(
@@ -57,9 +52,32 @@ async def open_index(
     cache and the buffer, :mod:`memstrata.memory.index.active`); else (the archive) the bounded snapshot of one
     retrieval ``run`` (:mod:`memstrata.memory.index.bounded`), grown with the candidates of ``queries`` the run
     has not searched before. ``large``: the size check's answer, when the caller has just made it.
+
+    Whichever it opens, the user is marked used on the store's caches, which then drop the least recently used
+    other users beyond ``Context.cache_mb`` (:func:`keep_within_budget`).
     """
+    index = await _open(ctx, store, run=run, queries=queries, tier=tier, large=large)
+    await keep_within_budget(ctx, store)
+    return await _reinforced(store, ctx, index)
+
+
+async def keep_within_budget(ctx: Context, store: MemoryStore) -> None:
+    """Mark the run's user used on the store's caches and drop the least recently used other users while the
+    store's users hold more than ``Context.cache_mb`` (read from the run's context: one store serves runs of
+    many contexts). The users are dropped on a worker thread: dropping waits for the active tiers' lock, held
+    through reads from the store, and freeing a large snapshot takes time, neither of which the event loop may.
+    """
+    caches = store.caches
+    victims = caches.touch(ctx.user_id, budget_mb=ctx.cache_mb)
+    for user in victims:
+        await asyncio.to_thread(caches.drop_user, user)
+
+
+async def _open(
+    ctx: Context, store: MemoryStore, *, run: str | None, queries: Sequence[Query], tier: int, large: bool | None
+) -> MemoryIndex:
     if tier in (1, 2) and (index := await _active(ctx, store, tier)) is not None:
-        return await _reinforced(store, ctx, index)
+        return index
     if large if large is not None else await _is_large(store, ctx):
         ws = working_set(
             store,
@@ -70,25 +88,20 @@ async def open_index(
             window_widths=ctx.window_widths,
         )
         vectors = await query_vectors(ctx, store, list(queries)) if queries else None
-        index = await asyncio.to_thread(ws.ensure, [q.text for q in queries], vectors)
-        return await _reinforced(store, ctx, index)
+        return await asyncio.to_thread(ws.ensure, [q.text for q in queries], vectors)
     cached = MemoryIndex.fresh(
         store, user_id=ctx.user_id, conversation_id=ctx.conversation_id, refresh_seconds=ctx.snapshot_refresh_s
     )
     if cached is not None and cached.window_widths == ctx.window_widths:
-        return await _reinforced(store, ctx, cached)
-    return await _reinforced(
+        return cached
+    return await asyncio.to_thread(
+        MemoryIndex.load,
         store,
-        ctx,
-        await asyncio.to_thread(
-            MemoryIndex.load,
-            store,
-            user_id=ctx.user_id,
-            conversation_id=ctx.conversation_id,
-            refresh_seconds=ctx.snapshot_refresh_s,
-            window_widths=ctx.window_widths,
-            freeze=ctx.gc_freeze,
-        ),
+        user_id=ctx.user_id,
+        conversation_id=ctx.conversation_id,
+        refresh_seconds=ctx.snapshot_refresh_s,
+        window_widths=ctx.window_widths,
+        freeze=ctx.gc_freeze,
     )
 
 
@@ -204,18 +217,13 @@ def bounds(ctx: Context) -> Bounds:
     )
 
 
-def forget_sizes(store: Any) -> None:
-    """Drop the scope sizes checked on one store (closed or released: a later store may get its ``id``)."""
-    drop_store_keys(_SIZES, _SIZES_LOCK, store)
-
-
 async def _is_large(store: MemoryStore, ctx: Context) -> bool:
     """Whether the searched scope holds more than ``snapshot_max_turns`` raw turns (re-checked every
     ``snapshot_refresh_s``); a scope that grew past it drops its whole-memory snapshot.
     """
-    key = (id(store), ctx.user_id, ctx.conversation_id, ctx.snapshot_max_turns)
-    with _SIZES_LOCK:
-        seen = _SIZES.get(key)
+    caches, key = store.caches, (ctx.user_id, ctx.conversation_id, ctx.snapshot_max_turns)
+    with caches.sizes_lock:
+        seen = caches.sizes.get(key)
     # A large scope is re-checked less often: the check reads up to snapshot_max_turns ids (from the word index
     # when embedded, 25 ms at 1M turns; from Chroma on a server, 12 s at 100k),
     # and the bounded path is correct at any size, so a scope that shrank only costs speed for a while.
@@ -230,8 +238,8 @@ async def _is_large(store: MemoryStore, ctx: Context) -> bool:
     if seen is not None and not seen[1] and held is not None and len(held.turns) <= ctx.snapshot_max_turns:
         # the whole-memory snapshot is kept up to date (this process's writes in place, other processes'
         # by its own count check), so its size answers without reading ids from the store
-        with _SIZES_LOCK:
-            _SIZES[key] = (time.monotonic(), False)
+        with caches.sizes_lock:
+            caches.sizes[key] = (time.monotonic(), False)
         return False
     large = await asyncio.to_thread(
         store.holds_more_than,
@@ -240,8 +248,8 @@ async def _is_large(store: MemoryStore, ctx: Context) -> bool:
         user_id=ctx.user_id,
         conversation_id=ctx.conversation_id,
     )
-    with _SIZES_LOCK:
-        _SIZES[key] = (time.monotonic(), large)
+    with caches.sizes_lock:
+        caches.sizes[key] = (time.monotonic(), large)
     if large:
         forget_snapshot(store, ctx.user_id, ctx.conversation_id)
     return large
@@ -255,19 +263,21 @@ async def _reinforced(store: MemoryStore, ctx: Context, index: MemoryIndex) -> M
 
 
 async def embed_texts(store: MemoryStore, texts: list[str], *, keep: int) -> np.ndarray:
-    """Query vectors in one batch; repeated texts come from an in-process cache of the latest ``keep``."""
-    key_of = id(store.embeddings)
-    with _VECTORS_LOCK:
-        missing = [t for t in dict.fromkeys(texts) if (key_of, t) not in _VECTORS]
+    """Query vectors in one batch; repeated texts come from the store's cache of the latest ``keep``
+    (``store.caches.vectors``: a store has one embedder).
+    """
+    caches = store.caches
+    with caches.vectors_lock:
+        missing = [t for t in dict.fromkeys(texts) if t not in caches.vectors]
     if missing:
         vecs = await asyncio.to_thread(store.embeddings.embed_documents, missing)
-        with _VECTORS_LOCK:
+        with caches.vectors_lock:
             for text, vec in zip(missing, vecs, strict=True):
-                _VECTORS[(key_of, text)] = np.asarray(vec, dtype=np.float32)
-            while len(_VECTORS) > keep:
-                _VECTORS.popitem(last=False)
-    with _VECTORS_LOCK:
-        return np.stack([_VECTORS[(key_of, t)] for t in texts]) if texts else np.zeros((0, 1))
+                caches.vectors[text] = np.asarray(vec, dtype=np.float32)
+            while len(caches.vectors) > keep:
+                caches.vectors.popitem(last=False)
+    with caches.vectors_lock:
+        return np.stack([caches.vectors[t] for t in texts]) if texts else np.zeros((0, 1))
 
 
 async def query_vectors(ctx: Context, store: MemoryStore, queries: list[Query]) -> np.ndarray:

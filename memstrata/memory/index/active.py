@@ -4,7 +4,8 @@ Each is a :class:`~memstrata.memory.index.snapshot.MemoryIndex` over every searc
 that hold the tier's records, and the entities, tree nodes, themes and personas of their conversations
 (:meth:`WorkingSet.hold_sessions`), so a search of it scores as the whole-memory snapshot would score that part.
 They are small (``tier_recent_sessions`` sessions plus at most ``tier_pivotal + tier_buffer`` records' sessions)
-and held per process; the archive is searched through the bounded path (:mod:`memstrata.memory.index.bounded`).
+and held per process on the store (``store.caches.tiers``, within ``Context.cache_mb``); the archive is searched
+through the bounded path (:mod:`memstrata.memory.index.bounded`).
 
 Which records are active is read from the counters store every ``refresh_seconds`` at most (``Context.tier_refresh_s``):
 a query's promotions and demotions are written at once, but the held snapshots take them at that refresh, not after
@@ -20,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,7 +28,7 @@ from typing import Any
 
 from memstrata.context import default
 from memstrata.memory.index.bounded import Bounds, WorkingSet
-from memstrata.memory.index.snapshot import MemoryIndex, drop_store_keys
+from memstrata.memory.index.snapshot import MemoryIndex
 
 CACHE, BUFFER = "cache", "buffer"
 
@@ -40,10 +40,6 @@ class _Held:
     sessions: dict[int, tuple[str, ...]]  # depth -> the session keys of its records
     sets: dict[int, WorkingSet] = field(default_factory=dict)
     version: int = -1
-
-
-_HELD: dict[tuple[int, str, str | None], _Held] = {}
-_LOCK = threading.Lock()
 
 
 def active_sessions(rows: Sequence[Any]) -> dict[int, tuple[str, ...]]:
@@ -70,7 +66,7 @@ def active_index(
     joined are read and added, and it is built again only when more than half as many as are wanted left it
     (a demoted record's session stays searchable until then, which costs a little time and no recall).
     """
-    with _LOCK:
+    with store.caches.tiers_lock:
         held = _refreshed(store, user_id, conversation_id, refresh_seconds)
         keys = held.sessions.get(depth, ())
         if not keys:
@@ -84,14 +80,15 @@ def active_index(
 
 
 def _refreshed(store: Any, user_id: str, conversation_id: str | None, refresh_seconds: float) -> _Held:
-    key = (id(store), user_id, conversation_id)
+    """The held tiers of one scope, read again when due; called under ``store.caches.tiers_lock``."""
+    tiers, key = store.caches.tiers, (user_id, conversation_id)
     version = store.versions.get(user_id)
-    held = _HELD.get(key)
+    held = tiers.get(key)
     if held is not None and held.version == version and time.monotonic() - held.checked <= refresh_seconds:
         return held
     rows = store.counters.active(user_id, conversation_id=conversation_id)
     if held is None or held.version != version:  # this process wrote units: every snapshot is built again
-        held = _HELD[key] = _Held(time.monotonic(), rows, active_sessions(rows), version=version)
+        held = tiers[key] = _Held(time.monotonic(), rows, active_sessions(rows), version=version)
     else:
         held.checked, held.rows, held.sessions = time.monotonic(), rows, active_sessions(rows)
     return held
@@ -105,7 +102,7 @@ def held_active(store: Any, *, user_id: str, conversation_id: str | None, refres
     is a user-wide read, about 1.4 s on a server store of 100k turns. Another process's moves are seen after
     the next refresh.
     """
-    with _LOCK:
+    with store.caches.tiers_lock:
         return list(_refreshed(store, user_id, conversation_id, refresh_seconds).rows)
 
 
@@ -113,9 +110,10 @@ def note_moves(store: Any, user_id: str, rows: Sequence[Any]) -> None:
     """Take this process's new counters of some records (after a use wrote them) into the held active rows of the
     user, in every held scope they belong to; the held sessions still change only at the next refresh.
     """
-    with _LOCK:
-        for (store_id, user, conversation_id), held in _HELD.items():
-            if store_id != id(store) or user != user_id:
+    caches = store.caches
+    with caches.tiers_lock:
+        for (user, conversation_id), held in caches.tiers.items():
+            if user != user_id:
                 continue
             by_item = {c.item: c for c in held.rows}
             for c in rows:
@@ -127,18 +125,14 @@ def note_moves(store: Any, user_id: str, rows: Sequence[Any]) -> None:
             held.rows = list(by_item.values())
 
 
-def forget_active(store: Any) -> None:
-    """Drop every held active tier of one store (it is being closed)."""
-    drop_store_keys(_HELD, _LOCK, store)
-
-
 def refresh_tiers(store: Any, user_id: str) -> None:
     """Have the user's next tiered read re-read which records are active, as ``tier_refresh_s`` would (a bench
     models a pause this way); the held snapshots are kept and take only the sessions that joined or left.
     """
-    with _LOCK:
-        for key, held in _HELD.items():
-            if key[0] == id(store) and key[1] == user_id:
+    caches = store.caches
+    with caches.tiers_lock:
+        for key, held in caches.tiers.items():
+            if key[0] == user_id:
                 held.checked = float("-inf")
 
 

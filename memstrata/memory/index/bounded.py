@@ -48,7 +48,6 @@ import functools
 import re
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -59,8 +58,7 @@ import numpy as np
 
 from memstrata.context import default
 from memstrata.memory import levels
-from memstrata.memory.index.sessions import session_cache
-from memstrata.memory.index.snapshot import MemoryIndex, drop_store_keys, kind_table
+from memstrata.memory.index.snapshot import MemoryIndex, kind_table
 from memstrata.memory.levels import TreeNode
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]{3,}")
@@ -141,10 +139,7 @@ _READERS = 4  # threads reading candidates from Chroma at once
 # a tier's sessions per read: a read's reply (JSON, vectors as lists) is held whole while it is parsed; a tier of
 # 199 sessions on a 100k-turn server store peaked about 0.4 GB lower read 25 at a time than 200 at a time
 _HELD_SESSIONS_PER_READ = 25
-_RUNS = 8  # working sets kept per process (one per retrieval run in flight)
-_RUN_CACHE: OrderedDict[tuple[int, str, str | None, str], WorkingSet] = OrderedDict()
-_RUN_LOCK = threading.Lock()
-_LATEST: dict[tuple[int, str, str | None, int], tuple[float, datetime | None]] = {}
+_RUNS = 8  # working sets kept per store (one per retrieval run in flight)
 
 
 @dataclass(frozen=True)
@@ -392,10 +387,11 @@ class WorkingSet:
 
     def _latest(self) -> datetime | None:
         """The latest time of the user's memory, from the year nodes of the tree (few; cached per version)."""
-        key = (id(self.store), self.user_id, self.conversation_id, self.version)
-        with _RUN_LOCK:
-            if key in _LATEST and time.monotonic() - _LATEST[key][0] < self.bounds.latest_seconds:
-                return _LATEST[key][1]
+        caches, key = self.store.caches, (self.user_id, self.conversation_id, self.version)
+        with caches.runs_lock:
+            seen = caches.latest.get(key)
+            if seen is not None and time.monotonic() - seen[0] < self.bounds.latest_seconds:
+                return seen[1]
         found = (
             self.store.get(
                 "tree_node",
@@ -410,8 +406,8 @@ class WorkingSet:
         self.reads += 1
         ends = [e for r in found if (e := TreeNode.model_validate(r.payload).span()[1])]
         latest = max(ends) if ends else None
-        with _RUN_LOCK:
-            _LATEST[key] = (time.monotonic(), latest)
+        with caches.runs_lock:
+            caches.latest[key] = (time.monotonic(), latest)
         return latest
 
     def _load_sessions(self, ranked: list[list[Any]]) -> None:
@@ -432,7 +428,7 @@ class WorkingSet:
         if not wanted:
             return
         kinds = [lv.kind for lv in levels.levels(searched=True) if lv.role in ("raw", "view")]
-        cache = session_cache(self.store)
+        cache = self.store.caches.sessions
         cached, to_read = cache.take(
             self.store, user_id=self.user_id, conversation_id=self.conversation_id, keys=wanted, kinds=kinds
         )
@@ -505,11 +501,6 @@ class WorkingSet:
         return index
 
 
-def forget_latest(store: Any) -> None:
-    """Drop the latest times cached for one store (closed or released: a later store may get its ``id``)."""
-    drop_store_keys(_LATEST, _RUN_LOCK, store)
-
-
 def _one(read: Callable[..., list[Any]], *args: Any, **kwargs: Any) -> list[list[Any]]:
     """A read that returns one list, as a list of lists like :meth:`VectorStore.nearest`."""
     return [read(*args, **kwargs)]
@@ -528,22 +519,22 @@ def working_set(
     bounds: Bounds,
     window_widths: Sequence[int] = default("window_widths"),
 ) -> WorkingSet:
-    """The working set of one retrieval run (kept until the run's answer releases it, :func:`release_run`;
-    at most the last ``_RUNS`` runs of this process).
+    """The working set of one retrieval run (kept on the store, ``store.caches.runs``, until the run's answer
+    releases it, :func:`release_run`; at most the last ``_RUNS`` runs of the store).
 
     A write by this process since the set was made starts a new one, so a query after a write sees it.
     """
-    key = _run_key(store, user_id, conversation_id, run)
-    with _RUN_LOCK:
-        found = _RUN_CACHE.get(key)
+    caches, key = store.caches, (user_id, conversation_id, run)
+    with caches.runs_lock:
+        found = caches.runs.get(key)
         if found is None or found.version != store.versions.get(user_id) or found.bounds != bounds:
             found = WorkingSet(
                 store, user_id=user_id, conversation_id=conversation_id, bounds=bounds, window_widths=window_widths
             )
-            _RUN_CACHE[key] = found
-        _RUN_CACHE.move_to_end(key)
-        while len(_RUN_CACHE) > _RUNS:
-            _RUN_CACHE.popitem(last=False)
+            caches.runs[key] = found
+        caches.runs.move_to_end(key)
+        while len(caches.runs) > _RUNS:
+            caches.runs.popitem(last=False)
         return found
 
 
@@ -553,9 +544,6 @@ def release_run(store: Any, *, user_id: str, conversation_id: str | None, run: s
     The run's last node calls it, so a process holds the working sets of the runs in flight only; the
     ``_RUNS`` bound stays for runs that stopped before their end.
     """
-    with _RUN_LOCK:
-        return _RUN_CACHE.pop(_run_key(store, user_id, conversation_id, run), None) is not None
-
-
-def _run_key(store: Any, user_id: str, conversation_id: str | None, run: str) -> tuple[int, str, str | None, str]:
-    return id(store), user_id, conversation_id, run
+    caches = store.caches
+    with caches.runs_lock:
+        return caches.runs.pop((user_id, conversation_id, run), None) is not None

@@ -5,7 +5,8 @@ A bounded retrieval (:mod:`memstrata.memory.index.bounded`) loads up to
 is about a third of its time on a large store: Chroma returns each record's
 metadata with its JSON payload. Questions of one user come back to the same
 sessions, so this process keeps the last sessions it read, up to
-``Bounds.cached_units`` records in all, least recently used dropped first.
+``Bounds.cached_units`` records in all, least recently used dropped first (one cache per store,
+``store.caches.sessions``; a user dropped from the store's caches by ``Context.cache_mb`` loses its sessions too).
 
 Nothing stale is served. Before cached sessions are used, one ids-only read per
 kind (no payload, a few tens of milliseconds) lists the units those sessions hold
@@ -17,7 +18,7 @@ records it as a reset); another process's is seen once its sessions leave the
 cache.
 
 Example:
-    >>> cache = SessionCache()  # one per store: session_cache(store)
+    >>> cache = SessionCache()  # one per store: store.caches.sessions
     >>> cache.units
     0
 """
@@ -25,7 +26,6 @@ Example:
 from __future__ import annotations
 
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -94,24 +94,15 @@ class SessionCache:
         self._versions[user_id] = version
 
     def forget(self, user_id: str | None = None) -> None:
-        """Drop the sessions of one user (of every user when ``None``)."""
+        """Drop the sessions of one user (of every user when ``None``), and the write version last seen of it."""
         with self._lock:
             for key in [k for k in self._entries if user_id in (None, k[0])]:
                 self.units -= _size(self._entries.pop(key))
+            if user_id is None:
+                self._versions.clear()
+            else:
+                self._versions.pop(user_id, None)
 
 
 def _size(by_kind: dict[str, list[Any]] | None) -> int:
     return sum(len(v) for v in (by_kind or {}).values())
-
-
-_CACHES: weakref.WeakKeyDictionary[Any, SessionCache] = weakref.WeakKeyDictionary()
-_CACHES_LOCK = threading.Lock()
-
-
-def session_cache(store: Any) -> SessionCache:
-    """The session cache of one store object (it goes when the store goes)."""
-    with _CACHES_LOCK:
-        found = _CACHES.get(store)
-        if found is None:
-            found = _CACHES[store] = SessionCache()
-        return found

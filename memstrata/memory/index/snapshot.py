@@ -1,7 +1,8 @@
 """The search snapshot of one user's memory (optionally one conversation), built per registered kind.
 
 Chroma is the store of record. For query latency, every searched kind of
-:mod:`memstrata.memory.levels` is loaded once per process into a
+:mod:`memstrata.memory.levels` is loaded once per process and store (kept in ``store.caches``,
+:mod:`memstrata.memory.index.caches`, within ``Context.cache_mb``) into a
 :class:`KindTable` (its units, their vectors and, for ``event`` kinds, BM25
 over their text). The raw kind gets what turn search needs on top: neighbour
 links, the aligned vectors of every ``view`` kind, and BM25 over each turn,
@@ -43,9 +44,6 @@ from memstrata.memory.index.bm25 import Bm25, tokenize
 from memstrata.memory.index.rows import Rows
 from memstrata.memory.levels import Level, Turn
 from memstrata.memory.models import Unit
-
-_CACHE: dict[tuple[int, str, str | None], MemoryIndex] = {}
-_CACHE_LOCK = threading.Lock()
 
 
 class KindTable:
@@ -245,8 +243,7 @@ class MemoryIndex:
         cls, store: Any, *, user_id: str, conversation_id: str | None = None, refresh_seconds: float = 5.0
     ) -> MemoryIndex | None:
         """The cached snapshot when it needs no I/O to trust (same version, checked recently), else ``None``."""
-        with _CACHE_LOCK:
-            cached = _CACHE.get((id(store), user_id, conversation_id))
+        cached = cached_snapshot(store, user_id, conversation_id)
         if (
             cached is not None
             and cached.version == store.versions.get(user_id)
@@ -266,10 +263,11 @@ class MemoryIndex:
         window_widths: Sequence[int] = default("window_widths"),
         freeze: bool = False,
     ) -> MemoryIndex:
-        """The cached snapshot, updated in place after this process's writes, rebuilt after other processes'."""
-        key = (id(store), user_id, conversation_id)
-        with _CACHE_LOCK:
-            cached = _CACHE.get(key)
+        """The cached snapshot, updated in place after this process's writes, rebuilt after other processes'.
+
+        Snapshots are kept on the store (``store.caches``, :mod:`memstrata.memory.index.caches`).
+        """
+        cached = cached_snapshot(store, user_id, conversation_id)
         if cached is not None and cached.window_widths == tuple(window_widths):
             with cached.lock:
                 version = store.versions.get(user_id)
@@ -283,8 +281,9 @@ class MemoryIndex:
                         return cached
         version = store.versions.get(user_id)
         index = cls.build(store, user_id, conversation_id, version=version, window_widths=window_widths)
-        with _CACHE_LOCK:
-            _CACHE[key] = index
+        caches = store.caches
+        with caches.snapshots_lock:
+            caches.snapshots[(user_id, conversation_id)] = index
         if freeze:
             _settle_gc()
         return index
@@ -463,20 +462,6 @@ class MemoryIndex:
         return [v @ qvec if len(self.turns) else np.zeros(0) for v in self.views]
 
 
-def forget_store(store: Any) -> None:
-    """Drop every cached snapshot of one store."""
-    drop_store_keys(_CACHE, _CACHE_LOCK, store)
-
-
-def drop_store_keys(cache: dict[Any, Any], lock: threading.Lock, store: Any) -> None:
-    """Drop a per-process cache's entries of one store (keys that start with its ``id``, which a store opened
-    after it closed can get).
-    """
-    with lock:
-        for key in [k for k in cache if k[0] == id(store)]:
-            del cache[key]
-
-
 def _settle_gc() -> None:
     """Take a new whole-memory snapshot out of the garbage collector's scans (``gc.freeze``).
 
@@ -493,14 +478,16 @@ def _settle_gc() -> None:
 
 def cached_snapshot(store: Any, user_id: str, conversation_id: str | None) -> MemoryIndex | None:
     """The whole-memory snapshot this process holds for one scope, if any (however old)."""
-    with _CACHE_LOCK:
-        return _CACHE.get((id(store), user_id, conversation_id))
+    caches = store.caches
+    with caches.snapshots_lock:
+        return caches.snapshots.get((user_id, conversation_id))
 
 
 def forget_snapshot(store: Any, user_id: str, conversation_id: str | None) -> None:
     """Drop one scope's cached snapshot (it grew past the whole-memory path)."""
-    with _CACHE_LOCK:
-        _CACHE.pop((id(store), user_id, conversation_id), None)
+    caches = store.caches
+    with caches.snapshots_lock:
+        caches.snapshots.pop((user_id, conversation_id), None)
 
 
 def _counts(store: Any, user_id: str, conversation_id: str | None) -> tuple[int, ...]:

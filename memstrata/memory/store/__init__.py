@@ -11,7 +11,9 @@
 - ``journal``: what a user updated or deleted (:mod:`memstrata.memories`), in the same place;
 - ``tombstones``: the ids and content hashes (never the text) of deleted and replaced turns, so no later write brings
   them back (:mod:`~memstrata.memory.store.tombstones`);
-- ``tier_state``: per user, the persona anchor of HMO's drift gate (:mod:`memstrata.nodes.ingest.tiers`).
+- ``tier_state``: per user, the persona anchor of HMO's drift gate (:mod:`memstrata.nodes.ingest.tiers`);
+- ``caches``: what this process's searches keep of the store per user, within ``Context.cache_mb``
+  (:mod:`memstrata.memory.index.caches`), cleared by :meth:`MemoryStore.close`.
 
 All three build filters and keys with :mod:`~memstrata.memory.store.tenant`, and
 :meth:`MemoryStore.delete_user` clears a user from all three.
@@ -30,6 +32,7 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
+from memstrata.memory.index.caches import SearchCaches
 from memstrata.memory.store.counters import CounterStore
 from memstrata.memory.store.edges import Edge, EdgeStore
 from memstrata.memory.store.sequences import Sequences
@@ -68,6 +71,14 @@ class MemoryStore(VectorStore):
         self.journal = open_table("journal", path=folder, client=self.client)  # what was updated or deleted
         self.tombstones = Tombstones(open_table("tombstones", path=folder, client=self.client))
         self.tier_state = open_table("tier_state", path=folder, client=self.client)  # HMO's persona anchor per user
+        self.caches = SearchCaches()  # what this process's searches keep of it, per user (cleared by close)
+
+    def close(self) -> None:
+        """Drop every search cache this process holds of the store (:class:`SearchCaches`), then hand back what an
+        embedded store's Chroma client holds (:meth:`VectorStore.close`). A later use reads everything again.
+        """
+        self.caches.clear()
+        super().close()
 
     def tables(self) -> dict[str, Table]:
         """Every record table of the store, by name."""
