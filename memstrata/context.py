@@ -213,6 +213,22 @@ class Context:
         dict[str, str], _s("llm", 'overrides of prompt constants by name, e.g. {"REFLECT_PROMPT": "..."}')
     ] = field(default_factory=dict)
     generate_answer: Annotated[bool, _s("llm", "with a model, write an answer (retrieve turns this off)")] = True
+    llm_retrieval: Annotated[
+        Literal["full", "chat"],
+        _s(
+            "llm",
+            "with a model: 'full' lets it plan, self-check, select and follow up during retrieval; 'chat' "
+            "retrieves offline and makes one streamed answer call (the chat preset)",
+        ),
+    ] = "full"
+    llm_depth: Annotated[
+        int | None,
+        _s(
+            "llm",
+            "sequential model calls one query makes up to its first answer token, at most (parallel branches "
+            "count once); a step that would leave no room for the answer runs its offline method (None: no bound)",
+        ),
+    ] = 4
     # ---- planning (H-Mem) -------------------------------------------------------------
     max_sub_queries: Annotated[int, _s("planning", "the original query plus sub-queries, at most")] = 4
     sub_query_weight: Annotated[float, _s("planning", "score weight of a sub-query relative to the original")] = 0.95
@@ -253,6 +269,15 @@ class Context:
         float, _s("gate", "offline: share of the question's words the light evidence must cover")
     ] = 0.999
     gate_texts: Annotated[int, _s("gate", "offline: best light turns whose words count for coverage")] = 15
+    light_check: Annotated[
+        Literal["streamed", "structured"],
+        _s(
+            "gate",
+            "with a model and an answer to write: 'streamed' makes the light self-check and the light answer one "
+            "streamed call, which ends the query; 'structured' is HyMem's Algorithm 1 as published (a structured "
+            "verdict whose light answer reflection grades)",
+        ),
+    ] = "streamed"
     # ---- HyMem deep module ------------------------------------------------------------------
     coarse_n: Annotated[int, _s("deep", "Level-1 events the deep module considers (HyMem N)")] = 30
     llm_batch_size: Annotated[int, _s("deep", "Level-1 entries per parallel LLM selection branch (HyMem d)")] = 10
@@ -341,6 +366,10 @@ class Context:
     ] = (0, 1, 2, 4, 8)
     # ---- packing ----------------------------------------------------------------------------------
     context_budget: Annotated[int, _s("packing", "tokens of the returned context (MiniLM tokenizer)")] = 1500
+    exclude_turns: Annotated[
+        tuple[str, ...],
+        _s("packing", "ids of turns left out of the context (those a chat's thread already shows the model)"),
+    ] = ()
     diversity: Annotated[
         float, _s("packing", "MMR penalty on turns similar to ones already ranked; 0 ranks by score alone")
     ] = 0.15

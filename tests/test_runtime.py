@@ -66,7 +66,8 @@ async def test_with_a_model_the_fan_out_branches_open_once_each(data_dir, hash_e
         gate=[{"finished": 2, "answer": ""}],
         follow_up=[{"missing": True, "query": "Priya manager Rui"}, {"missing": False}],
     )
-    runs, trace = await _node_runs(mem, "Where does Priya work?", model=model, llm_batch_size=5)
+    paper = {"llm_depth": None, "light_check": "structured"}  # every step may ask the model
+    runs, trace = await _node_runs(mem, "Where does Priya work?", model=model, llm_batch_size=5, **paper)
     assert runs["select_level1"] >= 2 and runs["follow_up"] >= 1 and runs["search_missing"] >= 1
     _one_open_per_node_run(trace["runtime_opens"], runs)
 

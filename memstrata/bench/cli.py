@@ -304,6 +304,47 @@ def chat(
     Console().print(f"wrote {out} and {plot}")
 
 
+@bench_app.command("chat-turn")
+def chat_turn(
+    latency_ms: Annotated[float, typer.Option(min=0, help="each model call waits this long before replying")] = 500.0,
+    reader: Annotated[
+        str | None,
+        typer.Option(help="the base URL of an OpenAI-compatible server (default: a scripted reader)"),
+    ] = None,
+    reader_model: Annotated[str, typer.Option(help="model name sent to a --reader URL")] = "smollm2",
+    modes: Annotated[
+        str | None, typer.Option(help="comma-separated, from light,deep,chat,paper-light,paper-deep (default: all)")
+    ] = None,
+    repeats: Annotated[int, typer.Option(min=1, help="times each question is asked in each mode")] = 1,
+    out: Annotated[Path, typer.Option(help="results JSON")] = Path("benchmarks/results/chat_turn.json"),
+) -> None:
+    """A chat turn in LLM mode: time to the first answer token, sequential model calls and calls per turn."""
+    import asyncio
+
+    from rich.table import Table
+
+    from memstrata.bench.chat_turn import run_chat_turn
+
+    limit_blas(BLAS_THREADS)
+    result = asyncio.run(
+        run_chat_turn(
+            latency_ms=latency_ms, reader=reader, reader_name=reader_model, modes=_split(modes), repeats=repeats
+        )
+    )
+    result["command"] = command_line()
+    result["provenance"] = provenance(result["command"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    table = Table(title=f"a chat turn, {result['reader']} reader, {latency_ms:g} ms a call (medians)")
+    columns = ("ttft_s", "total_s", "calls_before_first_token", "sequential_calls_max", "calls", "prompt_tokens")
+    for name in ("mode", *columns):
+        table.add_column(name)
+    for mode, row in result["modes"].items():
+        table.add_row(mode, *(str(row["summary"][c]) for c in columns))
+    Console().print(table)
+    Console().print(f"wrote {out}")
+
+
 @bench_app.command("scale")
 def scale(
     path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="locomo10.json")],

@@ -12,8 +12,9 @@ measured without depending on how good a real model is:
 * the deep selection picks exactly the entries whose episodes hold gold turns;
 * reflection passes iff the graded answer cites every gold turn, and the oracle's
   own answers cite exactly the gold turns that were in what they read;
-* decomposition, scope and the missing-info query reply with what the offline
-  method produces for the same input, and the answers are short cited sentences,
+* the plan (decomposition) and the missing-info query reply with what the offline
+  method produces for the same input (the plan leaves scopes and time windows to
+  the offline rules), and the answers are short cited sentences,
   so those calls are metered at realistic sizes.
 
 Completion tokens are counted by the local tokenizer from its scripted output
@@ -34,9 +35,8 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from memstrata.memory.plan.rules import anchored_follow_up, decompose_query, expand_query, predict_scope
+from memstrata.memory.plan.rules import anchored_follow_up, decompose_query, expand_query
 from memstrata.memory.search.query import Hit
-from memstrata.memory.timeparse import parse_timestamp
 from memstrata.testing import ScriptedChatModel
 
 _ROLE = re.compile(r"<role>(.*?)</role>", re.S)
@@ -44,8 +44,8 @@ _LINE = re.compile(r"^\[(?P<id>[^\]·]+?)(?: · (?P<time>[^\]]+))?\] (?P<speaker
 _CITED = re.compile(r"\b(D\d+:\d+)\b")
 _NODES = {
     "DECOMPOSE_PROMPT": "decompose",
-    "SCOPE_PROMPT": "predict_scope",
     "LIGHT_ANSWER_PROMPT": "gate",
+    "LIGHT_CHECK_PROMPT": "gate_check",
     "SELECT_PROMPT": "select_level1",
     "FOLLOW_UP_PROMPT": "follow_up",
     "DEPENDENT_PROMPT": "rewrite_dependent",
@@ -91,8 +91,8 @@ class OracleReader:
         system, user = str(messages[0].content), str(messages[1].content)
         handlers = {
             "decompose": lambda: self.plan(user, system),
-            "predict_scope": lambda: self.scopes(user, system),
             "gate": lambda: self.light_verdict(_section(user, "memory")),
+            "gate_check": lambda: self.checked(_section(user, "memory")),
             "select_level1": lambda: self.selection(_section(user, "memory")),
             "follow_up": lambda: self.sub_answer(user),
             "rewrite_dependent": lambda: self.rewrite(user),
@@ -127,6 +127,11 @@ class OracleReader:
         shown = list(dict.fromkeys(s for t in self.gold for s in self._linking(t) if s in memory))
         words = " ".join(" ".join(shown).split()[:60])
         return {"finished": 0, "answer": f"{words} " + " ".join(f"[{t}]" for t in self.gold)}
+
+    def checked(self, memory: str) -> str:
+        """The streamed self-check: ``ANSWER`` and the light answer on the next line, or ``SEARCH``."""
+        verdict = self.light_verdict(memory)
+        return f"ANSWER\n{verdict['answer']}" if verdict["finished"] == 0 else "SEARCH"
 
     def selection(self, memory: str) -> dict[str, Any]:
         """The deep selection: the ids of the ``memory`` lines that end with a summary linking to a gold turn."""
@@ -180,24 +185,6 @@ class OracleReader:
         return {
             "sub_queries": [{"id": q.id, "question": q.text} for q in parts] or [{"id": "q1", "question": question}]
         }
-
-    def scopes(self, user: str, system: str) -> dict[str, Any]:
-        """The scope predictions: the offline ``predict_scope`` scope and date range of each listed sub-question."""
-        when = re.search(r"reference date (.+?)\.\s", system)
-        now = parse_timestamp(when.group(1)) if when else None
-        items = []
-        for line in _section(user, "sub_questions").splitlines():
-            qid, _, text = line.partition(": ")
-            scope, hint = predict_scope(text, now=now)
-            items.append(
-                {
-                    "id": qid,
-                    "scope": scope,
-                    "start_date": hint.start.date().isoformat() if hint else None,
-                    "end_date": hint.end.date().isoformat() if hint else None,
-                }
-            )
-        return {"items": items}
 
 
 def summary_links(index: Any, kind: str = "summary") -> dict[str, set[str]]:

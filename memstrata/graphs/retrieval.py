@@ -5,9 +5,11 @@ backtrack_level2 -> follow_up -> search_missing -> next_wave -> (lookup_level1 f
 Wiring only; the steps live in :mod:`memstrata.nodes.retrieve`. ``gate``, ``next_wave``
 and ``reflect`` route with ``Command``. ``select_level1`` is the ``Send`` fan-out of the
 deep module's LLM selection (LLM mode only); ``follow_up`` is one ``Send`` branch per
-active sub-query; ``search_missing`` then searches the missing-info queries they asked for. With a model, a light
-answer skips the deep module and the
-follow-up and goes on to reflection (HyMem's Algorithm 1).
+active sub-query; ``search_missing`` then searches the missing-info queries they asked for. With a model,
+``decompose`` plans the query in one call (sub-queries with their scopes and time windows; ``predict_scope`` makes
+no call), and a light answer skips the deep module and the follow-up: streamed by the gate's self-check, it ends
+the query (``light_check="structured"``: it goes on to reflection, HyMem's Algorithm 1). ``llm_depth`` bounds the
+model calls made one after another before the answer (:mod:`memstrata.nodes.retrieve.depth`).
 """
 
 from __future__ import annotations

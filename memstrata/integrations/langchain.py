@@ -44,7 +44,9 @@ from langchain_core.tools import BaseTool
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from memstrata.client import Memstrata
+from memstrata.integrations.cite import citation, persona_lines, render_grouped, within_budget
 from memstrata.integrations.tenant import default_user, run_tenant
+from memstrata.memory.tokens import TokenCounter
 from memstrata.result import Evidence, RetrievalResult
 
 T = TypeVar("T")
@@ -61,19 +63,23 @@ TOOL_DESCRIPTION = (
 def evidence_document(evidence: Evidence) -> Document:
     """One cited turn as a ``Document``: ``"speaker: text"`` plus its provenance and scores.
 
+    ``citation`` is the one form every integration shows a model, ``[s<session>:t<turn>]``
+    (:mod:`memstrata.integrations.cite`); ``turn_id`` is the id the turn is stored under.
+
     Example:
         >>> ev = Evidence(
-        ...     turn_id="s1:t6",
+        ...     turn_id="8b0c2d4e-0000-4000-8000-000000000000",
         ...     conversation_id="c",
         ...     session_id="1",
+        ...     position=6,
         ...     speaker="Priya",
         ...     text="I work at Tidewater Labs.",
         ...     level="level2",
         ...     score=0.8,
         ... )
         >>> doc = evidence_document(ev)
-        >>> doc.page_content, doc.metadata["citation"], doc.id
-        ('Priya: I work at Tidewater Labs.', '[s1:t6]', 'c/s1:t6')
+        >>> doc.page_content, doc.metadata["citation"], len(doc.metadata["turn_id"])
+        ('Priya: I work at Tidewater Labs.', '[s1:t6]', 36)
     """
     metadata: dict[str, Any] = {
         "turn_id": evidence.turn_id,
@@ -84,7 +90,7 @@ def evidence_document(evidence: Evidence) -> Document:
         "level": evidence.level,
         "score": evidence.score,
         "score_parts": dict(evidence.score_parts),
-        "citation": f"[{evidence.turn_id}]",
+        "citation": f"[{citation(evidence)}]",
     }
     if evidence.image_caption:
         metadata["image_caption"] = evidence.image_caption
@@ -236,7 +242,24 @@ class MemorySearchTool(BaseTool):
         return self._reply(await self.retriever.aresult(query, config=config))
 
     def _reply(self, result: RetrievalResult) -> tuple[str, list[Document]]:
-        return result.context or NO_MEMORY, self.retriever.documents(result)
+        return cited_context(result, self._budget()) or NO_MEMORY, self.retriever.documents(result)
+
+    def _budget(self) -> int:
+        return self.retriever.context_budget or self.retriever.memory.context("_").context_budget
+
+
+def cited_context(result: RetrievalResult, budget: int) -> str:
+    """The result's evidence grouped by session and cited ``s<session>:t<turn>`` (as the tool's description says),
+    opened by the persona block when the context had one, within ``budget`` tokens.
+
+    The packed context cites each turn by the id it is stored under, which for a message the middleware wrote is
+    its 36-character UUID; this renders the same turns in the one short form.
+    """
+    persona = persona_lines(result.context)
+    room = budget - (TokenCounter().count(persona) + 1 if persona else 0)
+    kept = within_budget(result.evidence, room, render_grouped)
+    body = render_grouped(kept)
+    return "\n".join(part for part in (persona, body) if part)
 
 
 def memory_search_tool(
@@ -387,6 +410,7 @@ __all__ = [
     "MemorySearchInput",
     "MemorySearchTool",
     "MemstrataRetriever",
+    "cited_context",
     "evidence_document",
     "memory_save_tool",
     "memory_search_tool",

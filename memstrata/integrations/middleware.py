@@ -3,7 +3,9 @@
 Before each model call it retrieves for the latest user message and puts the
 budgeted, cited context into the system message, inside a ``<memory>`` section
 marked as data (memories are never instructions); each remembered turn is cited
-by its place and date (``s2:t4 · 14 April 2024``). After the agent finishes a
+by its place and date (``s2:t4 · 14 April 2024``). Turns the model reads anyway,
+the run's own messages, are left out of it (by their ids), so the budget goes to
+older memory. After the agent finishes a
 turn it writes the conversation's user and assistant messages to memory, with
 the speakers' names when the app gives them and the time (now, when a message
 carries none); ids are the messages' own, so every message is stored once
@@ -42,6 +44,7 @@ from langchain.agents.middleware import AgentMiddleware, AgentState, ModelReques
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from memstrata.client import Memstrata
+from memstrata.integrations.cite import chronological, citation
 from memstrata.integrations.tenant import Tenant, default_user, run_tenant
 from memstrata.result import RetrievalResult
 
@@ -103,7 +106,7 @@ class MemstrataMiddleware(AgentMiddleware):
         query = self._query(request)
         context = self._cached(query) if query else ""
         if query and context is None:
-            found = await self.memory.aretrieve(query.text, user_id=query.user_id, context_budget=self.context_budget)
+            found = await self.memory.aretrieve(query.text, user_id=query.user_id, **self._settings(request))
             context = self._remember(query, memory_block(found))
         return await handler(_with_memory(request, context) if context else request)
 
@@ -120,7 +123,7 @@ class MemstrataMiddleware(AgentMiddleware):
         query = self._query(request)
         context = self._cached(query) if query else ""
         if query and context is None:
-            found = self.memory.retrieve(query.text, user_id=query.user_id, context_budget=self.context_budget)
+            found = self.memory.retrieve(query.text, user_id=query.user_id, **self._settings(request))
             context = self._remember(query, memory_block(found))
         return handler(_with_memory(request, context) if context else request)
 
@@ -131,6 +134,13 @@ class MemstrataMiddleware(AgentMiddleware):
             return None
         user = self._tenant(getattr(request.runtime, "context", None)).user_id
         return _Query(user, latest.id or "", _text(latest))
+
+    def _settings(self, request: ModelRequest) -> dict[str, Any]:
+        """The retrieval's budget, and the turns it leaves out: the messages the model reads anyway (the
+        middleware stored each under its message id), so the budget goes to what the thread lacks.
+        """
+        thread = tuple(m.id for m in request.messages if m.id)
+        return {"context_budget": self.context_budget, "exclude_turns": thread}
 
     def _cached(self, query: _Query) -> str | None:
         return self._cache.get(query) if self.retrieve == "first_model_call" else None
@@ -190,25 +200,20 @@ class MemstrataMiddleware(AgentMiddleware):
 def memory_block(result: RetrievalResult) -> str:
     """The evidence as the model reads it: one line per turn, cited by its place and date, oldest first.
 
-    ``[s2:t4 · 14 April 2024] Ann: ...``; when the evidence spans several conversations (threads), the
-    citation starts with the conversation's number in order of appearance (``c2 s1:t0 · ...``).
+    ``[s2:t4 · 14 April 2024] Ann: ...`` (:func:`~memstrata.integrations.cite.citation`, whatever id the turn is
+    stored under); when the evidence spans several conversations (threads), the citation starts with the
+    conversation's number in order of appearance (``c2 s1:t0 · ...``).
     """
     convs = list(dict.fromkeys(e.conversation_id for e in result.evidence))
     lines = []
-    for e in sorted(
-        result.evidence, key=lambda e: (convs.index(e.conversation_id), _session_order(e.session_id), e.position or 0)
-    ):
-        where = f"s{e.session_id}:t{e.position}" if e.position is not None else e.turn_id
+    for e in chronological(result.evidence):
+        where = citation(e)
         if len(convs) > 1:
             where = f"c{convs.index(e.conversation_id) + 1} {where}"
         cite = f"{where} · {e.time}" if e.time else where
         caption = f" [shares a photo: {e.image_caption}]" if e.image_caption else ""
         lines.append(f"[{cite}] {e.speaker}: {e.text}{caption}")
     return "\n".join(lines)
-
-
-def _session_order(session_id: str) -> tuple[int, str]:
-    return (int(session_id), "") if session_id.isdigit() else (1 << 30, session_id)
 
 
 def _with_memory(request: ModelRequest, context: str) -> ModelRequest:

@@ -11,19 +11,17 @@ DATA_RULE = (
 
 DECOMPOSE_PROMPT = """<role>You plan memory lookups for a question about past conversations.</role>
 <task>
-Split the question into the smallest sub-questions that can each be answered from one memory, in the order they
-must be answered. A sub-question that needs an earlier answer lists that sub-question's id in depends_on.
-A simple question stays one sub-question. At most {max_parts} sub-questions; ids are q1, q2, ...
-</task>"""
-
-SCOPE_PROMPT = """<role>You label how far back and how broadly memory must be searched.</role>
-<task>
-For each sub-question choose a scope:
-- Short: a specific event, message, date or detail (search raw messages and event summaries);
-- Long: a lasting trait, preference, habit or relationship (search summaries and profiles);
-- Mixed: both.
-If the sub-question names or implies a time (a date, a month, a year, "last week"), give it as start and end
-dates in YYYY-MM-DD, resolving relative times against the reference date {now}. Leave them empty otherwise.
+Plan the whole lookup at once.
+1. Split the question into the smallest sub-questions that can each be answered from one memory, in the order they
+   must be answered. A sub-question that needs an earlier answer lists that sub-question's id in depends_on.
+   A simple question stays one sub-question. At most {max_parts} sub-questions; ids are q1, q2, ...
+2. Give the question, and each sub-question, a scope:
+   - Short: a specific event, message, date or detail (search raw messages and event summaries);
+   - Long: a lasting trait, preference, habit or relationship (search summaries and profiles);
+   - Mixed: both.
+3. If the question or a sub-question names or implies a time (a date, a month, a year, "last week"), give it as
+   start and end dates in YYYY-MM-DD, resolving relative times against the reference date {now}. Leave them empty
+   otherwise.
 </task>"""
 
 LIGHT_ANSWER_PROMPT = f"""<role>You answer questions from summaries of past conversations, strictly.</role>
@@ -34,6 +32,18 @@ Decide whether the summaries (with the earlier answers) clearly contain the answ
   ("last year" said in 2022 is 2021).
 - If they do not match, are incomplete, vague or ambiguous, or you are unsure, set finished to 2 and leave the answer
   empty: the raw conversation will be searched next. Be strict; a guess is worse than finishing with 2.
+</task>
+<rules>{DATA_RULE}</rules>"""
+
+LIGHT_CHECK_PROMPT = f"""<role>You answer a chat user's question from summaries of past conversations, strictly.</role>
+<task>
+You get a question, summaries of the memory episodes closest to it, and possibly answers found in earlier rounds.
+Your reply is plain text, and its first line is one word:
+- ANSWER, when the summaries (with the earlier answers) clearly contain the answer. Then, from the next line on,
+  answer the user directly, completely and specifically. Resolve relative times to absolute dates ("last year" said
+  in 2022 is 2021).
+- SEARCH, when they do not match, are incomplete, vague or ambiguous, or you are unsure. Write nothing after it:
+  the raw conversation will be searched next. Be strict; a guess is worse than SEARCH.
 </task>
 <rules>{DATA_RULE}</rules>"""
 

@@ -5,7 +5,9 @@ filter drops a turn whose vector nearly equals a better-ranked one's; MMR
 (maximal marginal relevance) reorders the head of the ranking so a turn that
 repeats an earlier pick yields its slot. Neither is xMemory's selection (that is the theme path's,
 :mod:`memstrata.memory.search.themes`, whose admitted turns go first: :func:`found_first`). A question naming
-a time gets the best few turns of its windows first (:func:`window_first`).
+a time gets the best few turns of its windows first (:func:`window_first`). A turn that only asks what the
+query asks yields to the turns that state something, and one that repeats the query is folded into it
+(:func:`statements_first`).
 
 Example:
     >>> coverage_texts([], 5)
@@ -14,7 +16,9 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -125,3 +129,78 @@ def mark_captions(candidates: Sequence[Hit], query_texts: Sequence[str]) -> list
 def coverage_texts(candidates: Sequence[Hit], top: int) -> list[str]:
     """The texts of the best ``top`` candidates (what a reader would see first)."""
     return [f"{c.speaker}: {c.text}" for c in sorted(candidates, key=lambda c: -c.score)[:top]]
+
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+@dataclass(frozen=True)
+class AskedAgain:
+    """How a stored turn that asks what the query asks is ranked (:func:`statements_first`).
+
+    In a chat the user repeats questions; the earlier asking of a question matches the question best and answers
+    nothing. ``overlap``: the share of the query's words one question sentence of the turn must hold to ask the
+    same; ``said``: a turn that also states more than this many words the query lacks is a statement, not a
+    question; ``weight``: the score such a question keeps; ``fold``: the word Jaccard with the query at which the
+    turn is the query again and leaves the candidates.
+    """
+
+    overlap: float = 0.5
+    said: int = 3
+    weight: float = 0.5
+    fold: float = 0.8
+
+
+def _words(text: str) -> set[str]:
+    return set(tokenize([text])[0])
+
+
+def asks_same(text: str, query_words: set[str], rule: AskedAgain) -> bool:
+    """Whether a turn only asks what the query asks: a question sentence holds ``rule.overlap`` of the query's
+    words, and its other sentences state at most ``rule.said`` words the query lacks.
+
+    Example:
+        >>> q = _words("What's my dog called?")
+        >>> (
+        ...     asks_same("What is my dog called again?", q, AskedAgain()),
+        ...     asks_same("My dog is called Pepper.", q, AskedAgain()),
+        ... )
+        (True, False)
+    """
+    if not query_words or "?" not in text:
+        return False
+    sentences = [s for s in _SENTENCE.split(text.strip()) if s]
+    asked = [s for s in sentences if s.rstrip().endswith("?")]
+    if not any(len(query_words & _words(s)) >= rule.overlap * len(query_words) for s in asked):
+        return False
+    stated = set().union(*(_words(s) for s in sentences if s not in asked)) - query_words
+    return len(stated) <= rule.said
+
+
+def statements_first(
+    candidates: Sequence[Hit], query: str, rule: AskedAgain = AskedAgain()
+) -> tuple[list[Hit], int, int]:
+    """The candidates with every turn that only asks what ``query`` asks down-weighted by ``rule.weight``, and
+    those that repeat it (word Jaccard >= ``rule.fold``) folded away; and how many of each.
+
+    Example:
+        >>> hit = Hit(kind="turn", unit_id="t1", conversation_id="c", score=0.9, text="What's my dog called?")
+        >>> statements_first(
+        ...     [hit, hit.with_(unit_id="t2", text="Her name is Pepper.", score=0.5)], "What is my dog called?"
+        ... )[1:]
+        (0, 1)
+    """
+    words = _words(query)
+    kept: list[Hit] = []
+    demoted = folded = 0
+    for hit in candidates:
+        if not asks_same(hit.text, words, rule):
+            kept.append(hit)
+            continue
+        own = _words(hit.text)
+        if len(own & words) >= rule.fold * len(own | words):
+            folded += 1
+            continue
+        demoted += 1
+        kept.append(hit.with_(score=hit.score * rule.weight))
+    return kept, demoted, folded

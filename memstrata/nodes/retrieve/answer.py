@@ -4,7 +4,9 @@ The context is always cited raw turns (what users cite and EVAL.md scores).
 With a model the answer is:
 
 * the light answer, when every round stayed on the light path (HyMem: the
-  summaries sufficed, so no call reads the raw context);
+  summaries sufficed, so no call reads the raw context): streamed by the gate's
+  checked call, or, when it came from a structured decision, relayed to the
+  stream word by word here, so every path streams;
 * otherwise a streamed synthesis over the raw context, the memory pool M of
   intermediate answers and the sub-answers (HyMem's G_gamma and H-Mem's Psi);
 * when ``llm_token_budget`` stopped the query, or cannot afford the synthesis,
@@ -23,10 +25,12 @@ from memstrata.context import Context
 from memstrata.memory.search.light import pending_rows
 from memstrata.memory.search.packing import pack_context
 from memstrata.memory.search.persona import persona_block
-from memstrata.memory.search.selection import found_first, mark_captions, mmr, window_first
+from memstrata.memory.search.query import Hit
+from memstrata.memory.search.selection import found_first, mark_captions, mmr, statements_first, window_first
 from memstrata.memory.search.themes import THEME_FINDERS
 from memstrata.memory.tokens import TokenCounter
 from memstrata.nodes.common import progress
+from memstrata.nodes.retrieve.depth import depth
 from memstrata.nodes.retrieve.prompting import pool_block
 from memstrata.runtime import llm, search
 from memstrata.runtime.llm import CallRecord, Meter
@@ -40,8 +44,9 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     ctx = runtime.context
     run = await open_node(runtime, "answer", state, search_index=True)
     index, step = run.index, run.step
+    candidates, asked = _candidates(state, ctx)
     ranked = mmr(
-        state.get("candidates", []),
+        candidates,
         index,
         penalty=ctx.diversity,
         head=ctx.mmr_head,
@@ -62,6 +67,8 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     text, note = None, "offline: no model configured"
     if step.model is not None and ctx.generate_answer:
         text, note = await _answer_text(state, context, step)
+        if text and note != "streamed" and not _streamed_by_gate(state):
+            await llm.relay_text(text, node="answer")  # an answer written earlier reaches the stream too
     run.end_query()
     calls = [*state.get("llm_calls", []), *step.records]
     trace = build_trace(state, calls, note, tokens, len(ranked), chosen)
@@ -76,6 +83,8 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     tails = open_tail_turns(index)
     evidence = [{**c.evidence(), "open_episode": (c.conversation_id, c.unit_id) in tails} for c in chosen]
     trace["open_episode_turns"] = [e["turn_id"] for e in evidence if e["open_episode"]]
+    trace["asked_again"] = asked
+    trace["sequential_calls"] = depth(state.get("events", [])) + (note == "streamed")  # up to the first token
     return {
         "answer": text,
         "context": context,
@@ -84,6 +93,21 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
         "evidence": evidence,
         "llm_calls": step.records,
     }
+
+
+def _candidates(state: RetrievalState, ctx: Context) -> tuple[list[Hit], dict[str, int]]:
+    """The candidates the context is packed from: without the turns the app's thread already shows
+    (``exclude_turns``), and with the turns that only ask the question again down-weighted or folded.
+    """
+    left_out = set(ctx.exclude_turns)
+    hits = [h for h in state.get("candidates", []) if h.unit_id not in left_out]
+    kept, demoted, folded = statements_first(hits, state["query"])
+    return kept, {"excluded": len(state.get("candidates", [])) - len(hits), "demoted": demoted, "folded": folded}
+
+
+def _streamed_by_gate(state: RetrievalState) -> bool:
+    """Whether the gate's checked call already streamed this query's answer."""
+    return any(e["node"] == "gate" and e.get("streamed") for e in state.get("events", []))
 
 
 def _persona(state: RetrievalState, index: Any, ctx: Context, counter: TokenCounter) -> tuple[str, str, int]:

@@ -1,8 +1,11 @@
-"""Retrieval: split the question into dependent sub-queries (H-Mem's planner)."""
+"""Retrieval: plan the query in one model call (H-Mem's planner): dependent sub-queries, each with its scope and
+time window. :mod:`memstrata.nodes.retrieve.scope` applies the scopes, and labels offline what the plan left out.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import date, datetime, time
+from typing import Any, Literal
 
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
@@ -10,21 +13,31 @@ from pydantic import BaseModel, Field
 from memstrata.context import Context
 from memstrata.memory.plan.rules import decompose_query
 from memstrata.memory.search.query import Query
+from memstrata.memory.timeparse import format_date
 from memstrata.nodes.common import progress
+from memstrata.nodes.retrieve.depth import deciding, sequential
 from memstrata.runtime.node import open_node
 from memstrata.state import RetrievalState
+
+Scope = Literal["Short", "Long", "Mixed"]
 
 
 class PlannedQuery(BaseModel):  # noqa: D101 - a docstring would join the tool schema the model reads
     id: str = Field(description="q1, q2, ...")
     question: str
     depends_on: list[str] = Field(default_factory=list)
+    scope: Scope | None = None
+    start_date: date | None = Field(default=None, description="YYYY-MM-DD or empty")
+    end_date: date | None = Field(default=None, description="YYYY-MM-DD or empty")
 
 
 class Plan(BaseModel):
-    """Sub-questions in answering order."""
+    """Sub-questions in answering order, and the scope and time window of the question and of each."""
 
     sub_queries: list[PlannedQuery] = Field(min_length=1)
+    scope: Scope | None = None
+    start_date: date | None = Field(default=None, description="YYYY-MM-DD or empty")
+    end_date: date | None = Field(default=None, description="YYYY-MM-DD or empty")
 
 
 def _checker(max_parts: int) -> Any:
@@ -45,7 +58,11 @@ def _checker(max_parts: int) -> Any:
 
 
 async def decompose(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
-    """The original query (always kept as q0) plus sub-queries from the model or the rules."""
+    """The original query (always kept as q0) plus sub-queries from the model or the rules.
+
+    With a model, the one call also labels the scope and time window of q0 and of every sub-query (what it
+    leaves out, and everything offline, ``predict_scope`` labels by the rules).
+    """
     ctx = runtime.context
     text = state["query"].strip()
     if not text:
@@ -53,8 +70,9 @@ async def decompose(state: RetrievalState, runtime: Runtime[Context]) -> dict[st
         raise ValueError(msg)
     progress("decompose", "planning the search")
     offline = decompose_query(text, max_parts=ctx.max_sub_queries)
-    run = await open_node(runtime, "decompose", state, new_query=True)
-    step = run.step
+    asks = ctx.llm_mode and ctx.llm_retrieval == "full"  # the reference date is read only for the model's plan
+    run = await open_node(runtime, "decompose", state, new_query=True, search_index=asks)
+    step = deciding(run.step, state)
     plan, how = await step.decide(
         Plan,
         "DECOMPOSE_PROMPT",
@@ -62,25 +80,51 @@ async def decompose(state: RetrievalState, runtime: Runtime[Context]) -> dict[st
         node="decompose",
         validate=_checker(ctx.max_sub_queries),
         max_parts=ctx.max_sub_queries,
+        now=format_date(run.now) or "unknown",
         fallback=lambda: Plan(
             sub_queries=[PlannedQuery(id=q.id, question=q.text) for q in offline[1:]]
             or [PlannedQuery(id="q1", question=text)]
         ),
     )
-    subs = [Query(id="q0", text=text)] + [
-        Query(id=p.id, text=p.question.strip(), depends_on=p.depends_on, weight=ctx.sub_query_weight)
+    subs = [_labelled(Query(id="q0", text=text), plan)] + [
+        _labelled(Query(id=p.id, text=p.question.strip(), depends_on=p.depends_on, weight=ctx.sub_query_weight), p)
         for p in plan.sub_queries
         if p.question.strip() != text
     ]
     subs = _drop_dangling(subs[: ctx.max_sub_queries])
+    labelled = [q.id for q, p in zip(subs, _labels(plan, subs), strict=True) if p is not None and p.scope]
     return {
         "sub_queries": subs,
         "iteration": 0,
         "round": 0,
         "run_key": run.run_key,
         "llm_calls": step.records,
-        "events": [{"node": "decompose", "how": how, "sub_queries": [q.text for q in subs]}],
+        "events": [
+            {
+                "node": "decompose",
+                "how": how,
+                "calls": sequential(step.meter.own),
+                "sub_queries": [q.text for q in subs],
+                "labelled": labelled,
+            }
+        ],
     }
+
+
+def _labels(plan: Plan, subs: list[Query]) -> list[Plan | PlannedQuery | None]:
+    """The plan entry that labels each query (q0: the plan itself)."""
+    by_id = {p.id: p for p in plan.sub_queries}
+    return [plan if q.id == "q0" else by_id.get(q.id) for q in subs]
+
+
+def _labelled(query: Query, item: Plan | PlannedQuery) -> Query:
+    """The query with the scope and time window the plan gave it (unchanged when it gave no scope)."""
+    if item.scope is None:
+        return query
+    start = datetime.combine(item.start_date, time.min) if item.start_date else None
+    end_day = item.end_date or item.start_date
+    end = datetime.combine(end_day, time.max) if end_day and start else None
+    return Query(**{**vars(query), "scope": item.scope, "hint_start": start, "hint_end": end})
 
 
 def _drop_dangling(subs: list[Query]) -> list[Query]:

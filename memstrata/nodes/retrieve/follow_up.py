@@ -26,6 +26,7 @@ from memstrata.memory.search.query import Query
 from memstrata.memory.search.selection import coverage_texts
 from memstrata.memory.tokens import TokenCounter
 from memstrata.nodes.common import progress
+from memstrata.nodes.retrieve.depth import affords, sequential
 from memstrata.nodes.retrieve.prompting import pool_block, ranked_lines
 from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
@@ -44,6 +45,7 @@ def follow_up_sends(state: RetrievalState, ctx: Context) -> list[Send]:
     """One reasoning branch per active query, each with the evidence it found itself (else all of it)."""
     ranked = sorted(state.get("candidates", []), key=lambda h: (-h.score, h.key))
     answers = state.get("sub_answers", [])
+    offline = not affords(ctx, state.get("events", []))  # no room for the call before the answer's: the rules
     active = list(state.get("active") or [])
     sends = []
     for i, query in enumerate(active):
@@ -63,6 +65,7 @@ def follow_up_sends(state: RetrievalState, ctx: Context) -> list[Send]:
                     "round": state.get("round", 0),
                     "run_key": state.get("run_key", ""),
                     "llm_calls": state.get("llm_calls", []),
+                    "offline": offline,
                 },
             )
         )
@@ -96,6 +99,7 @@ async def follow_up(task: SubQueryTask, runtime: Runtime[Context]) -> dict[str, 
     texts = coverage_texts(evidence, ctx.follow_up_texts)
     rule = anchored_follow_up(query.text, texts, evidence[: ctx.anchor_hits], names=ctx.anchor_names)
     step = (await open_node(runtime, "follow_up", task)).step
+    step = step.sibling(offline=True) if task.get("offline") else step
     lines = ranked_lines(evidence, budget=ctx.reason_tokens, counter=TokenCounter())
     info, how = await step.decide(
         SubAnswer,
@@ -111,6 +115,7 @@ async def follow_up(task: SubQueryTask, runtime: Runtime[Context]) -> dict[str, 
         "round": task["round"],
         "sub_query": query.id,
         "how": how,
+        "calls": sequential(step.meter.own),
         "query": info.query if info.missing else None,
     }
     update: dict[str, Any] = {"events": [event], "llm_calls": step.records, **_answers(task, info, how)}

@@ -15,6 +15,7 @@ from memstrata.memory.search.light import light_lookup
 from memstrata.memory.search.query import Fresh
 from memstrata.memory.tiers.assign import TIER_NAMES
 from memstrata.nodes.common import progress
+from memstrata.nodes.retrieve.depth import deciding, sequential
 from memstrata.nodes.retrieve.stage2 import reader_stage2
 from memstrata.runtime.node import open_node
 from memstrata.state import RetrievalState
@@ -44,7 +45,8 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
         window_k=ctx.window_turns,
         persona=ctx.persona_similarity if ctx.persona_search else None,
     )
-    turns, stage2 = await reader_stage2(run.step, run.index, state["query"], found.turns)
+    step = deciding(run.step, state, ctx.theme_stage2_checks)
+    turns, stage2 = await reader_stage2(step, run.index, state["query"], found.turns)
     persona = max((m.trace() for m in found.persona.values()), key=lambda m: m["similarity"], default=None)
     held = state.get("persona")
     deeper = state.get("tier_fresh", False)  # the first lookup of a deeper tier: its candidates replace the last's
@@ -56,11 +58,13 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
         "candidates": Fresh(turns) if deeper else turns,
         "tier_fresh": False,
         **({"tier_probe": probe} if probe is not None else {}),
-        "llm_calls": run.step.records,
+        "llm_calls": step.records,
         "events": [
             {
                 "node": "lookup_level1",
                 "iteration": state.get("iteration", 0),
+                "wave": state.get("round", 0),
+                "calls": sequential(step.meter.own),
                 "tier": run.tier,
                 "seconds": round(time.perf_counter() - started, 4),
                 "turns_searched": len(run.index.turns),

@@ -21,6 +21,7 @@ from memstrata.memory.plan.rules import coverage, expand_query
 from memstrata.memory.search.query import Query
 from memstrata.memory.search.selection import coverage_texts
 from memstrata.nodes.common import progress
+from memstrata.nodes.retrieve.depth import deciding, sequential
 from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
 from memstrata.state import RetrievalState
@@ -64,7 +65,7 @@ async def reflect(state: RetrievalState, runtime: Runtime[Context]) -> Command[L
         event.update(decision="stop", reason=f"iteration cap {ctx.max_iterations} reached", how="budget")
         return Command(update={"iteration": iteration, "events": [event]}, goto="answer")
     rule, rewrites = offline_reflection(state, ctx)
-    step = (await open_node(runtime, "reflect", state)).step
+    step = deciding((await open_node(runtime, "reflect", state)).step, state)
     if step.halted:
         event.update(decision="stop", how="budget", reason=f"llm_token_budget reached at {step.halted}")
         return Command(update={"iteration": iteration, "halted": step.halted, "events": [event]}, goto="answer")
@@ -76,6 +77,7 @@ async def reflect(state: RetrievalState, runtime: Runtime[Context]) -> Command[L
         fallback=lambda: rule,
     )
     update: dict[str, Any] = {"iteration": iteration, "llm_calls": step.records}
+    event["calls"] = sequential(step.meter.own)
     if step.halted:
         event.update(decision="stop", how=how, reason=f"llm_token_budget reached at {step.halted}")
         return Command(update={**update, "halted": step.halted, "events": [event]}, goto="answer")

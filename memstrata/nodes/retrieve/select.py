@@ -10,6 +10,7 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from memstrata.context import Context
+from memstrata.nodes.retrieve.depth import sequential
 from memstrata.runtime.node import open_node
 from memstrata.state import SelectBatch
 
@@ -51,6 +52,7 @@ async def select_level1(batch: SelectBatch, runtime: Runtime[Context]) -> dict[s
                 "round": batch["round"],
                 "query": batch["query"].text,
                 "how": how,
+                "calls": sequential(step.meter.own),
                 "offered": len(entries),
                 "chosen": len(chosen),
             }

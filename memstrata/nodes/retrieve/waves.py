@@ -9,6 +9,7 @@ in a new round of lookup. When nothing waits, the round goes to reflection.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -20,6 +21,7 @@ from memstrata.context import Context
 from memstrata.memory.plan.rules import dependent_rewrite
 from memstrata.memory.search.query import Query
 from memstrata.nodes.common import progress
+from memstrata.nodes.retrieve.depth import deciding, sequential
 from memstrata.runtime.node import open_node
 from memstrata.runtime.step import Step
 from memstrata.state import RetrievalState
@@ -67,10 +69,12 @@ async def rewrite_dependent(state: RetrievalState, query: Query, step: Step) -> 
 async def next_wave(state: RetrievalState, runtime: Runtime[Context]) -> Command[Literal["lookup_level1", "reflect"]]:
     """Search the sub-queries whose prerequisites are done, or go on to reflection."""
     ready = waiting(state)
-    step = (await open_node(runtime, "next_wave", state)).step
+    step = deciding((await open_node(runtime, "next_wave", state)).step, state)
     if not ready or step.halted:
         return Command(goto="reflect")
-    pairs = [await rewrite_dependent(state, q, step) for q in ready]
+    # The rewrites of one wave are independent: asked side by side, each on its own view of the budget.
+    steps = [step.sibling() if step.model is not None else step for _ in ready]
+    pairs = await asyncio.gather(*(rewrite_dependent(state, q, s) for q, s in zip(ready, steps, strict=True)))
     active = [q for q, _ in pairs]
     progress("next_wave", "searching dependent sub-questions: " + "; ".join(q.text for q in active))
     event = {
@@ -79,11 +83,12 @@ async def next_wave(state: RetrievalState, runtime: Runtime[Context]) -> Command
         "round": state.get("round", 0),
         "rewrites": {q.id: q.text for q in active},
         "how": [h for _, h in pairs],
+        "calls": max(sequential(s.meter.own) for s in steps),
     }
     update: dict[str, Any] = {
         "active": active,
         "searched": [*state.get("searched", []), *(q.id for q in active)],
         "events": [event],
-        "llm_calls": step.records,
+        "llm_calls": [r for s in steps for r in s.records],
     }
     return Command(update=update, goto="lookup_level1")
