@@ -422,11 +422,12 @@ class Context:
         ),
     ] = "pooled"
     span_vectors: Annotated[
-        Literal["encoded", "pooled"],
+        Literal["encoded", "facts", "pooled"],
         _s(
             "ingestion",
-            "the vector of an offline fact or extractive summary (a quote of its turns): its text encoded, or "
-            "pooled from the token vectors of the pass that encoded its turns (late chunking; no encoder call)",
+            "the vector of an offline fact or extractive summary (a quote of its turns): 'pooled' from the token "
+            "vectors of the pass that encoded its turns (late chunking; no encoder call) for both, 'facts' for "
+            "facts only (summaries encoded), 'encoded' for neither",
         ),
     ] = "pooled"
     summary_max_sentences: Annotated[int, _s("ingestion", "extractive summary: sentences at most")] = 5

@@ -127,6 +127,12 @@ def test_ingestion_pools_where_the_turns_tokens_are_at_hand_and_encodes_elsewher
         encoded = np.asarray(minilm.embed_documents([row.document])[0])
         cosine = float(np.dot(encoded, row.metadata["_vector"]))
         assert 0.5 < cosine < 0.9999  # close to its text's own vector, but pooled in context, not re-encoded
+    facts_only = mem.ingest(messages, user_id="v", conversation_id="c", close=True, span_vectors="facts")
+    assert facts_only["vectors_pooled"] == facts_only["facts_written"]  # its summaries were encoded
+    assert (
+        mem.ingest(messages, user_id="w", conversation_id="c", close=True, span_vectors="encoded")["vectors_pooled"]
+        == 0
+    )
     hits = mem.retrieve("Where did Eve move for her job?", user_id="u", context_budget=120)
     assert "Lisbon" in hits.context
     assert_store_ok(mem.store, "u")

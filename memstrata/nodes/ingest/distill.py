@@ -84,7 +84,7 @@ async def distill_batch(batch: EpisodeBatch, runtime: Runtime[Context]) -> dict[
             vectors,
             quoted,
             ctx.embed_batch,
-            pooled=ctx.span_vectors == "pooled",
+            pooled=ctx.span_vectors,
         )
         progress("facts", f"extracted {len(facts)} facts from {len(episodes)} episodes", done=len(episodes))
         progress("summaries", f"summarized and stored {len(summaries)} episodes (Level-1)", done=len(summaries))
@@ -128,15 +128,16 @@ def _write(
     turns: dict[str, Turn],
     batch: int,
     *,
-    pooled: bool,
+    pooled: str,
 ) -> dict[str, float]:
     """Summaries, then episodes, then facts (parents first); the seconds each part took, and how many summaries
-    and facts got their vectors pooled from their turns' tokens (:mod:`memstrata.memory.late_chunking`).
+    and facts got their vectors pooled from their turns' tokens (:mod:`memstrata.memory.late_chunking`; ``pooled``
+    is ``Context.span_vectors``).
     """
     summaries, episodes, facts = units
     started = time.perf_counter()
     summary_vectors, pooled_summaries = unit_vectors(
-        summaries, turns, store.encoded.tokens_of, store.encoded.embed, pooled=pooled
+        summaries, turns, store.encoded.tokens_of, store.encoded.embed, pooled=pooled == "pooled"
     )
     store.upsert(
         "summary",
@@ -153,7 +154,9 @@ def _write(
         extra=[e.metadata() for e in episodes],
     )
     middle = time.perf_counter()
-    fact_vectors, pooled_facts = unit_vectors(facts, turns, store.encoded.tokens_of, store.encoded.embed, pooled=pooled)
+    fact_vectors, pooled_facts = unit_vectors(
+        facts, turns, store.encoded.tokens_of, store.encoded.embed, pooled=pooled in ("pooled", "facts")
+    )
     replace_facts(store, user_id, episodes, facts, batch, fact_vectors)
     return {
         "summaries": middle - started,
