@@ -427,9 +427,10 @@ class Context:
             "ingestion",
             "the vector of an offline fact or extractive summary (a quote of its turns): 'pooled' from the token "
             "vectors of the pass that encoded its turns (late chunking; no encoder call) for both, 'facts' for "
-            "facts only (summaries encoded), 'encoded' for neither",
+            "facts only (summaries encoded), 'encoded' for neither. Off by default: the cosine floors that build "
+            "the persona, supersessions, themes and the tree were set on encoded vectors, and pooled ones move them",
         ),
-    ] = "pooled"
+    ] = "encoded"
     summary_max_sentences: Annotated[int, _s("ingestion", "extractive summary: sentences at most")] = 5
     summary_max_words: Annotated[int, _s("ingestion", "extractive summary: words at most")] = 90
     embed_batch: Annotated[int, _s("ingestion", "units embedded and written per batch")] = 256

@@ -108,7 +108,9 @@ def test_a_quote_pools_its_tokens_and_its_speakers_name() -> None:
     assert quote_vector(tokens, [(100, 200)]) is None
 
 
-def test_ingestion_pools_where_the_turns_tokens_are_at_hand_and_encodes_elsewhere(minilm, tmp_path: Path) -> None:
+def test_pooled_ingestion_pools_where_the_turns_tokens_are_at_hand_and_encodes_elsewhere(
+    minilm, tmp_path: Path
+) -> None:
     said = [
         "I adopted a grey cat named Miso last week, she loves cardboard boxes.",
         "That is lovely! My sister Eve just moved to Lisbon for a new job at a bakery.",
@@ -119,7 +121,7 @@ def test_ingestion_pools_where_the_turns_tokens_are_at_hand_and_encodes_elsewher
         for i, t in enumerate(said)
     ]
     mem = Memstrata(path=tmp_path / "s", embeddings=minilm)
-    out = mem.ingest(messages, user_id="u", conversation_id="c", close=True)
+    out = mem.ingest(messages, user_id="u", conversation_id="c", close=True, span_vectors="pooled")
     facts = mem.store.get("fact", user_id="u", with_vectors=True)
     summaries = mem.store.get("summary", user_id="u", with_vectors=True)
     assert facts and out["vectors_pooled"] == len(facts) + len(summaries)
@@ -130,7 +132,7 @@ def test_ingestion_pools_where_the_turns_tokens_are_at_hand_and_encodes_elsewher
     facts_only = mem.ingest(messages, user_id="v", conversation_id="c", close=True, span_vectors="facts")
     assert facts_only["vectors_pooled"] == facts_only["facts_written"]  # its summaries were encoded
     assert (
-        mem.ingest(messages, user_id="w", conversation_id="c", close=True, span_vectors="encoded")["vectors_pooled"]
+        mem.ingest(messages, user_id="w", conversation_id="c", close=True)["vectors_pooled"]  # the default: encoded
         == 0
     )
     hits = mem.retrieve("Where did Eve move for her job?", user_id="u", context_budget=120)
@@ -150,6 +152,7 @@ def test_ingestion_pools_where_the_turns_tokens_are_at_hand_and_encodes_elsewher
         user_id="u",
         conversation_id="c",
         close=True,
+        span_vectors="pooled",
     )
     assert out["facts_written"] >= 1
     assert_store_ok(again.store, "u")

@@ -344,6 +344,7 @@ async def test_stage2_self_checks_with_the_real_server(chat_model: Any, minilm: 
         model=chat_model,
         theme_stage2=True,
         max_iterations=0,
+        llm_depth=None,  # Stage II's self-checks are sequential calls: no bound, so they all run
     )
     rounds = [e["stage2"] for e in result.trace["events"] if e["node"] == "lookup_level1" and "stage2" in e]
     assert rounds and all(0 < r["checked"] <= 4 and r["admitted"] <= r["checked"] for r in rounds)

@@ -239,6 +239,7 @@ def test_with_a_model_stage2_keeps_the_theme_turns_of_the_episodes_the_reader_ad
         model=_scripted_reader([0.5] * 9),
         theme_stage2=True,
         theme_patience=2,
+        llm_depth=None,  # Stage II's self-checks are sequential calls: no bound, so they all run
     )
     lookup = next(e for e in result.trace["events"] if e["node"] == "lookup_level1")
     how = lookup["stage2"]
