@@ -62,7 +62,9 @@ def test_facts_that_land_after_another_writer_deleted_their_episode_are_dropped(
     _write(mem, _chat(3))
     real, deleted = distill.replace_facts, []
 
-    def facts_after_the_other_writers_delete(store: Any, user_id: str, episodes: Any, facts: Any, batch: int) -> int:
+    def facts_after_the_other_writers_delete(
+        store: Any, user_id: str, episodes: Any, facts: Any, batch: int, vectors: Any = None
+    ) -> int:
         # The other writer read the episodes after this one stored its new tail (summary, episode) and before its
         # facts: the tail is unfinished to it, and its own cut (one message longer) replaces it. Its read of the
         # tail's facts finds none yet, so it deletes the episode and summary only; then these facts land.
@@ -70,7 +72,7 @@ def test_facts_that_land_after_another_writer_deleted_their_episode_are_dropped(
             old = store.get("episode", user_id=user_id, conversation_id="c", unit_ids=[e.id for e in episodes])
             episode_stage._drop_stale(store, user_id, "c", old, [])
             deleted.extend(r.unit_id for r in old)
-        return real(store, user_id, episodes, facts, batch)
+        return real(store, user_id, episodes, facts, batch, vectors)
 
     monkeypatch.setattr(distill, "replace_facts", facts_after_the_other_writers_delete)
     # close=True: a write that cuts and distils the tail (an append that closes nothing writes no episode)
