@@ -391,3 +391,25 @@ def test_the_memory_page_lists_persona_versions_with_their_items_in_a_browser(
     assert "persona:ann:basic_info:2 · 2024-02-04 – now" in dom
     assert "persona:ann:basic_info:1 · 2024-01-10 – 2024-02-04 · history" in dom
     assert "I moved to Lisbon last month." in dom  # an item's raw turn
+
+
+def test_the_search_tool_cites_the_personas_turns_by_session_and_turn_when_their_ids_are_message_ids(
+    minilm: Any, tmp_path: Path
+) -> None:
+    import uuid
+
+    from memstrata import Memstrata
+    from memstrata.integrations.langchain import memory_search_tool
+
+    mem = Memstrata(path=tmp_path / "store", embeddings=minilm)
+    ids = [str(uuid.UUID(int=i + 1)) for i in range(len(PORTO))]  # what a chat app or the middleware sends
+    messages = [{**m, "id": ids[i]} for i, m in enumerate(_session(1, "2024-01-10T10:00:00", PORTO))]
+    mem.ingest({"conversation_id": "c", "messages": messages}, user_id="ann", close=True)
+    question = "Would Ann likely enjoy a landscape painting class?"
+    result = mem.retrieve(question, user_id="ann", context_budget=500)
+    assert result.trace["persona"]["included"]
+    body = result.context.split("\n")[1]
+    assert re.search(r"\(cites s1:t\d+(, s1:t\d+)*\)$", body) and not any(i in body for i in ids)
+    text = memory_search_tool(mem, user_id="ann", context_budget=500).invoke({"query": question})
+    assert text.startswith("[persona") and not any(i in text for i in ids)  # one citation form, no message ids
+    mem.close()

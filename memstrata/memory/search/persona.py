@@ -109,5 +109,18 @@ def persona_block(index: MemoryIndex, unit_id: str, conversation_id: str) -> str
         return ""
     unit = table.units[row]
     since = f" · since {unit.valid_from:%-d %B %Y}" if unit.valid_from else ""
-    cites = ", ".join(unit.linked_turn_ids())
+    cites = ", ".join(_cited(index, unit.conversation_id, tid) for tid in unit.linked_turn_ids())
     return f"[{PERSONA_LABEL} · {unit.speaker} · {unit.dimension}{since}]\n{unit.text} (cites {cites})"
+
+
+def _cited(index: MemoryIndex, conversation_id: str, turn_id: str) -> str:
+    """A cited turn as the context's lines cite it: its id when the id names its session (``s1:t6``, ``D3:7``), else
+    (a message id such as a UUID) ``s<session>:t<position>``, the form the integrations render every turn in.
+    """
+    if ":" in turn_id:
+        return turn_id
+    rows = index.rows_of(conversation_id, [turn_id])
+    if not rows:
+        return turn_id
+    turn = index.turns[rows[0]]
+    return f"s{turn.session_id}:t{turn.position}"
