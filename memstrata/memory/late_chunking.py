@@ -51,10 +51,10 @@ def pooled_vector(
         tokens = tokens_of(turn.embed_text()) if turn is not None else None
         if turn is None or tokens is None:
             return None
-        quote = (turn.text_start + int(start), turn.text_start + int(end))
-        if not _inside(tokens, [quote]).any():  # the quote lies past the encoder's window
+        quoted = _inside(tokens, [(turn.text_start + int(start), turn.text_start + int(end))])
+        if not quoted.any():  # the quote lies past the encoder's window
             return None
-        parts.append(tokens.vectors[_inside(tokens, [(0, len(turn.speaker)), quote])])
+        parts.append(tokens.vectors[quoted | _inside(tokens, [(0, len(turn.speaker))])])
     return _unit_mean(parts)
 
 

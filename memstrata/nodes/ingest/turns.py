@@ -76,7 +76,8 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
                 batch,
                 documents=[t.embed_text() for t in batch],
                 extra=[t.metadata() for t in batch],
-                keep_tokens=True,  # the facts and summaries cut from these turns pool their vectors from them
+                # the facts and summaries cut from these turns pool their vectors from them (late chunking, when on)
+                keep_tokens=ctx.span_vectors != "encoded",
             )
             added += len(batch)
             progress(
