@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from memstrata.memory.conversation import session_order
 from memstrata.memory.tokens import TokenCounter
 from memstrata.result import Evidence
 
@@ -38,11 +39,6 @@ def citation(evidence: Evidence) -> str:
     if evidence.position is None:
         return evidence.turn_id
     return f"s{evidence.session_id}:t{evidence.position}"
-
-
-def session_order(session_id: str) -> tuple[int, str]:
-    """Numbered sessions in numeric order, then any other id."""
-    return (int(session_id), "") if session_id.isdigit() else (1 << 30, session_id)
 
 
 def chronological(evidence: Sequence[Evidence]) -> list[Evidence]:

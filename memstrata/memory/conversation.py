@@ -45,3 +45,13 @@ class Conversation(BaseModel):
     def turn_count(self) -> int:
         """How many turns its sessions hold."""
         return sum(len(s.turns) for s in self.sessions)
+
+
+def session_order(session_id: str) -> tuple[int, str]:
+    """The sort key of a session id: numbered sessions in numeric order, then any other id.
+
+    Example:
+        >>> sorted(["10", "x", "2"], key=session_order)
+        ['2', '10', 'x']
+    """
+    return (int(session_id), "") if session_id.isdigit() else (1 << 30, session_id)

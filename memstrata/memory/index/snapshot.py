@@ -40,6 +40,7 @@ import numpy as np
 
 from memstrata.context import default
 from memstrata.memory import levels
+from memstrata.memory.conversation import session_order
 from memstrata.memory.index.bm25 import Bm25, tokenize
 from memstrata.memory.index.rows import Rows
 from memstrata.memory.levels import Level, Turn
@@ -496,10 +497,6 @@ def _counts(store: Any, user_id: str, conversation_id: str | None) -> tuple[int,
     )
 
 
-def _session_key(session_id: str) -> tuple[int, str]:
-    return (int(session_id), "") if session_id.isdigit() else (1 << 30, session_id)
-
-
 def kind_table(level: Level, records: list[Any], parse: Callable[[Any], Unit] | None = None) -> KindTable:
     """A kind's table from its stored records; raw turns are put in conversation order.
 
@@ -513,7 +510,7 @@ def kind_table(level: Level, records: list[Any], parse: Callable[[Any], Unit] | 
             range(len(units)),
             key=lambda i: (
                 units[i].conversation_id,
-                _session_key(getattr(units[i], "session_id", "")),
+                session_order(getattr(units[i], "session_id", "")),
                 getattr(units[i], "position", 0),
             ),
         )

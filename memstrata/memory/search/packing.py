@@ -41,6 +41,7 @@ import re
 from collections.abc import Sequence
 from typing import Protocol
 
+from memstrata.memory.conversation import session_order
 from memstrata.memory.search.query import Hit
 
 
@@ -54,7 +55,7 @@ class Counter(Protocol):
 def _session_key(item: Hit) -> tuple[str, tuple[int, str], str]:
     sid = str(item.session_id)
     prefix = split_id(item.unit_id)[0] or ""
-    return item.conversation_id, ((int(sid), "") if sid.isdigit() else (1 << 30, sid)), prefix
+    return item.conversation_id, session_order(sid), prefix
 
 
 def split_id(turn_id: str) -> tuple[str | None, str]:
