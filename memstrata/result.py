@@ -35,6 +35,11 @@ class Evidence(BaseModel):
         default=False,
         description=("the turn is in its session's open tail: no model summary, tree node or entity covers it yet"),
     )
+    excerpt: list[int] | None = Field(
+        default=None,
+        description="for a long turn the context quotes in part: the [start, end) characters of its text quoted "
+        "(``text`` is then that part between ellipses)",
+    )
     score: float = 0.0
     score_parts: dict[str, float] = Field(default_factory=dict)
 

@@ -97,7 +97,9 @@ def test_unknown_kinds_and_bad_declarations_are_clear_errors() -> None:
 
 def test_scope_routing_is_a_table() -> None:
     table = scope_table()
-    assert table["Short"][:3] == ["turn", "summary", "fact"] and table["Mixed"][:3] == ["turn", "summary", "fact"]
+    both = ["turn", "passage", "summary", "fact"]  # a long turn's passages are searched wherever turns are
+    assert table["Short"][:4] == both and table["Mixed"][:4] == both
+    assert "passage" not in table["Long"]
     assert table["Long"][:2] == ["summary", "fact"] and "turn" not in table["Long"]
     assert scope_kinds(Context(user_id="u", scope_kinds={"Long": ["turn"]})) == {"Long": ["turn"]}
 

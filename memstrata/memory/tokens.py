@@ -61,6 +61,10 @@ class TokenCounter:
         """The tokens of ``text`` under the tokenizer file, special tokens left out (0 for an empty text)."""
         return _count(self.tokenizer_file, text) if text else 0
 
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """The (start, end) characters of each of ``text``'s tokens, special tokens left out."""
+        return list(_tokenizer(self.tokenizer_file).encode(text, add_special_tokens=False).offsets) if text else []
+
     def count_lines(self, lines: Sequence[str]) -> int:
         r"""The tokens of ``"\n".join(lines)``, summed from the memoized lines' counts.
 

@@ -1,7 +1,7 @@
 """Unit kinds, one module each, and their registry (see :mod:`memstrata.memory.levels.base`).
 
 Importing this package registers the built-in kinds in hierarchy order: raw
-turns, their contextual view, Level-2 episodes, Level-1 summaries, atomic facts, entities,
+turns, their contextual view, the passages of long turns, Level-2 episodes, Level-1 summaries, atomic facts, entities,
 H-Mem's temporal-semantic tree nodes, themes, persona dimensions.
 """
 
@@ -21,6 +21,7 @@ from memstrata.memory.levels.base import (
 # isort: off
 from memstrata.memory.levels.level2.turn import TURN, Turn
 from memstrata.memory.levels.level2.turn_context import TURN_CONTEXT, TurnContext
+from memstrata.memory.levels.level2.passage import PASSAGE, Passage
 from memstrata.memory.levels.level2.episode import EPISODE, Episode
 from memstrata.memory.levels.level1.summary import SUMMARY, EventSummary
 from memstrata.memory.levels.level1.fact import FACT, Fact
@@ -35,6 +36,7 @@ __all__ = [
     "ENTITY",
     "EPISODE",
     "FACT",
+    "PASSAGE",
     "PERSONA",
     "SCOPES",
     "SUMMARY",
@@ -47,6 +49,7 @@ __all__ = [
     "EventSummary",
     "Fact",
     "Level",
+    "Passage",
     "Persona",
     "PersonaItem",
     "Theme",

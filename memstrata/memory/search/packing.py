@@ -1,8 +1,9 @@
 r"""Packing ranked evidence into a context of at most ``budget`` tokens, and rendering it.
 
 Turns are admitted in rank order while they fit (a turn that does not fit is
-skipped, so a long turn never starves the rest), then rendered in
-chronological order, grouped under one header per session:
+skipped, so a long turn never starves the rest, unless ``shorten`` quotes a part
+of it that fits), then rendered in chronological order, grouped under one header
+per session:
 
     [session 3 · 8 May 2023]
     D3:7 Caroline: I went to a LGBTQ support group yesterday.
@@ -38,7 +39,7 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from memstrata.memory.conversation import session_order
@@ -107,8 +108,18 @@ def render_lines(items: Sequence[Hit]) -> list[str]:
     return lines
 
 
-def pack_context(ranked: Sequence[Hit], *, budget: int, counter: Counter) -> tuple[str, list[Hit], int]:
-    """Admit ranked items while they fit; return (context, admitted items in rank order, tokens)."""
+def pack_context(
+    ranked: Sequence[Hit],
+    *,
+    budget: int,
+    counter: Counter,
+    shorten: Callable[[Hit, int], Hit | None] | None = None,
+) -> tuple[str, list[Hit], int]:
+    """Admit ranked items while they fit; return (context, admitted items in rank order, tokens).
+
+    ``shorten(item, room)``, when given, is asked for a part of an item that does not fit (a long turn's matching
+    passage, :class:`~memstrata.memory.search.excerpts.Excerpts`) whose line fits ``room`` tokens, or ``None``.
+    """
     chosen: list[Hit] = []
     sessions: set[tuple[str, tuple[int, str], str]] = set()
     used = 0
@@ -116,10 +127,13 @@ def pack_context(ranked: Sequence[Hit], *, budget: int, counter: Counter) -> tup
     for item in ranked:
         cost = counter.count(line(item))
         key = _session_key(item)
-        if key not in sessions:
-            cost += counter.count(header(item, multi_conversation=multi))
+        head = 0 if key in sessions else counter.count(header(item, multi_conversation=multi))
+        cost += head
         if used + cost > budget:
-            continue
+            short = shorten(item, budget - used - head) if shorten is not None else None
+            if short is None:
+                continue
+            item, cost = short, head + counter.count(line(short))
         chosen.append(item)
         sessions.add(key)
         used += cost

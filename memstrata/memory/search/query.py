@@ -77,6 +77,8 @@ class Hit:
         session_id / position / speaker / image_caption / show_caption: turn fields for the packer.
         via: how a graph search reached it (the entity path and the fact), else empty.
         scope / window: the query's scope, and the tree window (``"month 2023-05"``) that led to it, if any.
+        span: for a long turn the context quotes in part, the characters of its text quoted
+            (:mod:`~memstrata.memory.search.excerpts`); ``text`` then holds that part.
     """
 
     kind: str
@@ -98,6 +100,7 @@ class Hit:
     via: str = ""
     scope: str = ""
     window: str = ""
+    span: tuple[int, int] | None = None
 
     @property
     def key(self) -> str:
@@ -136,6 +139,7 @@ class Hit:
             **({"via": self.via} if self.via else {}),
             **({"scope": self.scope} if self.scope else {}),
             **({"window": self.window} if self.window else {}),
+            **({"excerpt": list(self.span)} if self.span else {}),
         }
 
 

@@ -12,7 +12,8 @@ how units are written or deleted that leaves something behind fails there.
 - counters exist only for stored units;
 - the word index (embedded stores) holds exactly the stored units of each kind it covers; on a server store, each
   unit of a kind that carries terms holds those of its text;
-- turn positions within a session are unique.
+- turn positions within a session are unique;
+- a long turn's passages quote its current text, and only a turn longer than the encoder reads has any.
 
 Example:
     >>> check_store(MemoryStore(path="/tmp/memstrata-doc"), "nobody")  # doctest: +SKIP
@@ -25,16 +26,18 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from memstrata.memory.levels import levels
+from memstrata.memory.levels import PASSAGE, levels, raw_kind
+from memstrata.memory.levels.level2.passage import is_long, turn_passages
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.vectors import indexes_words
+from memstrata.memory.tokens import TokenCounter
 
 
 @dataclass(frozen=True)
 class Problem:
     """One broken invariant: which, where, and a sentence saying what is wrong."""
 
-    invariant: str  # "parent", "turn", "entity", "theme", "edge", "counter", "words", "position"
+    invariant: str  # "parent", "turn", "entity", "theme", "edge", "counter", "words", "position", "passage"
     conversation_id: str
     unit: str
     detail: str
@@ -56,10 +59,32 @@ def check_store(store: MemoryStore, user_id: str, conversation_id: str | None = 
     by_kind = {kind: {(u.conversation_id, u.id) for u in stored} for kind, stored in units.items()}
     turns = by_kind[levels(role="raw")[0].kind]
     problems = [*_links(units, ids, turns), *_entities(units, by_kind), *_themes(units, by_kind), *_positions(units)]
+    problems += _passages(units)
     problems += _edges(store, user_id, conversation_id, ids, by_kind)
     problems += _counters(store, user_id, conversation_id, by_kind)
     problems += _words(store, user_id, conversation_id, by_kind)
     return problems
+
+
+def _passages(units: dict[str, list[Any]]) -> list[Problem]:
+    """A passage whose text is not its turn's text at its span (the turn changed), or a long turn without its
+    passages, or with passages it no longer cuts.
+    """
+    turns = {(t.conversation_id, t.id): t for t in units[raw_kind()]}
+    have: dict[tuple[str, str], set[str]] = {}
+    out = []
+    for p in units[PASSAGE.kind]:
+        have.setdefault((p.conversation_id, p.turn_id), set()).add(p.id)
+        turn = turns.get((p.conversation_id, p.turn_id))
+        if turn is not None and turn.text[p.start : p.end] != p.text:
+            out.append(Problem("passage", p.conversation_id, f"passage {p.id}", "its text is not its turn's any more"))
+    counter = TokenCounter()
+    for key, turn in turns.items():
+        cut = {p.id for p in turn_passages(turn, counter)} if is_long(turn.speaker, turn.text) else set()
+        if cut != have.get(key, set()):
+            detail = f"the turn cuts {len(cut)} passage(s), {len(have.get(key, set()))} are stored"
+            out.append(Problem("passage", turn.conversation_id, f"turn {turn.id}", detail))
+    return out
 
 
 def _links(units: dict[str, list[Any]], ids: set[tuple[str, str]], turns: set[tuple[str, str]]) -> list[Problem]:

@@ -4,6 +4,9 @@ A write that only appended to a session's open tail reads just the tail's last t
 appended turns and of the ``context_width`` turns before them.
 
 A view's vector is its text encoded, or its turns' stored vectors pooled (``Context.context_vectors``).
+
+The same sessions' turns longer than the encoder reads are stored as passages here too
+(:mod:`memstrata.memory.levels.level2.passage`): a rebuild, which stores no new turn, rewrites them with the views.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from langgraph.graph import END
 from langgraph.runtime import Runtime
 
 from memstrata.context import Context
+from memstrata.memory.levels.level2.passage import PASSAGE, long_turns, turn_passages
 from memstrata.memory.levels.level2.turn_context import pooled_vectors, turn_contexts
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.reads import by_conversation, read_session_ends, read_sessions
+from memstrata.memory.tokens import TokenCounter
 from memstrata.nodes.common import progress
 from memstrata.runtime.node import open_node
 from memstrata.state import IngestState
@@ -30,7 +35,9 @@ def route_contexts(state: IngestState) -> str:
 
 
 async def write_turn_contexts(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:
-    """Embed and store the contextual view of every turn of the touched sessions whose view changed."""
+    """Embed and store the contextual view of every turn of the touched sessions whose view changed, and the
+    passages of their long turns.
+    """
     ctx = runtime.context
     started = time.perf_counter()
     run = await open_node(runtime, "write_turn_contexts", ingest=True)
@@ -69,6 +76,14 @@ async def write_turn_contexts(state: IngestState, runtime: Runtime[Context]) -> 
         if stored.get((v.conversation_id, v.id)) != v.embed_text()
         and (v.conversation_id, v.turn_id) not in context_only
     ]
+    first = {(c, str(s)): int(p) for c, s, p in appended}  # an appended tail's turns before these are stored
+    long = [
+        t
+        for turns, _ in sessions.values()
+        for t in long_turns(turns)
+        if t.position >= first.get((t.conversation_id, t.session_id), 0)
+    ]
+    parts = await asyncio.to_thread(_write_passages, store, ctx, long, state.get("sessions", []))
     for start in range(0, len(views), ctx.embed_batch):
         batch = views[start : start + ctx.embed_batch]
         await asyncio.to_thread(
@@ -83,6 +98,7 @@ async def write_turn_contexts(state: IngestState, runtime: Runtime[Context]) -> 
     return {
         "stats": {
             "contexts_written": len(views),
+            "passages_written": parts,
             "stage_seconds": {"contexts": round(time.perf_counter() - started, 3)},
         }
     }
@@ -108,3 +124,30 @@ def _stored_views(store: MemoryStore, user_id: str, views: list[Any]) -> dict[tu
             for r in store.get("turn_context", user_id=user_id, conversation_id=conv_id, unit_ids=ids)
         }
     return out
+
+
+def _write_passages(store: MemoryStore, ctx: Context, long: list[Any], sessions: list[list[str]]) -> int:
+    """Store the passages of these long turns whose text changed, and delete the touched sessions' passages that
+    no turn has any more (a turn updated or deleted); how many were written.
+
+    Only a write that touched whole sessions reads the stored passages; an append with no long turn costs nothing.
+    """
+    fresh = [p for t in long for p in turn_passages(t, TokenCounter())]
+    stored: dict[tuple[str, str], str] = {}
+    for conv_id, ids in by_conversation(sessions).items():
+        stored |= {
+            (conv_id, r.unit_id): r.document
+            for r in store.get(
+                PASSAGE.kind, user_id=ctx.user_id, conversation_id=conv_id, where={"session_id": {"$in": ids}}
+            )
+        }
+    keep = {(p.conversation_id, p.id) for p in fresh}
+    for conv_id, ids in by_conversation([[c, i] for c, i in stored if (c, i) not in keep]).items():
+        store.delete(PASSAGE.kind, user_id=ctx.user_id, conversation_id=conv_id, unit_ids=ids)
+    changed = [p for p in fresh if stored.get((p.conversation_id, p.id)) != p.embed_text()]
+    for start in range(0, len(changed), ctx.embed_batch):
+        batch = changed[start : start + ctx.embed_batch]
+        store.upsert(
+            PASSAGE.kind, batch, documents=[p.embed_text() for p in batch], extra=[p.metadata() for p in batch]
+        )
+    return len(changed)

@@ -22,10 +22,12 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
 from memstrata.context import Context
+from memstrata.memory.levels.level2.passage import is_long
+from memstrata.memory.search.excerpts import Excerpts
 from memstrata.memory.search.light import pending_rows
 from memstrata.memory.search.packing import pack_context
 from memstrata.memory.search.persona import persona_block
-from memstrata.memory.search.query import Hit
+from memstrata.memory.search.query import Hit, Query
 from memstrata.memory.search.selection import found_first, mark_captions, mmr, statements_first, window_first
 from memstrata.memory.search.themes import THEME_FINDERS
 from memstrata.memory.tokens import TokenCounter
@@ -58,7 +60,10 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     ranked = mark_captions(ranked, [state["query"], *(q.text for q in state.get("sub_queries", []))])
     counter = TokenCounter()
     block, why, reserved = _persona(state, index, ctx, counter)  # reserved: the block's tokens and its newline
-    context, chosen, tokens = pack_context(ranked, budget=ctx.context_budget - reserved, counter=counter)
+    quotes = await _excerpts(state, ctx, run, ranked, counter)
+    context, chosen, tokens = pack_context(
+        ranked, budget=ctx.context_budget - reserved, counter=counter, shorten=quotes.quote if quotes else None
+    )
     if block:
         context = f"{block}\n{context}" if context else block
         tokens = counter.count(context)
@@ -103,6 +108,19 @@ def _candidates(state: RetrievalState, ctx: Context) -> tuple[list[Hit], dict[st
     hits = [h for h in state.get("candidates", []) if h.unit_id not in left_out]
     kept, demoted, folded = statements_first(hits, state["query"])
     return kept, {"excluded": len(state.get("candidates", [])) - len(hits), "demoted": demoted, "folded": folded}
+
+
+async def _excerpts(
+    state: RetrievalState, ctx: Context, run: Any, ranked: list[Hit], counter: TokenCounter
+) -> Excerpts | None:
+    """What quotes a long turn by its matching passage when the whole turn does not fit; ``None`` (and no query
+    vector read) when no candidate is longer than the encoder reads.
+    """
+    if not any(is_long(h.speaker, h.text) for h in ranked):
+        return None
+    queries = [Query(id="q0", text=state["query"]), *state.get("sub_queries", [])]
+    vectors = await search.query_vectors(ctx, run.store, queries)
+    return Excerpts(run.index, vectors, " ".join(q.text for q in queries), counter)
 
 
 def _streamed_by_gate(state: RetrievalState) -> bool:
