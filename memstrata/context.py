@@ -520,8 +520,8 @@ class Context:
         int,
         _s(
             "theme retrieval",
-            "best-matching facts whose themes join the candidates (Bi-Mem Eq. 9: a fact evokes its "
-            "scene; only with theme_spread > 0)",
+            "best-matching facts whose themes join the candidates (Bi-Mem's spreading: a fact evokes its "
+            "scene; not Eq. 9's joint top-k; only with theme_spread > 0)",
         ),
     ] = 10
     theme_select: Annotated[
@@ -529,7 +529,7 @@ class Context:
         _s(
             "theme retrieval",
             "how themes and facts are chosen among the candidates: 'eq4' (xMemory Eq. 4, coverage "
-            "and relevance on their kNN graph) or 'top' (best match only)",
+            "and relevance on a kNN graph built among the candidates) or 'top' (best match only)",
         ),
     ] = "top"
     theme_alpha: Annotated[
@@ -544,9 +544,9 @@ class Context:
         int,
         _s(
             "theme retrieval",
-            "Bi-Mem Eq. 10's m: a picked theme brings its m best-matching facts (the paper's range "
-            "1-3); 0 turns spreading off (a picked theme offers all its facts, no fact evokes a "
-            "theme)",
+            "Bi-Mem's m: a picked theme brings its m facts that best match the query (the paper's range "
+            "1-3; it ranks them by their match to the scene); 0 turns spreading off (a picked theme "
+            "offers all its facts, no fact evokes a theme)",
         ),
     ] = 3
     theme_stage2: Annotated[
@@ -709,7 +709,9 @@ class Context:
     ] = 120.0
     tier_alpha: Annotated[float, _s("tiers", "HMO Eq. 5: weight of the initial importance")] = 0.6
     tier_beta: Annotated[float, _s("tiers", "HMO Eq. 5: weight of the persona alignment")] = 0.4
-    tier_gamma: Annotated[float, _s("tiers", "HMO Eq. 5: weight of the recall gain ln(1+n)")] = 0.2
+    tier_gamma: Annotated[
+        float, _s("tiers", "the weight of the recall gain ln(1+n) (memstrata's; HMO Eq. 5 has no such weight)")
+    ] = 0.2
     tier_decay_days: Annotated[
         float, _s("tiers", "HMO Eq. 5: the base decay constant tau in days (more recalls flatten it)")
     ] = 30.0

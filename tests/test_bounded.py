@@ -103,12 +103,20 @@ def test_small_bounds_load_whole_sessions_of_the_best_candidates_only(data_dir, 
     assert len(index.tables["turn_context"]) == len(whole)  # each loaded turn has its view
 
 
-def test_retrieval_on_the_bounded_path_matches_the_snapshot_path(data_dir, hash_embeddings) -> None:
+def test_retrieval_on_the_bounded_path_matches_the_snapshot_path(data_dir, hash_embeddings, monkeypatch) -> None:
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")
+    ensured = []  # the queries each run's working set was grown with: none on the snapshot path
+    ensure = WorkingSet.ensure
+    monkeypatch.setattr(
+        WorkingSet, "ensure", lambda ws, texts, vectors: ensured.append(list(texts)) or ensure(ws, texts, vectors)
+    )
     for query in QUERIES:
         snapshot = mem.retrieve(query, user_id="u")
+        assert snapshot.evidence and not ensured, query  # something to compare, found on the snapshot path
         bounded = mem.retrieve(query, user_id="u", snapshot_max_turns=0, tiers=False)  # the archive alone
+        assert ensured, query  # the bounded path did run
+        ensured.clear()
         assert [(e.turn_id, round(e.score, 6)) for e in bounded.evidence] == [
             (e.turn_id, round(e.score, 6)) for e in snapshot.evidence
         ], query
@@ -228,8 +236,8 @@ def test_a_follow_up_reads_only_its_new_vector_and_words(data_dir, hash_embeddin
     ws.ensure(["marathon brighton Tom"], vec)
     assert ws.reads == reads + 1  # only the named entities' facts are looked up again
     ws.ensure(["marathon Brighton medal"], vec)  # one new word: one read of turns, one per event kind with text
-    event_kinds = levels(role="event", searched=True)  # summary, fact, tree_node, theme, persona
-    assert len(event_kinds) == 5
+    event_kinds = levels(role="event", searched=True)  # passage, summary, fact, tree_node, theme, persona
+    assert len(event_kinds) == 6
     assert ws.reads == reads + 1 + 1 + len(event_kinds)
 
 

@@ -210,11 +210,11 @@ def test_the_persona_cites_only_stored_facts_and_turns(moved: Any) -> None:
     mem, _ = moved
     facts = {r.unit_id for r in mem.store.get("fact", user_id="ann")}
     turns = {r.unit_id for r in mem.store.get("turn", user_id="ann")}
-    for versions in mem.persona_history("ann", "Ann").values():
-        for v in versions:
-            for item in v.items:
-                assert {item.fact_id, *item.fact_ids} <= facts and set(item.turn_ids) <= turns
-                assert item.text in {r.payload["text"] for r in mem.store.get("fact", user_id="ann")}
+    items = [item for versions in mem.persona_history("ann", "Ann").values() for v in versions for item in v.items]
+    assert items and all(item.turn_ids for item in items)  # something to check: every item cites its turns
+    for item in items:
+        assert {item.fact_id, *item.fact_ids} <= facts and set(item.turn_ids) <= turns
+        assert item.text in {r.payload["text"] for r in mem.store.get("fact", user_id="ann")}
 
 
 def test_the_offline_persona_is_the_same_for_the_same_conversation(minilm: Any, tmp_path: Path) -> None:

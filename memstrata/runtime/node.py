@@ -74,7 +74,7 @@ class NodeRun:
 
     @property
     def tier_weights(self) -> PriorityWeights:
-        """HMO Eq. 5's coefficients, from the run's ``Context``."""
+        """The coefficients of HMO's priority as read from its prose (Eq. 5; gamma is memstrata's), from ``Context``."""
         return search.tier_weights(self.ctx)
 
     async def probe_archive(self) -> tuple[int, int] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from functools import cache
 from typing import Any
 
 
@@ -23,14 +24,13 @@ def limit_blas(threads: int | None) -> None:
 
 def trim_heap() -> None:
     """Return the C heap's free pages to the system (glibc's ``malloc_trim``; nothing elsewhere)."""
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
+@cache  # looked up on the first trim, not on import: find_library runs ldconfig in a subprocess (about 20 ms)
 def _glibc() -> Any:
     name = ctypes.util.find_library("c")
     lib = ctypes.CDLL(name) if name else None
     return lib if lib is not None and hasattr(lib, "malloc_trim") else None  # musl and macOS have none
-
-
-_LIBC = _glibc()

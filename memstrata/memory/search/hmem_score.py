@@ -2,9 +2,10 @@
 
 ``F(m, Q, t) = w_sem * S + w_time * T + w_rob * R`` (H-Mem Eq. 3), where
 
-* ``S`` is the semantic score (here the fused views of :mod:`memstrata.memory.search.fusion`),
+* ``S`` is the semantic score: here not H-Mem's cosine but a turn's fused views
+  (:func:`memstrata.memory.search.fusion.score_turns`), whose speaker and time boosts can take it to about 2,
 * ``T`` is temporal relevance to the query's interval: interval overlap and
-  normalized centre distance (Eq. 1), and zero when the query has no time hint,
+  normalized centre distance (Eq. 1, with one day for its small constant), and zero when the query has no time hint,
 * ``R = exp(-(t - r) / (tau * (1 + eta * ln(1 + n))))`` is Ebbinghaus
   robustness with reinforcement count ``n`` (Eq. 2).
 
@@ -38,7 +39,10 @@ class Interval:
 
 
 def temporal_relevance(unit: Interval | None, hint: Interval | None, *, lam: float, eps: float = DAY) -> float:
-    """H-Mem Eq. 1; 0 when either side has no time."""
+    """H-Mem Eq. 1; 0 when either side has no time.
+
+    ``eps`` is one day, not the paper's small constant: two identical one-day intervals score 0.75, not 1.
+    """
     if unit is None or hint is None:
         return 0.0
     s1, e1, s2, e2 = (unit.start.timestamp(), unit.end.timestamp(), hint.start.timestamp(), hint.end.timestamp())

@@ -3,14 +3,16 @@
 For one query (all on the search snapshot, memoized per query text):
 
 1. **Theme candidates**: the ``themes`` best-matching themes (dense over their centroid, BM25 over their
-   text). With spreading on, the themes of the ``facts`` best-matching facts are evoked (Bi-Mem Eq. 9: a
-   retrieved fact evokes its parent scene): they join the picked themes below by association, whatever
-   their own match.
+   text). With spreading on, the themes of the ``facts`` best-matching facts are evoked (Bi-Mem's fact -> scene
+   spreading, its Algorithm 2 lines 6-8; the seeds are the facts' own best matches, not a joint top-k over facts,
+   scenes and persona): they join the picked themes below by association, whatever their own match.
 2. **Stage I** (xMemory Eq. 4, :func:`~memstrata.memory.themes.select.representatives`): representative themes
-   on the kNN graph of the (not evoked) candidates' centroids, then, over the facts those themes induce, representative
-   facts. With ``select="top"`` both steps keep the best-matching ones instead (the ablation without Eq. 4).
-   A selected theme induces all its facts, or with spreading its ``spread`` best-matching facts (Bi-Mem
-   Eq. 10: a scene brings its top-m facts).
+   on a kNN graph rebuilt among the (not evoked) candidates' centroids (not the kNN graph ingestion stores), then,
+   over the facts those themes induce, representative facts. With ``select="top"`` both steps keep the
+   best-matching ones instead (the ablation without Eq. 4).
+   A selected theme induces all its facts, or with spreading its ``spread`` facts that best match the query
+   (Bi-Mem's scene -> top-m facts, with the paper's m; Bi-Mem ranks them by their similarity to the scene, this
+   ranks them by the query's match).
 3. **Stage II** (offline proxy, :func:`~memstrata.memory.themes.select.admit_by_coverage`): the chosen facts,
    grouped by the episode they come from, are admitted episode by episode in order of support (the summed
    match of their facts) while they say query words nothing admitted before said; after ``patience``
@@ -142,7 +144,7 @@ def _reach(
         return [], trace
     own = [t for t in cand if t not in evoked]
     picked = [own[i] for i in _select(theme_scores[own], themes.vecs[own], s, s.theme_budget)] if own else []
-    picked += [t for t in cand if t in evoked]  # Eq. 9: an evoked scene joins by association, not by its own match
+    picked += [t for t in cand if t in evoked]  # fact -> scene spreading: joins by association, not its own match
     trace.themes = [themes.units[t].id for t in picked]
     induced: list[int] = []
     came_from: dict[int, int] = {}

@@ -23,12 +23,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from memstrata.memory.store import tenant
 from memstrata.memory.store.tables import MatchValue, Table, TableRow, WriteCounts
 from memstrata.memory.store.tenant import StoreError
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,8 @@ class EdgeStore:
         and the key also names the conversation (``"<conversation_id>/<rel>"``) so that
         no edge hides another.
         """
+        import networkx as nx  # only traversal needs it; importing it costs a fifth of a second
+
         graph = nx.MultiDiGraph()
         for e in self.get(user_id, conversation_id=conversation_id):
             for node, kind in ((e.src, e.src_kind), (e.dst, e.dst_kind)):

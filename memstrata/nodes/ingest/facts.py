@@ -1,8 +1,9 @@
 """The atomic facts of one episode, and how a batch's facts are stored (used by :mod:`.distill`).
 
 Offline, the clause extractor (:mod:`memstrata.memory.facts.clauses`); with a
-model, one extraction call per episode (Bi-Mem §4.2.1, xMemory §3.2 in our own
-wording) with a schema, retries, and the offline facts of that episode when the
+model, one extraction call per episode (Bi-Mem §4.2.1's operator of Eq. 4, per
+episode rather than per interaction, and xMemory §3.2, in our own wording) with a
+schema, retries, and the offline facts of that episode when the
 model's output is unusable (counted as ``facts_fallbacks``). Facts are stored
 with their episode id; an episode's facts that its new extraction no longer
 yields are deleted, so re-extracting never duplicates. A writer that stores facts

@@ -1,4 +1,5 @@
-"""Ingestion: each speaker's persona (Bi-Mem §4.1, Eq. 7) and, with a model, the scenes' calibration (§4.2.2, Eq. 8).
+"""Ingestion: each speaker's persona (Bi-Mem §4.1: with a model its Eq. 7, offline a stand-in from the facts' cues)
+and, with a model, the scenes' calibration (§4.2.2, Eq. 8).
 
 Runs after the themes, for every conversation with newly closed episodes (and any with themes but no persona yet).
 A speaker's persona is stale when the facts it was built from changed (a new closed fact, a fact superseded, an item

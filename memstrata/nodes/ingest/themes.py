@@ -4,8 +4,9 @@ Runs after entity linking, over the facts of closed episodes. A conversation's f
 label propagation; later writes attach the new facts and split or merge only the themes they changed,
 guided by xMemory's f(P) (:mod:`memstrata.memory.themes`). A theme whose member was superseded since its text
 was built is stale and rebuilt too (its old text kept in ``history``). A changed theme's text is its most central
-current facts offline; with a model, a summary of them (at most ``Context.theme_llm_per_episode`` per newly closed
-episode and ``Context.theme_llm_calls`` per ingest, else the extractive text). The kNN graph over facts and
+current facts offline; with a model, a summary of them (Bi-Mem's aggregation operator, Eq. 6; at most
+``Context.theme_llm_per_episode`` per newly closed episode and ``Context.theme_llm_calls`` per ingest, else the
+extractive text). The kNN graph over facts and
 themes is kept in the edge store.
 """
 

@@ -1,11 +1,12 @@
 """Ingestion stage: HMO's initial importance of each newly closed episode, its priority and tier, and the drift gate.
 
-A record is a closed episode, keyed by its Level-1 summary (:mod:`memstrata.memory.tiers`). For the write's newly
-closed episodes this stage
+A record (HMO's memory segment, Eq. 1, read as one closed episode rather than one query-response pair) is keyed by
+its Level-1 summary (:mod:`memstrata.memory.tiers`). For the write's newly closed episodes this stage
 
-1. scores the initial importance (HMO §3.1): with a model, one call per ``importance_batch`` records with our own
-   wording of Appendix A's rubric (``IMPORTANCE_PROMPT``) and the persona so far, a schema and the offline score as
-   the fallback; offline, :func:`memstrata.memory.tiers.importance.offline_importance`;
+1. scores the initial importance (HMO §3.1, Eq. 3): with a model, one call per ``importance_batch`` records with our
+   own wording of Appendix A's rubric (``IMPORTANCE_PROMPT``), a schema and the offline score as the fallback (the
+   persona itself is not passed: the call only hears "none yet" when there is none, though the prompt refers to
+   it); offline, :func:`memstrata.memory.tiers.importance.offline_importance`;
 2. reads the persona of the conversations those records are in (the mean of their current persona vectors) and its
    drift from the user's anchor (Eq. 6). Past ``tier_drift`` every active record (tiers 1-2) is scored again with
    the new alignment and the anchor moves; below it the active records keep their stored priorities, carried on to
@@ -245,7 +246,7 @@ def _place(
     persona: np.ndarray | None,
     weights: PriorityWeights,
 ) -> dict[str, Any]:
-    """Drift gate, priorities, tiers; the counters written. Returns the stage's stats."""
+    """Drift gate, priorities, tiers; the counters written (HMO's record header, Eq. 4). Returns the stage's stats."""
     active = store.counters.active(ctx.user_id)
     anchor = read_anchor(store, ctx.user_id)
     moved = drift(persona, anchor) if persona is not None else 0.0

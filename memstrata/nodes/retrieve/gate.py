@@ -213,7 +213,8 @@ def _pooled(state: RetrievalState, round_no: int, answer: str) -> dict[str, Any]
 
 
 def _deepen(state: RetrievalState, ctx: Context, step: Step, round_no: int) -> list[Send]:
-    """One selection branch per batch of the coarse top-N, reading this round's query q_i (none offline).
+    """One selection branch per batch of the coarse top-N (HyMem's Eq. 1: batches of d = ``llm_batch_size``), reading
+    this round's query q_i (none offline).
 
     The model reads HyMem's N best entries over every event kind (the coarse pool holds each kind's N).
     """

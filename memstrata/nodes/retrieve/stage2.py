@@ -1,9 +1,12 @@
-"""Retrieval: xMemory's Stage II with a model, the reader's own uncertainty deciding which theme episodes stay.
+"""Retrieval: xMemory's Stage II with a model, the reader's stated confidence deciding which theme episodes stay.
 
 The theme path (:mod:`memstrata.memory.search.themes`) brings the turns of the facts Stage I chose. With a model and
 ``theme_stage2`` on, those turns are offered episode by episode in order of support. For each offer the reader
 makes one self-check (:class:`SelfCheck`: how sure it is, from the lines admitted so far plus the offered episode's,
-that it could answer). An episode is admitted when it lowers the reader's uncertainty (1 - confidence) below the
+that it could answer). The uncertainty is 1 - that stated confidence: xMemory measures the reader's predictive
+entropy from its output probabilities, which a chat model's API does not give, so a stated confidence stands in for
+it. There is no coarse context of theme and fact texts before the first offer: the uncertainty starts at 1.0, so the
+first episode offered is admitted whatever it says. An episode is admitted when it lowers the uncertainty below the
 best so far; after ``theme_patience`` offers that lower nothing, or ``theme_stage2_checks`` checks, the stage stops
 (:class:`~memstrata.memory.themes.select.UncertaintyGate`). A check that fails falls back to the offline proxy: the
 share of the query's words the lines leave unsaid. The theme turns of episodes not admitted leave the candidates;
