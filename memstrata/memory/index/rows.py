@@ -3,16 +3,16 @@
 Example:
     >>> r = Rows(np.zeros((0, 2), dtype=np.float32))
     >>> r.append([1, 2])
-    ... r.append([3, 4])
-    ... r.set(0, [5, 6])
+    >>> r.append([3, 4])
+    >>> r.set(0, [5, 6])
     >>> r.array.tolist()
     [[5.0, 6.0], [3.0, 4.0]]
     >>> r.pop()
-    ... len(r)
+    >>> len(r)
     1
     >>> e = Rows(np.zeros((0, 1)))
-    ... e.append([1.0, 2.0, 3.0])
-    ... e.array.shape  # an empty one takes its first row's width
+    >>> e.append([1.0, 2.0, 3.0])
+    >>> e.array.shape  # an empty one takes its first row's width
     (1, 3)
 """
 

@@ -10,7 +10,7 @@ for a time ("When did...") also boosts the turns that tell one (:func:`when_matc
 
 Example:
     >>> ranks_to_unit(np.array([3.0, 1.0, 2.0])).round(2).tolist()
-    [1.0, 0.98, 0.98]
+    [1.0, 0.97, 0.98]
 """
 
 from __future__ import annotations

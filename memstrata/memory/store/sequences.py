@@ -10,8 +10,9 @@ counter past them, so later appends follow. The latest time of each session is
 what decides whether the next message continues it or starts a new one.
 
 Example:
-    >>> seq = Sequences(open_table("sequences", path=Path("/tmp/memstrata-doc-seq"), client=None))
-    >>> seq.delete(user_id="ann")
+    >>> import tempfile
+    >>> seq = Sequences(open_table("sequences", path=Path(tempfile.mkdtemp()), client=None))
+    >>> seq.delete(user_id="ann")  # a fresh folder: nothing to delete
     0
     >>> seq.reserve("ann", "c1", "1", 2, floor=0), seq.reserve("ann", "c1", "1", 1, floor=0)
     (0, 2)
