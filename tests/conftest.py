@@ -102,6 +102,10 @@ INTEGRATION = {
     "test_chat_writes.py::test_the_cli_appends_a_json_list_to_a_stored_conversation",
     "test_chat_writes.py::test_inspect_shows_each_conversations_own_summaries_in_text_and_html",
     "test_check.py::test_the_cli_prints_what_it_checked_then_each_problem",
+    # a real `langgraph dev` server, which loads MiniLM at its first run
+    "test_deploy_auth.py::test_through_the_server_each_caller_reaches_only_their_own_memory",
+    "test_deploy_auth.py::test_through_the_server_a_run_asking_for_more_is_refused_with_its_reason",
+    "test_deploy_auth.py::test_through_the_server_no_token_no_run_and_threads_are_private",
 }
 """Tests (``file::function``, or a whole ``file``) that use the real model where no fixture shows it."""
 
@@ -118,6 +122,8 @@ SLOW = {
     "test_concurrency.py::test_eight_processes_ingest_eight_users_at_once": 23,
     "test_concurrency.py::test_a_server_stopped_mid_ingest_is_a_clear_error_and_a_rerun_loses_nothing": 20,
     "test_two_writers_stress.py::test_two_processes_appending_through_a_server_leave_a_sound_store": 23,
+    "test_served_users.py::test_twenty_users_stream_at_once_and_each_sees_only_their_own_memory": 67,
+    "test_deploy_auth.py::test_through_the_server_each_caller_reaches_only_their_own_memory": 27,
 }
 """Tests (``file::function``, or a whole ``file``) that take 20 s or more, with the seconds they took."""
 
