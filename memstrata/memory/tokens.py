@@ -57,6 +57,12 @@ class TokenCounter:
     def __init__(self, tokenizer_file: str | None = None) -> None:
         self.tokenizer_file = tokenizer_file or _default_file()
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TokenCounter) and other.tokenizer_file == self.tokenizer_file
+
+    def __hash__(self) -> int:
+        return hash(self.tokenizer_file)
+
     def count(self, text: str) -> int:
         """The tokens of ``text`` under the tokenizer file, special tokens left out (0 for an empty text)."""
         return _count(self.tokenizer_file, text) if text else 0
@@ -64,6 +70,12 @@ class TokenCounter:
     def spans(self, text: str) -> list[tuple[int, int]]:
         """The (start, end) characters of each of ``text``'s tokens, special tokens left out."""
         return list(_tokenizer(self.tokenizer_file).encode(text, add_special_tokens=False).offsets) if text else []
+
+    def at_least(self, text: str) -> int:
+        """A lower bound of :meth:`count` without tokenizing: its whitespace-separated words (each is one token or
+        more) when the pre-tokenizer splits on whitespace, else 0.
+        """
+        return len(text.split()) if _splits_on_whitespace(self.tokenizer_file) else 0
 
     def count_lines(self, lines: Sequence[str]) -> int:
         r"""The tokens of ``"\n".join(lines)``, summed from the memoized lines' counts.

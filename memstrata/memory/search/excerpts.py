@@ -18,17 +18,19 @@ Example:
     ...         return len(text.split())
     >>> text = " ".join(["Filler words here."] * 100 + ["My passport number is XK-4411."] + ["More filler."] * 99)
     >>> hit = Hit(kind="turn", unit_id="s1:t1", conversation_id="c", score=1.0, speaker="Ann", text=text)
-    >>> quoted = Excerpts(None, [], "passport number", Words(), size=6).quote(hit, room=20)
+    >>> quoted = Excerpts(None, [], "passport number", Words(), size=6).quote(hit, room=40)
     >>> quoted.text
     '… My passport number is XK-4411. More filler. More filler. More filler. …'
     >>> text[quoted.span[0] : quoted.span[1]].startswith("My passport number is XK-4411.")
     True
-    >>> Excerpts(None, [], "passport number", Words(), size=6).quote(hit, room=8) is None  # not one passage fits
+    >>> Excerpts(None, [], "passport number", Words(), size=6).quote(hit, room=20) is None  # too little room
     True
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any, Protocol
 
 import numpy as np
@@ -39,6 +41,8 @@ from memstrata.memory.search.packing import line
 from memstrata.memory.search.query import Hit
 
 ELLIPSIS = "…"
+MIN_ROOM = 32
+"""Tokens left under which no quote is tried (a passage and its citation rarely fit in fewer)."""
 
 
 class SpanCounter(Protocol):
@@ -51,6 +55,12 @@ class SpanCounter(Protocol):
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         """The (start, end) characters of each token of ``text``."""
+
+
+@lru_cache(maxsize=512)
+def _cut(text: str, size: int, counter: SpanCounter) -> tuple[tuple[int, int], ...]:
+    """The passages' spans of a long text (memoized: the same turns are candidates of query after query)."""
+    return tuple(spans_of(text, counter.spans(text), size=size))
 
 
 class Excerpts:
@@ -70,9 +80,9 @@ class Excerpts:
         """``hit`` with its text cut to the best passage (and a neighbour when both fit ``room`` tokens as one
         evidence line), or ``None`` when it is not a long turn or not even one passage fits.
         """
-        if not is_long(hit.speaker, hit.text, fits=ENCODER_TOKENS):
+        if room < MIN_ROOM or not is_long(hit.speaker, hit.text, fits=ENCODER_TOKENS):
             return None
-        spans = spans_of(hit.text, self.counter.spans(hit.text), size=self.size)
+        spans = _cut(hit.text, self.size, self.counter)
         if len(spans) < 2:
             return None
         scores = self._scores(hit, spans)
@@ -87,7 +97,7 @@ class Excerpts:
             chosen = self._fitted(hit, spans, before, best + 1, room) or chosen
         return chosen
 
-    def _scores(self, hit: Hit, spans: list[tuple[int, int]]) -> np.ndarray:
+    def _scores(self, hit: Hit, spans: Sequence[tuple[int, int]]) -> np.ndarray:
         """Each passage's match: cosine to the nearest query vector (where stored) plus its share of query words."""
         words = np.array(
             [len(self.terms & set(tokenize([hit.text[a:b]])[0])) / max(1, len(self.terms)) for a, b in spans]
@@ -102,7 +112,7 @@ class Excerpts:
             dense[found] = (vecs @ self.vectors.T).max(axis=1)
         return dense + words
 
-    def _fitted(self, hit: Hit, spans: list[tuple[int, int]], first: int, last: int, room: int) -> Hit | None:
+    def _fitted(self, hit: Hit, spans: Sequence[tuple[int, int]], first: int, last: int, room: int) -> Hit | None:
         """The hit quoting passages ``first`` to ``last - 1``, if its evidence line fits ``room`` tokens."""
         start, end = spans[first][0], spans[last - 1][1]
         text = hit.text[start:end]

@@ -124,16 +124,19 @@ def pack_context(
     sessions: set[tuple[str, tuple[int, str], str]] = set()
     used = 0
     multi = len({i.conversation_id for i in ranked}) > 1
+    at_least = getattr(counter, "at_least", None)  # a cheap lower bound: a long line that cannot fit is not counted
     for item in ranked:
-        cost = counter.count(line(item))
+        text = line(item)
         key = _session_key(item)
         head = 0 if key in sessions else counter.count(header(item, multi_conversation=multi))
-        cost += head
-        if used + cost > budget:
-            short = shorten(item, budget - used - head) if shorten is not None else None
+        room = budget - used - head
+        cost = counter.count(text) if at_least is None or at_least(text) <= room else room + 1
+        if cost > room:
+            short = shorten(item, room) if shorten is not None else None
             if short is None:
                 continue
-            item, cost = short, head + counter.count(line(short))
+            item, cost = short, counter.count(line(short))
+        cost += head
         chosen.append(item)
         sessions.add(key)
         used += cost

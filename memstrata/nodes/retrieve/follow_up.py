@@ -100,7 +100,8 @@ async def follow_up(task: SubQueryTask, runtime: Runtime[Context]) -> dict[str, 
     rule = anchored_follow_up(query.text, texts, evidence[: ctx.anchor_hits], names=ctx.anchor_names)
     step = (await open_node(runtime, "follow_up", task)).step
     step = step.sibling(offline=True) if task.get("offline") else step
-    lines = ranked_lines(evidence, budget=ctx.reason_tokens, counter=TokenCounter())
+    # the model's prompt; offline the rule decides and no line is rendered
+    lines = ranked_lines(evidence, budget=ctx.reason_tokens, counter=TokenCounter()) if step.model is not None else []
     info, how = await step.decide(
         SubAnswer,
         "FOLLOW_UP_PROMPT",

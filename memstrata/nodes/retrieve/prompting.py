@@ -30,8 +30,11 @@ def ranked_lines(hits: Sequence[Hit], *, budget: int, counter: Counter) -> list[
     """The best turns in rank order, one cited line each, while they fit in ``budget`` tokens."""
     lines: list[str] = []
     used = 0
+    at_least = getattr(counter, "at_least", None)  # a long line that cannot fit is not tokenized
     for hit in hits:
         line = cited_line(hit)
+        if at_least is not None and used + at_least(line) + 1 > budget:
+            continue
         cost = counter.count(line) + 1
         if used + cost > budget:
             continue
