@@ -26,6 +26,7 @@ from memstrata.bench.locomo import load_locomo
 from memstrata.bench.metric import score_context
 from memstrata.memory.embeddings import MiniLMEmbeddings
 from memstrata.memory.levels import FACT, TREE_NODE, register, scope_table
+from memstrata.memory.search import fusion, scoring
 from memstrata.runtime import search
 from memstrata.runtime.search import pool_size
 
@@ -64,6 +65,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     # Bi-Mem's persona: the line and its items' turns for questions that ask to infer about a named speaker
     "no persona path": {"persona_search": False},
+    # Bi-Mem's Eq. 10: a picked scene brings its m facts nearest the scene, not those nearest the query
+    "spreading: facts nearest their scene (Eq. 10)": {"theme_fact_order": "scene"},
+    # H-Mem's Eq. 3 with its own S: the cosine of the query and the turn, no views, BM25, prior, boosts or neighbour
+    "H-Mem's S (the turn's cosine) in Eq. 3": {
+        "_cosine_s": True,
+        "episode_prior": 0.0,
+        "speaker_prior": 0.0,
+        "when_prior": 0.0,
+        "neighbour_share": 0.0,
+    },
 }
 
 
@@ -77,6 +88,7 @@ def run(path: str, conversations: list[str], budgets: list[int], cache: Path, na
         prior = settings.pop("_fact_prior", None)
         if prior is not None:
             register(replace(FACT, lends_prior=prior))
+        scoring.turn_semantic = _cosine if settings.pop("_cosine_s", False) else fusion.turn_semantic
         tally: dict[str, dict[int, list[bool]]] = {}
         sub_queries: dict[str, int] = {}
         for conv in convs:
@@ -111,6 +123,11 @@ def run(path: str, conversations: list[str], budgets: list[int], cache: Path, na
         print(name, json.dumps(out[name]), flush=True)
     search.pool_size = pool_size
     return out
+
+
+def _cosine(index: Any, qvec: Any, qtokens: list[str]) -> Any:
+    """H-Mem's S: each turn's cosine to the query (its own vector only; MiniLM's vectors are unit length)."""
+    return index.dense_turns(qvec)
 
 
 def _pool(kind: str | None) -> Callable[[Any], int]:

@@ -858,20 +858,12 @@ def import_(
 def reindex(
     data_dir: DataDir = None,
     chroma_url: ChromaUrl = None,
-    scopes_only: Annotated[
-        bool,
-        typer.Option(
-            "--scopes-only",
-            metavar=FLAG,
-            help="only stamp the tenant scope on a store made before it (no re-embedding)",
-        ),
-    ] = False,
     words_only: Annotated[
         bool,
         typer.Option(
             "--words",
             metavar=FLAG,
-            help="only build the word index of a store made before it: an embedded store's file, a server store's "
+            help="only rebuild the word index from the stored text: an embedded store's file, a server store's "
             "per-unit terms (no re-embedding)",
         ),
     ] = False,
@@ -890,14 +882,8 @@ def reindex(
         typer.echo(json.dumps(mem.score_tiers()))
         return
     store = mem.store
-    if scopes_only or words_only:
-        done = {
-            **({"scopes": store.stamp_scopes()} if scopes_only else {}),
-            **({"words": store.index_words()} if words_only else {}),
-        }
-    else:
-        done = {"embedded": store.reindex(), "words": store.index_words()}
-    typer.echo(json.dumps(done))
+    embedded = {} if words_only else {"embedded": store.reindex()}
+    typer.echo(json.dumps({**embedded, "words": store.index_words()}))
 
 
 def _mount_bench() -> None:

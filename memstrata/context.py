@@ -114,8 +114,7 @@ class Context:
         _s(
             "store",
             "bounded path: units per kind read for each content word of a query (the word index's best BM25 "
-            "matches of the words together: the word index embedded, the units' tagged terms on a server; Chroma's "
-            "full-text index per word on a store written before either)",
+            "matches of the words together: the word index embedded, the units' tagged terms on a server)",
         ),
     ] = 40
     bounded_lexical_terms: Annotated[
@@ -544,11 +543,19 @@ class Context:
         int,
         _s(
             "theme retrieval",
-            "Bi-Mem's m: a picked theme brings its m facts that best match the query (the paper's range "
-            "1-3; it ranks them by their match to the scene); 0 turns spreading off (a picked theme "
-            "offers all its facts, no fact evokes a theme)",
+            "Bi-Mem's m: a picked theme brings m of its facts (the paper's range 1-3; which ones: "
+            "theme_fact_order); 0 turns spreading off (a picked theme offers all its facts, no fact evokes a "
+            "theme)",
         ),
     ] = 3
+    theme_fact_order: Annotated[
+        Literal["query", "scene"],
+        _s(
+            "theme retrieval",
+            "which m facts a picked theme brings: 'query' (those that best match the query) or 'scene' "
+            "(Bi-Mem's Eq. 10: those nearest the scene's centroid)",
+        ),
+    ] = "query"
     theme_stage2: Annotated[
         bool,
         _s(

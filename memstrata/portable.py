@@ -43,7 +43,6 @@ from memstrata.memory.store import MemoryStore, tenant
 from memstrata.memory.store.reads import open_episodes
 from memstrata.memory.store.tables import ChromaTable, SqliteTable, Table, TableRow, check_name, sqlite_connection
 from memstrata.memory.store.tenant import StoreError
-from memstrata.memory.store.vectors import COLLECTION_PREFIX
 from memstrata.repair import Exclusion, persona_exclusions, reapply_exclusion
 
 if TYPE_CHECKING:
@@ -579,23 +578,13 @@ def users(mem: Memstrata) -> list[str]:
     Read from the side tables, not the turns: every ingest writes its sessions' position counters
     (:mod:`memstrata.memory.store.sequences`), and the items, journal and tombstones hold the rest of what an export
     carries. On an embedded store that is one ``SELECT DISTINCT`` per table; on a Chroma server, a read of the
-    counter rows' metadata. A store written before the counters existed is read from its turns.
+    counter rows' metadata.
     """
     store = mem.store
     found: set[str] = set()
     for name, table in {"sequences": store.sequences.table, **_side_tables(store)}.items():
         found |= _table_users(table, sessions_only=name == "sequences")
-    if not found and _any_turn(store):
-        found = set(store.users())  # counters came later: a store older than them lists its turns' users
     return sorted(found)
-
-
-def _any_turn(store: MemoryStore) -> bool:
-    """Whether the store holds a turn of anyone (asked of Chroma directly: no collection made, no embedder loaded)."""
-    name = COLLECTION_PREFIX + raw_kind()
-    if name not in {c if isinstance(c, str) else c.name for c in store.client.list_collections()}:
-        return False
-    return bool(store.client.get_collection(name, embedding_function=None).count())
 
 
 def _table_users(table: Table, *, sessions_only: bool) -> set[str]:

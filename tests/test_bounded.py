@@ -206,25 +206,6 @@ def test_the_bounded_path_stays_in_its_tenant_and_sees_other_processes_writes(da
     )
 
 
-def test_a_store_written_before_session_keys_still_loads_whole_sessions(data_dir, hash_embeddings) -> None:
-    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
-    mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")
-    for kind in ("turn", "turn_context", "summary", "fact"):  # as an older version wrote them
-        col = mem.store.collection(kind)
-        ids = col.get(include=[])["ids"]
-        col.update(ids=ids, metadatas=[{"session_key": None}] * len(ids))
-        assert not any("session_key" in m for m in col.get(include=["metadatas"])["metadatas"])
-    full = MemoryIndex.build(mem.store, "u", None)
-    vecs = np.asarray(hash_embeddings.embed_documents(QUERIES), dtype=np.float32)
-    index = WorkingSet(
-        mem.store,
-        user_id="u",
-        bounds=bounds_of(Context(user_id="u", bounded_dense_k=500, bounded_event_k=500, bounded_sessions=500)),
-    ).ensure(QUERIES, vecs)
-    assert [t.id for t in index.turns] == [t.id for t in full.turns]
-    assert len(index.tables["turn_context"]) == len(full.tables["turn_context"])
-
-
 def test_a_follow_up_reads_only_its_new_vector_and_words(data_dir, hash_embeddings) -> None:
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")

@@ -46,12 +46,37 @@ class Backend:
     folder: Path
     server: Any = None
     prefix: str = ""
+    database: str = ""
 
     def open(self, name: str) -> Table:
         """Open a table by name; opening the same name twice gives two objects over the same rows."""
         if self.server is None:
             return open_table(name, path=self.folder, client=None)
-        return open_table(self.prefix + name, path=None, client=self.server.client())
+        import chromadb
+        from chromadb.config import Settings
+
+        client = chromadb.HttpClient(
+            host=self.server.host,
+            port=self.server.port,
+            database=self.database,
+            settings=Settings(anonymized_telemetry=False),
+        )
+        return open_table(self.prefix + name, path=None, client=client)
+
+
+def _chroma_backend(server: Any, folder: Path) -> Backend:
+    """Collections of its own in a database of its own on the session's shared server. In the default database,
+    tables written without a store would be memory with no store format, and a store opened there is refused
+    (:mod:`memstrata.memory.store.format`).
+    """
+    import chromadb
+    from chromadb.config import Settings
+
+    database = f"t{uuid.uuid4().hex[:12]}"
+    fastapi = "chromadb.api.fastapi.FastAPI"
+    admin = Settings(chroma_api_impl=fastapi, chroma_server_host=server.host, chroma_server_http_port=server.port)
+    chromadb.AdminClient(admin).create_database(database)
+    return Backend("chroma", folder, server, f"{database}_", database)
 
 
 @pytest.fixture(params=["sqlite", "chroma"])
@@ -59,7 +84,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if request.param == "sqlite":
         return Backend("sqlite", tmp_path)
     # The server lives for the whole session: each test gets collections no other test uses.
-    return Backend("chroma", tmp_path, request.getfixturevalue("chroma_server"), f"t{uuid.uuid4().hex[:12]}_")
+    return _chroma_backend(request.getfixturevalue("chroma_server"), tmp_path)
 
 
 def _edges(user: str) -> list[Edge]:
@@ -98,7 +123,7 @@ def test_open_table_picks_the_backend(backend: Backend, tmp_path: Path) -> None:
     else:
         assert isinstance(table, ChromaTable)
         assert table.collection.name == TABLE_PREFIX + table.name
-        assert table.collection.metadata == {"memstrata_table": table.name, "scoped": True}
+        assert table.collection.metadata == {"memstrata_table": table.name}
     with pytest.raises(StoreError):
         backend.open("bad-name; DROP TABLE x")
 
@@ -380,12 +405,13 @@ from memstrata.memory.store.counters import CounterStore
 from memstrata.memory.store.edges import Edge, EdgeStore
 from memstrata.memory.store.tables import open_table
 
-kind, where, prefix = sys.argv[1:4]
+kind, where, prefix, database = sys.argv[1:5]
 if kind == "sqlite":
     open_ = lambda name: open_table(name, path=Path(where), client=None)
 else:
     host, port = where.split(":")
-    client = chromadb.HttpClient(host=host, port=int(port), settings=Settings(anonymized_telemetry=False))
+    settings = Settings(anonymized_telemetry=False)
+    client = chromadb.HttpClient(host=host, port=int(port), database=database, settings=settings)
     open_ = lambda name: open_table(prefix + name, path=None, client=client)
 EdgeStore(open_("edges")).add("alice", [Edge("c1", "s1:t9", "mentions", "ent:zoe")])
 counters = CounterStore(open_("counters"))
@@ -399,7 +425,7 @@ def test_other_process_writes_are_seen(backend: Backend) -> None:
     where = str(backend.folder) if backend.server is None else f"{backend.server.host}:{backend.server.port}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen(
-        [sys.executable, "-c", OTHER_PROCESS, backend.kind, where, backend.prefix],
+        [sys.executable, "-c", OTHER_PROCESS, backend.kind, where, backend.prefix, backend.database],
         cwd=REPO,
         env=env,
         stderr=subprocess.PIPE,
@@ -416,10 +442,10 @@ def test_other_process_writes_are_seen(backend: Backend) -> None:
     assert counters.get("alice", [TURN])[TURN].recall_count == ours + 100
 
 
-def test_a_server_table_reads_a_conversation_by_its_scope_and_stamps_an_older_table(chroma_server) -> None:
-    backend = Backend("chroma", Path(), chroma_server, f"t{uuid.uuid4().hex[:12]}_")
+def test_a_server_table_reads_a_conversation_by_its_scope(chroma_server) -> None:
+    backend = _chroma_backend(chroma_server, Path())
     table = backend.open("edges")
-    assert isinstance(table, ChromaTable) and table.scoped  # a new table stamps every row
+    assert isinstance(table, ChromaTable)
     edges = EdgeStore(table)
     for user in ("alice", "bob"):  # the same conversation id and unit ids: only the tenant tells them apart
         edges.add(user, _edges(user))
@@ -430,19 +456,8 @@ def test_a_server_table_reads_a_conversation_by_its_scope_and_stamps_an_older_ta
     assert wheres[-1] == {"$and": [{"scope": tenant.scope_key("bob", "c1")}, {"src": "ent:ann"}]}  # no user clause
     assert {e.dst for e in edges.get("alice", conversation_id="c2")} == {"ep:0"}
     table.collection.get = read  # type: ignore[method-assign]
-    # a table written before the stamp: read by user and conversation until `memstrata reindex --scopes-only`
-    old = backend.open("old_edges")
-    old.collection.modify(metadata={"memstrata_table": old.collection.name})
     rows = [TableRow(f"k{i}", user, "c1", {"n": i}) for i, user in enumerate(["alice", "bob", "alice"])]
-    old.collection.add(
-        ids=[r.key for r in rows],
-        embeddings=[[1.0]] * 3,
-        documents=[""] * 3,
-        metadatas=[{**r.fields, "user_id": r.user_id, "conversation_id": r.conversation_id} for r in rows],
-    )
-    older = backend.open("old_edges")
-    assert isinstance(older, ChromaTable) and not older.scoped
-    assert [r.key for r in older.get(user_id="alice", conversation_id="c1")] == ["k0", "k2"]
-    assert older.stamp_scopes() == 3 and older.scoped and backend.open("old_edges").scoped
-    assert [r.key for r in backend.open("old_edges").get(user_id="alice", conversation_id="c1")] == ["k0", "k2"]
-    assert [r.fields for r in older.get(user_id="bob", conversation_id="c1")] == [{"n": 1}]  # the stamp is not a field
+    other = backend.open("other_rows")
+    other.upsert(rows)
+    assert [r.key for r in other.get(user_id="alice", conversation_id="c1")] == ["k0", "k2"]
+    assert [r.fields for r in other.get(user_id="bob", conversation_id="c1")] == [{"n": 1}]  # the stamp is not a field

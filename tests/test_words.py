@@ -22,30 +22,18 @@ def _turn(user: str, i: int, text: str, conv: str = "c1") -> Turn:
 
 
 def _write(store: MemoryStore, turns: list[Turn]) -> None:
-    store.upsert(
-        "turn",
-        turns,
-        documents=[t.render() for t in turns],
-        extra=[{"session_id": t.session_id, "position": t.position} for t in turns],
-    )
+    store.upsert("turn", turns, documents=[t.render() for t in turns], extra=[t.metadata() for t in turns])
 
 
 def _ids(records: list) -> list[str]:
     return [r.unit_id for r in records]
 
 
-def _spy_word_reads(store: MemoryStore, monkeypatch) -> set[str]:
-    """The names of the store's word reads of turns (``containing``, ``matching``) as the bounded path makes them."""
-    used: set[str] = set()
-
-    def spy(method, name, kind, *a, **k):
-        if kind == "turn":
-            used.add(name)
-        return method(kind, *a, **k)
-
-    for name in ("containing", "matching"):
-        method = getattr(store, name)
-        monkeypatch.setattr(store, name, lambda kind, *a, _m=method, _n=name, **k: spy(_m, _n, kind, *a, **k))
+def _spy_word_reads(store: MemoryStore, monkeypatch) -> list[str]:
+    """The kinds of the store's word reads (``matching``) as the bounded path makes them."""
+    used: list[str] = []
+    method = store.matching
+    monkeypatch.setattr(store, "matching", lambda kind, *a, **k: used.append(kind) or method(kind, *a, **k))
     return used
 
 
@@ -61,7 +49,6 @@ def test_the_word_index_stays_in_its_tenant(data_dir, hash_embeddings) -> None:
     # Same conversation id, same unit ids; only alice ever mentions the zeppelin.
     _write(store, [_turn("alice", 0, "The zeppelin hangar code is 4471."), _turn("alice", 1, "Tea at noon.")])
     _write(store, [_turn("bob", 0, "My hangar is empty."), _turn("bob", 1, "Tea at noon, zeppelins never.")])
-    assert store.words_ready("turn")
     alice = store.matching("turn", user_id="alice", words=["zeppelin", "hangar"], limit=10)
     assert _ids(alice) == ["s1:t0"] and alice[0].metadata["user_id"] == "alice"
     assert "4471" in alice[0].document and alice[0].metadata["_vector"] is not None
@@ -99,29 +86,20 @@ def test_query_terms_are_single_quoted_tokens() -> None:
     assert query_term("--") is None
 
 
-def test_a_store_written_before_the_index_reads_by_containment_until_indexed(
+def test_the_bounded_path_reads_words_from_the_word_index_and_a_rebuild_keeps_them(
     data_dir, hash_embeddings, monkeypatch
 ) -> None:
     store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
     _write(store, [_turn("u", i, f"Priya mentioned the marathon number {i}") for i in range(6)])
-    for path in Path(data_dir).glob(WORDS_FILE + "*"):
-        path.unlink()  # as a version before the word index left the folder
-    older = MemoryStore(path=data_dir, embeddings=hash_embeddings)
-    assert not older.words_ready("turn")
-    used = _spy_word_reads(older, monkeypatch)
-    index = _marathon_run(older, hash_embeddings)
-    assert len(index.turns) == 6 and used == {"containing"}
-    assert older.index_words()["turn"] == 6
-    assert older.words_ready("turn")
-    used.clear()
-    index = _marathon_run(older, hash_embeddings)
-    assert len(index.turns) == 6 and used == {"matching"}
+    used = _spy_word_reads(store, monkeypatch)
+    assert len(_marathon_run(store, hash_embeddings).turns) == 6 and "turn" in used
+    assert store.index_words()["turn"] == 6  # `memstrata reindex --words`: rebuilt from the stored text
+    assert len(store.matching("turn", user_id="u", words=["marathon"], limit=10)) == 6
 
 
 def test_the_size_check_is_answered_by_the_word_index_as_chroma_answers_it(data_dir, hash_embeddings) -> None:
     """``holds_more_than`` (the snapshot-or-bounded choice) counts the word index's rows, from an empty user on."""
     store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
-    store.collection("turn")  # opened empty: the word index covers it from the start
     counted: list[int] = []
     words_check = store.words.holds_more_than
     store.words.holds_more_than = lambda *a, **k: counted.append(a[1]) or words_check(*a, **k)
@@ -138,10 +116,8 @@ def test_the_size_check_is_answered_by_the_word_index_as_chroma_answers_it(data_
     assert [by_index[(n, None)] for n in (7, 9)] == [True, False]  # 9 of u's turns in all
     assert [by_index[(n, "c1")] for n in (3, 6)] == [True, False]
     assert by_index[(2, "c2")] is True and by_index[(3, "c2")] is False
-    for path in Path(data_dir).glob(WORDS_FILE + "*"):
-        path.unlink()  # the same store read by Chroma alone, as a store the word index does not cover
-    by_chroma = MemoryStore(path=data_dir, embeddings=hash_embeddings)
-    assert not by_chroma.words_ready("turn")
+    by_chroma = MemoryStore(client=store.client, embeddings=hash_embeddings)  # no word index: Chroma counts
+    assert by_chroma.words is None
     assert {(n, c): by_chroma.holds_more_than("turn", n, user_id="u", conversation_id=c) for n, c in asked} == by_index
 
 
@@ -169,21 +145,6 @@ def test_a_user_holding_most_rows_is_searched_without_the_tag_with_the_same_resu
     shares.clear()
     monkeypatch.setattr(words, "_holds_most", lambda *a: shares.append(holds_most(*a)) or shares[-1])
     assert words.search("turn", ["marathon"], user_id="big", limit=20) == [("c1", "s1:t0")] and shares == [False]
-
-
-def test_an_index_of_another_format_is_not_trusted_until_rebuilt(data_dir, hash_embeddings) -> None:
-    store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
-    _write(store, [_turn("u", i, f"Priya mentioned the marathon number {i}") for i in range(4)])
-    assert store.words_ready("turn") and store.matching("turn", words=["marathon"], user_id="u", limit=10)
-    with sqlite3.connect(Path(data_dir) / WORDS_FILE) as db:  # as an older version would have left it
-        db.execute("PRAGMA user_version = 0")
-        db.execute("UPDATE \"words_turn\" SET tag = 'u0 c0'")
-    older = MemoryStore(path=data_dir, embeddings=hash_embeddings)
-    assert older.words.stale and not older.words_ready("turn")  # read with $contains, not an empty index
-    assert older.index_words()["turn"] == 4
-    assert older.words_ready("turn")
-    assert len(older.matching("turn", words=["marathon"], user_id="u", limit=10)) == 4
-    assert not MemoryStore(path=data_dir, embeddings=hash_embeddings).words.stale
 
 
 def test_tenant_tags_are_indexed_whole(data_dir, hash_embeddings) -> None:
@@ -219,8 +180,7 @@ def _server_store(chroma_server, hash_embeddings) -> MemoryStore:
 
 def test_a_server_store_ranks_lexical_reads_by_its_units_terms_within_the_tenant(chroma_server, hash_embeddings):
     store = _server_store(chroma_server, hash_embeddings)
-    assert store.words is None and store.terms_ready("turn")  # a new collection carries terms from its first unit
-    assert store.words_ready("turn")  # and the bounded path reads them
+    assert store.words is None  # each unit carries its terms from its first write
     _write(store, [_turn("alice", 0, "The zeppelin hangar code is 4471."), _turn("alice", 1, "Tea at noon.")])
     _write(store, [_turn("bob", 0, "My hangar is empty."), _turn("bob", 1, "Tea at noon, zeppelins never.")])
     alice = store.matching("turn", user_id="alice", words=["zeppelin", "hangar"], limit=10)
@@ -248,33 +208,19 @@ def test_a_server_store_ranks_lexical_reads_by_its_units_terms_within_the_tenant
     assert _ids(store.matching("turn", user_id="bob", words=["zeppelin"], limit=10)) == ["s1:t1"]
 
 
-def test_a_server_collection_without_terms_gets_them_from_reindex_and_check_sees_wrong_ones(
+def test_a_server_store_reads_words_by_terms_and_check_sees_wrong_ones_until_reindexed(
     chroma_server, hash_embeddings, monkeypatch
 ) -> None:
     from memstrata.memory.store.invariants import check_store
 
     store = _server_store(chroma_server, hash_embeddings)
     _write(store, [_turn("u", i, f"Priya mentioned the marathon number {i}") for i in range(6)])
-    col = store.collection("turn")
-    col.modify(metadata={k: v for k, v in col.metadata.items() if k != "terms"})  # as a collection made before terms
-    col.update(ids=[store.storage_key("u", "c1", "s1:t0")], metadatas=[{"terms": ["zzz"]}])  # and one unit's are wrong
-    older = MemoryStore(client=store.client, embeddings=hash_embeddings)
-    assert not older.terms_ready("turn")
-    used = _spy_word_reads(older, monkeypatch)
-    index = _marathon_run(older, hash_embeddings)
-    assert len(index.turns) == 6 and used == {"containing"}  # the bounded path: $contains
-    assert older.index_words()["turn"] == 6 and older.terms_ready("turn")
-    flagged = MemoryStore(client=store.client, embeddings=hash_embeddings)
-    assert flagged.terms_ready("turn") and len(flagged.matching("turn", user_id="u", words=["marathon"], limit=10)) == 6
-    used = _spy_word_reads(flagged, monkeypatch)
-    assert len(_marathon_run(flagged, hash_embeddings).turns) == 6 and used == {"matching"}
-    col.modify(metadata={**{k: v for k, v in col.metadata.items() if not k.startswith("hnsw:")}, "terms": True})
-    untagged = MemoryStore(client=store.client, embeddings=hash_embeddings)
-    assert not untagged.terms_ready("turn")  # terms written before the tag: read by $contains until reindexed
-    untagged.index_words()
-    assert MemoryStore(client=store.client, embeddings=hash_embeddings).terms_ready("turn")
-    col.update(ids=[store.storage_key("u", "c1", "s1:t0")], metadatas=[{"terms": ["zzz"]}])
-    problems = [p for p in check_store(flagged, "u") if p.invariant == "words"]
+    used = _spy_word_reads(store, monkeypatch)
+    assert len(_marathon_run(store, hash_embeddings).turns) == 6 and "turn" in used
+    assert len(store.matching("turn", user_id="u", words=["marathon"], limit=10)) == 6
+    assert not [p for p in check_store(store, "u") if p.invariant == "words"]
+    store.collection("turn").update(ids=[store.storage_key("u", "c1", "s1:t0")], metadatas=[{"terms": ["zzz"]}])
+    problems = [p for p in check_store(store, "u") if p.invariant == "words"]
     assert [p.unit for p in problems] == ["turn s1:t0"]
-    flagged.index_words()
-    assert not [p for p in check_store(flagged, "u") if p.invariant == "words"]
+    assert store.index_words()["turn"] == 6  # `memstrata reindex --words`: every unit's terms written again
+    assert not [p for p in check_store(store, "u") if p.invariant == "words"]

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime
-from typing import Any
 
 from memstrata.memory.conversation import Conversation, Session
 from memstrata.memory.levels.level2.turn import Turn
@@ -39,33 +38,15 @@ def stored_tail(store: MemoryStore, user_id: str, conversation_id: str) -> Tail 
 
     Times are naive, as turns keep them; a stored ``ts`` is their ``timestamp()``, read back the same way.
 
-    Read from the session counters; a conversation stored before they existed has them set up here
-    from its stored turns, once.
+    Read from the session counters (every write sets them before it stores a turn).
     """
-    marks = store.sequences.sessions(user_id, conversation_id) or _mark_stored(store, user_id, conversation_id)
+    marks = store.sequences.sessions(user_id, conversation_id)
     numbered = [m for m in marks.values() if m.session_id.isdigit()]
     if not numbered:
         return None
     last = max(numbered, key=lambda m: int(m.session_id))
     latest = datetime.fromtimestamp(last.latest) if last.latest is not None else None
     return Tail(int(last.session_id), latest)
-
-
-def _mark_stored(store: MemoryStore, user_id: str, conversation_id: str) -> dict[str, Any]:
-    """Counters for the sessions of a conversation written before counters existed."""
-    ends: dict[str, tuple[int, float | None]] = {}
-    for r in store.get(_TURN, user_id=user_id, conversation_id=conversation_id):
-        session, ts = str(r.metadata.get("session_id")), r.metadata.get("ts")
-        past, latest = ends.get(session, (0, None))
-        ends[session] = (
-            max(past, int(r.metadata.get("position", 0)) + 1),
-            max(latest, ts) if latest is not None and ts is not None else ts if ts is not None else latest,
-        )
-    for session, (past, latest) in ends.items():
-        store.sequences.advance(
-            user_id, conversation_id, session, past, datetime.fromtimestamp(latest) if latest is not None else None
-        )
-    return store.sequences.sessions(user_id, conversation_id) if ends else {}
 
 
 def place_turns(store: MemoryStore, conv: Conversation) -> Conversation:

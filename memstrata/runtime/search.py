@@ -325,6 +325,7 @@ def theme_search(ctx: Context, *, reader: bool = False) -> ThemeSearch | None:
         stage2=ctx.theme_stage2 and not reader,
         patience=ctx.theme_patience,
         knn=ctx.theme_knn,
+        fact_order=ctx.theme_fact_order,
     )
 
 

@@ -11,13 +11,10 @@ them; every search function then runs unchanged. Candidates, per query:
   tenant filter (:meth:`VectorStore.nearest`);
 - **lexical**: ``lexical_k`` turns per word for the query's ``lexical_terms``
   longest content words, and per event kind (summaries, facts) ``lexical_k``
-  units per word for the ``_EVENT_WORDS`` longest. On an embedded store they
-  are the words' best BM25 matches together in the persisted word index
-  (:meth:`VectorStore.matching`, :mod:`memstrata.memory.store.words`); on a
-  Chroma server, or before ``memstrata reindex --words`` has indexed an older
-  store, they are, for each word, the first units whose text contains it as
-  written, lower-cased or capitalised (Chroma's full-text index,
-  :meth:`VectorStore.containing`; see :func:`_variants`);
+  units per word for the ``_EVENT_WORDS`` longest: the words' best BM25 matches
+  together in the store's lexical index (:meth:`VectorStore.matching`: the word
+  index of an embedded store, :mod:`memstrata.memory.store.words`; the units'
+  tagged terms on a Chroma server, :mod:`memstrata.memory.store.terms`);
 - **sessions**: the sessions those candidates come from are loaded whole (their
   turns and turn views), up to ``sessions`` of them for the first queries of a
   retrieval and an eighth more for each later one (a follow-up), ranked by
@@ -169,20 +166,6 @@ def content_words(text: str, limit: int) -> list[str]:
     return sorted(words, key=lambda w: (-len(w), w))[:limit]
 
 
-def _variants(word: str) -> list[str]:
-    """Phrases whose containment finds the word as written, lower-cased or capitalised.
-
-    Chroma's ``$contains`` is case-sensitive, and a read of several phrases costs about twice one
-    (measured on 20k turns: ~0.08-0.11 s against ~0.05 s). A word of six letters or more with a
-    lower-case tail is found by its tail alone ("aroline" finds "Caroline" and "caroline"), a
-    superset that rarely adds a stranger; shorter words and words with capitals inside keep their
-    variants.
-    """
-    if len(word) >= 6 and word[1:].islower():
-        return [word[1:]]
-    return list(dict.fromkeys([word, word.casefold(), word[:1].upper() + word[1:].casefold()]))
-
-
 class WorkingSet:
     """One retrieval's candidates from a large store, grown per new query, and the snapshot over them.
 
@@ -326,7 +309,7 @@ class WorkingSet:
             ),
         ]:
             unread = self._unread(kind, words, limit)
-            if unread and store.words_ready(kind):  # the word index: the words' best BM25 matches, in one call
+            if unread:  # the lexical index: the words' best BM25 matches, in one call
                 reads.append(
                     (
                         keep,
@@ -335,17 +318,6 @@ class WorkingSet:
                         ),
                     )
                 )
-            else:  # Chroma's full-text index, one read per word so a common word cannot crowd out a rare one
-                # (a read of many words at once is slower)
-                reads += [
-                    (
-                        keep,
-                        functools.partial(
-                            _one, store.containing, kind, phrases=_variants(word), limit=b.lexical_k, **scope
-                        ),
-                    )
-                    for word in unread
-                ]
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
             results = list(pool.map(lambda read: read[1](), reads))
         self.reads += len(reads)
@@ -418,7 +390,7 @@ class WorkingSet:
             for found in ranked:
                 if i < len(found):
                     meta = found[i].metadata
-                    key = meta.get("session_key") or _session_key(meta.get("conversation_id"), meta.get("session_id"))
+                    key = meta.get("session_key")
                     if key and key not in order:
                         order.append(key)
         # the first queries fill the session budget; each later query (a follow-up, a rewrite) adds an eighth
@@ -462,24 +434,6 @@ class WorkingSet:
             limit=self.bounds.cached_units,
             sessions={key: got[key] for key in loaded if key in got},
         )
-        # Units written before session_key existed: read those sessions per conversation instead.
-        by_conv: dict[str, list[str]] = {}
-        for key in (k for k in to_read if k not in loaded):
-            conv, _, session = key.rpartition("/")
-            by_conv.setdefault(conv, []).append(session)
-        for conv, sessions in by_conv.items():
-            for level in levels.levels(searched=True):
-                if level.role in ("raw", "view") and self.conversation_id in (None, conv):
-                    self._keep(
-                        self.store.get(
-                            level.kind,
-                            user_id=self.user_id,
-                            conversation_id=conv,
-                            where={"session_id": {"$in": sessions}},
-                            with_vectors=True,
-                        )
-                    )
-                    self.reads += 1
         self.sessions += wanted
 
     # ---- the snapshot ---------------------------------------------------------
@@ -504,10 +458,6 @@ class WorkingSet:
 def _one(read: Callable[..., list[Any]], *args: Any, **kwargs: Any) -> list[list[Any]]:
     """A read that returns one list, as a list of lists like :meth:`VectorStore.nearest`."""
     return [read(*args, **kwargs)]
-
-
-def _session_key(conversation_id: str | None, session_id: str | None) -> str | None:
-    return f"{conversation_id}/{session_id}" if conversation_id and session_id else None
 
 
 def working_set(

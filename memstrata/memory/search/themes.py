@@ -10,9 +10,9 @@ For one query (all on the search snapshot, memoized per query text):
    on a kNN graph rebuilt among the (not evoked) candidates' centroids (not the kNN graph ingestion stores), then,
    over the facts those themes induce, representative facts. With ``select="top"`` both steps keep the
    best-matching ones instead (the ablation without Eq. 4).
-   A selected theme induces all its facts, or with spreading its ``spread`` facts that best match the query
-   (Bi-Mem's scene -> top-m facts, with the paper's m; Bi-Mem ranks them by their similarity to the scene, this
-   ranks them by the query's match).
+   A selected theme induces all its facts, or with spreading its ``spread`` facts: those that best match the
+   query (``fact_order="query"``), or those nearest the scene's centroid (``"scene"``, Bi-Mem's Eq. 10, with the
+   paper's m).
 3. **Stage II** (offline proxy, :func:`~memstrata.memory.themes.select.admit_by_coverage`): the chosen facts,
    grouped by the episode they come from, are admitted episode by episode in order of support (the summed
    match of their facts) while they say query words nothing admitted before said; after ``patience``
@@ -49,6 +49,8 @@ from memstrata.memory.search.query import Hit, Query
 from memstrata.memory.themes.select import admit_by_coverage, representatives
 
 SELECTIONS = ("eq4", "top")
+FACT_ORDERS = ("query", "scene")
+"""How a picked theme's m facts are chosen: best match to the query, or (Bi-Mem's Eq. 10) nearest its scene."""
 THEME_FOUND_BY, SPREAD_FOUND_BY = "theme", "spread"
 THEME_FINDERS = (THEME_FOUND_BY, SPREAD_FOUND_BY)
 
@@ -70,8 +72,12 @@ class ThemeSearch:
     stage2: bool
     patience: int
     knn: int
+    fact_order: str = "query"
 
     def __post_init__(self) -> None:
+        if self.fact_order not in FACT_ORDERS:
+            msg = f"theme_fact_order must be one of {FACT_ORDERS}, not {self.fact_order!r}"
+            raise ValueError(msg)
         if self.select not in SELECTIONS:
             msg = f"theme_select must be one of {SELECTIONS}, not {self.select!r}"
             raise ValueError(msg)
@@ -149,7 +155,7 @@ def _reach(
     induced: list[int] = []
     came_from: dict[int, int] = {}
     for t in picked:
-        rows = sorted(members[t], key=lambda f: (-fact_scores[f], f))
+        rows = _members_in_order(members[t], fact_scores, facts.vecs, themes.vecs[t], s.fact_order)
         for f in rows[: s.spread] if s.spread > 0 else rows:
             if f not in came_from:
                 came_from[f] = t
@@ -170,6 +176,18 @@ def _reach(
         )
         for f in chosen_f
     ], trace
+
+
+def _members_in_order(
+    rows: Sequence[int], fact_scores: np.ndarray, fact_vecs: np.ndarray, scene: np.ndarray, order: str
+) -> list[int]:
+    """A theme's fact rows, best first: by their match to the query, or by their cosine to the scene's centroid
+    (Bi-Mem's Eq. 10: the scene's m most similar facts).
+    """
+    if order == "scene" and len(rows):
+        near = fact_vecs[list(rows)] @ scene
+        return [r for _, r in sorted(zip(-near, rows, strict=True))]
+    return sorted(rows, key=lambda f: (-fact_scores[f], f))
 
 
 def _top(scores: np.ndarray, n: int) -> list[int]:

@@ -13,7 +13,9 @@
   them back (:mod:`~memstrata.memory.store.tombstones`);
 - ``tier_state``: per user, the persona anchor of HMO's drift gate (:mod:`memstrata.nodes.ingest.tiers`);
 - ``caches``: what this process's searches keep of the store per user, within ``Context.cache_mb``
-  (:mod:`memstrata.memory.index.caches`), cleared by :meth:`MemoryStore.close`.
+  (:mod:`memstrata.memory.index.caches`), cleared by :meth:`MemoryStore.close`;
+- :mod:`~memstrata.memory.store.format`: the store's format version, written when it is created and checked when it
+  is opened (:class:`StoreFormatError` for a store of another format).
 
 All three build filters and keys with :mod:`~memstrata.memory.store.tenant`, and
 :meth:`MemoryStore.delete_user` clears a user from all three.
@@ -35,6 +37,7 @@ from langchain_core.embeddings import Embeddings
 from memstrata.memory.index.caches import SearchCaches
 from memstrata.memory.store.counters import CounterStore
 from memstrata.memory.store.edges import Edge, EdgeStore
+from memstrata.memory.store.format import STORE_FORMAT, StoreFormatError
 from memstrata.memory.store.sequences import Sequences
 from memstrata.memory.store.tables import Table, open_table
 from memstrata.memory.store.tenant import StoreError, stable_hash
@@ -51,6 +54,9 @@ class MemoryStore(VectorStore):
         embeddings: any LangChain ``Embeddings``; the packaged MiniLM by default.
         client: an already-built Chroma client (tests, custom settings); edges and counters go to
             ``path`` when given, else into that client.
+
+    Raises:
+        StoreFormatError: the store was written in another format than :data:`STORE_FORMAT`.
     """
 
     def __init__(
@@ -91,14 +97,6 @@ class MemoryStore(VectorStore):
             "tombstones": self.tombstones.table,
             "tier_state": self.tier_state,
         }
-
-    def stamp_scopes(self) -> dict[str, int]:
-        """Stamp the tenant scope on every unit and table row written before it (``reindex --scopes-only``)."""
-        done = super().stamp_scopes()
-        for name, table in self.tables().items():
-            if stamped := table.stamp_scopes():
-                done[f"table {name}"] = stamped
-        return done
 
     def delete(self, kind: str, *, user_id: str, conversation_id: str, unit_ids: Sequence[str]) -> None:
         """Remove units and their counters (a unit's reinforcement, recall and tier go with it)."""
@@ -224,6 +222,7 @@ class MemoryStore(VectorStore):
 
 
 __all__ = [
+    "STORE_FORMAT",
     "CounterStore",
     "Edge",
     "EdgeStore",
@@ -232,6 +231,7 @@ __all__ = [
     "Record",
     "Sequences",
     "StoreError",
+    "StoreFormatError",
     "VectorStore",
     "stable_hash",
 ]

@@ -189,7 +189,7 @@ def _words(
         ]
     out = []
     for kind, stored in by_kind.items():
-        if not indexes_words(kind) or not store.words.coverage(kind):
+        if not indexes_words(kind):
             continue
         held = {k for k in store.words.units(kind, user_id=user_id) if conversation_id in (None, k[0])}
         out += [

@@ -35,6 +35,7 @@ from memstrata.memory.store.tenant import StoreError
 
 Scalar = str | int | float | bool | None
 MatchValue = str | int | float | bool
+COLLECTION_PREFIX = "memstrata_"  # every collection memstrata makes: a unit kind's is ``memstrata_<kind>``
 TABLE_PREFIX = "memstrata__"  # two underscores: never clashes with the unit collections ``memstrata_<kind>``
 SQLITE_FILE = "memstrata_tables.sqlite3"
 BUSY_TIMEOUT_S = 30.0
@@ -117,18 +118,6 @@ class Table(Protocol):
     def count(self, *, user_id: str | None = None) -> int:
         """The rows of one user, or of everyone (``None``: the operator's view)."""
         ...
-
-    def stamp_scopes(self) -> int:
-        """Give every row of a table made before the tenant's scope stamp that stamp; the rows stamped."""
-        ...
-
-
-def flag_collection(col: Any, key: str, value: Scalar) -> None:
-    """Set one flag in a Chroma collection's metadata, keeping the rest (Chroma refuses its ``hnsw:`` keys in a
-    modify; the collection keeps its distance space).
-    """
-    keep = {k: v for k, v in (col.metadata or {}).items() if not k.startswith("hnsw:")}
-    col.modify(metadata={**keep, key: value})
 
 
 def check_name(name: str, what: str = "table name") -> str:
@@ -251,7 +240,7 @@ class SqliteTable:
             for field in sorted(self.indexed):  # the same expression as _wheres writes, or SQLite will not use it
                 value = f"json_extract(data, '$.{field}')"
                 db.execute(f'CREATE INDEX IF NOT EXISTS "{name}_{field}" ON "{name}" (user_id, {value})')
-            for field in sorted(self.scoped):  # built once on a table that holds rows already (1.6 s a million)
+            for field in sorted(self.scoped):  # the same expression too, after the user and the conversation
                 value = f"json_extract(data, '$.{field}')"
                 columns = f"user_id, conversation_id, {value}"
                 db.execute(f'CREATE INDEX IF NOT EXISTS "{name}_scoped_{field}" ON "{name}" ({columns})')
@@ -367,10 +356,6 @@ class SqliteTable:
         with self._connect() as db:
             return int(db.execute(f'SELECT COUNT(*) FROM "{self.name}"{sql}', args).fetchone()[0])
 
-    def stamp_scopes(self) -> int:
-        """Nothing to stamp: SQLite indexes the user and conversation columns (a Chroma table's need)."""
-        return 0
-
     @staticmethod
     def _wheres(
         user_id: str,
@@ -425,11 +410,10 @@ class ChromaTable:
     must name the fields it drops, and :meth:`merge` needs the old counts) under one
     lock per collection: exact within a process, last writer wins across processes.
 
-    Every row also carries its tenant's ``scope`` stamp (:func:`tenant.stamp`), and a table made with
-    the stamp says so (``scoped``): a read naming a conversation then filters by that one field. Chroma
-    evaluates each clause of a filter over every record it matches, and the user's clause matches all of
-    the user's rows: on a 100,413-turn user behind ``chroma run``, one conversation's edges took 3.4 s by
-    user and conversation (1.35M edge rows). ``memstrata reindex --scopes-only`` stamps an older table.
+    Every row also carries its tenant's ``scope`` stamp (:func:`tenant.stamp`), so a read naming a conversation
+    filters by that one field. Chroma evaluates each clause of a filter over every record it matches, and the user's
+    clause matches all of the user's rows: on a 100,413-turn user behind ``chroma run``, one conversation's edges
+    took 3.4 s by user and conversation (1.35M edge rows).
 
     Args:
         client: a Chroma client (``HttpClient`` in server mode; any client works).
@@ -439,9 +423,8 @@ class ChromaTable:
     def __init__(self, client: Any, name: str) -> None:
         self.name = check_name(name)
         self.collection = client.get_or_create_collection(
-            TABLE_PREFIX + name, metadata={"memstrata_table": name, "scoped": True}, embedding_function=None
+            TABLE_PREFIX + name, metadata={"memstrata_table": name}, embedding_function=None
         )
-        self.scoped = bool((self.collection.metadata or {}).get("scoped"))  # False: made before the stamp
         self._lock = _collection_lock(str(self.collection.id))
 
     def upsert(self, rows: Sequence[TableRow]) -> int:
@@ -537,9 +520,7 @@ class ChromaTable:
         keys: Sequence[str] | None,
         conversations: list[str] | None,
     ) -> list[TableRow]:
-        where = tenant.where(
-            user_id, conversation_id, _check_match(match), scoped=self.scoped, conversations=conversations
-        )
+        where = tenant.where(user_id, conversation_id, _check_match(match), conversations=conversations)
         batches = [None] if keys is None else [list(c) for c in _chunks(list(keys))]
         out = []
         wanted = {k: v for k, v in (("user_id", user_id), ("conversation_id", conversation_id)) if v is not None}
@@ -574,20 +555,6 @@ class ChromaTable:
         if user_id is None:
             return int(self.collection.count())
         return len(self.collection.get(where=tenant.where(user_id), include=[])["ids"])
-
-    def stamp_scopes(self) -> int:
-        """Stamp the tenant scope on every row of a table made before it, then mark it ``scoped``; the rows stamped."""
-        if self.scoped:
-            return 0
-        done = 0
-        with self._lock:
-            while (page := self.collection.get(include=["metadatas"], limit=_MAX_BATCH, offset=done))["ids"]:
-                metas = [{**m, **tenant.stamp(str(m["user_id"]), str(m["conversation_id"]))} for m in page["metadatas"]]
-                self.collection.update(ids=page["ids"], metadatas=metas)
-                done += len(page["ids"])
-            flag_collection(self.collection, "scoped", True)
-            self.scoped = True
-        return done
 
     def _write(self, rows: Sequence[TableRow], add: Mapping[str, int], *, replace: bool) -> int:
         """Read the stored rows, then write each one whole (replaced, or merged with ``add``)."""

@@ -5,16 +5,16 @@ here, and nowhere else: a read always carries ``user_id``, a write always
 stamps it, and a storage key is derived from it, so two users never share a
 record even when their unit ids are equal.
 
-A collection whose every record carries the ``scope`` stamp (a 128-bit hash of the user and the
-conversation, :func:`scope_key`) is read by that one clause when a conversation is named: Chroma
-evaluates every clause of a filter over every record it matches, and the user's clause matches all of
-the user's records (measured on one user's 6,301 turns: 44.5 ms for user + conversation + session,
-8 ms without the user). The store still checks the user and conversation of every record it returns.
+Every Chroma record carries the ``scope`` stamp (a 128-bit hash of the user and the conversation,
+:func:`scope_key`), so a read naming a conversation is filtered by that one clause: Chroma evaluates every
+clause of a filter over every record it matches, and the user's clause matches all of the user's records
+(measured on one user's 6,301 turns: 44.5 ms for user + conversation + session, 8 ms without the user).
+The store still checks the user and conversation of every record it returns.
 
 Example:
-    >>> where(user_id="alice", conversation_id="c1")
-    {'$and': [{'user_id': 'alice'}, {'conversation_id': 'c1'}]}
-    >>> where(user_id="alice", conversation_id="c1", scoped=True) == {"scope": scope_key("alice", "c1")}
+    >>> where(user_id="alice")
+    {'user_id': 'alice'}
+    >>> where(user_id="alice", conversation_id="c1") == {"scope": scope_key("alice", "c1")}
     True
     >>> storage_key("alice", "c1", "s1:t0") != storage_key("bob", "c1", "s1:t0")
     True
@@ -73,26 +73,18 @@ def where(
     conversation_id: str | None = None,
     extra: dict[str, Any] | None = None,
     *,
-    scoped: bool = False,
     conversations: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """The Chroma ``where`` clause of a read: always the user, optionally a conversation (or any of
-    ``conversations``) and more.
-
-    ``scoped``: every record of the collection carries the scope stamp, so a user and conversation are
-    named by their scope key alone.
+    """The Chroma ``where`` clause of a read: the user, or a conversation (or any of ``conversations``) by its
+    scope key, which names the user too; and more.
     """
     check_conversations(conversation_id, conversations)
-    if scoped and conversation_id is not None:
+    if conversation_id is not None:
         clauses: list[dict[str, Any]] = [{SCOPE_FIELD: scope_key(user_id, conversation_id)}]
-    elif scoped and conversations is not None:
+    elif conversations is not None:
         clauses = [{SCOPE_FIELD: {"$in": [scope_key(user_id, c) for c in conversations]}}]
     else:
         clauses = [{"user_id": check_user(user_id)}]
-        if conversation_id is not None:
-            clauses.append({"conversation_id": conversation_id})
-        if conversations is not None:
-            clauses.append({"conversation_id": {"$in": list(conversations)}})
     if extra:
         clauses.extend(extra["$and"] if "$and" in extra else ({k: v} for k, v in extra.items()))
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}

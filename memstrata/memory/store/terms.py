@@ -19,9 +19,9 @@ every record that clause matches, and a user clause matches all of the user's un
 by ``chroma run`` (2 cores, idle server), one term's postings took 21-34 ms alone and 1.3-1.4 s with the user
 clause beside it. A conversation's reads keep its ``scope`` clause, which matches that conversation only.
 
-A collection carries tagged terms when its metadata says ``terms: "user-tagged"`` (:data:`TERMS_FORMAT`): set when
-a server store creates it empty, or by ``memstrata reindex --words`` once every unit has them; ``memstrata check``
-compares each unit's terms with its text.
+Every unit of a searched kind on a server store carries its tagged terms from the store's first write: they are part
+of the store's format (:mod:`~memstrata.memory.store.format`). ``memstrata check`` compares each unit's terms with its
+text, and ``memstrata reindex --words`` writes them again from the stored text.
 
 Example:
     >>> unit_terms(["Caroline moved to Lisbon in May", "the the"])
@@ -39,8 +39,7 @@ from collections.abc import Mapping, Sequence
 
 from memstrata.memory.store import tenant
 
-TERMS = "terms"  # the metadata list on each unit, and the collection flag
-TERMS_FORMAT = "user-tagged"  # the flag's value: an older collection's terms (flag ``True``) carry no tag
+TERMS = "terms"  # the metadata list on each unit
 MAX_POSTINGS = 2000
 
 

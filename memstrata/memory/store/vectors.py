@@ -34,15 +34,14 @@ from memstrata.memory import levels
 from memstrata.memory.embeddings import MiniLMEmbeddings, embedder_identity
 from memstrata.memory.store import tenant
 from memstrata.memory.store.encoded import EncodedTexts
-from memstrata.memory.store.tables import flag_collection
+from memstrata.memory.store.format import check_format
+from memstrata.memory.store.tables import COLLECTION_PREFIX
 from memstrata.memory.store.tenant import StoreError
-from memstrata.memory.store.terms import MAX_POSTINGS, TERMS, TERMS_FORMAT, query_terms, rank, tagged_terms
+from memstrata.memory.store.terms import MAX_POSTINGS, TERMS, query_terms, rank, tagged_terms
 from memstrata.memory.store.words import WordIndex
 
 logger = logging.getLogger(__name__)
 
-COLLECTION_PREFIX = "memstrata_"
-SCHEMA_VERSION = 1
 _MAX_BATCH = 2000
 _PAGE = 10_000  # records per page of a large get
 
@@ -144,6 +143,9 @@ class VectorStore:
         url: a Chroma server, e.g. ``http://127.0.0.1:8000``; used instead of ``path``.
         embeddings: any LangChain ``Embeddings``; the packaged MiniLM by default.
         client: an already-built Chroma client (tests, custom settings).
+
+    Raises:
+        StoreFormatError: the store was written in another format (:mod:`memstrata.memory.store.format`).
     """
 
     def __init__(
@@ -163,29 +165,16 @@ class VectorStore:
         self._client: Any = client or _make_client(path=path, url=url)
         self._path = None if client is not None or url else path
         self.location = str(url or path or "<client>")
+        check_format(self._client, location=self.location, folder=Path(path) if path is not None and not url else None)
         self._collections: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self.versions = WriteLog()
-        self._scoped: dict[str, bool] = {}  # per kind: every record carries the scope stamp
-        self._terms: dict[str, bool] = {}  # per kind: every record carries its word terms (a server store's index)
-        # the bounded path's word index (memstrata.memory.store.words); embedded stores only
+        # the lexical index: an embedded store's word index (memstrata.memory.store.words); on a server, each unit's
+        # tagged terms (memstrata.memory.store.terms)
         self.words = WordIndex(Path(path)) if self._path is not None else None
-        if self.words is not None and self.words.stale:
-            logger.warning(
-                "the word index in %s was written in another format: large users' searches read "
-                "with $contains until `memstrata reindex --words` rebuilds it",
-                path,
-            )
 
     # ---- the tenant scope (memstrata.memory.store.tenant) ----------------------
-    def _scope(
-        self, kind: str, user_id: str, conversation_id: str | None = None, where: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        """The read filter of one kind: by scope key where its collection is stamped throughout."""
-        self.collection(kind)
-        return tenant.where(user_id, conversation_id, where, scoped=self._scoped.get(kind, False))
-
     @staticmethod
     def storage_key(user_id: str, conversation_id: str, unit_id: str) -> str:
         """The Chroma id: derived from the tenant, so two users never share a record."""
@@ -206,9 +195,7 @@ class VectorStore:
 
     def _open(self, kind: str) -> Any:
         name, dim = self._identity()
-        # "scoped": the collection was made by a version that stamps every record's scope (tenant.stamp);
-        # an older collection is read by its user and conversation fields until `memstrata reindex [--scopes-only]`
-        meta = {"embedder": name, "dimension": dim, "schema": SCHEMA_VERSION, "hnsw:space": "cosine", "scoped": True}
+        meta = {"embedder": name, "dimension": dim, "hnsw:space": "cosine"}
         if kind in {lv.kind for lv in levels.levels()}:
             col = self.client.get_or_create_collection(COLLECTION_PREFIX + kind, metadata=meta, embedding_function=None)
         else:  # an unregistered kind is read only if it was stored before; never a new stray collection
@@ -226,34 +213,15 @@ class VectorStore:
                 f"`memstrata reindex` (MemoryStore.reindex())."
             )
             raise EmbedderMismatchError(msg)
-        self._scoped[kind] = bool(found.get("scoped"))
-        self._terms[kind] = found.get(TERMS) == TERMS_FORMAT
-        if found.get(TERMS) not in (None, TERMS_FORMAT):
-            logger.warning(
-                "the %s collection at %s carries word terms of an older format: its lexical reads use $contains "
-                "until `memstrata reindex --words` rewrites them",
-                kind,
-                self.location,
-            )
-        if self.words is None and indexes_words(kind) and not self._terms[kind] and col.count() == 0:
-            # a server store's lexical index is the units' own terms (memstrata.memory.store.terms): a new
-            # collection carries them from its first unit; an older one gets them from `memstrata reindex --words`
-            self._mark_terms(col)
-            self._terms[kind] = True
-        words = self._word_index(kind)
-        if words is not None and words.coverage(kind) is None:
-            # a new index covers a kind only if nothing was stored before it (else: `memstrata reindex --words`)
-            words.set_coverage(kind, col.count() == 0, only_if_unknown=True)
         return col
-
-    @staticmethod
-    def _mark_terms(col: Any) -> None:
-        """Flag a collection as carrying every unit's tagged terms."""
-        flag_collection(col, TERMS, TERMS_FORMAT)
 
     def _word_index(self, kind: str) -> WordIndex | None:
         """The word index, when this store has one and it holds the kind."""
         return self.words if self.words is not None and indexes_words(kind) else None
+
+    def _carries_terms(self, kind: str) -> bool:
+        """Whether each unit of the kind carries its tagged word terms: a searched kind of a server store."""
+        return self.words is None and indexes_words(kind)
 
     @property
     def client(self) -> Any:
@@ -330,7 +298,7 @@ class VectorStore:
             ids.append(self.storage_key(data["user_id"], data["conversation_id"], data["id"]))
             metas.append(meta)
         col = self.collection(kind)
-        if self._terms.get(kind):
+        if self._carries_terms(kind):
             for meta, terms in zip(metas, tagged_terms([m["user_id"] for m in metas], documents), strict=True):
                 if terms:  # Chroma refuses an empty list
                     meta[TERMS] = terms
@@ -415,7 +383,7 @@ class VectorStore:
         gets it without the tenant clause, which it would evaluate over every record of the collection,
         and the tenant is checked on what comes back (:func:`_owned`), as for reads by key.
         """
-        scope = self._scope(kind, user_id, conversation_id, where)
+        scope = tenant.where(user_id, conversation_id, where)
         include = ["documents", "metadatas"] + (["embeddings"] if with_vectors else [])
         if unit_ids is not None:
             if where:
@@ -494,7 +462,7 @@ class VectorStore:
     ) -> list[Record]:
         if not unit_ids:
             return []
-        scope = self._scope(kind, user_id, None, {**(where or {}), "unit_id": {"$in": list(unit_ids)}})
+        scope = tenant.where(user_id, None, {**(where or {}), "unit_id": {"$in": list(unit_ids)}})
         return _records(kind, self.collection(kind).get(where=scope, include=["documents", "metadatas"]), False)
 
     def query(
@@ -509,7 +477,7 @@ class VectorStore:
         where: dict[str, Any] | None = None,
     ) -> list[Record]:
         """Dense top-``k`` of one user's units, most similar first (similarity = 1 - cosine distance)."""
-        scope = self._scope(kind, user_id, conversation_id, where)
+        scope = tenant.where(user_id, conversation_id, where)
         if vector is None:
             if text is None:
                 msg = "query: give text or vector"
@@ -595,63 +563,16 @@ class VectorStore:
         first = read(None)
         if all(len(page["ids"]) >= k or not full for page, full in first):
             return [page for page, _ in first]
-        return [page for page, _ in read(self._scope(kind, user_id, conversation_id))]
-
-    def containing(
-        self,
-        kind: str,
-        *,
-        user_id: str,
-        phrases: Sequence[str],
-        limit: int,
-        conversation_id: str | None = None,
-        with_vectors: bool = True,
-    ) -> list[Record]:
-        """Up to ``limit`` of one user's units whose stored text contains any of ``phrases`` (case-sensitive).
-
-        Chroma answers this from its full-text index; which ``limit`` units come back, when more match, is
-        Chroma's choice (storage order), so callers should ask for rare words. The tenant filter is applied
-        as in :meth:`nearest`.
-        """
-        if not phrases:
-            return []
-        include = ["documents", "metadatas"] + (["embeddings"] if with_vectors else [])
-        clauses = [{"$contains": p} for p in dict.fromkeys(phrases)]
-        ask = {
-            "where_document": clauses[0] if len(clauses) == 1 else {"$or": clauses},
-            "limit": max(1, limit),
-            "include": include,
-        }
-
-        def read(where: dict[str, Any] | None) -> list[tuple[dict[str, Any], bool]]:
-            res = self._read(kind, "get", **ask, **({"where": where} if where else {}))
-            return [(_owned(res, user_id, conversation_id), len(res["ids"]) >= ask["limit"])]
-
-        return _records(kind, self._tenant_read(kind, read, user_id, conversation_id, limit)[0], with_vectors)
-
-    def words_ready(self, kind: str) -> bool:
-        """Whether the bounded path reads this kind's word matches with :meth:`matching`: an embedded store whose word
-        index is complete, or a server store whose collection carries every unit's tagged terms.
-        """
-        if self.words is None:
-            return self.terms_ready(kind)
-        words = self._word_index(kind)
-        return words is not None and words.coverage(kind) is True
-
-    def terms_ready(self, kind: str) -> bool:
-        """Whether a server store's collection of this kind carries every unit's terms (``False`` when embedded)."""
-        if self.words is not None:
-            return False
-        self.collection(kind)
-        return indexes_words(kind) and self._terms.get(kind, False)
+        return [page for page, _ in read(tenant.where(user_id, conversation_id))]
 
     def matching(
         self, kind: str, *, user_id: str, words: Sequence[str], limit: int, conversation_id: str | None = None
     ) -> list[Record]:
         """Up to ``limit`` of one user's units holding the words, best BM25 match first, vectors included.
 
-        The word index (:mod:`memstrata.memory.store.words`) ranks them; their records are then read from
-        Chroma by key in one call and checked against the tenant like every read by key.
+        The lexical index ranks them: an embedded store's word index (:mod:`memstrata.memory.store.words`), a server
+        store's tagged terms (:meth:`_matching_terms`). Their records are then read from Chroma by key in one call
+        and checked against the tenant like every read by key.
         """
         if self.words is None:
             scope = {"user_id": user_id, "conversation_id": conversation_id}
@@ -669,11 +590,8 @@ class VectorStore:
         """:meth:`matching` on a server store: each term's postings (ids only) read under the tenant filter,
         ranked by :func:`memstrata.memory.store.terms.rank`, then the best ``limit`` records read by key.
         """
-        if not self.terms_ready(kind):
-            msg = f"matching: the {kind} collection carries no word terms yet; run `memstrata reindex --words`"
-            raise StoreError(msg)
         # the user is named by the tag in each term, a conversation by its scope clause (terms.py says why)
-        scope = self._scope(kind, user_id, conversation_id) if conversation_id is not None else None
+        scope = tenant.where(user_id, conversation_id) if conversation_id is not None else None
         terms = query_terms(words)
 
         def ids(term: str) -> list[str]:
@@ -696,16 +614,16 @@ class VectorStore:
         return [r for _, r in records]
 
     def index_words(self, *, progress: Any = None) -> dict[str, int]:
-        """Build the word index from the stored text of every kind it covers, then mark those kinds complete.
+        """Rebuild the lexical index from the stored text of every kind it holds (``memstrata reindex --words``),
+        e.g. after ``memstrata check`` found it out of step with the units.
 
         On a server store the index is each unit's ``terms`` metadata (:mod:`memstrata.memory.store.terms`): every
-        unit gets them, then its collection is flagged.
+        unit gets them again.
         """
         if self.words is None:
             return self._index_terms(progress=progress)
         counts = {}
         for kind in (k for k in self.stored_kinds() if indexes_words(k)):
-            self.words.set_coverage(kind, False)  # an interrupted rebuild leaves the kind on $contains
             self.words.clear(kind)
             data = self._paged(kind, include=["documents", "metadatas"])
             rows = [
@@ -716,17 +634,16 @@ class VectorStore:
                 self.words.put(kind, rows[start : start + _MAX_BATCH])
                 if progress:
                     progress(kind, min(start + _MAX_BATCH, len(rows)), len(rows))
-            self.words.set_coverage(kind, True)
             counts[kind] = len(rows)
         return counts
 
     def terms_problems(self, kind: str, *, user_id: str, conversation_id: str | None = None) -> list[tuple[str, str]]:
-        """On a server store whose collection carries terms: the ``(conversation, unit)`` keys whose terms are not
-        those of their stored text (``memstrata check``); ``[]`` otherwise.
+        """On a server store: the ``(conversation, unit)`` keys of a searched kind whose terms are not those of their
+        stored text (``memstrata check``); ``[]`` otherwise.
         """
-        if self.words is not None or not self.terms_ready(kind):
+        if not self._carries_terms(kind):
             return []
-        data = self._paged(kind, where=self._scope(kind, user_id, conversation_id), include=["documents", "metadatas"])
+        data = self._paged(kind, where=tenant.where(user_id, conversation_id), include=["documents", "metadatas"])
         expected = tagged_terms([m["user_id"] for m in data["metadatas"]], [d or "" for d in data["documents"]])
         return [
             (m["conversation_id"], m["unit_id"])
@@ -750,60 +667,29 @@ class VectorStore:
                     col.update(ids=data["ids"][start : start + _MAX_BATCH], metadatas=metas[start : start + _MAX_BATCH])
                     if progress:
                         progress(kind, min(start + _MAX_BATCH, len(metas)), len(metas))
-                if not self._terms.get(kind):
-                    self._mark_terms(col)
-                    self._terms[kind] = True
             counts[kind] = len(metas)
         return counts
 
     def holds_more_than(self, kind: str, n: int, *, user_id: str, conversation_id: str | None = None) -> bool:
         """Whether one user has more than ``n`` units of a kind (reads at most ``n + 1`` ids).
 
-        On an embedded store whose word index covers the kind, the index answers: its rows are the stored units,
+        On an embedded store whose word index holds the kind, the index answers: its rows are the stored units,
         and its tag posting list is read in milliseconds where Chroma's filtered read of the same ids took
         minutes on a cold 1M-turn store (the first query's size check, :mod:`memstrata.runtime.search`).
         """
-        if self.words is not None and self.words_ready(kind):
-            return self.words.holds_more_than(kind, n, user_id=user_id, conversation_id=conversation_id)
-        found = self.collection(kind).get(where=self._scope(kind, user_id, conversation_id), limit=n + 1, include=[])
+        if (words := self._word_index(kind)) is not None:
+            return words.holds_more_than(kind, n, user_id=user_id, conversation_id=conversation_id)
+        found = self.collection(kind).get(where=tenant.where(user_id, conversation_id), limit=n + 1, include=[])
         return len(found["ids"]) > n
 
     def count(self, kind: str, *, user_id: str, conversation_id: str | None = None) -> int:
         """How many units of a kind one user has."""
-        return len(self.collection(kind).get(where=self._scope(kind, user_id, conversation_id), include=[])["ids"])
+        return len(self.collection(kind).get(where=tenant.where(user_id, conversation_id), include=[])["ids"])
 
     def users(self) -> list[str]:
         """Every user id with at least one turn (an operator view, for the CLI)."""
         metas = self._paged(levels.raw_kind(), include=["metadatas"])["metadatas"]
         return sorted({m["user_id"] for m in metas})
-
-    def stamp_scopes(self) -> dict[str, int]:
-        """Stamp the tenant scope on every record of collections made before it, keeping every vector.
-
-        Each record gets its ``scope`` (:func:`tenant.stamp`), then the collection is marked ``scoped`` and
-        reads naming a conversation use the scope key. Idempotent; returns the records stamped per kind.
-        """
-        counts = {}
-        for kind in self.stored_kinds():
-            try:
-                col = self.client.get_collection(COLLECTION_PREFIX + kind, embedding_function=None)
-            except Exception:  # noqa: BLE001 - a registered kind never stored has nothing to stamp
-                continue
-            if (col.metadata or {}).get("scoped"):
-                continue
-            data = self._paged(kind, include=["metadatas"])
-            with self._write_lock:
-                for start in range(0, len(data["ids"]), _MAX_BATCH):
-                    metas = [
-                        {**m, **tenant.stamp(m["user_id"], m["conversation_id"])}
-                        for m in data["metadatas"][start : start + _MAX_BATCH]
-                    ]
-                    col.update(ids=data["ids"][start : start + _MAX_BATCH], metadatas=metas)
-                flag_collection(col, "scoped", True)
-            with self._lock:
-                self._collections.pop(kind, None)
-            counts[kind] = len(data["ids"])
-        return counts
 
     def reindex(self, *, progress: Any = None) -> dict[str, int]:
         """Re-embed every collection with this store's embedder (after a model change)."""
@@ -816,8 +702,6 @@ class VectorStore:
             except Exception:  # noqa: BLE001 - a missing collection is nothing to reindex
                 continue
             data = old.get(include=["documents", "metadatas"])
-            # an older collection gets the scope stamp here, so the new one is read by it (tenant.where)
-            data["metadatas"] = [{**m, **tenant.stamp(m["user_id"], m["conversation_id"])} for m in data["metadatas"]]
             self.client.delete_collection(cname)
             self._collections.pop(kind, None)
             col = self.collection(kind)

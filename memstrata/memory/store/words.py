@@ -19,10 +19,9 @@ and cost a quarter of the ranking), and the store checks each record it then rea
 frequencies are the whole table's, as HNSW's graph is the whole collection's: another user's text
 can change an order, never a result set.
 
-A kind's index is *complete* when it was created while its collection was empty, or rebuilt by
-:meth:`VectorStore.index_words` (``memstrata reindex --words``); a store written before this index
-existed is read with ``$contains`` until then. So is an index written in another format (the file's
-SQLite ``user_version`` is not :data:`FORMAT`): its tags would match no query.
+The index holds every unit of the kinds it covers from the store's first write: it is part of the store's format
+(:mod:`~memstrata.memory.store.format`). ``memstrata check`` compares it with the units, and
+:meth:`VectorStore.index_words` (``memstrata reindex --words``) rebuilds it from the stored text.
 
 Example:
     >>> words = WordIndex(Path(tempfile.mkdtemp()))  # doctest: +SKIP
@@ -46,7 +45,6 @@ from memstrata.memory.store import tenant
 from memstrata.memory.store.tables import sqlite_connection, sqlite_transaction
 
 WORDS_FILE = "memstrata_words.sqlite3"
-FORMAT = 1  # SQLite's user_version of the file: how rows and tags are written (bump when that changes)
 _TOKEN = re.compile(r"[^\W_]+")  # what FTS5's unicode61 tokenizer keeps as one token
 _BATCH = 2000
 # A user holding at least this share of a kind's rows is searched without the tag: it filters little there and
@@ -107,13 +105,6 @@ class WordIndex:
         self._shares_lock = threading.Lock()
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
-            db.execute("CREATE TABLE IF NOT EXISTS coverage (kind TEXT PRIMARY KEY, complete INTEGER NOT NULL)")
-            self.stale = False
-            if db.execute("PRAGMA user_version").fetchone()[0] != FORMAT:  # a new file, or another format
-                self.stale = db.execute("SELECT 1 FROM coverage WHERE complete = 1").fetchone() is not None
-                if self.stale:  # rows of another format match no query: read with $contains until rebuilt
-                    db.execute("UPDATE coverage SET complete = 0")
-                db.execute(f"PRAGMA user_version = {FORMAT}")
 
     def _connect(self) -> AbstractContextManager[sqlite3.Connection]:
         return sqlite_connection(self.path)
@@ -133,19 +124,6 @@ class WordIndex:
                 "conv UNINDEXED, unit UNINDEXED, tokenize='porter unicode61', detail=column)"
             )
             self._tables.add(name)
-
-    # ---- coverage -------------------------------------------------------------
-    def coverage(self, kind: str) -> bool | None:
-        """Whether the kind's index holds every stored unit (``None``: never recorded)."""
-        with self._connect() as db:
-            row = db.execute("SELECT complete FROM coverage WHERE kind = ?", (kind,)).fetchone()
-        return None if row is None else bool(row[0])
-
-    def set_coverage(self, kind: str, complete: bool, *, only_if_unknown: bool = False) -> None:
-        """Record whether the kind's index holds every stored unit (``only_if_unknown``: only if never recorded)."""
-        verb = "INSERT OR IGNORE" if only_if_unknown else "INSERT OR REPLACE"
-        with self._connect() as db:
-            db.execute(f"{verb} INTO coverage VALUES (?, ?)", (kind, int(complete)))
 
     # ---- writes ---------------------------------------------------------------
     def put(self, kind: str, rows: Sequence[tuple[str, str, str, str]]) -> int:
