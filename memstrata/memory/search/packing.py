@@ -1,9 +1,9 @@
 r"""Packing ranked evidence into a context of at most ``budget`` tokens, and rendering it.
 
 Turns are admitted in rank order while they fit (a turn that does not fit is
-skipped, so a long turn never starves the rest, unless ``shorten`` quotes a part
-of it that fits), then rendered in chronological order, grouped under one header
-per session:
+skipped, so a long turn never starves the rest; ``shorten`` may then quote a part
+of it in the room left), then rendered in chronological order, grouped under one
+header per session:
 
     [session 3 · 8 May 2023]
     D3:7 Caroline: I went to a LGBTQ support group yesterday.
@@ -117,14 +117,17 @@ def pack_context(
 ) -> tuple[str, list[Hit], int]:
     """Admit ranked items while they fit; return (context, admitted items in rank order, tokens).
 
-    ``shorten(item, room)``, when given, is asked for a part of an item that does not fit (a long turn's matching
-    passage, :class:`~memstrata.memory.search.excerpts.Excerpts`) whose line fits ``room`` tokens, or ``None``.
+    ``shorten(item, room)``, when given, is then asked, for each item that did not fit (in rank order), for a part
+    of it (a long turn's matching passage, :class:`~memstrata.memory.search.excerpts.Excerpts`) whose line fits the
+    ``room`` tokens the whole items left, or ``None``. Whole items come first: a part never takes the place of a
+    whole turn that fits (a part is no evidence to EVAL.md's recall).
     """
     chosen: list[Hit] = []
     sessions: set[tuple[str, tuple[int, str], str]] = set()
     used = 0
     multi = len({i.conversation_id for i in ranked}) > 1
     at_least = getattr(counter, "at_least", None)  # a cheap lower bound: a long line that cannot fit is not counted
+    skipped: list[Hit] = []
     for item in ranked:
         text = line(item)
         key = _session_key(item)
@@ -132,14 +135,19 @@ def pack_context(
         room = budget - used - head
         cost = counter.count(text) if at_least is None or at_least(text) <= room else room + 1
         if cost > room:
-            short = shorten(item, room) if shorten is not None else None
-            if short is None:
-                continue
-            item, cost = short, counter.count(line(short))
-        cost += head
+            skipped.append(item)
+            continue
         chosen.append(item)
         sessions.add(key)
-        used += cost
+        used += cost + head
+    for item in skipped if shorten is not None else []:  # then parts of what did not fit, in the room left
+        key = _session_key(item)
+        head = 0 if key in sessions else counter.count(header(item, multi_conversation=multi))
+        short = shorten(item, budget - used - head)
+        if short is not None:
+            chosen.append(short)
+            sessions.add(key)
+            used += head + counter.count(line(short))
     context, tokens = _rendered(chosen, counter)
     while chosen and tokens > budget:  # only if the rendering costs more than its admission; keep the promise
         chosen.pop()
