@@ -8,8 +8,10 @@ Every request carries ``Authorization: Bearer <token>``; the user is the token's
 
 - ``POST /chat`` ``{"thread_id": ..., "message": ..., "time": ...}`` streams the reply as server-sent events
   (``event: token`` with ``{"text": ...}``, then ``event: done`` with the ids of the stored user message and reply).
-  ``time`` is when the user wrote the message (ISO 8601; default: when the server got it). The middleware writes the
-  turn into the user's memory as the run's last step, so it is stored before ``done`` is sent: no background task.
+  ``time`` is when the user wrote the message (ISO 8601; default: when the server got it). The middleware stores the
+  turn in the user's memory as the run's last step, so it is stored before ``done`` is sent; what is derived from
+  it (episodes, facts, ...) is built after the reply by the client's per-conversation worker, which the server's
+  shutdown waits for.
 - ``GET /memories?thread_id=...`` lists the user's stored messages, ``GET /search?q=...`` what memory finds for a
   question, and ``DELETE /memories/{thread_id}/{message_id}`` (or ``/memories/{thread_id}``) forgets one message (or
   a thread), in memory and in the agent's thread.
@@ -26,6 +28,7 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 from uuid import uuid4
@@ -124,10 +127,17 @@ def build_app(mem: Memstrata, model: BaseChatModel, *, tokens: Mapping[str, str]
             Route("/search", search, methods=["GET"]),
             Route("/memories/{thread_id}", forget, methods=["DELETE"]),
             Route("/memories/{thread_id}/{message_id}", forget, methods=["DELETE"]),
-        ]
+        ],
     )
     app.state.tokens = dict(tokens)
     return app
+
+
+@asynccontextmanager
+async def _closing(mem: Memstrata) -> AsyncIterator[None]:
+    """The app's lifespan: on shutdown, the derivations still queued are built and the store is closed."""
+    yield
+    await mem.aclose()
 
 
 def caller(request: Request) -> str:
@@ -182,4 +192,7 @@ def create_app() -> Starlette:
     if model is None:
         logger.warning("no MEMSTRATA_MODEL: the agent runs on a SCRIPTED model that quotes its memory")
         model = ScriptedChatModel(default=memory_echo)
-    return build_app(Memstrata(), model, tokens=tokens)
+    mem = Memstrata()
+    app = build_app(mem, model, tokens=tokens)
+    app.router.lifespan_context = lambda _app: _closing(mem)  # the factory owns the store: shutdown closes it
+    return app

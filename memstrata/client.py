@@ -11,10 +11,13 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import fields, replace
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -32,6 +35,10 @@ from memstrata.memory.timeparse import parse_timestamp
 from memstrata.result import RetrievalResult
 from memstrata.runtime.llm import AnswerError
 from memstrata.runtime.resolve import StoreKey, hold_store, release_store, resolve_store
+
+logger = logging.getLogger("memstrata")
+
+EXIT_FLUSH_SECONDS = 300.0  # how long process exit waits for background derivations before it leaves them pending
 
 
 class Memstrata:
@@ -65,7 +72,10 @@ class Memstrata:
             data_dir=str(path) if path else None, chroma_url=url, embeddings=embeddings, model=model, **settings
         )
         self._runner: asyncio.Runner | None = None
-        self._worker: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None  # for calls inside a loop
+        # this instance's own loop, in a thread: blocking calls made inside a running loop, and background derivations
+        self._worker: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None
+        self._loop_lock = threading.Lock()
+        self._backlog = _Backlog(self._loop, self.acomplete)
         self._hold_lock = threading.Lock()
         self._held: StoreKey | None = None  # the store this instance holds open (see close)
         self._hold()
@@ -101,6 +111,7 @@ class Memstrata:
         conversation_id: str | None = None,
         only_conversation: str | None = None,
         close: bool = False,
+        defer: bool = False,
         metadata: dict[str, Any] | None = None,
         on_progress: Callable[[dict[str, Any]], None] | None = None,
         **overrides: Any,
@@ -113,18 +124,32 @@ class Memstrata:
         (see ``Context.episode_quiet_minutes``); ``close=True`` closes it now (a finished record).
         ``metadata`` (names to strings, numbers or booleans) is attached to every message written, under a
         message's own ``metadata``; :meth:`memories` filters on it.
+        ``defer=True`` stores the raw turns and their views and returns: the episodes, summaries, facts and what
+        is built on them wait for :meth:`complete` (or :meth:`complete_later`, or the next write of the
+        conversation). The stats count ``turns_deferred`` and name the sessions left (``deferred``, as
+        ``[conversation_id, session_id]`` pairs). A write that changes a stored message, or passes ``close=True``,
+        is derived at once all the same.
         ``overrides`` are :class:`~memstrata.context.Context` fields for this call (``now``...).
         """
-        from memstrata.graphs.ingestion import graph
-
-        ctx = self.context(user_id, **overrides)
         payload = {
             "source": str(source) if isinstance(source, Path) else source,
             "conversation_id": conversation_id,
             "only_conversation": only_conversation,
             "close": close,
+            "defer": defer,
             "metadata": metadata,
         }
+        return await self._ingestion(payload, self.context(user_id, **overrides), on_progress)
+
+    def ingest(self, source: Any, **kwargs: Any) -> dict[str, Any]:
+        """Blocking twin of :meth:`aingest`."""
+        return self._run(self.aingest(source, **kwargs))
+
+    async def _ingestion(
+        self, payload: dict[str, Any], ctx: Context, on_progress: Callable[[dict[str, Any]], None] | None
+    ) -> dict[str, Any]:
+        from memstrata.graphs.ingestion import graph
+
         final: dict[str, Any] = {}
         started = time.perf_counter()
         async for mode, chunk in graph.astream(
@@ -139,9 +164,69 @@ class Memstrata:
         stats["turns_per_second"] = round(stats.get("turns_seen", 0) / max(stats["seconds"], 1e-9), 1)
         return stats
 
-    def ingest(self, source: Any, **kwargs: Any) -> dict[str, Any]:
-        """Blocking twin of :meth:`aingest`."""
-        return self._run(self.aingest(source, **kwargs))
+    # ---- deferred derivation ---------------------------------------------------
+    async def acomplete(
+        self,
+        user_id: str,
+        conversation_id: str,
+        *,
+        sessions: Sequence[str] | None = None,
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
+        **overrides: Any,
+    ) -> dict[str, Any]:
+        """Derive what deferred writes (``ingest(..., defer=True)``), or writes that were stopped, left undone in a
+        conversation, with no new message; returns the write's stats.
+
+        The work is found in the store (:mod:`memstrata.memory.pending`), so it is found after a restart too. With
+        nothing pending it writes nothing and stops after a few reads; run twice, the second finds nothing.
+        By default every session is searched, a read of the whole conversation. ``sessions`` names those a deferred
+        write left (its stats' ``deferred``): they are derived as that write would have derived them inline, and
+        only the conversation's newest session is searched besides (the background worker's way).
+
+        Example:
+            >>> stats = mem.ingest(messages, user_id="ann", conversation_id="c1", defer=True)  # doctest: +SKIP
+            >>> stats["turns_deferred"], stats["summaries_written"]  # doctest: +SKIP
+            (2, 0)
+            >>> mem.complete("ann", "c1")["summaries_written"]  # doctest: +SKIP
+            1
+        """
+        payload = {
+            "conversation_id": conversation_id,
+            "complete": True,
+            "pending": list(sessions) if sessions is not None else None,
+        }
+        return await self._ingestion(payload, self.context(user_id, **overrides), on_progress)
+
+    def complete(self, user_id: str, conversation_id: str, **kwargs: Any) -> dict[str, Any]:
+        """Blocking twin of :meth:`acomplete`."""
+        return self._run(self.acomplete(user_id, conversation_id, **kwargs))
+
+    def complete_later(
+        self, user_id: str, conversation_id: str, *, sessions: Sequence[str] | None = None, **overrides: Any
+    ) -> concurrent.futures.Future[dict[str, Any]]:
+        """Queue :meth:`acomplete` to run in the background, on this instance's own event loop (a thread), and return
+        at once; the future holds its stats.
+
+        One derivation runs at a time per conversation, in the order queued; one queued behind a running one takes
+        in the next requests for the same conversation (their ``sessions`` together). :meth:`flush`, :meth:`close`
+        and a normal process exit wait for what is queued; a process killed first leaves it pending in the store,
+        and the next write of the conversation (or :meth:`complete`) derives it.
+        """
+        return self._backlog.submit(user_id, conversation_id, sessions, overrides)
+
+    def queued(self, user_id: str | None = None, conversation_id: str | None = None) -> int:
+        """How many background derivations are queued or running (of one user, of one of its conversations)."""
+        return len(self._backlog.futures(user_id, conversation_id))
+
+    def flush(self, *, timeout: float | None = None) -> bool:
+        """Wait for every background derivation queued so far (and any queued meanwhile); ``False`` if ``timeout``
+        seconds passed first. A derivation that failed is logged; its future holds the error.
+        """
+        return self._backlog.wait(timeout=timeout)
+
+    async def aflush(self, *, timeout: float | None = None) -> bool:
+        """The async form of :meth:`flush`: the running loop goes on while it waits."""
+        return await asyncio.to_thread(self._backlog.wait, timeout=timeout)
 
     # ---- retrieval -----------------------------------------------------------
     async def aretrieve(self, query: str, *, user_id: str, **overrides: Any) -> RetrievalResult:
@@ -214,11 +299,17 @@ class Memstrata:
         return memories.memory(self, user_id, memory_id, kind=kind, conversation_id=conversation_id)
 
     def update(self, user_id: str, conversation_id: str, turn_id: str, text: str) -> dict[str, Any]:
-        """Replace what a turn says; what was built from it is rebuilt."""
+        """Replace what a turn says; what was built from it is rebuilt (after the conversation's background
+        derivations, which could otherwise write what the update removes).
+        """
+        self._backlog.wait(user_id, conversation_id)
         return memories.update(self, user_id, conversation_id, turn_id, text)
 
     def delete(self, user_id: str, conversation_id: str, turn_id: str | None = None) -> dict[str, int]:
-        """Delete one turn (its session rebuilt without it), or the whole conversation."""
+        """Delete one turn (its session rebuilt without it), or the whole conversation, once the conversation's
+        background derivations are done.
+        """
+        self._backlog.wait(user_id, conversation_id)
         return memories.delete(self, user_id, conversation_id, turn_id)
 
     def history(self, user_id: str, *, conversation_id: str | None = None) -> list[dict[str, Any]]:
@@ -320,6 +411,7 @@ class Memstrata:
         """
         from memstrata.portable import import_user
 
+        self._backlog.wait(user_id)
         return import_user(self, source, user_id=user_id, replace=replace)
 
     def rebuild(self, user_id: str, *, conversation_id: str | None = None) -> dict[str, int]:
@@ -332,6 +424,7 @@ class Memstrata:
         """
         from memstrata.repair import rebuild
 
+        self._backlog.wait(user_id, conversation_id)
         return rebuild(self, user_id, conversation_id)
 
     def score_tiers(self, user_id: str | None = None) -> dict[str, int]:
@@ -350,26 +443,48 @@ class Memstrata:
         return done
 
     def delete_user(self, user_id: str) -> dict[str, int]:
-        """Remove every trace of a user; returns how many units of each kind went."""
+        """Remove every trace of a user; returns how many units of each kind went. The user's background
+        derivations finish first, so none writes after the delete what it read before.
+        """
+        self._backlog.wait(user_id)
         return self.store.delete_user(user_id)
 
     def close(self) -> None:
-        """Release the event loop of the blocking API, and close the store once no other open instance uses it (its
-        files stay; a later call opens it again). Calling it twice is harmless.
+        """Wait for the background derivations (:meth:`complete_later`), release the event loops of the blocking API,
+        and close the store once no other open instance uses it (its files stay; a later call opens it again).
+        Calling it twice is harmless.
         """
+        self._backlog.wait()
         if self._runner is not None:
             self._runner.close()
             self._runner = None
-        if self._worker is not None:
-            loop, thread = self._worker
+        with self._loop_lock:
+            worker, self._worker = self._worker, None
+        if worker is not None:
+            loop, thread = worker
             loop.call_soon_threadsafe(loop.stop)
             thread.join(timeout=30)
             loop.close()
-            self._worker = None
+        self._backlog.abandon()  # queued while closing: left pending in the store, for the next write
         with self._hold_lock:
             held, self._held = self._held, None
         if held is not None:
             release_store(held)
+
+    async def aclose(self) -> None:
+        """The async form of :meth:`close`: the running loop goes on while the background derivations finish."""
+        await self.aflush()
+        await asyncio.to_thread(self.close)
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        """This instance's own event loop, running in a daemon thread (started on first use)."""
+        with self._loop_lock:
+            if self._worker is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="memstrata-loop", daemon=True)
+                thread.start()
+                self._worker = (loop, thread)
+            return self._worker[0]
 
     def _run(self, coro: Any) -> Any:
         """Run a coroutine on this instance's own loop, so HTTP clients of a model survive between calls.
@@ -386,9 +501,141 @@ class Memstrata:
             # Not Runner.run(): it installs a SIGINT handler per call, and Python formats the handler's repr
             # (task, coroutine and its arguments) each time, a few ms per call. Ctrl-C still interrupts.
             return self._runner.get_loop().run_until_complete(coro)
-        if self._worker is None:
-            loop = asyncio.new_event_loop()
-            thread = threading.Thread(target=loop.run_forever, name="memstrata-loop", daemon=True)
-            thread.start()
-            self._worker = (loop, thread)
-        return asyncio.run_coroutine_threadsafe(coro, self._worker[0]).result()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop()).result()
+
+
+@dataclass
+class _Job:
+    """One queued derivation of one conversation."""
+
+    user_id: str
+    conversation_id: str
+    sessions: list[str] | None
+    overrides: dict[str, Any]
+    future: concurrent.futures.Future[dict[str, Any]] = field(default_factory=concurrent.futures.Future)
+    started: bool = False
+
+
+class _Backlog:
+    """The derivations deferred writes left, run after the reply: per conversation one at a time and in order, on
+    the owner's own event loop (a daemon thread, so sync and async callers alike return at once, and the work
+    outlives the caller's loop). Owned by one :class:`Memstrata`; waited for by its ``flush`` and ``close``, and
+    at process exit.
+    """
+
+    def __init__(
+        self, loop: Callable[[], asyncio.AbstractEventLoop], work: Callable[..., Awaitable[dict[str, Any]]]
+    ) -> None:
+        self._loop, self._work = loop, work
+        self._lock = threading.Lock()
+        self._queues: dict[tuple[str, str], list[_Job]] = {}  # per conversation: the running job, then the queued
+        self._thread: int | None = None  # the loop's thread, where waiting for a job would hang
+        _wait_at_exit(self)
+
+    def submit(
+        self, user_id: str, conversation_id: str, sessions: Sequence[str] | None, overrides: dict[str, Any]
+    ) -> concurrent.futures.Future[dict[str, Any]]:
+        key = (user_id, conversation_id)
+        with self._lock:
+            queue = self._queues.setdefault(key, [])
+            last = queue[-1] if queue else None
+            if last is not None and not last.started and last.overrides == overrides:
+                both = None if last.sessions is None or sessions is None else [*last.sessions, *sessions]
+                last.sessions = list(dict.fromkeys(both)) if both is not None else None
+                return last.future
+            job = _Job(user_id, conversation_id, list(sessions) if sessions is not None else None, dict(overrides))
+            queue.append(job)
+            if len(queue) == 1:
+                asyncio.run_coroutine_threadsafe(self._drain(key), self._loop())
+        return job.future
+
+    async def _drain(self, key: tuple[str, str]) -> None:
+        self._thread = threading.get_ident()
+        while True:
+            with self._lock:
+                job = self._queues[key][0]
+                job.started = True
+            stats: dict[str, Any] = {}
+            error: Exception | None = None
+            try:
+                stats = await self._work(job.user_id, job.conversation_id, sessions=job.sessions, **job.overrides)
+            except Exception as exc:  # the next write of the conversation derives it: log, and keep the queue going
+                logger.exception("background derivation of %s/%s failed", job.user_id, job.conversation_id)
+                error = exc
+            with self._lock:  # out of the queue before it is done: a waiter that sees it done finds it gone
+                queue = self._queues[key]
+                queue.pop(0)
+                last = not queue
+                if last:
+                    del self._queues[key]
+            if error is not None:
+                job.future.set_exception(error)
+            else:
+                job.future.set_result(stats)
+            if last:
+                return
+
+    def abandon(self) -> None:
+        """Fail what is still queued (its loop was stopped): the store keeps it pending for the next write."""
+        with self._lock:
+            jobs = [job for queue in self._queues.values() for job in queue]
+            self._queues.clear()
+        for job in jobs:
+            if not job.future.done():
+                job.future.set_exception(RuntimeError("closed before the derivation ran; the next write does it"))
+
+    def futures(
+        self, user_id: str | None = None, conversation_id: str | None = None
+    ) -> list[concurrent.futures.Future[dict[str, Any]]]:
+        with self._lock:
+            return [
+                job.future
+                for (user, conv), queue in self._queues.items()
+                if user_id in (None, user) and conversation_id in (None, conv)
+                for job in queue
+            ]
+
+    def wait(
+        self, user_id: str | None = None, conversation_id: str | None = None, timeout: float | None = None
+    ) -> bool:
+        """Wait until nothing of ``user_id`` (``conversation_id``) is queued; ``False`` if ``timeout`` passed first."""
+        if threading.get_ident() == self._thread:
+            return not self.futures(user_id, conversation_id)  # on the loop that runs them: waiting would hang
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while pending := self.futures(user_id, conversation_id):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            _, undone = concurrent.futures.wait(pending, timeout=left)
+            if undone and deadline is not None and time.monotonic() >= deadline:
+                return False
+        return True
+
+
+_BACKLOGS: weakref.WeakSet[_Backlog] = weakref.WeakSet()  # every live owner's backlog, for the exit flush
+_EXIT_HOOK = threading.Lock()
+_HOOKED: list[bool] = []  # the exit hook is registered (once per process)
+
+
+def _wait_at_exit(backlog: _Backlog) -> None:
+    """Have process exit wait for ``backlog`` (up to :data:`EXIT_FLUSH_SECONDS`).
+
+    The wait runs among threading's exit hooks, before ``concurrent.futures`` shuts its thread pools down (the
+    derivation runs its store reads in them); :mod:`atexit` runs after, too late. A hard kill runs no hook at all.
+    """
+    with _EXIT_HOOK:
+        if not _HOOKED:
+            _HOOKED.append(True)
+            import concurrent.futures.thread  # noqa: F401 - its exit hook is registered first, so it runs after ours
+
+            register = getattr(threading, "_register_atexit", None)
+            if register is None:  # pragma: no cover - every CPython from 3.9 has it
+                import atexit
+
+                register = atexit.register
+            register(_wait_for_backlogs)
+        _BACKLOGS.add(backlog)
+
+
+def _wait_for_backlogs() -> None:
+    for backlog in list(_BACKLOGS):
+        if not backlog.wait(timeout=EXIT_FLUSH_SECONDS):
+            logger.warning("exit: background derivations still pending; the next write of each conversation does them")

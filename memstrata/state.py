@@ -50,6 +50,12 @@ class IngestInput(TypedDict, total=False):
     only_conversation: str | None
     close: bool  # close the open tail of every session the write touches (a finished record)
     metadata: dict[str, Any] | None  # fields attached to every message (a message's own 'metadata' wins)
+    # store the raw turns and their views, then end: what is derived from them waits for `complete` or the next write
+    defer: bool
+    # no new message: derive what deferred or stopped writes of `conversation_id` left undone
+    complete: bool
+    # with `complete`: the sessions a deferred write left (redone), the newest searched besides; default: search all
+    pending: list[str] | None
 
 
 class IngestOutput(TypedDict, total=False):
@@ -66,6 +72,9 @@ class IngestState(TypedDict, total=False):
     only_conversation: str | None
     close: bool
     metadata: dict[str, Any] | None  # fields attached to every message of the write
+    defer: bool  # the write ends after the views (store_turns turns it off for a write that closes or changes)
+    complete: bool  # no new message: find_pending reports the sessions to derive
+    pending: list[str] | None
     # the write's present (naive UTC, ISO): Context.now, else its newest message's time, else the clock; a tail is
     # quiet when its latest message is episode_quiet_minutes older than this, so past-dated messages written one
     # at a time make the same episodes as one call of them

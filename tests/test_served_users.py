@@ -149,6 +149,7 @@ def _secrets_in(call: list[Any]) -> set[str]:
 async def test_twenty_users_stream_at_once_and_each_sees_only_their_own_memory(served: Served) -> None:
     said_at = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=7)
     results = await asyncio.gather(*(_converse(served, user, said_at) for user in USERS))
+    assert await served.mem.aflush(timeout=600)  # what the replies left to derive, derived after them
     for user, got in zip(USERS, results, strict=True):
         secret, hobby, asked = got["replies"]
         assert secret.text == "Noted." and hobby.text == "Noted."  # nothing in memory yet but the thread itself
@@ -174,6 +175,7 @@ async def test_twenty_users_stream_at_once_and_each_sees_only_their_own_memory(s
     secrets = {user: got["replies"][0].done["message_id"] for user, got in zip(USERS, results, strict=True)}
     calls_before = len(served.model.calls)
     forgotten = await asyncio.gather(*(_forget_secret(served, user, secrets[user]) for user in USERS))
+    assert await served.mem.aflush(timeout=600)
     for user, got in zip(USERS, forgotten, strict=True):
         assert got["reply"].text.startswith("I remember:")  # the memory of thread "second" remains
         assert len(got["memories"]) == 7 == served.mem.store.count("turn", user_id=user)  # 6 - 1 + 2

@@ -4,7 +4,10 @@ temporal tree -> derived kinds.
 
 A message without a position is appended after its session's stored turns. A write that only appends to a
 session's open tail and closes nothing ends after the turn contexts: the turns wait raw in the tail (searched as raw
-turns) until a write closes or fills it. Each session's open tail is then cut into episodes; closed ones are never
+turns) until a write closes or fills it. A deferred write (``defer``) ends there too, unless it closes or changes a
+stored message: what it leaves underived is found in the store and derived by a write with no new message
+(``complete``, which starts at ``find_pending``) or by the next write of the conversation (see
+:mod:`memstrata.memory.pending`). Each session's open tail is then cut into episodes; closed ones are never
 cut again, and only closed episodes reach the entity graph and the tree, so one message costs the same however
 long its conversation is (see :mod:`memstrata.nodes.ingest.episodes`).
 
@@ -29,11 +32,12 @@ from memstrata.nodes.ingest.persona import distill_persona
 from memstrata.nodes.ingest.themes import group_themes
 from memstrata.nodes.ingest.tiers import rank_tiers
 from memstrata.nodes.ingest.tree import consolidate_tree
-from memstrata.nodes.ingest.turns import store_turns
+from memstrata.nodes.ingest.turns import find_pending, route_input, store_turns
 from memstrata.state import IngestInput, IngestOutput, IngestState
 
 builder = StateGraph(IngestState, context_schema=Context, input_schema=IngestInput, output_schema=IngestOutput)
 builder.add_node("store_turns", store_turns)
+builder.add_node("find_pending", find_pending)
 builder.add_node("write_turn_contexts", write_turn_contexts)
 builder.add_node("segment_episodes", segment_episodes)
 builder.add_node("distill_batch", distill_batch)
@@ -44,8 +48,9 @@ builder.add_node("rank_tiers", rank_tiers)
 builder.add_node("consolidate_tree", consolidate_tree)
 builder.add_node("derive_units", derive_units)
 
-builder.add_edge(START, "store_turns")
+builder.add_conditional_edges(START, route_input, ["store_turns", "find_pending"])
 builder.add_edge("store_turns", "write_turn_contexts")
+builder.add_edge("find_pending", "write_turn_contexts")
 builder.add_conditional_edges("write_turn_contexts", route_contexts, ["segment_episodes", END])
 builder.add_conditional_edges("segment_episodes", route_episodes, ["distill_batch", "link_entities"])
 builder.add_edge("distill_batch", "link_entities")

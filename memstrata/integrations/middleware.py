@@ -11,7 +11,10 @@ the speakers' names when the app gives them and the time (now, when a message
 carries none); ids are the messages' own, so every message is stored once
 however often the agent looped through tools, and a later turn only appends
 its new messages. A silence longer than the session gap starts a new session,
-as everywhere else.
+as everywhere else. The raw messages and their views are stored before the run
+ends; the rest (episodes, summaries, facts, the graph and the tree) is derived
+after the reply, by the ``Memstrata``'s background worker
+(:meth:`~memstrata.client.Memstrata.complete_later`), unless ``derive="inline"``.
 
 One agent serves every user: the user is the run's (its context's ``user_id``, else
 ``config["configurable"]["user_id"]``, else the ``user_id`` given here as a default), and so is
@@ -75,6 +78,10 @@ class MemstrataMiddleware(AgentMiddleware):
         retrieve: ``"first_model_call"`` retrieves once per user message (tool loops reuse it),
             ``"every_model_call"`` on every call, ``"never"`` not at all.
         write_back: store the user and assistant messages after each agent turn.
+        derive: ``"background"`` stores the messages and their views before the run ends and derives the rest
+            after the reply, one conversation's derivations in order, on the ``Memstrata``'s own thread
+            (``close()``, ``aclose()``, ``flush()`` and process exit wait for them); ``"inline"`` derives it
+            all inside the run, before the run ends.
         user_name / assistant_name: the speakers' names stored with their messages (a message's own
             ``name`` comes first; default: the role, ``user`` and ``assistant``).
     """
@@ -88,13 +95,18 @@ class MemstrataMiddleware(AgentMiddleware):
         context_budget: int = 1000,
         retrieve: Literal["first_model_call", "every_model_call", "never"] = "first_model_call",
         write_back: bool = True,
+        derive: Literal["background", "inline"] = "background",
         user_name: str | None = None,
         assistant_name: str | None = None,
     ) -> None:
         super().__init__()
+        if derive not in ("background", "inline"):
+            msg = f"derive must be 'background' or 'inline', not {derive!r}"
+            raise ValueError(msg)
         self.memory, self.conversation_id = memstrata, conversation_id
         self.user_id = default_user("MemstrataMiddleware", user_id)
         self.context_budget, self.retrieve, self.write_back = context_budget, retrieve, write_back
+        self.derive = derive
         self.names = {"user": user_name or "user", "assistant": assistant_name or "assistant"}
         self._cache: dict[_Query, str] = {}  # keyed by user too: two users' same message never share a retrieval
 
@@ -166,13 +178,17 @@ class MemstrataMiddleware(AgentMiddleware):
         messages = self._messages(state) if self.write_back else []
         if messages:
             user, conversation = self._tenant(getattr(runtime, "context", None))
-            await self.memory.aingest(messages, user_id=user, conversation_id=conversation or self.conversation_id)
+            conversation = conversation or self.conversation_id
+            defer = self.derive == "background"
+            stats = await self.memory.aingest(messages, user_id=user, conversation_id=conversation, defer=defer)
+            self._derive_later(user, conversation, stats)
         return None
 
     def after_agent(self, state: AgentState, runtime: Any) -> dict[str, Any] | None:
         """Write the turn's user and assistant messages to the run's user's memory (with ``write_back``), in the
         run's conversation (its context's ``conversation_id``, else its ``thread_id``, else ``conversation_id``);
-        the agent's state is left as it is.
+        the agent's state is left as it is. With ``derive="background"`` the raw messages and their views are
+        stored now and the rest is queued, to be derived after the reply.
 
         Raises:
             UserIdError: the run names no user and the middleware has no default.
@@ -180,8 +196,20 @@ class MemstrataMiddleware(AgentMiddleware):
         messages = self._messages(state) if self.write_back else []
         if messages:
             user, conversation = self._tenant(getattr(runtime, "context", None))
-            self.memory.ingest(messages, user_id=user, conversation_id=conversation or self.conversation_id)
+            conversation = conversation or self.conversation_id
+            defer = self.derive == "background"
+            stats = self.memory.ingest(messages, user_id=user, conversation_id=conversation, defer=defer)
+            self._derive_later(user, conversation, stats)
         return None
+
+    def _derive_later(self, user: str, conversation: str, stats: dict[str, Any]) -> None:
+        """Queue the derivation the write deferred. A write that deferred nothing (its messages wait in the open
+        tail) still queues one behind a derivation of the conversation that is under way: that one may have read
+        the session before these messages were stored.
+        """
+        sessions = [s for c, s in stats.get("deferred", []) if c == conversation]
+        if sessions or (self.derive == "background" and self.memory.queued(user, conversation)):
+            self.memory.complete_later(user, conversation, sessions=sessions)
 
     def _messages(self, state: AgentState) -> list[dict[str, Any]]:
         """The user and assistant messages with text, in order, with their stable ids, speakers and times."""

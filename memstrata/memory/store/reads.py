@@ -43,10 +43,12 @@ def appended_to_open_tail(
     and closes nothing (:func:`~memstrata.memory.segmentation.stays_open`); ``None`` when anything else may change.
 
     Three reads, whatever the conversation's length: the session counters, the session's open episode, and the
-    turn before the appended ones (by the id a message without one gets, else by its place). The appended turns
+    turn before the appended ones (by the id a message without one gets, else by its place), or, when turns wait
+    already, the turns from the episode's last on. The appended turns
     then wait, raw, in the tail after that episode (searched as raw turns,
     :func:`~memstrata.memory.search.light.pending_rows`) until a write closes or fills the tail, and that write
-    cuts and distils the whole tail once.
+    cuts and distils the whole tail once. The turns already waiting join the check, so a silence among them closes
+    the tail even when their own write checked nothing (a deferred write, ``ingest(..., defer=True)``).
     """
     turns = [t for s in conv.sessions for t in s.turns]
     if not fresh or len(conv.sessions) != 1 or len(fresh) != len(turns):
@@ -62,17 +64,27 @@ def appended_to_open_tail(
     if len(tails) != 1 or int(tails[0].payload["end_position"]) >= first:
         return None
     tail = tails[0].payload
-    # the turn before, by the id a message without one gets (one keyed read), else by its place
-    before = [
-        r
-        for r in store.get("turn", **key, unit_ids=[f"s{session}:t{first - 1}"])
-        if r.metadata.get("session_id") == session and r.metadata.get("position") == first - 1
-    ] or store.get("turn", **key, where={"session_id": session, "position": first - 1})
-    if len(before) != 1:
+    end = int(tail["end_position"])
+    if first - 1 > end:  # turns wait after the open episode: from its last turn on, they all join the check
+        before = [
+            r
+            for r in store.get("turn", **key, where={"session_id": session, "position": {"$gte": end}})
+            if int(r.metadata.get("position", -1)) < first
+        ]
+    else:  # the turn before, by the id a message without one gets (one keyed read), else by its place
+        before = [
+            r
+            for r in store.get("turn", **key, unit_ids=[f"s{session}:t{first - 1}"])
+            if r.metadata.get("session_id") == session and r.metadata.get("position") == first - 1
+        ] or store.get("turn", **key, where={"session_id": session, "position": first - 1})
+    if sum(r.metadata.get("position") == first - 1 for r in before) != 1:
         return None
-    last = Turn.model_validate(before[0].payload)
+    before.sort(key=lambda r: int(r.metadata.get("position", -1)))
     core = max(t.position for t in fresh) - int(tail["start_position"]) + 1 - int(tail.get("repeated", 0))
-    times = [last.timestamp, *(t.timestamp for t in sorted(fresh, key=lambda t: t.position))]
+    times = [
+        *(Turn.model_validate(r.payload).timestamp for r in before),
+        *(t.timestamp for t in sorted(fresh, key=lambda t: t.position)),
+    ]
     open_still = stays_open(
         core_turns=core, times=times, present=present, max_turns=max_turns, quiet=quiet, max_gap=max_gap
     )
@@ -84,8 +96,8 @@ def incomplete_sessions(store: MemoryStore, conv: Conversation, fresh: set[str] 
     write adds, and those waiting after the session's open episode), or that lack turn contexts.
 
     An episode is finished when its summary and all its facts are stored (they are written
-    summary, episode, facts). Anything less is an interrupted ingest, a deletion of turns, or
-    a store written before turn contexts existed; re-ingesting the same input repairs it.
+    summary, episode, facts). Anything less is an interrupted ingest or a deletion of turns;
+    re-ingesting the same input repairs it.
     """
     key = {"user_id": conv.user_id, "conversation_id": conv.conversation_id, "where": sessions_where(conv)}
     episodes = store.get("episode", **key)

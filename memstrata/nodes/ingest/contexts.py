@@ -30,8 +30,11 @@ from memstrata.state import IngestState
 
 
 def route_contexts(state: IngestState) -> str:
-    """A write that only appended to open tails is done once their views are written; any other goes on."""
-    return END if state.get("appended") and not state.get("sessions") else "segment_episodes"
+    """A deferred write, or one that only appended to open tails, is done once the views are written; so is a
+    ``complete`` that found nothing pending. Any other goes on.
+    """
+    done = state.get("defer") or (not state.get("sessions") and (state.get("appended") or state.get("complete")))
+    return END if done else "segment_episodes"
 
 
 async def write_turn_contexts(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:

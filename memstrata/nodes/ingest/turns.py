@@ -6,6 +6,11 @@ whoever sends it again (:mod:`memstrata.memory.store.tombstones`); one without a
 appended after the stored turns of its session (:mod:`memstrata.memory.placement`).
 Later stages read the turns back from the store by session (:mod:`memstrata.memory.store.reads`), so the
 state carries ids, not conversations.
+
+A deferred write (``defer``) stores the same turns and reports the same sessions, and the graph ends once their
+views are written (:func:`~memstrata.nodes.ingest.contexts.route_contexts`). A write with no new message
+(``complete``) starts at :func:`find_pending` instead: the sessions deferred or stopped writes of the conversation
+left underived (:mod:`memstrata.memory.pending`).
 """
 
 from __future__ import annotations
@@ -14,14 +19,15 @@ import asyncio
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from langgraph.runtime import Runtime
 
 from memstrata.context import Context
 from memstrata.memory.conversation import Conversation
-from memstrata.memory.levels.level2.turn import changed_turns
+from memstrata.memory.levels.level2.turn import Turn, changed_turns
 from memstrata.memory.normalize import load_path, normalize_input
+from memstrata.memory.pending import pending_sessions, unfinished_before
 from memstrata.memory.placement import place_turns, stored_tail
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.reads import (
@@ -36,14 +42,18 @@ from memstrata.runtime.node import open_node
 from memstrata.state import IngestState
 
 
+def route_input(state: IngestState) -> Literal["store_turns", "find_pending"]:
+    """A write of messages stores them first; one with no new message (``complete``) finds what is pending."""
+    return "find_pending" if state.get("complete") else "store_turns"
+
+
 async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:
     """Normalize the input, embed and store new or changed turns; report the sessions later stages must redo."""
     ctx = runtime.context
     started = time.perf_counter()
     run = await open_node(runtime, "store_turns", ingest=True)
     store = run.store
-    clock = ctx.now or datetime.now(UTC)
-    clock = clock.astimezone(UTC).replace(tzinfo=None) if clock.tzinfo else clock  # turns keep naive UTC times
+    clock = _naive(ctx.now) or datetime.now(UTC).replace(tzinfo=None)  # turns keep naive UTC times
     convs, buried = await asyncio.to_thread(_normalize, state, ctx, store, clock)
     total = sum(c.turn_count for c in convs)
     progress("load", f"read {len(convs)} conversation(s), {total} turns", total_turns=total)
@@ -51,11 +61,13 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
     sessions: list[list[str]] = []
     appended: list[list[Any]] = []  # [conversation, session, first position]: only appended to an open tail
     repaired: list[str] = []  # conversations with a session an earlier write left unfinished
-    added = waiting = 0
+    added = waiting = deferrable = 0
+    changed = False  # a stored message changed: no later read tells its episode is stale, so it is derived now
     for conv in convs:
         stored = await asyncio.to_thread(stored_turn_texts, store, conv)
         fresh = changed_turns([t for s in conv.sessions for t in s.turns], stored)
         new = [t for t in fresh if t.id not in stored]
+        changed = changed or len(new) != len(fresh)
         first = None
         if len(new) == len(fresh) and not state.get("close"):
             first = await asyncio.to_thread(
@@ -90,40 +102,98 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
             appended.append([conv.conversation_id, fresh[0].session_id, first])
             waiting += len(fresh)
             continue
-        unfinished = await asyncio.to_thread(incomplete_sessions, store, conv, {t.id for t in fresh})
-        ended = await asyncio.to_thread(ended_tails, store, conv, {t.session_id for t in fresh})
-        sessions += [
-            [conv.conversation_id, s] for s in dict.fromkeys([*(t.session_id for t in fresh), *unfinished, *ended])
-        ]
+        redo, unfinished = await asyncio.to_thread(_redo, store, conv, fresh)
+        sessions += [[conv.conversation_id, s] for s in redo]
         repaired += [conv.conversation_id] if unfinished else []
+        deferrable += len(fresh)
+    # A deferred write ends once the views are written; one that closes or changes a stored message cannot defer.
+    defer = bool(state.get("defer")) and not state.get("close") and not changed
     return {
+        "defer": defer,
         "present": present.isoformat(),
         "conversations": [c.conversation_id for c in convs],
         "sessions": sessions,
         "appended": appended,
         "repaired": repaired,
-        # Every count starts at zero, so stages that had nothing to do still report it.
         "stats": {
-            "contexts_written": 0,
-            "episodes_written": 0,
-            "episodes_replaced": 0,
-            "summaries_written": 0,
-            "facts_written": 0,
-            "facts_fallbacks": 0,
-            "vectors_pooled": 0,
-            "entities_written": 0,
-            "relations_written": 0,
-            "facts_superseded": 0,
+            **_zero_stats(),
             "conversations": len(convs),
             "turns_seen": total,
             "turns_added": added,
             "turns_buried": buried,
             "turns_waiting": waiting,
+            "turns_deferred": deferrable if defer else 0,
+            "deferred": sessions if defer else [],
             "sessions_touched": len(sessions),
             "warnings": [w for c in convs for w in c.warnings],
             "stage_seconds": {"turns": round(time.perf_counter() - started, 3)},
         },
     }
+
+
+async def find_pending(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:
+    """No new message: report the sessions of the conversation that deferred or stopped writes left underived."""
+    ctx = runtime.context
+    started = time.perf_counter()
+    run = await open_node(runtime, "find_pending", ingest=True)
+    conv_id = state.get("conversation_id") or ctx.conversation_id
+    if not conv_id:
+        msg = "complete needs conversation_id: the conversation whose deferred writes to derive"
+        raise ValueError(msg)
+    found = await asyncio.to_thread(
+        pending_sessions,
+        run.store,
+        ctx.user_id,
+        conv_id,
+        state.get("pending"),
+        now=_naive(ctx.now),
+        max_turns=ctx.max_episode_turns,
+        quiet=timedelta(minutes=ctx.episode_quiet_minutes),
+        max_gap=timedelta(minutes=ctx.episode_max_gap_minutes),
+    )
+    progress("pending", f"{conv_id}: {len(found.sessions)} session(s) to derive", conversation_id=conv_id)
+    return {
+        "defer": False,
+        "present": found.present.isoformat(),
+        "conversations": [conv_id],
+        "sessions": [[conv_id, s] for s in found.sessions],
+        "appended": [],
+        "repaired": [conv_id] if found.unfinished else [],
+        "stats": {
+            **_zero_stats(),
+            "conversations": 1,
+            "sessions_touched": len(found.sessions),
+            "stage_seconds": {"turns": round(time.perf_counter() - started, 3)},
+        },
+    }
+
+
+def _zero_stats() -> dict[str, Any]:
+    """Every count a write reports, at zero, so stages that had nothing to do still report it."""
+    counts = ("contexts_written", "episodes_written", "episodes_replaced", "summaries_written", "facts_written")
+    more = ("facts_fallbacks", "vectors_pooled", "entities_written", "relations_written", "facts_superseded")
+    return dict.fromkeys((*counts, *more), 0)
+
+
+def _redo(store: MemoryStore, conv: Conversation, fresh: list[Turn]) -> tuple[list[str], bool]:
+    """The sessions a write that goes on past the views redoes, and whether an earlier write left one unfinished.
+
+    Its own sessions; those of them an earlier write left unfinished (stopped, or deferred by a process that died
+    before deriving it); earlier sessions whose tail is open, now over; and, when the write starts a session, the
+    unfinished sessions just before it (:func:`~memstrata.memory.pending.unfinished_before`, one session's reads).
+    """
+    written = {t.session_id for t in fresh}
+    unfinished = incomplete_sessions(store, conv, {t.id for t in fresh})
+    starts = any(t.position == 0 for t in fresh)
+    underived = unfinished_before(store, conv, written) if starts else []
+    ended = ended_tails(store, conv, written)
+    redo = dict.fromkeys([*(t.session_id for t in fresh), *unfinished, *underived, *ended])
+    return list(redo), bool(unfinished or underived)
+
+
+def _naive(when: datetime | None) -> datetime | None:
+    """A time as turns keep it: naive UTC."""
+    return when.astimezone(UTC).replace(tzinfo=None) if when is not None and when.tzinfo else when
 
 
 def _present(ctx: Context, convs: list[Conversation], clock: datetime) -> datetime:
