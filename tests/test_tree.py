@@ -223,6 +223,18 @@ def test_hints_parse_into_windows_or_into_an_offset_from_an_anchor() -> None:
     assert anchored.interval is None  # the concert has to be dated from memory
     dated = resolve(anchored, lambda anchor: datetime(2023, 6, 14) if anchor == "the concert" else None)
     assert (dated.start, dated.end.date()) == (datetime(2023, 6, 10), datetime(2023, 6, 11).date())
+
+
+def test_a_question_counting_the_time_between_two_events_names_no_window() -> None:
+    """LongMemEval's "How many months before my anniversary did Rachel get engaged?" was read as "a month before
+    <my anniversary did Rachel get engaged>", dated to an unrelated June, whose turns then filled the context.
+    """
+    now = datetime(2023, 7, 7)
+    assert parse_hint("How many months before my anniversary did Rachel get engaged?", now=now) is None
+    assert parse_hint("How many days after the wedding did I buy the car?", now=now) is None
+    assert parse_hint("how long after the move did I start?", now=now) is None
+    kept = parse_hint("What did Ann do two days after the wedding?", now=now)
+    assert kept.offset == Offset(direction=1, unit="day", count=2) and kept.anchor == "the wedding"
     two_days = parse_hint("two days after the wedding", now=now)
     assert two_days.offset == Offset(1, "day", 2) and two_days.anchor == "the wedding"
     by_date = parse_hint("What did Maria do the weekend before April 10, 2023?", now=now)

@@ -53,6 +53,7 @@ _ANCHORED = re.compile(
     r"(?!that\b|then\b|yesterday\b|tomorrow\b)([^?.!;]+?)\s*(?:[?.!;]|,(?!\s*\d)|$)",
     re.I,
 )
+_DURATION_ASKED = re.compile(r"\bhow\s+(?:many|long)\s*(?:\w+\s*)?$", re.I)
 _DAY_MONTH_YEAR = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_MON},?\s+(\d{{4}})\b", re.I)
 _MONTH_DAY_YEAR = re.compile(rf"\b{_MON}\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b", re.I)
 _ISO_DAY = re.compile(r"\b(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})\b")
@@ -110,8 +111,14 @@ class TemporalHint:
 
 
 def parse_hint(text: str, *, now: datetime | None) -> TemporalHint | None:
-    """The first temporal hint of the text, or ``None``; relative ones need ``now``."""
+    """The first temporal hint of the text, or ``None``; relative ones need ``now``.
+
+    "How many months before my anniversary did Rachel get engaged?" asks how long lay between two events, not
+    what happened a month before one: an offset that ``how many`` (or ``how long``) counts is no hint.
+    """
     match = _ANCHORED.search(text)
+    if match and _DURATION_ASKED.search(text[: match.start()] + (match[1] or "")):
+        match = None
     if match:
         offset = Offset(-1 if match[3].lower() == "before" else 1, match[2].lower(), _count(match[1]))
         anchor = match[4].strip()
