@@ -194,7 +194,9 @@ def _top(scores: np.ndarray, n: int) -> list[int]:
     """The ``n`` best rows, best first (ties by row)."""
     if n <= 0 or not len(scores):
         return []
-    return sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:n]
+    neg = -np.asarray(scores, dtype=float)
+    rows = np.arange(len(neg)) if n >= len(neg) else np.flatnonzero(neg <= np.partition(neg, n - 1)[n - 1])
+    return [int(i) for i in rows[np.lexsort((rows, neg[rows]))][:n]]  # by score, then by row
 
 
 def _select(relevance: np.ndarray, vecs: np.ndarray, s: ThemeSearch, budget: int) -> list[int]:
