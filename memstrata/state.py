@@ -172,6 +172,7 @@ class SubQueryTask(TypedDict):
     round: int
     run_key: str
     llm_calls: list[dict[str, Any]]
+    offline: bool  # the token budget cannot afford this call before the answer's: the branch decides by its rule
 
 
 __all__ = [
