@@ -748,6 +748,10 @@ class Context:
                 '(in Studio or the API, as the run\'s context: {"user_id": "..."})'
             )
             raise ValueError(msg)
+        if isinstance(self.exclude_turns, str) or not all(isinstance(t, str) for t in self.exclude_turns):
+            msg = f"Context.exclude_turns takes a list of turn ids (strings), got {self.exclude_turns!r}"
+            raise ValueError(msg)
+        self.exclude_turns = tuple(self.exclude_turns)
         self.window_widths = tuple(self.window_widths)
         self.tree_alphas = tuple(self.tree_alphas)  # type: ignore[assignment]
         self.tree_token_caps = tuple(self.tree_token_caps)  # type: ignore[assignment]

@@ -231,3 +231,10 @@ def test_several_unknown_settings_are_each_named_with_their_hints() -> None:
 def test_user_id_is_not_a_setting_of_the_facade(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match=r"^unknown setting 'user_id'"):
         _mem(tmp_path / "m", user_id="u")
+
+
+def test_exclude_turns_takes_ids_not_one_string() -> None:
+    """A single id given as a string would be read as its characters and leave nothing out."""
+    with pytest.raises(ValueError, match="exclude_turns takes a list of turn ids"):
+        Context(user_id="u", exclude_turns="s1:t3")  # type: ignore[arg-type]
+    assert Context(user_id="u", exclude_turns=["s1:t3", "m-9"]).exclude_turns == ("s1:t3", "m-9")
