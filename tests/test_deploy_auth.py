@@ -9,13 +9,6 @@ tokens, the way a client of a deployment does.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,9 +17,9 @@ import pytest
 from conftest import REPO, HashEmbeddings, assert_store_ok
 from langchain.agents import create_agent
 from langgraph_sdk import Auth
+from plugins.langgraph_dev import langgraph_dev
 
 from memstrata import Context, Memstrata
-from memstrata.bench.chroma_run import free_port
 from memstrata.context import DATA_DIR_ENV
 from memstrata.integrations.deploy import (
     LOCKED_SETTINGS,
@@ -196,33 +189,7 @@ def test_the_deployment_config_serves_the_locked_graphs_behind_the_auth_handler(
 
 # ---- through a real server --------------------------------------------------------------------------------------
 
-STARTUP_S = 120.0
 RUN_TIMEOUT_S = 240.0
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=15)
-
-
-def _wait_until_up(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"langgraph dev exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/ok", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(0.5)
-    pytest.fail(f"langgraph dev was not up after {STARTUP_S:.0f}s:\n{log.read_text()[-4000:]}")
 
 
 @pytest.fixture(scope="module")
@@ -233,35 +200,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     home = tmp_path_factory.mktemp("deploy")
     (home / "examples").symlink_to(REPO / "examples", target_is_directory=True)
     (home / "memstrata").symlink_to(REPO / "memstrata", target_is_directory=True)
-    exe = Path(sys.executable).with_name("langgraph")
-    port, log = free_port(), home / "server.log"
-    env = {k: v for k, v in os.environ.items() if k != "MEMSTRATA_MODEL"}
-    env.update(
-        MEMSTRATA_DATA_DIR=str(home / "store"),
-        MEMSTRATA_DEMO_TOKENS="tok-ann=ann,tok-bob=bob",
-        HF_HUB_OFFLINE="1",
-        ANONYMIZED_TELEMETRY="False",
-        LANGGRAPH_NO_VERSION_CHECK="true",
-        LANGGRAPH_CLI_NO_ANALYTICS="1",
-        LANGSMITH_TRACING="false",
-        LANGCHAIN_TRACING_V2="false",
-    )
-    cmd = [str(exe), "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1", "--port", str(port)]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [*cmd, "--config", "examples/deploy/langgraph.json"],
-            cwd=home,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_until_up(proc, url, log)
+    env = {"MEMSTRATA_DATA_DIR": str(home / "store"), "MEMSTRATA_DEMO_TOKENS": "tok-ann=ann,tok-bob=bob"}
+    with langgraph_dev(home, "examples/deploy/langgraph.json", env) as url:
         yield url, home
-    finally:
-        _stop(proc)
 
 
 def _client(url: str, token: str | None) -> Any:

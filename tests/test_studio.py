@@ -7,74 +7,18 @@ the repo's langgraph.json and package, with a temp ``MEMSTRATA_DATA_DIR``, offli
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import EXAMPLE, REPO
-
-from memstrata.bench.chroma_run import free_port
+from plugins.langgraph_dev import langgraph_dev
 
 pytestmark = pytest.mark.integration
 
-STARTUP_S = 120.0
 RUN_TIMEOUT_S = 240.0
 QUERY = "When did Tom run the Brighton half marathon?"
 USER = "studio"
-
-
-def _langgraph_executable() -> str:
-    path = Path(sys.executable).with_name("langgraph")
-    if not path.is_file():
-        pytest.fail(f"{path} is missing: install the dev extra (langgraph-cli[inmem])")
-    return str(path)
-
-
-def _server_env(data_dir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "MEMSTRATA_MODEL"}
-    env.update(
-        MEMSTRATA_DATA_DIR=str(data_dir),
-        HF_HUB_OFFLINE="1",
-        ANONYMIZED_TELEMETRY="False",
-        LANGGRAPH_NO_VERSION_CHECK="true",
-        LANGGRAPH_CLI_NO_ANALYTICS="1",
-        LANGSMITH_TRACING="false",
-        LANGCHAIN_TRACING_V2="false",
-    )
-    return env
-
-
-def _wait_until_up(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"langgraph dev exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/ok", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(0.5)
-    pytest.fail(f"langgraph dev was not up after {STARTUP_S:.0f}s:\n{log.read_text()[-4000:]}")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=15)
 
 
 @pytest.fixture(scope="module")
@@ -83,30 +27,8 @@ def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     home = tmp_path_factory.mktemp("studio")
     (home / "langgraph.json").symlink_to(REPO / "langgraph.json")
     (home / "memstrata").symlink_to(REPO / "memstrata", target_is_directory=True)
-    port = free_port()
-    log = home / "server.log"
-    cmd = [
-        _langgraph_executable(),
-        "dev",
-        "--no-browser",
-        "--no-reload",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--config",
-        "langgraph.json",
-    ]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            cmd, cwd=home, env=_server_env(home / "data"), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_until_up(proc, url, log)
+    with langgraph_dev(home, "langgraph.json", {"MEMSTRATA_DATA_DIR": str(home / "data")}) as url:
         yield url
-    finally:
-        _stop(proc)
 
 
 @pytest.fixture(scope="module")
