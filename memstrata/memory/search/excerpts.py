@@ -36,7 +36,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from memstrata.memory.index.bm25 import tokenize
-from memstrata.memory.levels.level2.passage import ENCODER_TOKENS, PASSAGE, PASSAGE_TOKENS, is_long, spans_of
+from memstrata.memory.levels.level2.passage import (
+    ENCODER_TOKENS,
+    PASSAGE,
+    PASSAGE_TOKENS,
+    is_long,
+    passage_id,
+    spans_of,
+)
 from memstrata.memory.search.packing import line
 from memstrata.memory.search.query import Hit
 
@@ -104,7 +111,7 @@ class Excerpts:
         )
         if self.table is None or self.vectors is None:
             return words
-        rows = [self.table.by_key.get((hit.conversation_id, f"part:{hit.unit_id}:{a}")) for a, _ in spans]
+        rows = [self.table.by_key.get((hit.conversation_id, passage_id(hit.unit_id, a))) for a, _ in spans]
         dense = np.zeros(len(spans), dtype=np.float32)
         found = [i for i, r in enumerate(rows) if r is not None]
         if found:

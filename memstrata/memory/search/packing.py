@@ -128,26 +128,28 @@ def pack_context(
     multi = len({i.conversation_id for i in ranked}) > 1
     at_least = getattr(counter, "at_least", None)  # a cheap lower bound: a long line that cannot fit is not counted
     skipped: list[Hit] = []
+
+    def head(item: Hit) -> int:  # its session's header, unless an admitted item already opened it
+        return 0 if _session_key(item) in sessions else counter.count(header(item, multi_conversation=multi))
+
     for item in ranked:
         text = line(item)
-        key = _session_key(item)
-        head = 0 if key in sessions else counter.count(header(item, multi_conversation=multi))
-        room = budget - used - head
+        opened = head(item)
+        room = budget - used - opened
         cost = counter.count(text) if at_least is None or at_least(text) <= room else room + 1
         if cost > room:
             skipped.append(item)
             continue
         chosen.append(item)
-        sessions.add(key)
-        used += cost + head
+        sessions.add(_session_key(item))
+        used += cost + opened
     for item in skipped if shorten is not None else []:  # then parts of what did not fit, in the room left
-        key = _session_key(item)
-        head = 0 if key in sessions else counter.count(header(item, multi_conversation=multi))
-        short = shorten(item, budget - used - head)
+        opened = head(item)
+        short = shorten(item, budget - used - opened)
         if short is not None:
             chosen.append(short)
-            sessions.add(key)
-            used += head + counter.count(line(short))
+            sessions.add(_session_key(item))
+            used += opened + counter.count(line(short))
     context, tokens = _rendered(chosen, counter)
     while chosen and tokens > budget:  # only if the rendering costs more than its admission; keep the promise
         chosen.pop()

@@ -62,7 +62,7 @@ class Passage(Unit):
     @model_validator(mode="after")
     def _derive_id(self) -> Passage:
         if not self.id:
-            self.id = f"part:{self.turn_id}:{self.start}"
+            self.id = passage_id(self.turn_id, self.start)
         return self
 
     def embed_text(self) -> str:
@@ -82,6 +82,11 @@ class Passage(Unit):
             "start": self.start,
             "end": self.end,
         }
+
+
+def passage_id(turn_id: str, start: int) -> str:
+    """The id of the passage of turn ``turn_id`` that starts at character ``start`` of its text."""
+    return f"part:{turn_id}:{start}"
 
 
 def spans_of(text: str, pieces: Sequence[tuple[int, int]], *, size: int = PASSAGE_TOKENS) -> list[tuple[int, int]]:
