@@ -19,12 +19,11 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypedDict
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import click
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -44,6 +43,9 @@ from memstrata.memory.timeparse import parse_timestamp
 from memstrata.runtime.llm import AnswerError
 from memstrata.views.extractive_answer import extractive_answer
 
+if TYPE_CHECKING:
+    from typer._click import Context as ClickContext  # typer ships its own click; its groups are given this context
+
 # Spelled out rather than imported: the CLI must run on a memstrata whose Context predates these settings.
 INGEST_MODEL_ENV = "MEMSTRATA_INGEST_MODEL"
 BASE_URL_ENVS = ("MEMSTRATA_BASE_URL", "OPENAI_BASE_URL", "OPENAI_API_BASE")
@@ -54,7 +56,7 @@ class _Cli(TyperGroup):
     reaches the user as one line and exit code 2, not a traceback, whichever command met it.
     """
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: ClickContext) -> Any:
         try:
             return super().invoke(ctx)
         except StoreError as exc:
@@ -119,7 +121,15 @@ def _where(data_dir: Path | None, chroma_url: str | None) -> tuple[Path, str | N
     return data_dir or default_data_dir(), chroma_url or os.environ.get(CHROMA_URL_ENV) or None
 
 
-def _model_settings(model: str | None, base_url: str | None, ingest_model: str | None) -> dict[str, str]:
+class _ModelSettings(TypedDict, total=False):
+    """The model options a command was given (:func:`_model_settings`), as ``Context`` settings."""
+
+    model: str
+    base_url: str
+    ingest_model: str
+
+
+def _model_settings(model: str | None, base_url: str | None, ingest_model: str | None) -> _ModelSettings:
     """The model options given, to pass on (only those: a Context without ``base_url`` still runs the rest).
 
     Checked before any work: a model name with neither ``OPENAI_API_KEY`` nor a base URL would fail every call.
@@ -136,8 +146,14 @@ def _model_settings(model: str | None, base_url: str | None, ingest_model: str |
                 f"{source} {name!r} has no endpoint: set OPENAI_API_KEY (OpenAI's API), or pass --base-url "
                 "(or set $MEMSTRATA_BASE_URL) to an OpenAI-compatible server such as http://localhost:8080/v1"
             )
-    given = {"model": model, "base_url": base_url, "ingest_model": ingest_model}
-    return {name: value for name, value in given.items() if value is not None}
+    given = _ModelSettings()
+    if model is not None:
+        given["model"] = model
+    if base_url is not None:
+        given["base_url"] = base_url
+    if ingest_model is not None:
+        given["ingest_model"] = ingest_model
+    return given
 
 
 def _mem(data_dir: Path | None, chroma_url: str | None, **settings: Any) -> Memstrata:

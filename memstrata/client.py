@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
@@ -35,6 +35,9 @@ from memstrata.memory.timeparse import parse_timestamp
 from memstrata.result import RetrievalResult
 from memstrata.runtime.llm import AnswerError
 from memstrata.runtime.resolve import StoreKey, hold_store, release_store, resolve_store
+
+if TYPE_CHECKING:
+    from memstrata.state import IngestInput
 
 logger = logging.getLogger("memstrata")
 
@@ -131,7 +134,7 @@ class Memstrata:
         is derived at once all the same.
         ``overrides`` are :class:`~memstrata.context.Context` fields for this call (``now``...).
         """
-        payload = {
+        payload: IngestInput = {
             "source": str(source) if isinstance(source, Path) else source,
             "conversation_id": conversation_id,
             "only_conversation": only_conversation,
@@ -146,12 +149,15 @@ class Memstrata:
         return self._run(self.aingest(source, **kwargs))
 
     async def _ingestion(
-        self, payload: dict[str, Any], ctx: Context, on_progress: Callable[[dict[str, Any]], None] | None
+        self, payload: IngestInput, ctx: Context, on_progress: Callable[[dict[str, Any]], None] | None
     ) -> dict[str, Any]:
         from memstrata.graphs.ingestion import graph
 
         final: dict[str, Any] = {}
         started = time.perf_counter()
+        # with a list of stream modes LangGraph yields (mode, chunk) pairs; its stub types a chunk, not the pair
+        mode: str
+        chunk: Any
         async for mode, chunk in graph.astream(
             payload, context=ctx, stream_mode=["custom", "values"], config={"max_concurrency": ctx.max_fanout}
         ):
@@ -190,7 +196,7 @@ class Memstrata:
             >>> mem.complete("ann", "c1")["summaries_written"]  # doctest: +SKIP
             1
         """
-        payload = {
+        payload: IngestInput = {
             "conversation_id": conversation_id,
             "complete": True,
             "pending": list(sessions) if sessions is not None else None,
@@ -261,6 +267,9 @@ class Memstrata:
 
         ctx = self.context(user_id, **overrides)
         final: dict[str, Any] = {}
+        # with a list of stream modes LangGraph yields (mode, chunk) pairs; its stub types a chunk, not the pair
+        mode: str
+        chunk: Any
         async for mode, chunk in graph.astream(
             {"query": query}, context=ctx, stream_mode=["custom", "messages", "values"]
         ):

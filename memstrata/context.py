@@ -860,7 +860,12 @@ def default(name: str) -> Any:
     """
     for f in fields(Context):
         if f.name == name:
-            return f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
+            if f.default is not MISSING:
+                return f.default
+            if f.default_factory is not MISSING:
+                return f.default_factory()
+            msg = f"the setting {name!r} has no default"  # none such today: every field of Context has one
+            raise TypeError(msg)
     msg = f"Context has no setting {name!r}"
     raise KeyError(msg)
 

@@ -300,6 +300,7 @@ def load_export(source: str | Path | IO[str], *, store: MemoryStore | None = Non
 
 
 def _lines(source: str | Path | IO[str]) -> Iterator[tuple[int, str]]:
+    lines: Iterable[str]
     if isinstance(source, str | Path):
         path = Path(source)
         if not path.is_file():
@@ -310,8 +311,10 @@ def _lines(source: str | Path | IO[str]) -> Iterator[tuple[int, str]]:
         except UnicodeDecodeError as exc:
             msg = f"{path}: not UTF-8 text ({exc.reason})"
             raise ValueError(msg) from exc
-        source = iter(text.split("\n"))  # only "\n" ends a record (text may hold U+2028)
-    return ((n, line) for n, line in enumerate(source, 1) if line.strip() or n == 1)
+        lines = iter(text.split("\n"))  # only "\n" ends a record (text may hold U+2028)
+    else:
+        lines = source
+    return ((n, line) for n, line in enumerate(lines, 1) if line.strip() or n == 1)
 
 
 def _parse(line: tuple[int, str], where: str) -> Any:

@@ -22,9 +22,9 @@ def merge_dicts(left: dict[str, Any] | None, right: dict[str, Any] | None) -> di
         old = out.get(key)
         if isinstance(value, dict) and isinstance(old, dict):
             out[key] = merge_dicts(old, value)
-        elif (isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(old, (int, float))) or (
-            isinstance(value, list) and isinstance(old, list)
-        ):
+        elif isinstance(value, list) and isinstance(old, list):  # noqa: SIM114 - apart, mypy types each `+` alone
+            out[key] = old + value
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(old, (int, float)):
             out[key] = old + value
         else:
             out[key] = value

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command (README step 2; .ci/run calls it too).
-# Creates or reuses a virtualenv, installs memstrata with its test extras, and runs the whole suite,
+# Creates or reuses a virtualenv, installs memstrata with its test extras, lints, type-checks and runs the whole suite,
 # including the real llama.cpp server tests and the LoCoMo integration tests (../shared must sit beside the repo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +22,9 @@ if ! ls "$WHEELS"/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1; then
 fi
 $PIP install --quiet --disable-pip-version-check "$WHEELS"/llama_cpp_python-0.3.36-*.whl
 $PIP install --quiet --disable-pip-version-check -e ".[dev,llm-tests]"
-# Lint before the tests (configured in pyproject.toml). `|| exit 1`: set -e does not stop at a failed left side of &&.
+# Lint and type check before the tests (both configured in pyproject.toml; mypy checks memstrata/, its `packages`).
+# `|| exit 1`: set -e does not stop at a failed left side of &&.
 "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check . || exit 1
+"$VENV/bin/mypy" || exit 1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false ANONYMIZED_TELEMETRY=False
 exec "$VENV/bin/python" -m pytest -q "$@"

@@ -25,12 +25,16 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 
 from memstrata.testing import ScriptedChatModel
+
+if TYPE_CHECKING:
+    from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
+    from langchain_core.outputs import ChatGenerationChunk, ChatResult
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "conversation.json"
 USER = "bench-chat-turn"
@@ -53,11 +57,23 @@ class LatentScript(ScriptedChatModel):
 
     latency_s: float = 0.0
 
-    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None, **kwargs: Any) -> Any:
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
         await asyncio.sleep(self.latency_s)
         return self._generate(messages, stop)
 
-    async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None, **kwargs: Any) -> Any:
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
         await asyncio.sleep(self.latency_s)
         for chunk in self._stream(messages, stop):
             yield chunk

@@ -202,9 +202,10 @@ def longmemeval(
     settings = _settings(set_ or [])
     log = log or out.with_suffix(".jsonl")
     plot = plot or out.with_name(f"{out.stem}_recall.png")
-    selection = {"questions": questions, "per_type": per_type, "seed": seed}
     if merge:
-        result = merge_longmemeval(path, merge, log=log, command=command_line(), **selection)
+        result = merge_longmemeval(
+            path, merge, log=log, command=command_line(), questions=questions, per_type=per_type, seed=seed
+        )
     else:
         if torch_threads is not None:
             import torch
@@ -220,7 +221,9 @@ def longmemeval(
             settings=settings,
             progress=progress,
             command=command_line(),
-            **selection,
+            questions=questions,
+            per_type=per_type,
+            seed=seed,
         )
         result["torch_threads"] = torch_threads
         result["blas_threads"] = BLAS_THREADS

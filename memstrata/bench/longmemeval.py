@@ -70,7 +70,8 @@ def parse_question_date(raw: str) -> datetime:
     """
     match = _DATE.match(raw.strip())
     if match:
-        return datetime(*map(int, match.groups()))
+        year, month, day, hour, minute = map(int, match.groups())
+        return datetime(year, month, day, hour, minute)
     try:
         return datetime.fromisoformat(raw.strip())
     except ValueError:

@@ -45,7 +45,7 @@ class ReaderMethod(MemstrataMethod):
     """memstrata in LLM mode with a reader model; ``rows`` holds one cost record per question.
 
     Args:
-        embeddings: the shared embedder.
+        embeddings: the shared embedder (``None``: ``Memstrata``'s default).
         reader: ``"oracle"``, ``"oracle-deep"`` or an OpenAI-compatible base URL.
         model_name: the model name sent to a URL reader.
         record_budget: the budget at which cost is recorded.
@@ -55,7 +55,7 @@ class ReaderMethod(MemstrataMethod):
     def __init__(
         self,
         *,
-        embeddings: Embeddings,
+        embeddings: Embeddings | None,
         reader: str,
         model_name: str = "smollm2",
         record_budget: int = 1500,

@@ -121,13 +121,13 @@ def _build_method(
         return ReaderMethod(
             embeddings=embeddings,
             reader=reader,
-            model_name=reader_model,  # type: ignore[arg-type]
+            model_name=reader_model,
             settings=settings,
         )
     if name == "memstrata":
         from memstrata.bench.system import MemstrataMethod
 
-        return MemstrataMethod(embeddings=embeddings, settings=settings)  # type: ignore[arg-type]
+        return MemstrataMethod(embeddings=embeddings, settings=settings)
     return make_baseline(name, embeddings=embeddings, counter=counter)  # type: ignore[arg-type]
 
 

@@ -235,7 +235,7 @@ def _stop_requests() -> Iterator[list[str]]:
     if threading.current_thread() is not threading.main_thread():
         yield noted
         return
-    names = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
+    names: dict[int, str] = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}  # a handler is given the number
     before = {sig: signal.signal(sig, lambda sig, _frame: noted.append(names[sig])) for sig in names}
     try:
         yield noted
@@ -573,7 +573,11 @@ def chat_pattern(
                 "session_900": list(session),
             },
         }
-        write_ms.append(_timed(lambda item=item: mem.ingest(item, user_id=USER, tiers=True)))
+
+        def write(item: dict[str, Any] = item) -> Any:
+            return mem.ingest(item, user_id=USER, tiers=True)
+
+        write_ms.append(_timed(write))
         after_write_ms.append(_timed(lambda: mem.retrieve(rng.choice(pool), user_id=USER)))
     mem.close()
     p50_read, p50_after = float(np.percentile(read_ms, 50)), float(np.percentile(after_write_ms, 50))

@@ -26,13 +26,13 @@ class MemstrataMethod:
     """Ingest each conversation with ``Memstrata.ingest`` and answer with ``retrieve(...).context``.
 
     Args:
-        embeddings: the shared embedder (the MiniLM instance the baselines use).
+        embeddings: the shared embedder (the MiniLM instance the baselines use; ``None``: ``Memstrata``'s default).
         settings: extra :class:`~memstrata.context.Context` fields passed to ``Memstrata``.
     """
 
     name = "memstrata"
 
-    def __init__(self, *, embeddings: Embeddings, settings: dict[str, Any] | None = None) -> None:
+    def __init__(self, *, embeddings: Embeddings | None, settings: dict[str, Any] | None = None) -> None:
         self.embeddings = embeddings
         self.settings = dict(settings or {})
         self.stats: dict[str, Any] = {}

@@ -40,7 +40,9 @@ builder.add_node("store_turns", store_turns)
 builder.add_node("find_pending", find_pending)
 builder.add_node("write_turn_contexts", write_turn_contexts)
 builder.add_node("segment_episodes", segment_episodes)
-builder.add_node("distill_batch", distill_batch)
+# LangGraph passes a node its input by position, but its type stub wants that parameter named `state`; this one
+# takes a Send payload and names it for what it is.
+builder.add_node("distill_batch", distill_batch)  # type: ignore[call-overload]  # stub: 1st param must be named state
 builder.add_node("link_entities", link_entities)
 builder.add_node("group_themes", group_themes)
 builder.add_node("distill_persona", distill_persona)

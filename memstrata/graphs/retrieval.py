@@ -34,9 +34,11 @@ builder.add_node("decompose", decompose)
 builder.add_node("predict_scope", predict_scope)
 builder.add_node("lookup_level1", lookup_level1)
 builder.add_node("gate", gate)
-builder.add_node("select_level1", select_level1)
+# LangGraph passes a node its input by position, but its type stub wants that parameter named `state`; these two
+# take a Send payload and name it for what it is.
+builder.add_node("select_level1", select_level1)  # type: ignore[call-overload]  # stub: 1st param must be named state
 builder.add_node("backtrack_level2", backtrack_level2)
-builder.add_node("follow_up", follow_up)
+builder.add_node("follow_up", follow_up)  # type: ignore[call-overload]  # stub: 1st param must be named state
 builder.add_node("search_missing", search_missing)
 builder.add_node("next_wave", next_wave)
 builder.add_node("reflect", reflect)

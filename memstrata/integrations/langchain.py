@@ -201,12 +201,14 @@ class MemstrataRetriever(BaseRetriever):
         config = ensure_config(config)
         return await super().ainvoke(input, config, user_id=self._run_user(config), **kwargs)
 
-    def _get_relevant_documents(
+    # BaseRetriever's signature declares no more arguments, but it passes invoke's keywords on to a retriever whose
+    # method takes more (its `_expects_other_args`): the user, and k.
+    def _get_relevant_documents(  # type: ignore[override]  # the stub omits the keywords LangChain passes on
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, user_id: str, k: int | None = None
     ) -> list[Document]:
         return self.documents(run_sync(self._search(query, user_id)), k=k)
 
-    async def _aget_relevant_documents(
+    async def _aget_relevant_documents(  # type: ignore[override]  # the stub omits the keywords LangChain passes on
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, user_id: str, k: int | None = None
     ) -> list[Document]:
         return self.documents(await self._search(query, user_id), k=k)

@@ -36,7 +36,7 @@ import json
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, overload
 
 from langgraph.store.base import (
     BaseStore,
@@ -91,7 +91,11 @@ class MemstrataStore(BaseStore):
         if isinstance(op, GetOp):
             return self._get(op)
         if isinstance(op, PutOp):
-            return self._delete(op) if op.value is None else self._put(op)
+            if op.value is None:
+                self._delete(op)
+            else:
+                self._put(op)
+            return None
         if isinstance(op, SearchOp):
             return self._search(op)
         if isinstance(op, ListNamespacesOp):
@@ -114,7 +118,7 @@ class MemstrataStore(BaseStore):
         if old:  # a new value for the same key replaces the old messages
             self._delete(PutOp(op.namespace, op.key, None))
         now = time.time()
-        created = float(old[0].fields["created_at"]) if old else now  # type: ignore[arg-type]
+        created = float(old[0].fields["created_at"]) if old else now
         # A put is deliberate: what an earlier delete of this key buried is written again.
         self.memory.store.tombstones.lift(user, conv, [m["id"] for m in messages])
         self.memory.ingest(messages, user_id=user, conversation_id=conv)  # appended, like any message
@@ -164,7 +168,7 @@ class MemstrataStore(BaseStore):
         rows = self._items.get(user_id=user, conversation_id=conv)
         rows = [r for r in rows if _matches(json.loads(str(r.fields["value"])), op.filter)]
         if not op.query:
-            rows.sort(key=lambda r: -float(r.fields["updated_at"]))  # type: ignore[arg-type]
+            rows.sort(key=lambda r: -float(r.fields["updated_at"]))
             return [_item(r, search=True, layout=self.prefix) for r in rows[op.offset : op.offset + op.limit]]
         by_turn = {(r.conversation_id, t): r for r in rows for t in json.loads(str(r.fields["turn_ids"]))}
         result = self.memory.retrieve(op.query, user_id=user, conversation_id=conv, context_budget=self.context_budget)
@@ -200,6 +204,10 @@ class MemstrataStore(BaseStore):
         return found[op.offset : op.offset + op.limit]
 
     # ---- helpers --------------------------------------------------------------------------
+    @overload
+    def _split(self, namespace: tuple[str, ...], *, prefix: Literal[False] = ...) -> tuple[str, str]: ...
+    @overload
+    def _split(self, namespace: tuple[str, ...], *, prefix: bool) -> tuple[str, str | None]: ...
     def _split(self, namespace: tuple[str, ...], *, prefix: bool = False) -> tuple[str, str | None]:
         """(user, conversation) of a namespace laid out as ``prefix + (user_id,)`` or ``prefix + (user_id, conv)``."""
         if tuple(namespace[: len(self.prefix)]) != self.prefix:
@@ -222,6 +230,12 @@ class MemstrataStore(BaseStore):
 COLLECTION_WORDS = frozenset({"memories", "memory", "users", "user", "profile", "profiles", "facts", "episodes"})
 
 
+@overload
+def _split(
+    namespace: tuple[str, ...], *, prefix: Literal[False] = ..., layout: tuple[str, ...] = ...
+) -> tuple[str, str]: ...
+@overload
+def _split(namespace: tuple[str, ...], *, prefix: bool, layout: tuple[str, ...] = ...) -> tuple[str, str | None]: ...
 def _split(namespace: tuple[str, ...], *, prefix: bool = False, layout: tuple[str, ...] = ()) -> tuple[str, str | None]:
     if not namespace or len(namespace) > 2 or any(not isinstance(p, str) or not p for p in namespace):
         msg = (
@@ -307,6 +321,24 @@ def _condition(ns: tuple[str, ...], kind: str, path: tuple[str, ...]) -> bool:
     return len(part) == len(path) and all(p in ("*", q) for p, q in zip(path, part, strict=True))
 
 
+@overload
+def _item(
+    row: TableRow,
+    *,
+    search: Literal[True],
+    score: float | None = ...,
+    extra: dict[str, Any] | None = ...,
+    layout: tuple[str, ...] = ...,
+) -> SearchItem: ...
+@overload
+def _item(
+    row: TableRow,
+    *,
+    search: bool = ...,
+    score: float | None = ...,
+    extra: dict[str, Any] | None = ...,
+    layout: tuple[str, ...] = ...,
+) -> Item: ...
 def _item(
     row: TableRow,
     *,

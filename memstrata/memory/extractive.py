@@ -56,7 +56,7 @@ def extractive_summary(
 ) -> Summary:
     """Summarize ``(speaker, text)`` turns of one episode."""
     freq = Counter(w for _, text in turns for w in dict.fromkeys(content_words(text)))  # ordered: no hash seed
-    candidates = []
+    candidates: list[tuple[float, int, str, str, tuple[int, int]]] = []
     for index, (speaker, text) in enumerate(turns):
         for start, sentence in split_at(SENTENCE, text.strip(), len(text) - len(text.lstrip())):
             if sentence:

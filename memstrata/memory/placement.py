@@ -112,12 +112,8 @@ def _known(store: MemoryStore, user_id: str, conv_id: str, turns: list[Turn]) ->
     out: dict[int, Turn] = {}
     with_ids = [t for t in turns if t.source_id]
     if with_ids:
-        found = {
-            r.unit_id: r
-            for r in store.get(
-                _TURN, user_id=user_id, conversation_id=conv_id, unit_ids=sorted({t.source_id for t in with_ids})
-            )
-        }  # type: ignore[misc]
+        ids = sorted({t.source_id for t in with_ids if t.source_id})  # every one has an id: `if` tells mypy so
+        found = {r.unit_id: r for r in store.get(_TURN, user_id=user_id, conversation_id=conv_id, unit_ids=ids)}
         out |= {id(t): Turn.model_validate(found[t.source_id].payload) for t in with_ids if t.source_id in found}
     timed = [t for t in turns if not t.source_id and t.timestamp is not None]
     if timed:

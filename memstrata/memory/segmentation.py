@@ -53,6 +53,12 @@ def depth_cuts(sims: np.ndarray, depth: float = default("segment_depth")) -> set
     }
 
 
+def _gap_over(times: Sequence[datetime | None], i: int, limit: timedelta) -> bool:
+    """Whether turns ``i - 1`` and ``i`` both have a time and more than ``limit`` passed between them."""
+    before, after = times[i - 1], times[i]
+    return bool(after and before and after - before > limit)
+
+
 def segment_session(
     vectors: np.ndarray,
     times: Sequence[datetime | None] | None = None,
@@ -90,7 +96,7 @@ def segment_cores(
     )
     cuts = set(cuts)
     if times:
-        cuts |= {i for i in range(1, n) if times[i] and times[i - 1] and times[i] - times[i - 1] > max_gap}
+        cuts |= {i for i in range(1, n) if _gap_over(times, i, max_gap)}
     cores: list[tuple[int, int]] = []
     start = 0
     for i in range(1, n):
@@ -133,11 +139,7 @@ def cut_tail(
     stamps = list(times) if times else [None] * len(vectors)
     parts = [start]  # a silence longer than ``quiet`` inside an open tail: what came before it went quiet
     if not closing and quiet is not None:
-        parts += [
-            i
-            for i in range(start + 1, len(vectors))
-            if stamps[i] and stamps[i - 1] and stamps[i] - stamps[i - 1] > quiet
-        ]  # type: ignore[operator]
+        parts += [i for i in range(start + 1, len(vectors)) if _gap_over(stamps, i, quiet)]
     out = []
     for p, (begin, end) in enumerate(zip(parts, [*parts[1:], len(vectors)], strict=True)):
         last_part = p == len(parts) - 1

@@ -45,10 +45,10 @@ import os
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, overload
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage
@@ -59,6 +59,9 @@ from pydantic import BaseModel, ConfigDict
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
 if TYPE_CHECKING:
+    from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+    from langchain_core.runnables import RunnableConfig
+
     from memstrata.context import Context
 
 logger = logging.getLogger(__name__)
@@ -585,18 +588,28 @@ async def decide(
                 _describe(exc, timeout),
             )
             return fallback(), "error"
-        seconds, tries = time.monotonic() - started, {"attempts": len(failed) + 1, "retried": failed}
+        seconds, attempts = time.monotonic() - started, len(failed) + 1
         try:
             value = _check(schema, reply, validate)
         except _INVALID as exc:
             outcome = "invalid" if attempt == 0 else "fallback"
             meter.add(
-                CallRecord(node, outcome, *usage_of(messages, reply), error=str(exc)[:300], seconds=seconds, **tries)
+                CallRecord(
+                    node,
+                    outcome,
+                    *usage_of(messages, reply),
+                    error=str(exc)[:300],
+                    seconds=seconds,
+                    attempts=attempts,
+                    retried=failed,
+                )
             )
             messages = _repair(messages, reply, exc, schema)
             continue
         outcome = "repaired" if attempt else ("ok" if reply.tool_calls else "parsed_text")
-        meter.add(CallRecord(node, outcome, *usage_of(messages, reply), seconds=seconds, **tries))
+        meter.add(
+            CallRecord(node, outcome, *usage_of(messages, reply), seconds=seconds, attempts=attempts, retried=failed)
+        )
         return value, outcome
     logger.info("memstrata.%s: the model's output stayed invalid; using the fallback", node)
     return fallback(), "fallback"
@@ -605,7 +618,7 @@ async def decide(
 # ---- streaming -----------------------------------------------------------------------
 
 
-async def _idle_bounded(stream: AsyncIterator[ItemT], idle: float) -> AsyncIterator[ItemT]:
+async def _idle_bounded(stream: AsyncIterator[ItemT], idle: float) -> AsyncGenerator[ItemT, None]:
     """Items of ``stream``; ``TimeoutError`` when one takes longer than ``idle`` seconds."""
     iterator = aiter(stream)
     try:
@@ -705,7 +718,7 @@ async def _stream_into(
     max_tokens: int | None = None,
 ) -> UsageMetadata | None:
     """Append the streamed text to ``parts``; return the summed usage, if the server sent any."""
-    config = {"run_name": f"memstrata.{node}", "metadata": {"memstrata_node": node}}
+    config: RunnableConfig = {"run_name": f"memstrata.{node}", "metadata": {"memstrata_node": node}}
     usage: UsageMetadata | None = None
     cap = _cap_kwargs(model, max_tokens)
     streaming = model.bind(**cap) if cap else model
@@ -764,12 +777,22 @@ class _Relay(BaseChatModel):
     def _llm_type(self) -> str:
         return "memstrata-relay"
 
-    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
         msg = "the relay only streams"
         raise NotImplementedError(msg)
 
     async def _astream(
-        self, messages: list[BaseMessage], stop: list[str] | None = None, **kwargs: Any
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
         async for text in self.pieces:
             yield ChatGenerationChunk(message=AIMessageChunk(content=text))
@@ -786,10 +809,19 @@ class Checked:
     outcome: str = "ok"
 
 
+@overload
+def read_verdict(
+    text: str, words: Sequence[str], *, done: Literal[True], head: int = ...
+) -> tuple[str | None, int]: ...
+@overload
+def read_verdict(
+    text: str, words: Sequence[str], *, done: bool = ..., head: int = ...
+) -> tuple[str | None, int] | None: ...
 def read_verdict(
     text: str, words: Sequence[str], *, done: bool = False, head: int = 48
 ) -> tuple[str | None, int] | None:
-    r"""The verdict word a reply opens with and where the rest starts; ``None`` while it cannot tell yet.
+    r"""The verdict word a reply opens with and where the rest starts; ``None`` while it cannot tell yet (never once
+    ``done``).
 
     The word may be wrapped in markdown or followed by ``:``; the rest starts after the line (or the colon). A
     reply that opens with something else has no verdict: ``(None, 0)``.
@@ -908,10 +940,14 @@ async def _checked_once(
     cap: int | None,
 ) -> tuple[Checked, UsageMetadata | None]:
     """One attempt of :func:`stream_checked`: read the verdict, then relay the answer (``parts`` gets every piece)."""
-    internal = {"tags": INTERNAL_TAGS, "run_name": f"memstrata.{node}.check", "metadata": {"memstrata_node": node}}
+    internal: RunnableConfig = {
+        "tags": INTERNAL_TAGS,
+        "run_name": f"memstrata.{node}.check",
+        "metadata": {"memstrata_node": node},
+    }
     options = _cap_kwargs(model, cap)
     streaming = model.bind(**options) if options else model
-    chunks = aiter(_idle_bounded(streaming.astream(prompt, config=internal), timeout))
+    chunks = _idle_bounded(streaming.astream(prompt, config=internal), timeout)  # an async generator: its own aiter
     usage: UsageMetadata | None = None
     verdict: tuple[str | None, int] | None = None
     try:
@@ -944,7 +980,7 @@ async def _checked_once(
                     yield more.text
 
         relay = _Relay(pieces=rest())
-        config = {"run_name": f"memstrata.{node}", "metadata": {"memstrata_node": node}}
+        config: RunnableConfig = {"run_name": f"memstrata.{node}", "metadata": {"memstrata_node": node}}
         answer = "".join([piece.text async for piece in relay.astream(prompt, config=config)]).strip()
         return Checked(word, answer, "ok" if answer else "fallback"), box["usage"]
     finally:
@@ -965,6 +1001,6 @@ async def relay_text(text: str, *, node: str) -> None:
         for i, word in enumerate(parts):
             yield word + (" " if i < len(parts) - 1 else "")
 
-    config = {"run_name": f"memstrata.{node}", "metadata": {"memstrata_node": node}}
+    config: RunnableConfig = {"run_name": f"memstrata.{node}", "metadata": {"memstrata_node": node}}
     async for _ in _Relay(pieces=words()).astream([HumanMessage(text)], config=config):
         pass

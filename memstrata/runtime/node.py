@@ -147,6 +147,7 @@ async def open_node(
         run.graph = await search.graph_search(ctx, store, run.index)
         run.themes = search.theme_search(ctx, reader=step.model is not None)
     if search_index:
+        assert run.index is not None  # opened above
         run.now = search.reference_now(ctx, run.index)
         run.weights, run.scope_kinds = search.weights(ctx), search.scope_kinds(ctx)
         run.event_k, run.pool_size = search.event_k(ctx), search.pool_size(ctx)

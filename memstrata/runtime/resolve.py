@@ -81,9 +81,9 @@ async def aresolve_store(ctx: Context, app_store: Any = None) -> MemoryStore:
     app compiled the graph with a memstrata store, else :func:`resolve_store`, off the event loop (opening
     a store creates folders and a Chroma client). An already-open store is returned at once.
     """
-    memory = getattr(app_store, "memory", None)
-    if isinstance(getattr(memory, "store", None), MemoryStore):
-        return memory.store
+    app_memory = getattr(getattr(app_store, "memory", None), "store", None)
+    if isinstance(app_memory, MemoryStore):
+        return app_memory
     store = open_store(ctx)
     return store if store is not None else await asyncio.to_thread(resolve_store, ctx)
 

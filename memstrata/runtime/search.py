@@ -26,7 +26,7 @@ from memstrata.memory.index.active import active_index
 from memstrata.memory.index.bounded import Bounds, release_run, working_set
 from memstrata.memory.index.held import PerConversation, moved
 from memstrata.memory.index.snapshot import cached_snapshot, forget_snapshot
-from memstrata.memory.levels import ENTITY, FACT, TREE_NODE, levels, scope_table
+from memstrata.memory.levels import ENTITY, FACT, TREE_NODE, Entity, Fact, levels, scope_table
 from memstrata.memory.search.fusion import Weights
 from memstrata.memory.search.query import Query
 from memstrata.memory.search.themes import ThemeSearch
@@ -365,7 +365,7 @@ async def graph_search(ctx: Context, store: MemoryStore, index: MemoryIndex) -> 
     entities = index.tables.get(ENTITY.kind)
     if ctx.graph_hops < 0 or facts is None or entities is None or not len(entities):
         return None
-    view = index.memo.get("graph_view")
+    view: GraphView | None = index.memo.get("graph_view")
     if view is None:
         view = await asyncio.to_thread(graph_view, store, ctx, index)
         index.remember("graph_view", view)
@@ -383,13 +383,16 @@ def graph_view(store: MemoryStore, ctx: Context, index: MemoryIndex) -> GraphVie
     rebuilds the view, and a snapshot rebuilt after another process's writes reads everything.
     """
     facts, entities = index.events[FACT.kind], index.tables[ENTITY.kind]
-    if index.bounded is not None:
+    bounded = index.bounded  # set once, when the bounded path builds the snapshot
+    if bounded is not None:
 
         def edges_of(convs: Sequence[str]) -> list[Any]:
-            held = [c for c in convs if c in index.bounded and ctx.conversation_id in (None, c)]
+            held = [c for c in convs if c in bounded and ctx.conversation_id in (None, c)]
             return store.edges.get(ctx.user_id, conversations=held, src_kind=ENTITY.kind) if held else []
 
-        return GraphView.build(entities.units, facts.units, [], fact_row=facts.by_key, edges_of=edges_of)
+        return GraphView.build(
+            entities.units_as(Entity), facts.units_as(Fact), [], fact_row=facts.by_key, edges_of=edges_of
+        )
 
     def read(conv: str | None) -> dict[str, list[Any]]:
         by_conv: dict[str, list[Any]] = {}
@@ -410,10 +413,13 @@ def graph_view(store: MemoryStore, ctx: Context, index: MemoryIndex) -> GraphVie
             changed = None if changed is None or units_changed is None else changed | units_changed
         if changed is None:
             view = GraphView.build(
-                entities.units, facts.units, [e for part in edges.parts.values() for e in part], fact_row=facts.by_key
+                entities.units_as(Entity),
+                facts.units_as(Fact),
+                [e for part in edges.parts.values() for e in part],
+                fact_row=facts.by_key,
             )
         else:
             for conv in changed - {"*"}:
-                view = view.replace(conv, entities.units, edges.parts.get(conv, []))
+                view = view.replace(conv, entities.units_as(Entity), edges.parts.get(conv, []))
         index.held["entity_graph"] = (edges, unit_stamp, view)
         return view

@@ -148,7 +148,7 @@ def memory_page(store: Any, *, user_id: str, conversation_id: str | None = None)
             }
         )
         when[(conv, p["session_id"])] = p.get("timestamp_raw") or ""
-    conversations = [
+    conversations: list[dict[str, Any]] = [
         {
             "id": conv,
             "sessions": [

@@ -136,10 +136,10 @@ class GraphView:
         if fact_row is None:
             fact_row = {(f.conversation_id, f.id): row for row, f in enumerate(facts)}
         by_conv: dict[str, tuple[list[Entity], list[Edge]]] = {}
-        for e in entities:
-            by_conv.setdefault(e.conversation_id, ([], []))[0].append(e)
-        for e in edges:
-            by_conv.setdefault(e.conversation_id, ([], []))[1].append(e)
+        for entity in entities:
+            by_conv.setdefault(entity.conversation_id, ([], []))[0].append(entity)
+        for edge in edges:
+            by_conv.setdefault(edge.conversation_id, ([], []))[1].append(edge)
         return cls({conv: GraphPart.build(*found) for conv, found in by_conv.items()}, fact_row, edges_of)
 
     def replace(self, conversation_id: str, entities: Sequence[Entity], edges: Sequence[Edge]) -> GraphView:
@@ -158,6 +158,12 @@ class GraphView:
         """A node's name, or ``None`` when its conversation's part has none."""
         part = self.parts.get(node[0])
         return part.names.get(node) if part else None
+
+    def known_name(self, node: Node) -> str:
+        """The name of a node found by :meth:`seeds` or along an edge: a part names every node it holds."""
+        name = self.name(node)
+        assert name is not None, "a part names each of its nodes (entities, and edges only between them)"
+        return name
 
     @property
     def names(self) -> dict[Node, str]:
@@ -207,7 +213,7 @@ class GraphView:
         """
         words = re.findall(r"[\w'-]+", text.casefold())
         found = self._match(words)
-        owners = {self.name(n).casefold() for n in found}
+        owners = {self.known_name(n).casefold() for n in found}
         if len(owners) == 1:
             owner = owners.pop()
             extra = [f"{owner}'s {m.group(2)}" for m in re.finditer(r"\b(his|her|their) ([\w-]+)", text.casefold())]
@@ -263,7 +269,7 @@ def expand(view: GraphView, seeds: Sequence[Node], *, hops: int, decay: float) -
             for other, data in view.neighbours(node):
                 weight = reach[node].weight * decay * float(data.get("weight", 1.0))
                 if other not in reach or weight > reach[other].weight:
-                    reach[other] = Reach(weight, [*reach[node].path, f"-{data['rel']}-", view.name(other)])
+                    reach[other] = Reach(weight, [*reach[node].path, f"-{data['rel']}-", view.known_name(other)])
                     nxt.append(other)
         frontier = nxt
     return reach

@@ -240,13 +240,19 @@ def _overlap_edges(canon: dict[str, tuple[str, str]], by_id: dict[str, Entity]) 
     return out
 
 
+def _event_seconds(fact: Fact) -> float:
+    """When a fact happened, for ordering: its event date, else its time (epoch seconds; 0.0 with neither)."""
+    when = fact.event_date or fact.timestamp
+    return when.timestamp() if when else 0.0
+
+
 def _profile(entity: Entity, facts: dict[str, Fact], recent_events: int) -> Entity:
     """H-Mem's profile: persistent attributes, and the most recent other facts as events."""
     own = [facts[i] for i in entity.fact_ids if i in facts and facts[i].subject_id == entity.id]
     attributes = [f.id for f in own if f.relation in PERSISTENT]
     events = sorted(
         (f for f in own if f.relation not in PERSISTENT),
-        key=lambda f: (f.event_date or f.timestamp).timestamp() if (f.event_date or f.timestamp) else 0.0,
+        key=_event_seconds,
         reverse=True,
     )
     return entity.model_copy(update={"attributes": attributes, "events": [f.id for f in events[:recent_events]]})

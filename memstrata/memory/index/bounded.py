@@ -329,7 +329,7 @@ class WorkingSet:
 
     def _unread(self, kind: str, words: list[str], limit: int | None = None) -> list[str]:
         """Up to ``limit`` words whose units of ``kind`` this run has not read yet (case-insensitive), marked read."""
-        done, new = self.read_words.setdefault(kind, set()), []
+        done, new = self.read_words.setdefault(kind, set()), list[str]()
         for word in words:
             if (limit is None or len(new) < limit) and word.casefold() not in done:
                 done.add(word.casefold())

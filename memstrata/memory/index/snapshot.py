@@ -34,7 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -45,6 +45,8 @@ from memstrata.memory.index.bm25 import Bm25, tokenize
 from memstrata.memory.index.rows import Rows
 from memstrata.memory.levels import Level, Turn
 from memstrata.memory.models import Unit
+
+UnitT = TypeVar("UnitT", bound=Unit)
 
 
 class KindTable:
@@ -78,6 +80,10 @@ class KindTable:
 
     def __len__(self) -> int:
         return len(self.units)
+
+    def units_as(self, unit: type[UnitT]) -> list[UnitT]:
+        """:attr:`units` typed as their class ``unit``, the table's ``level.unit`` (``Fact`` for the facts)."""
+        return cast("list[UnitT]", self.units)
 
     def dense(self, qvec: np.ndarray) -> np.ndarray:
         """Cosine similarity of the query to every unit (vectors are normalized)."""
@@ -356,9 +362,9 @@ class MemoryIndex:
             for key in gone:
                 table.remove(key)
             self.writes[(kind, "*")] += bool(gone)
-        for kind, keys in touched.items():  # by key: a later delete in the batch may have moved the row
+        for kind, written in touched.items():  # by key: a later delete in the batch may have moved the row
             table = self.tables[kind]
-            for row in (r for key in keys if (r := table.by_key.get(key)) is not None):
+            for row in (r for key in written if (r := table.by_key.get(key)) is not None):
                 u = table.units[row]
                 table.turn_rows[row] = self.rows_of(u.conversation_id, u.linked_turn_ids())
         self.counts = tuple(len(t) for t in self.tables.values())
@@ -419,7 +425,7 @@ class MemoryIndex:
     def _members(self, i: int, width: int) -> list[int]:
         """Turn ``i``'s window as rows in order: up to ``width`` neighbours each side, within its session."""
         prev, nxt = self.prev_idx, self.next_idx
-        before, after, j, k = [], [], i, i
+        before, after, j, k = list[int](), list[int](), i, i
         for _ in range(width):
             j = prev[j] if j >= 0 else -1
             k = nxt[k] if k >= 0 else -1

@@ -115,8 +115,8 @@ def temporal_hint(text: str, *, now: datetime | None) -> Interval | None:
 
 def _interval(match: re.Match[str]) -> Interval | None:
     if match.group(5):
-        year = int(match.group(5))
-        return Interval(datetime(year, 1, 1), datetime(year, 12, 31, 23, 59))
+        whole = int(match.group(5))
+        return Interval(datetime(whole, 1, 1), datetime(whole, 12, 31, 23, 59))
     month = _MONTHS[match.group(2).lower()]
     day = match.group(1) or match.group(3)
     year = match.group(4)

@@ -29,7 +29,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from functools import lru_cache
 from typing import Any, Protocol
 
@@ -52,9 +52,9 @@ MIN_ROOM = 32
 """Tokens left under which no quote is tried (a passage and its citation rarely fit in fewer)."""
 
 
-class SpanCounter(Protocol):
+class SpanCounter(Hashable, Protocol):
     """A tokenizer that counts a text's tokens and gives their character spans (:class:`~memstrata.memory.tokens.
-    TokenCounter`).
+    TokenCounter`); hashable, since :func:`_cut` memoizes on it.
     """
 
     def count(self, text: str) -> int:

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -152,9 +152,11 @@ def turn_semantic(index: MemoryIndex, qvec: np.ndarray, qtokens: list[str]) -> n
     if not index.turns:
         return np.zeros(0)
     views = [index.dense_turns(qvec), *index.dense_views(qvec)]
-    dense = sum(standardize(v) for v in views) / len(views)
+    # Each sum is an array: its list is not empty (an empty one would divide by zero); the built-in's type allows
+    # the 0 that sum() gives for an empty list.
+    dense = cast(np.ndarray, sum(standardize(v) for v in views)) / len(views)
     lexical = [standardize(s) for s in index.window_bm25(qtokens)]
-    fused = dense + sum(lexical) / len(lexical)
+    fused = dense + cast(np.ndarray, sum(lexical)) / len(lexical)
     low, high = float(fused.min()), float(fused.max())
     return (fused - low) / (high - low) if high > low else np.zeros_like(fused)
 

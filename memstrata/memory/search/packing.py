@@ -143,13 +143,14 @@ def pack_context(
         chosen.append(item)
         sessions.add(_session_key(item))
         used += cost + opened
-    for item in skipped if shorten is not None else []:  # then parts of what did not fit, in the room left
-        opened = head(item)
-        short = shorten(item, budget - used - opened)
-        if short is not None:
-            chosen.append(short)
-            sessions.add(_session_key(item))
-            used += opened + counter.count(line(short))
+    if shorten is not None:  # then parts of what did not fit, in the room left
+        for item in skipped:
+            opened = head(item)
+            short = shorten(item, budget - used - opened)
+            if short is not None:
+                chosen.append(short)
+                sessions.add(_session_key(item))
+                used += opened + counter.count(line(short))
     context, tokens = _rendered(chosen, counter)
     while chosen and tokens > budget:  # only if the rendering costs more than its admission; keep the promise
         chosen.pop()

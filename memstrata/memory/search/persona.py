@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from memstrata.memory.index import MemoryIndex
-from memstrata.memory.levels.level1.persona import PERSONA
+from memstrata.memory.levels.level1.persona import PERSONA, Persona
 from memstrata.memory.search.query import Query
 from memstrata.memory.themes.partition import unit_rows
 
@@ -70,7 +70,7 @@ def named_speakers(index: MemoryIndex, text: str) -> list[str]:
     table = index.events.get(PERSONA.kind)
     if table is None:
         return []
-    names = sorted({u.speaker for u in table.units if u.current})
+    names = sorted({u.speaker for u in table.units_as(Persona) if u.current})
     words = {w.casefold() for w in re.findall(r"[\w'-]+", text)}
     return [n for n in names if n.casefold() in words or n.split()[0].casefold() in words]
 
@@ -81,14 +81,14 @@ def persona_match(index: MemoryIndex, query: Query, qvec: np.ndarray, *, similar
     if table is None or not len(table) or not asks_inference(query.text):
         return None
     speakers = named_speakers(index, query.text)
-    rows = [i for i, u in enumerate(table.units) if u.current and u.speaker in speakers and u.items]
+    rows = [i for i, u in enumerate(table.units_as(Persona)) if u.current and u.speaker in speakers and u.items]
     if not rows:
         return None
     sims = unit_rows(table.vecs[rows]) @ unit_rows(np.asarray(qvec, dtype=float)[None, :])[0]
     best = int(np.argmax(sims))
     if float(sims[best]) < similarity:
         return None
-    unit = table.units[rows[best]]
+    unit = table.units_as(Persona)[rows[best]]
     return PersonaMatch(
         rows[best],
         unit.id,
@@ -105,9 +105,9 @@ def persona_block(index: MemoryIndex, unit_id: str, conversation_id: str) -> str
     """The dimension as a header and one line: its statements, then the raw turns they cite (``""`` if gone)."""
     table = index.events.get(PERSONA.kind)
     row = table.by_key.get((conversation_id, unit_id)) if table is not None else None
-    if row is None:  # the snapshot no longer holds it (a write replaced the version)
+    if table is None or row is None:  # the snapshot no longer holds it (a write replaced the version)
         return ""
-    unit = table.units[row]
+    unit = table.units_as(Persona)[row]
     since = f" · since {unit.valid_from:%-d %B %Y}" if unit.valid_from else ""
     cites = ", ".join(_cited(index, unit.conversation_id, tid) for tid in unit.linked_turn_ids())
     return f"[{PERSONA_LABEL} · {unit.speaker} · {unit.dimension}{since}]\n{unit.text} (cites {cites})"

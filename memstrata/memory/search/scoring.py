@@ -125,7 +125,7 @@ def event_turn_rows(index: MemoryIndex, hits: Sequence[Hit]) -> list[int]:
     for hit in hits:
         table = index.events.get(hit.kind)
         row = table.by_key.get((hit.conversation_id, hit.unit_id)) if table is not None else None
-        if row is not None:
+        if table is not None and row is not None:
             rows.update(dict.fromkeys(table.turn_rows[row]))
     return list(rows)
 

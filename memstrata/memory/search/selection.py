@@ -64,8 +64,8 @@ def mmr(
     if penalty <= 0 or len(ranked) < 2:
         return ranked
     top, rest = ranked[:head], ranked[head:]
-    rows = _rows(index, top)
-    if any(r is None for r in rows):
+    rows = [r for r in _rows(index, top) if r is not None]
+    if len(rows) < len(top):  # a candidate the snapshot does not hold
         return ranked
     vecs = index.turn_vecs[rows]
     scores = np.array([c.score for c in top])

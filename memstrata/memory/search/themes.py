@@ -43,8 +43,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from memstrata.memory.index import MemoryIndex, tokenize
-from memstrata.memory.levels.level1.fact import FACT
-from memstrata.memory.levels.level1.theme import THEME
+from memstrata.memory.levels.level1.fact import FACT, Fact
+from memstrata.memory.levels.level1.theme import THEME, Theme
 from memstrata.memory.search.query import Hit, Query
 from memstrata.memory.themes.select import admit_by_coverage, representatives
 
@@ -218,9 +218,10 @@ def _stage2(
 ) -> list[int]:
     """The chosen facts of the episodes admitted by the coverage proxy, episode by episode in support order."""
     facts = index.events[FACT.kind]
+    units = facts.units_as(Fact)
     groups: dict[str, list[int]] = {}
     for f in chosen:
-        groups.setdefault(facts.units[f].episode_id, []).append(f)
+        groups.setdefault(units[f].episode_id, []).append(f)
     order = sorted(groups, key=lambda e: (-sum(support[f] for f in groups[e]), e))
     terms = [
         set(
@@ -228,7 +229,7 @@ def _stage2(
                 [
                     " ".join(
                         [
-                            *(facts.units[f].text for f in groups[e]),
+                            *(units[f].text for f in groups[e]),
                             *(index.turns[r].text for f in groups[e] for r in facts.turn_rows[f]),
                         ]
                     )
@@ -258,7 +259,7 @@ def episode_rounds(index: MemoryIndex, hits: Sequence[Hit]) -> list[tuple[str, l
             continue
         row = facts.by_key.get((hit.conversation_id, hit.via.rsplit(" -> ", 1)[-1]))
         if row is not None:
-            groups.setdefault(facts.units[row].episode_id, []).append(hit)
+            groups.setdefault(facts.units_as(Fact)[row].episode_id, []).append(hit)
     return sorted(groups.items(), key=lambda kv: (-sum(h.score for h in kv[1]), kv[0]))
 
 
@@ -271,7 +272,7 @@ def theme_members(index: MemoryIndex) -> list[list[int]]:
             key,
             [
                 [facts.by_key[(t.conversation_id, f)] for f in t.fact_ids if (t.conversation_id, f) in facts.by_key]
-                for t in themes.units
+                for t in themes.units_as(Theme)
             ],
         )
     return index.memo[key]

@@ -34,6 +34,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from memstrata.memory.store import tenant
 from memstrata.memory.store.tables import Scalar, Table, TableRow, WriteCounts
@@ -80,7 +81,10 @@ class UnitCounters:
         """These counters as :meth:`CounterStore.set_scores` leaves them after writing ``fields`` (a tier of ``""``,
         the archive, reads back as ``None``), without reading them back.
         """
-        return replace(self, **{**fields, "tier": fields["tier"] or None} if "tier" in fields else fields)
+        changes: dict[str, Any] = dict(fields)  # the values' types differ by field; ``replace`` checks the names
+        if "tier" in fields:
+            changes["tier"] = fields["tier"] or None
+        return replace(self, **changes)
 
     @property
     def item(self) -> Item:

@@ -42,6 +42,16 @@ class SessionMark:
     latest: float | None  # seconds since the epoch; None when no message of it had a time
 
 
+def _mark(row: TableRow) -> SessionMark:
+    """The session counter a row of this table holds."""
+    latest = row.fields.get("latest")
+    return SessionMark(
+        str(row.fields["session_id"]),
+        int(row.fields.get(COUNTER_FIELD) or 0),
+        float(latest) if latest is not None else None,
+    )
+
+
 class Sequences:
     """Per-session position counters and latest times, in the store's table backend."""
 
@@ -56,14 +66,7 @@ class Sequences:
     def sessions(self, user_id: str, conversation_id: str) -> dict[str, SessionMark]:
         """The conversation's sessions that have a counter, by id."""
         rows = self.table.get(user_id=user_id, conversation_id=conversation_id, match={"kind": _KIND})
-        return {
-            str(r.fields["session_id"]): SessionMark(
-                str(r.fields["session_id"]),
-                int(r.fields.get(COUNTER_FIELD) or 0),  # type: ignore[arg-type]
-                float(r.fields["latest"]) if r.fields.get("latest") is not None else None,
-            )  # type: ignore[arg-type]
-            for r in rows
-        }
+        return {str(r.fields["session_id"]): _mark(r) for r in rows}
 
     def reserve(
         self, user_id: str, conversation_id: str, session_id: str, n: int, *, floor: int, latest: datetime | None = None

@@ -335,11 +335,12 @@ class SqliteTable:
                 for r in self.get(user_id=user_id, conversation_id=c, match=match, keys=keys)
             ]
             return sorted(found, key=lambda r: r.key)
-        wheres, found = list(self._wheres(user_id, conversation_id, match, keys, self.indexed | self.scoped)), []
+        wheres = list(self._wheres(user_id, conversation_id, match, keys, self.indexed | self.scoped))
+        rows: list[tuple[str, str, str, str]] = []
         with self._connect() as db:
             for sql, args in wheres:
-                found += db.execute(f'SELECT key, user_id, conversation_id, data FROM "{self.name}"{sql}', args)
-        return sorted((TableRow(k, u, c, json.loads(d)) for k, u, c, d in found), key=lambda r: r.key)
+                rows += db.execute(f'SELECT key, user_id, conversation_id, data FROM "{self.name}"{sql}', args)
+        return sorted((TableRow(k, u, c, json.loads(d)) for k, u, c, d in rows), key=lambda r: r.key)
 
     def delete(self, *, user_id: str, keys: Sequence[str] | None = None) -> int:
         """Delete a user's rows with the given keys (``None``: all of them) in one transaction; the number deleted."""
@@ -373,7 +374,8 @@ class SqliteTable:
         against 4 ms by key. The user and conversation are still compared on every row found.
         """
         by_key = "+" if keys is not None else ""
-        clauses, args = [f"{by_key}user_id = ?"], [tenant.check_user(user_id)]
+        clauses = [f"{by_key}user_id = ?"]
+        args: list[MatchValue] = [tenant.check_user(user_id)]
         if conversation_id is not None:
             clauses.append(f"{by_key}conversation_id = ?")
             args.append(conversation_id)
@@ -523,7 +525,9 @@ class ChromaTable:
         where = tenant.where(user_id, conversation_id, _check_match(match), conversations=conversations)
         batches = [None] if keys is None else [list(c) for c in _chunks(list(keys))]
         out = []
-        wanted = {k: v for k, v in (("user_id", user_id), ("conversation_id", conversation_id)) if v is not None}
+        wanted: dict[str, MatchValue] = {
+            k: v for k, v in (("user_id", user_id), ("conversation_id", conversation_id)) if v is not None
+        }
         wanted.update(_check_match(match))
         for ids in batches:
             # By key, no where: Chroma 1.5 scans every record per key when both come together. The keys are

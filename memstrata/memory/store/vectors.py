@@ -172,7 +172,7 @@ class VectorStore:
         self.versions = WriteLog()
         # the lexical index: an embedded store's word index (memstrata.memory.store.words); on a server, each unit's
         # tagged terms (memstrata.memory.store.terms)
-        self.words = WordIndex(Path(path)) if self._path is not None else None
+        self.words = WordIndex(Path(self._path)) if self._path is not None else None  # ``path``, when it is used
 
     # ---- the tenant scope (memstrata.memory.store.tenant) ----------------------
     @staticmethod
@@ -184,6 +184,7 @@ class VectorStore:
     def _identity(self) -> tuple[str, int]:
         if self.embedder_name is None or self._dim is None:
             self.embedder_name, self._dim = embedder_identity(self.embeddings)
+        assert self._dim is not None, "embedder_identity always gives the dimension"
         return str(self.embedder_name), int(self._dim)
 
     def collection(self, kind: str) -> Any:
@@ -257,7 +258,9 @@ class VectorStore:
 
         logger.info("reopening the embedded Chroma client at %s: another process wrote", self.location)
         with self._lock:
-            SharedSystemClient._identifier_to_system.pop(getattr(self._client, "_identifier", None), None)
+            identifier = getattr(self._client, "_identifier", None)
+            if identifier is not None:  # a client without one has no cached system to drop
+                SharedSystemClient._identifier_to_system.pop(identifier, None)
             self._client = _make_client(path=self._path, url=None)
             self._collections.clear()
 
@@ -405,7 +408,8 @@ class VectorStore:
         """A ``get`` of any size, read in pages: Chroma 1.5 fails a single read of more than about 32k
         records with metadata ("too many SQL variables", SQLite's limit; seen on 50k facts of one user).
         """
-        parts, offset = [], 0
+        parts: list[dict[str, Any]] = []
+        offset = 0
         while not parts or len(parts[-1]["ids"]) == _PAGE:
             parts.append(self._read(kind, "get", **ask, limit=_PAGE, offset=offset))
             offset += _PAGE
@@ -500,7 +504,13 @@ class VectorStore:
         ]
 
     def nearest(
-        self, kind: str, *, user_id: str, vectors: Sequence[Sequence[float]], k: int, conversation_id: str | None = None
+        self,
+        kind: str,
+        *,
+        user_id: str,
+        vectors: Sequence[Sequence[float] | np.ndarray],
+        k: int,
+        conversation_id: str | None = None,
     ) -> list[list[Record]]:
         """Each vector's dense top-``k`` of one user's units through Chroma's HNSW index, vectors included.
 
@@ -510,7 +520,7 @@ class VectorStore:
         """
         if not len(vectors):
             return []
-        ask = {
+        ask: dict[str, Any] = {
             "query_embeddings": [np.asarray(v, dtype=np.float32) for v in vectors],
             "n_results": max(1, k),
             "include": ["documents", "metadatas", "distances", "embeddings"],
@@ -575,8 +585,9 @@ class VectorStore:
         and checked against the tenant like every read by key.
         """
         if self.words is None:
-            scope = {"user_id": user_id, "conversation_id": conversation_id}
-            return self._matching_terms(kind, words=words, limit=limit, **scope)
+            return self._matching_terms(
+                kind, words=words, limit=limit, user_id=user_id, conversation_id=conversation_id
+            )
         pairs = self.words.search(kind, words, user_id=user_id, limit=limit, conversation_id=conversation_id)
         records = {
             (r.metadata["conversation_id"], r.unit_id): r

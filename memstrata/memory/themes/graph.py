@@ -84,8 +84,8 @@ def fact_neighbours(
         rows = redo[start : start + block]
         sims = x[rows] @ x.T
         sims[np.arange(len(rows)), rows] = -np.inf
-        for i, s, near in zip(rows, sims, nearest_rows(sims, k), strict=True):
-            out[i] = [(j, float(s[j])) for j in near]
+        for i, s, best in zip(rows, sims, nearest_rows(sims, k), strict=True):
+            out[i] = [(j, float(s[j])) for j in best]
     return [kept or [] for kept in out]
 
 

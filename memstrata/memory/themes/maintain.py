@@ -81,10 +81,11 @@ def regroup(
     else:
         labels = [before.get(f) for f in ids]
         present = set(ids)
-        touched = {previous[f] for f in previous if f not in present} & set(labels)  # themes that lost facts
+        lost: set[Hashable] = {previous[f] for f in previous if f not in present}
+        touched = lost & set(labels)  # themes that lost facts
         known = [i for i, label in enumerate(labels) if label is not None]
-        keys, mu = centroids(x[known], [labels[i] for i in known])
-        keys, mu = list(keys), list(mu)
+        known_keys, known_mu = centroids(x[known], [labels[i] for i in known])
+        keys, mu = list(known_keys), list(known_mu)
         fresh = 0
         for i, label in enumerate(labels):
             if label is not None:
@@ -96,8 +97,8 @@ def regroup(
                 fresh += 1
                 row = len(keys) - 1
             else:  # the centroid moves towards its new member
-                members = [j for j, lab in enumerate(labels) if lab == keys[row]]
-                mu[row] = unit_rows((x[members].sum(axis=0) + x[i])[None, :])[0]
+                mates = [j for j, lab in enumerate(labels) if lab == keys[row]]
+                mu[row] = unit_rows((x[mates].sum(axis=0) + x[i])[None, :])[0]
             labels[i] = keys[row]
             touched.add(keys[row])
     labels = _balance(x, labels, touched, cap=cap, floor=floor, max_steps=max_steps, eps=eps)
@@ -168,7 +169,9 @@ def theme_text(texts: Sequence[str], vectors: np.ndarray, *, words: int) -> tupl
     """The offline text of a theme: its facts nearest the centroid first (a text repeated word for word shown
     once), while ``words`` allows (at least one); returns the text and the rows it shows.
     """
-    shown, used, seen = [], 0, set()
+    shown: list[int] = []
+    used = 0
+    seen: set[str] = set()
     for i in central_order(vectors):
         key = " ".join(texts[i].split()).casefold()
         if key in seen:  # overlapping episodes can state the same fact twice: show it once

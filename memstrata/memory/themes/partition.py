@@ -37,10 +37,13 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
 from memstrata.context import default
+
+LabelT = TypeVar("LabelT", bound=Hashable)  # a theme label: the centroids come back under the labels given
 
 
 def unit_rows(vectors: np.ndarray) -> np.ndarray:
@@ -84,7 +87,7 @@ def sparsity_score(sizes: Sequence[int]) -> float:
     return total * total / (len(sizes) * sum(n * n for n in sizes))
 
 
-def centroids(vectors: np.ndarray, labels: Sequence[Hashable]) -> tuple[list[Hashable], np.ndarray]:
+def centroids(vectors: np.ndarray, labels: Sequence[LabelT]) -> tuple[list[LabelT], np.ndarray]:
     """The themes in order of first appearance and their unit-length centroid (mean of unit vectors)."""
     x = unit_rows(vectors)
     keys = list(dict.fromkeys(labels))
@@ -119,9 +122,9 @@ def _group_sums(x: np.ndarray, rows: Sequence[int], groups: int) -> np.ndarray:
     out = np.zeros((groups, x.shape[1]))
     if not len(rows):
         return out
-    rows = np.asarray(rows, dtype=int)
-    order = np.argsort(rows, kind="stable")
-    ordered = rows[order]
+    row_array = np.asarray(rows, dtype=int)
+    order = np.argsort(row_array, kind="stable")
+    ordered = row_array[order]
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
     out[ordered[starts]] = np.add.reduceat(x[order], starts, axis=0)
     return out
@@ -250,5 +253,5 @@ def best_merge(
         merged_sizes[target] += sizes[me]
         merged_sums[target] += sums[me]
         scores.append(_f(merged_sizes[keep], merged_sums[keep], eps))
-    target = keys[options[int(np.argmax(scores))]]
-    return [target if label == theme else label for label in labels]
+    into = keys[options[int(np.argmax(scores))]]
+    return [into if label == theme else label for label in labels]

@@ -175,11 +175,11 @@ def _place(forest: Forest, item_id: str, level: TreeLevel, by_window: dict[str, 
     window = window_key(level.name, when, session_id=forest.session(item_id))
     vector = forest.vectors[item_id]
     best: tuple[float, Node | None, str] = (-2.0, None, "")
-    for node in by_window.get(window, []):
-        for child in node.children:
+    for candidate in by_window.get(window, []):
+        for child in candidate.children:
             sim = float(vector @ forest.vectors[child]) if child in forest.vectors else -2.0
             if sim > best[0]:
-                best = (sim, node, child)
+                best = (sim, candidate, child)
     sim, node, sibling = best
     events = []
     if node is not None and sim >= level.alpha:

@@ -54,11 +54,13 @@ async def write_turn_contexts(state: IngestState, runtime: Runtime[Context]) -> 
         sessions |= await asyncio.to_thread(
             read_session_ends, store, ctx.user_id, appended, back=2 * ctx.context_width, with_vectors=pooled
         )
-    views, vectors = [], {}
+    views = []
+    vectors: dict[tuple[str, str], list[float]] = {}
     for turns, vecs in sessions.values():
         session_views = turn_contexts(turns, width=ctx.context_width)
         views += session_views
         if pooled:
+            assert vecs is not None, "sessions are read with their vectors when contexts are pooled"
             vectors |= {
                 (v.conversation_id, v.id): p
                 for v, p in zip(session_views, pooled_vectors(vecs, width=ctx.context_width).tolist(), strict=True)

@@ -108,13 +108,11 @@ async def _supersession(step: Step, facts: list[Fact], fresh: set[str], max_call
     decided |= {old: new for old, new in rule.items() if old in fresh or new in fresh}
     for older, newer in pairs[:max_calls]:
         user = f"<older>{older.text}</older>\n<newer>{newer.text}</newer>"
-        verdict, how = await step.decide(
-            Replaces,
-            "SUPERSEDE_PROMPT",
-            user,
-            node="supersede",
-            fallback=lambda o=older: Replaces(replaces=o.id in rule),
-        )
+
+        def by_rule(o: Fact = older) -> Replaces:
+            return Replaces(replaces=o.id in rule)
+
+        verdict, how = await step.decide(Replaces, "SUPERSEDE_PROMPT", user, node="supersede", fallback=by_rule)
         if how in GOOD_OUTCOMES and verdict.replaces:
             decided[older.id] = newer.id
         elif how in GOOD_OUTCOMES or attribute_of(older) is None:

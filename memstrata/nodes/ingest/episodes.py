@@ -61,6 +61,7 @@ async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dic
     removed = 0
     replaced: list[str] = []
     for (conv_id, session_id), (turns, vecs) in sessions.items():
+        assert vecs is not None, "sessions are read with their vectors"
         old = await asyncio.to_thread(
             store.get, "episode", user_id=ctx.user_id, conversation_id=conv_id, where={"session_id": session_id}
         )

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from langgraph.runtime import Runtime
@@ -53,6 +53,9 @@ from memstrata.runtime.llm import GOOD_OUTCOMES
 from memstrata.runtime.node import open_node
 from memstrata.runtime.step import Step
 from memstrata.state import IngestState
+
+if TYPE_CHECKING:
+    from memstrata.memory.store.vectors import Record as StoredRecord
 
 
 class RecordScore(BaseModel):
@@ -171,6 +174,12 @@ def _new_records(store: MemoryStore, user_id: str, closed: list[list[str]]) -> l
     return out
 
 
+def _similarity(hit: StoredRecord) -> float:
+    """A hit's cosine similarity (:meth:`~memstrata.memory.store.vectors.VectorStore.nearest` sets it on each)."""
+    assert hit.similarity is not None, "nearest gives every hit its similarity"
+    return hit.similarity
+
+
 def _novelty(store: MemoryStore, user_id: str, fresh: list[NewRecord]) -> list[float]:
     """One minus each record's best cosine to another summary of the user (HNSW, under the tenant filter)."""
     if not fresh:
@@ -178,7 +187,8 @@ def _novelty(store: MemoryStore, user_id: str, fresh: list[NewRecord]) -> list[f
     found = store.nearest("summary", user_id=user_id, vectors=[r.vector for r in fresh], k=4)
     best = [
         max(
-            (x.similarity for x in hits if (x.metadata["conversation_id"], "summary", x.unit_id) != r.item), default=0.0
+            (_similarity(x) for x in hits if (x.metadata["conversation_id"], "summary", x.unit_id) != r.item),
+            default=0.0,
         )
         for r, hits in zip(fresh, found, strict=True)
     ]

@@ -46,6 +46,7 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     ctx = runtime.context
     run = await open_node(runtime, "answer", state, search_index=True)
     index, step = run.index, run.step
+    assert index is not None  # search_index=True opens it
     candidates, asked = _candidates(state, ctx)
     ranked = mmr(
         candidates,
@@ -185,6 +186,7 @@ async def _answer_text(state: RetrievalState, context: str, step: Step) -> tuple
             "answered with the latest intermediate answer" if latest else "no answer"
         )
     progress("answer", "writing the answer")
+    assert step.model is not None  # the answer is written only with a model (the caller checks)
     try:
         text = await llm.stream_answer(
             step.model,

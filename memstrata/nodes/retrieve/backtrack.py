@@ -59,17 +59,19 @@ async def backtrack_level2(state: RetrievalState, runtime: Runtime[Context]) -> 
                 }
             ],
         }
-    index = run.index
+    index, vectors, weights = run.index, run.vectors, run.weights
+    assert index is not None and weights is not None  # search_index=True sets them
+    assert vectors is not None  # set for the queries (with none, backtrack's zip would fail on None anyway)
     picked, how, priority = chosen_episodes(state, ctx)
     progress("backtrack_level2", f"going deeper: {len(picked)} episodes ({how})")
     limit = max(ctx.backtrack_keep, int(ctx.context_budget * ctx.backtrack_keep_per_token))
     found = backtrack(
         index,
         queries,
-        run.vectors,
+        vectors,
         event_turn_rows(index, picked),
         raw_top=ctx.backtrack_raw_top,
-        weights=run.weights,
+        weights=weights,
         now=run.now,
         scope_kinds=run.scope_kinds,
         keep=limit,

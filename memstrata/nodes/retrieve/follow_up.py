@@ -145,13 +145,15 @@ async def search_missing(state: RetrievalState, runtime: Runtime[Context]) -> di
     found: list[Any] = []
     counts: dict[str, int] = {}
     for i, query in enumerate(queries):
+        index, vectors, weights = run.index, run.vectors, run.weights
+        assert index is not None and vectors is not None and weights is not None  # set, as queries is not empty
         hits = backtrack(
-            run.index,
+            index,
             [query],
-            run.vectors[i : i + 1],
+            vectors[i : i + 1],
             [],
             raw_top=ctx.follow_up_turns,
-            weights=run.weights,
+            weights=weights,
             now=run.now,
             scope_kinds=run.scope_kinds,
         )

@@ -139,13 +139,14 @@ async def gate(
 
 async def checked_gate(
     state: RetrievalState, ctx: Context, step: Step, ok: bool, why: str
-) -> Command[Literal["select_level1", "backtrack_level2", "answer"]]:
+) -> Command[Literal["select_level1", "backtrack_level2", "follow_up", "next_wave", "answer", "lookup_level1"]]:
     """HyMem's light self-check and light answer in one streamed call.
 
     The reply opens with ``ANSWER`` or ``SEARCH``; after ``ANSWER`` the rest streams to the user as the answer
     (:func:`memstrata.runtime.llm.stream_checked`), and the query ends with it: the answer was already read, so
     no reflection follows it. ``SEARCH`` goes deep. A reply with neither word (or a failed call) falls back to the
     offline confidence: enough light evidence goes to the answer, which then reads the raw turns; else deep.
+    So it goes to ``select_level1``, ``backtrack_level2`` or ``answer``, typed as the :func:`gate` it returns for.
     """
     memory = "\n".join(f"[{h.time}] {h.text}" for h in light_summaries(state))
     progress("gate", "checking the summaries")
@@ -155,6 +156,7 @@ async def checked_gate(
             f"<question>{state['query']}</question>\n<memory>\n{memory}\n</memory>{pool_block(state.get('pool', []))}"
         ),
     ]
+    assert step.model is not None  # called only with a model (the gate checks)
     try:
         checked = await llm.stream_checked(
             step.model,

@@ -27,14 +27,17 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
     started = time.perf_counter()
     queries = list(state.get("active") or [])
     run = await open_node(runtime, "lookup_level1", state, search_index=True, queries=queries, graph=True)
+    index, vectors, weights = run.index, run.vectors, run.weights
+    assert index is not None and weights is not None  # search_index=True sets them
+    assert vectors is not None  # set for the queries (with none, light_lookup's zip would fail on None anyway)
     progress("lookup_level1", f"searching summaries{f' in {TIER_NAMES[run.tier]}' if run.tier else ''}")
     found = light_lookup(
-        run.index,
+        index,
         queries,
-        run.vectors,
+        vectors,
         level1_k=run.event_k,
         coarse_n=ctx.coarse_n,
-        weights=run.weights,
+        weights=weights,
         now=run.now,
         scope_kinds=run.scope_kinds,
         raw_per_query=run.pool_size,
@@ -46,7 +49,7 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
         persona=ctx.persona_similarity if ctx.persona_search else None,
     )
     step = deciding(run.step, state, ctx.theme_stage2_checks)
-    turns, stage2 = await reader_stage2(step, run.index, state["query"], found.turns)
+    turns, stage2 = await reader_stage2(step, index, state["query"], found.turns)
     persona = max((m.trace() for m in found.persona.values()), key=lambda m: m["similarity"], default=None)
     held = state.get("persona")
     deeper = state.get("tier_fresh", False)  # the first lookup of a deeper tier: its candidates replace the last's
@@ -67,7 +70,7 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
                 "calls": sequential(step.meter.own),
                 "tier": run.tier,
                 "seconds": round(time.perf_counter() - started, 4),
-                "turns_searched": len(run.index.turns),
+                "turns_searched": len(index.turns),
                 "queries": [q.text for q in queries],
                 "level1": len(found.level1),
                 "coarse": len(found.coarse),

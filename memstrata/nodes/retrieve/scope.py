@@ -34,6 +34,7 @@ async def predict_scope(state: RetrievalState, runtime: Runtime[Context]) -> dic
     subs = state["sub_queries"]
     run = await open_node(runtime, "predict_scope", state, search_index=True, queries=subs)
     index, now = run.index, run.now
+    assert index is not None  # search_index=True opens it
     labelled = planned(state)
 
     def by_rules(query: Query) -> Query:

@@ -59,12 +59,16 @@ async def reader_stage2(
             break
         offered = [f"[{h.time}] {h.text}" if h.time else h.text for h in sorted(hits, key=lambda h: h.position)]
         shown = [*lines, *offered]
+
+        def fallback(shown: list[str] = shown) -> SelfCheck:
+            return SelfCheck(confidence=1.0 - _unsaid(question, shown))
+
         check, how = await step.decide(
             SelfCheck,
             "STAGE2_PROMPT",
             f"<question>{question}</question>\n<lines>\n" + "\n".join(shown) + "\n</lines>",
             node="stage2",
-            fallback=lambda shown=shown: SelfCheck(confidence=1.0 - _unsaid(question, shown)),
+            fallback=fallback,
         )
         checks += 1
         fallbacks += how not in GOOD_OUTCOMES
