@@ -11,6 +11,8 @@ user first (never by a store's ``id``):
 - ``tiers``: HMO's held active tiers, per (user, conversation) (:mod:`~memstrata.memory.index.active`);
 - ``sessions``: the whole sessions the bounded path read (:mod:`~memstrata.memory.index.sessions`), bounded on its own
   by ``Context.bounded_cache_units``;
+- ``facts``: the facts and episodes of the conversations ingestion wrote last, per (user, conversation), the
+  latest :data:`~memstrata.memory.store.held_facts.MAX_HELD` of them (:mod:`memstrata.memory.store.held_facts`);
 - ``sizes``: whether each scope is past ``snapshot_max_turns``, per (user, conversation, threshold), and ``vectors``:
   query vectors by text, the latest ``Context.query_vector_cache`` of them (:mod:`memstrata.runtime.search`).
 
@@ -75,6 +77,8 @@ class SearchCaches:
         self.sizes_lock = threading.Lock()
         self.vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self.vectors_lock = threading.Lock()
+        self.facts: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self.facts_lock = threading.Lock()
         self._used: OrderedDict[str, int] = OrderedDict()  # user -> estimated bytes, least recently used first
         self._total = 0  # the sum of _used's values
         self._used_lock = threading.Lock()
@@ -122,6 +126,7 @@ class SearchCaches:
             _pop_user(self.latest, None, user_id)
         dropped += _pop_user(self.tiers, self.tiers_lock, user_id)
         _pop_user(self.sizes, self.sizes_lock, user_id)
+        _pop_user(self.facts, self.facts_lock, user_id)
         self.sessions.forget(user_id)
         return len(dropped)
 
@@ -134,6 +139,7 @@ class SearchCaches:
             (self.tiers, self.tiers_lock),
             (self.sizes, self.sizes_lock),
             (self.vectors, self.vectors_lock),
+            (self.facts, self.facts_lock),
         ):
             with lock:
                 cache.clear()
@@ -144,7 +150,7 @@ class SearchCaches:
 
     def is_empty(self) -> bool:
         """Whether nothing at all is held (after :meth:`clear`, or before any use)."""
-        held = (self.snapshots, self.runs, self.latest, self.tiers, self.sizes, self.vectors, self._used)
+        held = (self.snapshots, self.runs, self.latest, self.tiers, self.sizes, self.vectors, self.facts, self._used)
         return not any(held) and self.sessions.units == 0
 
 
@@ -157,7 +163,8 @@ def _pop_user(cache: dict[Any, Any], lock: threading.Lock | None, user_id: str) 
 
 
 def user_bytes(caches: SearchCaches, user_id: str) -> int:
-    """The estimated bytes one user holds: its snapshots, working sets and active tiers, plus ``USER_BYTES``.
+    """The estimated bytes one user holds: its snapshots, working sets, active tiers and held facts, plus
+    ``USER_BYTES``.
 
     An estimate: vectors and per-turn arrays are counted exactly (their ``nbytes``), every other part of a
     snapshot as ``ROW_BYTES`` per row, and a working set's kept records as ``RECORD_BYTES`` plus one vector each.
@@ -169,7 +176,8 @@ def user_bytes(caches: SearchCaches, user_id: str) -> int:
     # not under tiers_lock, which a refresh holds through a read from the store: a list() of a dict is one step
     # for the interpreter, so it sees the mapping before or after a change, never during it
     sets += [ws for key, held in list(caches.tiers.items()) if key[0] == user_id for ws in list(held.sets.values())]
-    return USER_BYTES + sum(index_bytes(ix) for ix in indexes) + sum(working_set_bytes(ws) for ws in sets)
+    facts = sum(held.nbytes() for key, held in list(caches.facts.items()) if key[0] == user_id)
+    return USER_BYTES + facts + sum(index_bytes(ix) for ix in indexes) + sum(working_set_bytes(ws) for ws in sets)
 
 
 def index_bytes(index: Any) -> int:

@@ -7,14 +7,17 @@ records; the stages in :mod:`memstrata.nodes.ingest` call them on a worker threa
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memstrata.memory.conversation import Conversation
 from memstrata.memory.levels import Episode, Fact, Persona, Turn
 from memstrata.memory.segmentation import stays_open
-from memstrata.memory.store import MemoryStore
+from memstrata.memory.store import MemoryStore, held_facts
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
 
 
 def sessions_where(conv: Conversation) -> dict[str, Any]:
@@ -58,8 +61,10 @@ def appended_to_open_tail(
     numbered = [int(m) for m in marks if m.isdigit()]
     if not session.isdigit() or max(numbered, default=-1) != int(session):
         return None  # an earlier session, or one whose end may close another's tail
-    key = {"user_id": conv.user_id, "conversation_id": conv.conversation_id}
-    tails = store.get("episode", **key, where={"session_id": session, "open": True})
+    user_id, conversation_id = conv.user_id, conv.conversation_id
+    tails = store.get(
+        "episode", user_id=user_id, conversation_id=conversation_id, where={"session_id": session, "open": True}
+    )
     first = min(t.position for t in fresh)
     if len(tails) != 1 or int(tails[0].payload["end_position"]) >= first:
         return None
@@ -68,15 +73,27 @@ def appended_to_open_tail(
     if first - 1 > end:  # turns wait after the open episode: from its last turn on, they all join the check
         before = [
             r
-            for r in store.get("turn", **key, where={"session_id": session, "position": {"$gte": end}})
+            for r in store.get(
+                "turn",
+                user_id=user_id,
+                conversation_id=conversation_id,
+                where={"session_id": session, "position": {"$gte": end}},
+            )
             if int(r.metadata.get("position", -1)) < first
         ]
     else:  # the turn before, by the id a message without one gets (one keyed read), else by its place
         before = [
             r
-            for r in store.get("turn", **key, unit_ids=[f"s{session}:t{first - 1}"])
+            for r in store.get(
+                "turn", user_id=user_id, conversation_id=conversation_id, unit_ids=[f"s{session}:t{first - 1}"]
+            )
             if r.metadata.get("session_id") == session and r.metadata.get("position") == first - 1
-        ] or store.get("turn", **key, where={"session_id": session, "position": first - 1})
+        ] or store.get(
+            "turn",
+            user_id=user_id,
+            conversation_id=conversation_id,
+            where={"session_id": session, "position": first - 1},
+        )
     if sum(r.metadata.get("position") == first - 1 for r in before) != 1:
         return None
     before.sort(key=lambda r: int(r.metadata.get("position", -1)))
@@ -91,7 +108,7 @@ def appended_to_open_tail(
     return first if open_still else None
 
 
-def incomplete_sessions(store: MemoryStore, conv: Conversation, fresh: set[str] = frozenset()) -> list[str]:
+def incomplete_sessions(store: MemoryStore, conv: Conversation, fresh: Collection[str] = frozenset()) -> list[str]:
     """Sessions of the input whose finished episodes do not cover every stored turn (but the ``fresh`` ones this
     write adds, and those waiting after the session's open episode), or that lack turn contexts.
 
@@ -99,14 +116,14 @@ def incomplete_sessions(store: MemoryStore, conv: Conversation, fresh: set[str] 
     summary, episode, facts). Anything less is an interrupted ingest or a deletion of turns;
     re-ingesting the same input repairs it.
     """
-    key = {"user_id": conv.user_id, "conversation_id": conv.conversation_id, "where": sessions_where(conv)}
-    episodes = store.get("episode", **key)
+    user_id, conversation_id, where = conv.user_id, conv.conversation_id, sessions_where(conv)
+    episodes = store.get("episode", user_id=user_id, conversation_id=conversation_id, where=where)
     # Turns after a session's open episode wait raw in its tail (appended_to_open_tail): nothing is derived from
     # them yet, so they are not unfinished work.
     tail_end = {str(r.payload["session_id"]): int(r.payload["end_position"]) for r in episodes if r.payload.get("open")}
     turns: dict[str, set[str]] = {}
     pending: dict[str, set[str]] = {}
-    for r in store.get("turn", **key):
+    for r in store.get("turn", user_id=user_id, conversation_id=conversation_id, where=where):
         if r.unit_id not in fresh:
             session = str(r.metadata.get("session_id"))
             turns.setdefault(session, set()).add(r.unit_id)
@@ -118,7 +135,7 @@ def incomplete_sessions(store: MemoryStore, conv: Conversation, fresh: set[str] 
     for session, ids in pending.items():
         covered.setdefault(session, set()).update(ids)
     viewed: dict[str, set[str]] = {}
-    for r in store.get("turn_context", **key):
+    for r in store.get("turn_context", user_id=user_id, conversation_id=conversation_id, where=where):
         viewed.setdefault(str(r.metadata.get("session_id")), set()).add(str(r.metadata.get("turn_id")))
     return [
         s.session_id
@@ -222,22 +239,14 @@ def read_episode_turns(store: MemoryStore, user_id: str, episodes: list[Episode]
     return turns
 
 
-def closed_facts(store: MemoryStore, user_id: str, conv_id: str) -> tuple[list[Fact], dict[str, list[float]]]:
+def closed_facts(store: MemoryStore, user_id: str, conv_id: str) -> tuple[list[Fact], dict[str, Any]]:
     """The facts of the conversation's stored closed episodes, in episode order, and their vectors (an open
     episode's facts are redone as it grows, so the entity graph and the themes wait for it to close).
 
-    A fact whose episode is not stored is left out: another writer of the conversation deleted the episode, and
-    the fact goes too (:func:`memstrata.nodes.ingest.facts.drop_orphan_facts`).
+    Held in this process between writes and brought up to date from the write log
+    (:mod:`memstrata.memory.store.held_facts`).
     """
-    records = store.get("fact", user_id=user_id, conversation_id=conv_id, with_vectors=True)
-    # The episodes are read after the facts: an episode is stored before its facts, so a fact read here whose
-    # episode is missing now lost it to a delete, not to a write still under way.
-    closed = {
-        r.unit_id for r in store.get("episode", user_id=user_id, conversation_id=conv_id) if not r.payload.get("open")
-    }
-    records = [r for r in records if r.payload.get("episode_id") in closed]
-    facts = sorted((Fact.model_validate(r.payload) for r in records), key=lambda f: (f.episode_id, f.n))
-    return facts, {r.unit_id: r.metadata["_vector"] for r in records}
+    return held_facts.closed_facts(store, user_id, conv_id)
 
 
 def stray_facts(store: MemoryStore, user_id: str, conv_id: str, session_id: str, known: list[str]) -> list[Any]:

@@ -53,8 +53,11 @@ async def distill_batch(batch: EpisodeBatch, runtime: Runtime[Context]) -> dict[
     episodes = [Episode.model_validate(d["episode"]) for d in batch["drafts"]]
     vectors = [d["vector"] for d in batch["drafts"]]
     turns = await asyncio.to_thread(read_episode_turns, store, ctx.user_id, episodes)
-    of = {
-        e.id: [turns[(e.conversation_id, t)] for t in e.turn_ids if (e.conversation_id, t) in turns] for e in episodes
+    of = {  # by conversation too: two conversations may hold episodes of the same id
+        (e.conversation_id, e.id): [
+            turns[(e.conversation_id, t)] for t in e.turn_ids if (e.conversation_id, t) in turns
+        ]
+        for e in episodes
     }
     fact_step, summary_step = run.step, run.step.sibling()
     offline = run.step.sibling(offline=True)  # an open episode's summary and facts are the offline ones until it closes
@@ -62,19 +65,21 @@ async def distill_batch(batch: EpisodeBatch, runtime: Runtime[Context]) -> dict[
     facts: list[Fact] = []
     fallbacks = 0
     for i, ep in enumerate(episodes):
-        got, ok = await episode_facts(offline if ep.open else fact_step, ep, of[ep.id])
+        got, ok = await episode_facts(offline if ep.open else fact_step, ep, of[(ep.conversation_id, ep.id)])
         facts += got
         fallbacks += not ok
         episodes[i] = ep.model_copy(update={"fact_ids": [f.id for f in got]})
     facts_s = time.perf_counter() - started
     summaries = [
-        (await episode_summary(offline if ep.open else summary_step, ep, of[ep.id])).model_copy(
+        (await episode_summary(offline if ep.open else summary_step, ep, of[(ep.conversation_id, ep.id)])).model_copy(
             update={"open": ep.open}
         )
         for ep in episodes
     ]
     summaries_s = time.perf_counter() - started - facts_s
-    quoted = {t.id: t for ts in of.values() for t in ts}
+    quoted: dict[str, dict[str, Turn]] = {}  # conversation -> turn id -> turn
+    for (conv_id, _), ts in of.items():
+        quoted.setdefault(conv_id, {}).update((t.id, t) for t in ts)
     async with _write_lock():  # a progress event is a moment when no branch is half-way through its writes
         spent = await asyncio.to_thread(
             _write,
@@ -125,7 +130,7 @@ def _write(
     user_id: str,
     units: tuple[list[EventSummary], list[Episode], list[Fact]],
     vectors: list[list[float]],
-    turns: dict[str, Turn],
+    turns: dict[str, dict[str, Turn]],
     batch: int,
     *,
     pooled: str,
@@ -136,9 +141,18 @@ def _write(
     """
     summaries, episodes, facts = units
     started = time.perf_counter()
-    summary_vectors, pooled_summaries = unit_vectors(
-        summaries, turns, store.encoded.tokens_of, store.encoded.embed, pooled=pooled == "pooled"
+    # the texts encoded below (not pooled), in one encoder call: the calls below then find them held; its seconds
+    # are shared between the two parts by their characters
+    texts = (
+        [s.embed_text() for s in summaries] if pooled != "pooled" else [],
+        [f.embed_text() for f in facts] if pooled not in ("pooled", "facts") else [],
     )
+    if len(texts[0]) + len(texts[1]) <= store.encoded.max_texts:  # else the second would evict the first
+        store.encoded.embed([*texts[0], *texts[1]])
+    chars = [sum(map(len, part)) for part in texts]
+    summary_share = chars[0] / sum(chars) if sum(chars) else 0.0
+    encoding = time.perf_counter() - started
+    summary_vectors, pooled_summaries = _unit_vectors(store, summaries, turns, pooled=pooled == "pooled")
     store.upsert(
         "summary",
         summaries,
@@ -154,15 +168,34 @@ def _write(
         extra=[e.metadata() for e in episodes],
     )
     middle = time.perf_counter()
-    fact_vectors, pooled_facts = unit_vectors(
-        facts, turns, store.encoded.tokens_of, store.encoded.embed, pooled=pooled in ("pooled", "facts")
-    )
+    fact_vectors, pooled_facts = _unit_vectors(store, facts, turns, pooled=pooled in ("pooled", "facts"))
     replace_facts(store, user_id, episodes, facts, batch, fact_vectors)
     return {
-        "summaries": middle - started,
-        "facts": time.perf_counter() - middle,
+        "summaries": middle - started - encoding * (1 - summary_share),
+        "facts": time.perf_counter() - middle + encoding * (1 - summary_share),
         "pooled": pooled_summaries + pooled_facts,
     }
+
+
+def _unit_vectors(
+    store: MemoryStore, units: list[Any], turns: dict[str, dict[str, Turn]], *, pooled: bool
+) -> tuple[list[list[float]], int]:
+    """:func:`~memstrata.memory.late_chunking.unit_vectors` per conversation (turn ids repeat across them), in order."""
+    out: list[list[float]] = [[] for _ in units]
+    count = 0
+    for conv_id in dict.fromkeys(u.conversation_id for u in units):
+        rows = [i for i, u in enumerate(units) if u.conversation_id == conv_id]
+        found, n = unit_vectors(
+            [units[i] for i in rows],
+            turns.get(conv_id, {}),
+            store.encoded.tokens_of,
+            store.encoded.embed,
+            pooled=pooled,
+        )
+        for i, vector in zip(rows, found, strict=True):
+            out[i] = vector
+        count += n
+    return out, count
 
 
 def episode_sends(node: str, drafts: list[dict[str, Any]], max_fanout: int) -> list[Send]:

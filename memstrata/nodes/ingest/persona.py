@@ -86,7 +86,9 @@ async def distill_persona(state: IngestState, runtime: Runtime[Context]) -> dict
         if not src.facts:
             continue
         if cues is None:
-            cues = np.asarray(await asyncio.to_thread(store.embeddings.embed_documents, list(ctx.persona_cues)))
+            cues = np.asarray(
+                await asyncio.to_thread(store.encoded.embed, list(ctx.persona_cues))
+            )  # held after the first
         written: list[Persona] = []
         for speaker in src.speakers:
             written += await _speaker(step, ctx, conv_id, speaker, src, cues, calls, totals)
@@ -195,20 +197,21 @@ async def _speaker(
             totals["persona_llm"] += 1
     out: list[Persona] = []
     for d in DIMENSIONS:
+        was = current[d]
         kept = [i for i in items.get(d, []) if i.fact_id not in excluded[d]]
         template = Persona(
             user_id=ctx.user_id, conversation_id=conv_id, speaker=speaker, dimension=d, version=1, excluded=excluded[d]
         )
         new, ended = successor(
-            current[d],
+            was,
             kept,
             basis=digest,
-            built_at=changed_at(current[d], kept, by_id, mine),
+            built_at=changed_at(was, kept, by_id, mine),
             method=method,
             template=template,
         )
         out += [p for p in (ended, new and new.model_copy(update={"built_from": live})) if p is not None]
-        totals["persona_versions"] += new is not None and (current[d] is None or new.version > current[d].version)
+        totals["persona_versions"] += new is not None and (was is None or new.version > was.version)
     return out
 
 
