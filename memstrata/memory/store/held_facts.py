@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from memstrata.memory.levels import Fact
+from memstrata.memory.store import tenant
 
 # conversations held per store: the ones a process is writing now (each holds its facts' vectors)
 MAX_HELD = 8
@@ -97,9 +98,9 @@ def _catch_up(store: Any, user_id: str, conv_id: str, held: Held) -> bool:
         held.version = change.version
     for kind, known in (("fact", held.facts), ("episode", held.open)):
         keys = {store.storage_key(user_id, conv_id, unit_id) for unit_id in known}
-        still, new = store.recheck(
-            kind, user_id=user_id, where={"conversation_id": conv_id}, known=keys, conversation_id=conv_id
-        )
+        # by the conversation's scope key, which names the user: no other tenant's ids are read
+        where = tenant.where(user_id, conv_id)
+        still, new = store.recheck(kind, user_id=user_id, where=where, known=keys, conversation_id=conv_id)
         if new or len(still) != len(keys):
             return False
     return True
