@@ -85,6 +85,28 @@ def test_another_processs_write_and_delete_are_noticed(data_dir, hash_embeddings
     mem.close()
 
 
+def test_an_episode_another_process_closes_under_its_own_id_brings_its_facts_in(data_dir, hash_embeddings) -> None:
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest({"conversation_id": "c", "messages": MESSAGES}, user_id="ann")  # the session's tail stays open
+    tail = mem.store.get("episode", user_id="ann", conversation_id="c", where={"open": True})
+    assert len(tail) == 1 and tail[0].payload["fact_ids"]
+    facts, _ = closed_facts(mem.store, "ann", "c")
+    assert not {f.id for f in facts} & set(tail[0].payload["fact_ids"])  # an open episode's facts wait
+    # another process closes that episode in place: the same id, stored again with open=False
+    _other_process(
+        data_dir,
+        "from memstrata.memory.levels import Episode; "
+        "r = m.store.get('episode', user_id='ann', conversation_id='c', where={'open': True}, with_vectors=True)[0]; "
+        "e = Episode.model_validate(r.payload).model_copy(update={'open': False}); "
+        "m.store.upsert('episode', [e], documents=[e.embed_text()], vectors=[r.metadata['_vector']], "
+        "extra=[e.metadata()])",
+    )
+    held = closed_facts(mem.store, "ann", "c")
+    assert set(tail[0].payload["fact_ids"]) <= {f.id for f in held[0]}
+    _same(held, _fresh(mem, "ann", "c"))
+    mem.close()
+
+
 def test_users_and_conversations_are_held_apart_and_bounded(data_dir, hash_embeddings) -> None:
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     for user, conv in (("ann", "c"), ("bob", "c"), ("ann", "d")):

@@ -5,13 +5,14 @@ its vector. Read from Chroma, that is every fact's payload and vector, three tim
 conversation: 1.9 s for the 5,743 facts of a 3,000-message conversation. :func:`closed_facts` reads them once per
 process and keeps them in ``store.caches`` (:class:`~memstrata.memory.index.caches.SearchCaches`, which drops them
 with the user and with the store). A later call applies this process's writes since (the store's write log,
-:class:`~memstrata.memory.store.vectors.WriteLog`), then checks by ids alone that no other process added or
-deleted a fact or an episode of the conversation (:meth:`~memstrata.memory.store.vectors.VectorStore.recheck`,
-about 0.1 s for those 5,743 facts); anything it cannot account for (a log that no longer reaches back, a reset,
-another process's write) reads everything again.
+:class:`~memstrata.memory.store.vectors.WriteLog`). Then it checks by ids alone
+(:meth:`~memstrata.memory.store.vectors.VectorStore.recheck`, about 0.1 s for those 5,743 facts) that no other
+process added or deleted a fact of the conversation, or closed, reopened or deleted one of its episodes. Anything
+it cannot account for (a log that no longer reaches back, a reset, another process's write) reads everything again.
 
-What it cannot see is another process rewriting a stored fact or episode in place under the same id; a fact read
-from Chroma a moment before that write would be as old.
+What it cannot see is another process rewriting a stored fact in place under the same id while its episode stays
+as it was (the entity stage's subject and supersession fields); a fact read from Chroma a moment before that write
+would be as old.
 """
 
 from __future__ import annotations
@@ -96,10 +97,12 @@ def _catch_up(store: Any, user_id: str, conv_id: str, held: Held) -> bool:
         elif change.kind == "episode":
             _apply(held.open, change, conv_id, lambda u, _v: bool(u.open))
         held.version = change.version
-    for kind, known in (("fact", held.facts), ("episode", held.open)):
+    # every fact, and the closed episodes (an episode another writer closed keeps its id), by the conversation's
+    # scope key, which names the user: no other tenant's ids are read
+    closed = [e for e, is_open in held.open.items() if not is_open]
+    for kind, known, extra in (("fact", list(held.facts), None), ("episode", closed, {"open": False})):
         keys = {store.storage_key(user_id, conv_id, unit_id) for unit_id in known}
-        # by the conversation's scope key, which names the user: no other tenant's ids are read
-        where = tenant.where(user_id, conv_id)
+        where = tenant.where(user_id, conv_id, extra)
         still, new = store.recheck(kind, user_id=user_id, where=where, known=keys, conversation_id=conv_id)
         if new or len(still) != len(keys):
             return False
