@@ -169,6 +169,8 @@ def test_units_of_an_embedder_without_token_vectors_are_encoded(tmp_path: Path) 
     assert out["facts_written"] >= 1 and out["vectors_pooled"] == 0
     turn = Turn(user_id="u", session_id="1", position=0, speaker="Ann", text="x")
     fact = Fact.model_validate(mem.store.get("fact", user_id="u")[0].payload)
-    vectors, pooled = unit_vectors([fact], {turn.id: turn}, lambda _: None, mem.store.encoded.embed)
+    vectors, pooled = unit_vectors(
+        [fact], {fact.conversation_id: {turn.id: turn}}, lambda _: None, mem.store.encoded.embed
+    )
     assert pooled == 0 and len(vectors[0]) == len(HashEmbeddings().embed_query("x"))
     mem.close()

@@ -78,7 +78,7 @@ def _unit_mean(parts: Sequence[np.ndarray]) -> np.ndarray | None:
 
 def unit_vectors(
     units: Sequence[Any],
-    turns: Mapping[str, Turn],
+    turns: Mapping[str, Mapping[str, Turn]],
     tokens_of: Callable[[str], TokenVectors | None],
     encode: Callable[[list[str]], list[list[float]]],
     *,
@@ -86,9 +86,15 @@ def unit_vectors(
 ) -> tuple[list[list[float]], int]:
     """Each unit's vector: pooled from its turns' token vectors where it quotes them (and ``pooled``), else its
     :meth:`embed_text` encoded (all of those in one ``encode`` call); and how many were pooled.
+
+    ``turns`` are by conversation, then by id: a quote names its turn by id, and two conversations may hold turns of
+    the same id.
     """
     found: list[np.ndarray | None] = [
-        pooled_vector(u.quotes, turns, tokens_of) if pooled and getattr(u, "quotes", None) else None for u in units
+        pooled_vector(u.quotes, turns.get(u.conversation_id, {}), tokens_of)
+        if pooled and getattr(u, "quotes", None)
+        else None
+        for u in units
     ]
     missing = [i for i, v in enumerate(found) if v is None]
     encoded = encode([units[i].embed_text() for i in missing]) if missing else []

@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memstrata.memory.levels import Fact
 from memstrata.memory.store import tenant
+
+if TYPE_CHECKING:
+    from memstrata.memory.store import MemoryStore
 
 # conversations held per store: the ones a process is writing now (each holds its facts' vectors)
 MAX_HELD = 8
@@ -44,7 +47,7 @@ class Held:
         return sum(v.nbytes for _, v in self.facts.values()) + 2_000 * len(self.facts)
 
 
-def closed_facts(store: Any, user_id: str, conv_id: str) -> tuple[list[Fact], dict[str, np.ndarray]]:
+def closed_facts(store: MemoryStore, user_id: str, conv_id: str) -> tuple[list[Fact], dict[str, np.ndarray]]:
     """The facts of the conversation's closed episodes, in episode order, and their vectors, as stored now.
 
     A fact whose episode is not stored is left out: another writer of the conversation deleted the episode, and
@@ -71,7 +74,7 @@ def closed_facts(store: Any, user_id: str, conv_id: str) -> tuple[list[Fact], di
         return _closed(held)
 
 
-def _read(store: Any, user_id: str, conv_id: str) -> Held:
+def _read(store: MemoryStore, user_id: str, conv_id: str) -> Held:
     version = store.versions.get(user_id)  # writes from here on are replayed by the next call (idempotently)
     records = store.get("fact", user_id=user_id, conversation_id=conv_id, with_vectors=True)
     facts = {
@@ -86,7 +89,7 @@ def _read(store: Any, user_id: str, conv_id: str) -> Held:
     return Held(version, facts, episodes)
 
 
-def _catch_up(store: Any, user_id: str, conv_id: str, held: Held) -> bool:
+def _catch_up(store: MemoryStore, user_id: str, conv_id: str, held: Held) -> bool:
     """Apply this process's writes since ``held.version``; whether ``held`` is now the stored state."""
     changes = store.versions.since(user_id, held.version)
     if changes is None:

@@ -152,7 +152,9 @@ def _write(
     chars = [sum(map(len, part)) for part in texts]
     summary_share = chars[0] / sum(chars) if sum(chars) else 0.0
     encoding = time.perf_counter() - started
-    summary_vectors, pooled_summaries = _unit_vectors(store, summaries, turns, pooled=pooled == "pooled")
+    summary_vectors, pooled_summaries = unit_vectors(
+        summaries, turns, store.encoded.tokens_of, store.encoded.embed, pooled=pooled == "pooled"
+    )
     store.upsert(
         "summary",
         summaries,
@@ -168,34 +170,15 @@ def _write(
         extra=[e.metadata() for e in episodes],
     )
     middle = time.perf_counter()
-    fact_vectors, pooled_facts = _unit_vectors(store, facts, turns, pooled=pooled in ("pooled", "facts"))
+    fact_vectors, pooled_facts = unit_vectors(
+        facts, turns, store.encoded.tokens_of, store.encoded.embed, pooled=pooled in ("pooled", "facts")
+    )
     replace_facts(store, user_id, episodes, facts, batch, fact_vectors)
     return {
         "summaries": middle - started - encoding * (1 - summary_share),
         "facts": time.perf_counter() - middle + encoding * (1 - summary_share),
         "pooled": pooled_summaries + pooled_facts,
     }
-
-
-def _unit_vectors(
-    store: MemoryStore, units: list[Any], turns: dict[str, dict[str, Turn]], *, pooled: bool
-) -> tuple[list[list[float]], int]:
-    """:func:`~memstrata.memory.late_chunking.unit_vectors` per conversation (turn ids repeat across them), in order."""
-    out: list[list[float]] = [[] for _ in units]
-    count = 0
-    for conv_id in dict.fromkeys(u.conversation_id for u in units):
-        rows = [i for i, u in enumerate(units) if u.conversation_id == conv_id]
-        found, n = unit_vectors(
-            [units[i] for i in rows],
-            turns.get(conv_id, {}),
-            store.encoded.tokens_of,
-            store.encoded.embed,
-            pooled=pooled,
-        )
-        for i, vector in zip(rows, found, strict=True):
-            out[i] = vector
-        count += n
-    return out, count
 
 
 def episode_sends(node: str, drafts: list[dict[str, Any]], max_fanout: int) -> list[Send]:
