@@ -20,6 +20,7 @@ from conftest import EXAMPLE, REPO
 from memstrata import Memstrata
 from memstrata.memory.store import held_facts
 from memstrata.memory.store.reads import closed_facts
+from memstrata.memory.themes.graph import KINDS, is_theme_edge
 
 MESSAGES = json.loads(EXAMPLE.read_text())["messages"]
 
@@ -125,3 +126,61 @@ def test_users_and_conversations_are_held_apart_and_bounded(data_dir, hash_embed
         closed_facts(mem.store, "bob", f"x{i}")
     assert len(caches.facts) == held_facts.MAX_HELD and ("bob", "c") not in caches.facts
     mem.close()
+
+
+def _stored_theme_edges(mem: Memstrata, user: str, conv: str) -> set[tuple[str, str, str, float]]:
+    """The conversation's theme graph as a read of the edge table that holds nothing gives it."""
+    return {
+        (e.src, e.rel, e.dst, round(e.weight, 4))
+        for e in mem.store.edges.get(user, conversation_id=conv)
+        if is_theme_edge(e)
+    }
+
+
+def _held_theme_edges(mem: Memstrata, user: str, conv: str) -> set[tuple[str, str, str, float]]:
+    closed_facts(mem.store, user, conv)  # as the themes stage calls them: the facts first
+    return {
+        (e.src, e.rel, e.dst, round(e.weight, 4))
+        for e in held_facts.held_edges(mem.store, user, conv, KINDS)
+        if is_theme_edge(e)
+    }
+
+
+def test_the_held_theme_graph_and_speakers_equal_a_fresh_read_after_every_kind_of_write(
+    data_dir, hash_embeddings
+) -> None:
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    assert _held_theme_edges(mem, "ann", "c") == set()  # an empty user
+    assert held_facts.speakers(mem.store, "ann", "c") == []
+    mem.ingest({"conversation_id": "c", "messages": MESSAGES}, user_id="ann", close=True)
+    graph = _held_theme_edges(mem, "ann", "c")
+    assert graph and graph == _stored_theme_edges(mem, "ann", "c")
+    assert held_facts.speakers(mem.store, "ann", "c") == sorted({m["speaker"] for m in MESSAGES})
+    # this process's closes: the themes stage diffs against the held graph and records what it wrote
+    texts = ["I adopted a grey cat called Zorbel.", "My sister Lena moved to Porto last spring."]
+    for i, text in enumerate(texts):
+        message = {**_message(i, text), "speaker": "Wren"}  # a new speaker, learnt from the write log
+        mem.ingest([message], user_id="ann", conversation_id="c", close=True)
+        assert _held_theme_edges(mem, "ann", "c") == _stored_theme_edges(mem, "ann", "c")
+        assert "Wren" in held_facts.speakers(mem.store, "ann", "c")
+    held = mem.store.caches.facts[("ann", "c")]
+    assert held.edges is not None and held.speakers is not None
+    # another stage's edges of the same conversation (the entity graph's) do not send the themes back to the store
+    before = held.edges
+    mem.ingest([_message(3, "I ride my bike to the market on Saturdays.")], user_id="ann", conversation_id="c")
+    _held_theme_edges(mem, "ann", "c")
+    assert mem.store.caches.facts[("ann", "c")].edges is before
+    # a delete in this process takes edges away outside the themes stage: read again, equal to the store
+    mem.delete("ann", "c", turn_id=_turn_with(mem, "ann", "c", "Zorbel"))
+    assert _held_theme_edges(mem, "ann", "c") == _stored_theme_edges(mem, "ann", "c")
+    # another process's close: its facts are seen first, and the graph comes back from the store with them
+    message = {"speaker": "Priya", "text": "My locker code at the gym is ANN-4417.", "timestamp": "2024-06-09T09:00:00"}
+    _other_process(data_dir, f"m.ingest([{message!r}], user_id='ann', conversation_id='c', close=True)")
+    assert _held_theme_edges(mem, "ann", "c") == _stored_theme_edges(mem, "ann", "c")
+    assert held_facts.speakers(mem.store, "ann", "c") == sorted({*(m["speaker"] for m in MESSAGES), "Wren"})
+    mem.close()
+
+
+def _turn_with(mem: Memstrata, user: str, conv: str, word: str) -> str:
+    [turn] = [r.unit_id for r in mem.store.get("turn", user_id=user, conversation_id=conv) if word in r.payload["text"]]
+    return turn

@@ -66,6 +66,11 @@ class Edge:
         )
 
 
+def source_key(conversation_id: str, src_kind: str) -> str:
+    """The key :attr:`EdgeStore.source_writes` counts a conversation's writes of edges from one kind of unit under."""
+    return f"{conversation_id}\x1f{src_kind}"
+
+
 def _row(user_id: str, edge: Edge) -> TableRow:
     for name in ("conversation_id", "src", "rel", "dst"):
         if not isinstance(getattr(edge, name), str) or not getattr(edge, name):
@@ -114,6 +119,9 @@ class EdgeStore:
     def __init__(self, table: Table) -> None:
         self.table = table
         self.writes = WriteCounts()  # this process's edge writes, for readers that keep edges per conversation
+        # the same, per conversation and source kind (``source_key``): a reader that keeps the edges from some kinds
+        # of units is not sent back to the store by another stage's edges of the same conversation
+        self.source_writes = WriteCounts()
 
     def add(self, user_id: str, edges: Sequence[Edge]) -> int:
         """Store edges; idempotent (the same source, relation and destination is one edge, the last write wins).
@@ -122,7 +130,7 @@ class EdgeStore:
             The number of edges written.
         """
         tenant.check_user(user_id)
-        self.writes.bump(user_id, [e.conversation_id for e in edges])
+        self._count(user_id, edges)
         return self.table.upsert([_row(user_id, e) for e in edges]) if edges else 0
 
     def get(
@@ -149,13 +157,18 @@ class EdgeStore:
     def delete(self, user_id: str, edges: Sequence[Edge]) -> int:
         """Delete these edges of the user (matched by conversation, source, relation, destination); the number gone."""
         tenant.check_user(user_id)
-        self.writes.bump(user_id, [e.conversation_id for e in edges])
+        self._count(user_id, edges)
         return self.table.delete(user_id=user_id, keys=[e.key(user_id) for e in edges]) if edges else 0
 
     def delete_user(self, user_id: str) -> int:
         """Delete every edge of the user; the number gone."""
         self.writes.bump(user_id, ["*"])
+        self.source_writes.bump(user_id, ["*"])
         return self.table.delete(user_id=user_id)
+
+    def _count(self, user_id: str, edges: Sequence[Edge]) -> None:
+        self.writes.bump(user_id, [e.conversation_id for e in edges])
+        self.source_writes.bump(user_id, [source_key(e.conversation_id, e.src_kind) for e in edges])
 
     def count(self, user_id: str) -> int:
         """The number of edges the user holds."""

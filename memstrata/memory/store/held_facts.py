@@ -10,6 +10,15 @@ with the user and with the store). A later call applies this process's writes si
 process added or deleted a fact of the conversation, or closed, reopened or deleted one of its episodes. Anything
 it cannot account for (a log that no longer reaches back, a reset, another process's write) reads everything again.
 
+Two more things ride on a conversation held here, read once and then kept up to date the same way:
+:func:`held_edges`, the conversation's edges from facts and themes (xMemory's kNN graph, which the themes stage diffs
+at every close: 39,640 edges in that conversation, about a second to read), and :func:`speakers`, who speaks in it
+(the persona stage's list, which took a read of every turn). The edges are read again when this process wrote edges
+from those kinds of units since they were kept (another stage's, a delete, a repair: the edge store's own counts,
+:attr:`~memstrata.memory.store.edges.EdgeStore.source_writes`), and with the facts when another writer is seen. The
+themes stage is their only writer, and it writes them only after its facts changed, so another process's write of
+them shows first as a fact it added.
+
 What it cannot see is another process rewriting a stored fact in place under the same id while its episode stays
 as it was (the entity stage's subject and supersession fields); a fact read from Chroma a moment before that write
 would be as old.
@@ -25,6 +34,7 @@ import numpy as np
 
 from memstrata.memory.levels import Fact
 from memstrata.memory.store import tenant
+from memstrata.memory.store.edges import Edge, source_key
 
 if TYPE_CHECKING:
     from memstrata.memory.store import MemoryStore
@@ -41,10 +51,17 @@ class Held:
     facts: dict[str, tuple[Fact, np.ndarray]]
     open: dict[str, bool]
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # one catch-up at a time
+    # the edges from some kinds of units (:func:`held_edges`), by (source, relation, destination), and the edge
+    # store's counts of this process's writes of such edges when they were last known to be the stored ones
+    edges: dict[tuple[str, str, str], Edge] | None = None
+    edge_kinds: tuple[str, ...] = ()
+    edge_writes: tuple[int, ...] = ()
+    speakers: dict[str, str] | None = None  # each stored turn's speaker, by turn id (:func:`speakers`)
 
     def nbytes(self) -> int:
-        """The vectors' bytes plus an estimate of 2 kB per parsed fact."""
-        return sum(v.nbytes for _, v in self.facts.values()) + 2_000 * len(self.facts)
+        """The vectors' bytes plus estimates of 2 kB per parsed fact and 300 bytes per edge."""
+        edges = len(self.edges) if self.edges is not None else 0
+        return sum(v.nbytes for _, v in self.facts.values()) + 2_000 * len(self.facts) + 300 * edges
 
 
 def closed_facts(store: MemoryStore, user_id: str, conv_id: str) -> tuple[list[Fact], dict[str, np.ndarray]]:
@@ -99,6 +116,8 @@ def _catch_up(store: MemoryStore, user_id: str, conv_id: str, held: Held) -> boo
             _apply(held.facts, change, conv_id, lambda u, v: (u, np.asarray(v, dtype=np.float32)))
         elif change.kind == "episode":
             _apply(held.open, change, conv_id, lambda u, _v: bool(u.open))
+        elif change.kind == "turn" and held.speakers is not None:
+            _apply(held.speakers, change, conv_id, lambda u, _v: u.speaker)
         held.version = change.version
     # every fact, and the closed episodes (an episode another writer closed keeps its id), by the conversation's
     # scope key, which names the user: no other tenant's ids are read
@@ -127,3 +146,67 @@ def _closed(held: Held) -> tuple[list[Fact], dict[str, np.ndarray]]:
     kept = [(f, v) for f, v in held.facts.values() if f.episode_id in closed]
     kept.sort(key=lambda fv: (fv[0].episode_id, fv[0].n))
     return [f for f, _ in kept], {f.id: v for f, v in kept}
+
+
+def held_edges(store: MemoryStore, user_id: str, conv_id: str, kinds: tuple[str, ...]) -> list[Edge]:
+    """The conversation's stored edges whose source is a unit of one of ``kinds``, as :func:`closed_facts` left the
+    conversation held (call it first, in the same stage): kept from the last call when this process wrote no such
+    edge since except through :func:`edges_written`, else read.
+    """
+    held = _current(store, user_id, conv_id)
+    if held is None:
+        return _read_edges(store, user_id, conv_id, kinds)
+    with held.lock:
+        writes = _edge_writes(store, user_id, conv_id, kinds)
+        if held.edges is None or held.edge_kinds != kinds or held.edge_writes != writes:
+            edges = _read_edges(store, user_id, conv_id, kinds)
+            held.edges = {(e.src, e.rel, e.dst): e for e in edges}
+            held.edge_kinds, held.edge_writes = kinds, writes
+        return list(held.edges.values())
+
+
+def edges_written(
+    store: MemoryStore, user_id: str, conv_id: str, kinds: tuple[str, ...], deleted: list[Edge], added: list[Edge]
+) -> None:
+    """Record in the held edges what the caller of :func:`held_edges` just deleted and added (edges from ``kinds``)."""
+    held = _current(store, user_id, conv_id)
+    if held is None:
+        return
+    with held.lock:
+        if held.edges is None or held.edge_kinds != kinds:
+            return
+        for e in deleted:
+            held.edges.pop((e.src, e.rel, e.dst), None)
+        for e in added:
+            held.edges[(e.src, e.rel, e.dst)] = e
+        held.edge_writes = _edge_writes(store, user_id, conv_id, kinds)
+
+
+def speakers(store: MemoryStore, user_id: str, conv_id: str) -> list[str]:
+    """Who speaks in the conversation's stored turns, sorted; held like the edges (call :func:`closed_facts` first)."""
+    held = _current(store, user_id, conv_id)
+    if held is not None:
+        with held.lock:
+            if held.speakers is None:
+                held.speakers = _read_speakers(store, user_id, conv_id)
+            return sorted(set(held.speakers.values()) - {""})
+    return sorted(set(_read_speakers(store, user_id, conv_id).values()) - {""})
+
+
+def _current(store: MemoryStore, user_id: str, conv_id: str) -> Held | None:
+    with store.caches.facts_lock:
+        return store.caches.facts.get((user_id, conv_id))
+
+
+def _edge_writes(store: MemoryStore, user_id: str, conv_id: str, kinds: tuple[str, ...]) -> tuple[int, ...]:
+    counts = store.edges.source_writes.get(user_id, {})
+    return (counts.get("*", 0), *(counts.get(source_key(conv_id, k), 0) for k in kinds))
+
+
+def _read_edges(store: MemoryStore, user_id: str, conv_id: str, kinds: tuple[str, ...]) -> list[Edge]:
+    return [e for k in kinds for e in store.edges.get(user_id, conversation_id=conv_id, src_kind=k)]
+
+
+def _read_speakers(store: MemoryStore, user_id: str, conv_id: str) -> dict[str, str]:
+    turns = store.get("turn", user_id=user_id, conversation_id=conv_id)
+    return {r.unit_id: str(r.metadata.get("speaker") or "") for r in turns}

@@ -53,8 +53,9 @@ def fact_neighbours(
     previous: dict[str, list[tuple[str, float]]] | None = None,
     *,
     block: int = 1024,
-) -> list[list[tuple[int, float]]]:
-    """Each fact's ``k`` most similar other facts (rows of the unit-length ``x``) with their cosine, best first.
+) -> tuple[list[list[tuple[int, float]]], set[str]]:
+    """Each fact's ``k`` most similar other facts (rows of the unit-length ``x``) with their cosine, best first, and
+    the ids of the facts whose stored list was kept.
 
     ``previous`` holds the stored lists (neighbour id, weight) of facts already in the graph. A fact keeps its list
     when it is whole (no neighbour gone, ``k`` long or all there was) and no new fact comes closer than its last
@@ -86,7 +87,8 @@ def fact_neighbours(
         sims[np.arange(len(rows)), rows] = -np.inf
         for i, s, best in zip(rows, sims, nearest_rows(sims, k), strict=True):
             out[i] = [(j, float(s[j])) for j in best]
-    return [kept or [] for kept in out]
+    redone = set(redo)
+    return [kept or [] for kept in out], {f for i, f in enumerate(fact_ids) if i not in redone}
 
 
 def knn_edges(
@@ -104,6 +106,50 @@ def knn_edges(
     ``previous``: the stored fact lists (:func:`similar_facts`), kept where no new fact changes them
     (:func:`fact_neighbours`).
     """
+    return _graph(
+        conversation_id, fact_ids, fact_vectors, themes, theme_vectors, k=k, previous=previous, skip_kept=False
+    )[0]
+
+
+def graph_changes(
+    conversation_id: str,
+    fact_ids: Sequence[str],
+    fact_vectors: np.ndarray,
+    themes: dict[str, list[str]],
+    theme_vectors: dict[str, np.ndarray],
+    stored: Sequence[Edge],
+    *,
+    k: int,
+) -> tuple[list[Edge], list[Edge]]:
+    """(stale edges to delete, edges to add) so that the ``stored`` graph becomes :func:`knn_edges`' graph.
+
+    A fact whose stored list of similar facts is kept (:func:`fact_neighbours`) has the same edges in both, so those
+    are neither built nor compared: a close that adds a few facts to thousands diffs the membership and theme edges
+    and the lists it computed again, not every fact's.
+    """
+    mine = [e for e in stored if is_theme_edge(e)]
+    previous = similar_facts(mine)
+    wanted, kept = _graph(
+        conversation_id, fact_ids, fact_vectors, themes, theme_vectors, k=k, previous=previous, skip_kept=True
+    )
+    compared = [e for e in mine if not (_fact_to_fact(e) and e.src in kept)]
+    return edge_changes(compared, wanted)
+
+
+def _graph(
+    conversation_id: str,
+    fact_ids: Sequence[str],
+    fact_vectors: np.ndarray,
+    themes: dict[str, list[str]],
+    theme_vectors: dict[str, np.ndarray],
+    *,
+    k: int,
+    previous: dict[str, list[tuple[str, float]]] | None,
+    skip_kept: bool,
+) -> tuple[list[Edge], set[str]]:
+    """The graph's edges and the ids of the facts whose stored list in ``previous`` is kept; with ``skip_kept``,
+    without those facts' similar-fact edges (the stored ones).
+    """
     x = unit_rows(fact_vectors)
     row = {f: i for i, f in enumerate(fact_ids)}
     names = list(themes)
@@ -113,10 +159,13 @@ def knn_edges(
         for i, t in enumerate(names)
         for f in themes[t]
     ]
+    kept: set[str] = set()
     if len(x):
+        lists, kept = fact_neighbours(fact_ids, x, k, previous)
         edges += [
             Edge(conversation_id, fact_ids[i], SIMILAR, fact_ids[j], "fact", "fact", round(sim, 4))
-            for i, near in enumerate(fact_neighbours(fact_ids, x, k, previous))
+            for i, near in enumerate(lists)
+            if not (skip_kept and fact_ids[i] in kept)
             for j, sim in near
         ]
     if len(mu):
@@ -126,7 +175,7 @@ def knn_edges(
             for i, near in enumerate(top_k(sims, k))
             for j in near
         ]
-    return edges
+    return edges, kept
 
 
 def similar_facts(edges: Sequence[Edge]) -> dict[str, list[tuple[str, float]]]:
@@ -138,6 +187,10 @@ def similar_facts(edges: Sequence[Edge]) -> dict[str, list[tuple[str, float]]]:
     for near in out.values():
         near.sort(key=lambda p: -p[1])
     return out
+
+
+def _fact_to_fact(edge: Edge) -> bool:
+    return edge.rel == SIMILAR and edge.src_kind == "fact" and edge.dst_kind == "fact"
 
 
 def is_theme_edge(edge: Edge) -> bool:

@@ -40,6 +40,7 @@ from memstrata.memory.persona.distill import (
 )
 from memstrata.memory.persona.versions import successor, valid_at
 from memstrata.memory.store import MemoryStore
+from memstrata.memory.store.held_facts import speakers as held_speakers
 from memstrata.memory.store.reads import closed_facts
 from memstrata.nodes.common import conversations_to_redo, per_write, progress
 from memstrata.runtime.llm import GOOD_OUTCOMES
@@ -130,9 +131,7 @@ def _without_persona(store: MemoryStore, user_id: str, conversations: list[str])
 def _sources(store: MemoryStore, user_id: str, conv_id: str) -> Sources:
     facts, vectors = closed_facts(store, user_id, conv_id)
     x = np.asarray([vectors[f.id] for f in facts], dtype=float) if facts else np.zeros((0, 1))
-    speakers = sorted(
-        {r.metadata.get("speaker") or "" for r in store.get("turn", user_id=user_id, conversation_id=conv_id)} - {""}
-    )
+    speakers = held_speakers(store, user_id, conv_id)  # held with the facts
     records = store.get("theme", user_id=user_id, conversation_id=conv_id, with_vectors=True)
     themes = [Theme.model_validate(r.payload) for r in records]
     src = Sources(facts, x, speakers, themes, {r.unit_id: r.metadata["_vector"] for r in records})

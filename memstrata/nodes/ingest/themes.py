@@ -23,8 +23,9 @@ from pydantic import BaseModel, Field
 from memstrata.context import Context
 from memstrata.memory.levels import Fact, Theme
 from memstrata.memory.store import MemoryStore
+from memstrata.memory.store.held_facts import edges_written, held_edges
 from memstrata.memory.store.reads import closed_facts, open_episodes
-from memstrata.memory.themes.graph import edge_changes, knn_edges, similar_facts
+from memstrata.memory.themes.graph import KINDS, graph_changes
 from memstrata.memory.themes.maintain import Regrouped, regroup, theme_text
 from memstrata.memory.themes.partition import centroids
 from memstrata.nodes.common import conversations_to_redo, per_write, progress
@@ -215,12 +216,11 @@ def _write(
         )
     if grouped.removed:
         store.delete("theme", user_id=ctx.user_id, conversation_id=conv_id, unit_ids=sorted(grouped.removed))
-    stored = store.edges.get(ctx.user_id, conversation_id=conv_id)
-    previous = similar_facts(stored)  # kept where the new facts do not change them
-    wanted = knn_edges(conv_id, ids, x, grouped.themes, centre, k=ctx.theme_knn, previous=previous) if ids else []
-    stale, new = edge_changes(stored, wanted)
+    stored = held_edges(store, ctx.user_id, conv_id, KINDS)  # held since the last close (closed_facts ran first)
+    stale, new = graph_changes(conv_id, ids, x, grouped.themes, centre, stored, k=ctx.theme_knn)
     store.edges.delete(ctx.user_id, stale)
     store.edges.add(ctx.user_id, new)
+    edges_written(store, ctx.user_id, conv_id, KINDS, stale, new)
 
 
 def _size_stats(sizes: list[int]) -> dict[str, Any]:
