@@ -144,19 +144,25 @@ def link_entities(
             role = f"{owner}'s {noun}"
             if name in canon and canon[name][0] in by_id and role != name and role not in by_id[canon[name][0]].aliases:
                 by_id[canon[name][0]].aliases.append(role)
+    turns_of: dict[str, set[str]] = {cid: set(e.turn_ids) for cid, e in by_id.items()}  # each entity's, as a set
     for fact in facts:
         ids = list(dict.fromkeys(canon[n][0] for n in [fact.subject, *fact.mentions] if n in canon))
         fact = fact.model_copy(update={"subject_id": canon.get(fact.subject, ("", ""))[0], "entity_ids": ids})
         out.facts.append(fact)
         for eid in ids:
             by_id[eid].fact_ids.append(fact.id)
-            by_id[eid].turn_ids.extend(t for t in fact.turn_ids if t not in by_id[eid].turn_ids)
+            seen = turns_of[eid]
+            for t in fact.turn_ids:
+                if t not in seen:
+                    seen.add(t)
+                    by_id[eid].turn_ids.append(t)
         out.relations += _relations(fact, canon)
     by_id = {k: e for k, e in by_id.items() if e.fact_ids}  # a speaker no fact names is no node
     out.relations = [r for r in out.relations if r.src in by_id and r.dst in by_id]
     out.relations += _overlap_edges(canon, by_id)
     out.relations = list({(r.src, r.rel, r.dst): r for r in out.relations}.values())
-    out.entities = [_profile(e, {f.id: f for f in out.facts}, recent_events) for e in by_id.values()]
+    linked = {f.id: f for f in out.facts}
+    out.entities = [_profile(e, linked, recent_events) for e in by_id.values()]
     return out
 
 
@@ -175,16 +181,20 @@ def _resolve(
 ) -> dict[str, tuple[str, str]]:
     """Name -> (entity id, type); frequent names become canonical first."""
     canon: dict[str, tuple[str, str]] = {}
-    heads: list[tuple[str, str, str]] = []  # (name, id, type) of canonical names
+    # (name, id, type) of canonical names, in the order they became canonical, by what two names that
+    # :func:`same_entity` matches always share (the first letter and the number of words, up to case): a name is
+    # compared with the heads it could match, in the same order, not with every head
+    heads: dict[tuple[str, int], list[tuple[str, str, str]]] = {}
     for name, (kind, _) in sorted(names.items(), key=lambda kv: (-kv[1][1], -len(kv[0]), kv[0])):
         speaker_first = [s for s in speakers if name != s and name.casefold() == s.split()[0].casefold()]
         if len(speaker_first) == 1:
             canon[name] = (entity_id(speaker_first[0]), "speaker")
             continue
+        bucket = heads.setdefault(_bucket(name), [])
         match = next(
             (
                 h
-                for h in heads
+                for h in bucket
                 if compatible(kind, h[2])
                 and same_entity(name, h[0], typo_ratio=typo_ratio)
                 and not (name in speakers and h[0] in speakers)
@@ -193,9 +203,14 @@ def _resolve(
         )
         if match is None:
             match = (name, entity_id(name), kind)
-            heads.append(match)
+            bucket.append(match)
         canon[name] = (match[1], match[2] if match[2] != "name" else kind)
     return canon
+
+
+def _bucket(name: str) -> tuple[str, int]:
+    x = name.casefold().strip()
+    return x[:1], len(x.split())
 
 
 def _display(canon: dict[str, tuple[str, str]], cid: str) -> str:
@@ -229,8 +244,16 @@ def _relations(fact: Fact, canon: dict[str, tuple[str, str]]) -> list[Edge]:
 def _overlap_edges(canon: dict[str, tuple[str, str]], by_id: dict[str, Entity]) -> list[Edge]:
     out = []
     names = [(n, cid) for n, (cid, _) in canon.items() if cid in by_id]
+    # a longer name that a name can overlap starts with it or holds it as a word (:func:`overlaps`): each name's
+    # candidates come from an index of the names' prefixes and words, in the order of ``names``
+    reach: dict[str, set[int]] = {}
+    for j, (long, _) in enumerate(names):
+        t = long.casefold()
+        for key in {*(t[:n] for n in range(3, len(t) + 1)), *t.split()}:
+            reach.setdefault(key, set()).add(j)
     for short, sid in names:
-        for long, lid in names:
+        for j in sorted(reach.get(short.casefold(), ())):
+            long, lid = names[j]
             if sid != lid and overlaps(short, long) and compatible(by_id[sid].type, by_id[lid].type):
                 conv = by_id[sid].conversation_id
                 out += [

@@ -55,8 +55,12 @@ async def link_entities(state: IngestState, runtime: Runtime[Context]) -> dict[s
     for conv_id in dict.fromkeys([*touched, *missing]):
         # no closed fact left (a write deleted the only closed episode): an empty graph, and every entity goes
         facts, vectors = await asyncio.to_thread(closed_facts, store, ctx.user_id, conv_id)
-        linked = resolve(
-            facts, speakers=_speakers(facts), typo_ratio=ctx.entity_typo_ratio, recent_events=ctx.entity_recent_events
+        linked = await asyncio.to_thread(
+            resolve,
+            facts,
+            speakers=_speakers(facts),
+            typo_ratio=ctx.entity_typo_ratio,
+            recent_events=ctx.entity_recent_events,
         )
         fresh = {
             f.id
