@@ -28,24 +28,20 @@ server's own peak memory is reported beside the query process's.
 The chat pattern alternates, on one store, a read-only query with "write one
 new message to a growing session, then query", and compares the two latencies.
 
+The copies are written by :mod:`memstrata.bench.scale_copies`, and the questions asked by the query process of
+:mod:`memstrata.bench.scale_queries`.
+
 Example:
     $ memstrata bench scale ../shared/data/locomo/locomo10.json --sizes 10000,100000 --chat-rounds 200
 """
 
 from __future__ import annotations
 
-import calendar
 import contextlib
-import dataclasses
 import gc
 import json
-import os
 import random
-import re
-import resource
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -57,43 +53,14 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from memstrata.bench.chroma_run import start_chroma
-from memstrata.bench.locomo import HEADLINE_CATEGORIES, LocomoConversation, load_locomo
-from memstrata.bench.metric import RecallTally
+from memstrata.bench.locomo import load_locomo
+from memstrata.bench.scale_copies import USER, copy_conversation
+from memstrata.bench.scale_queries import query_in_child
 from memstrata.context import Context
 
 if TYPE_CHECKING:
     from memstrata.client import Memstrata
 
-USER = "scale"
-NAMES = [
-    "Avery",
-    "Bruno",
-    "Chiara",
-    "Dmitri",
-    "Esme",
-    "Farid",
-    "Greta",
-    "Hiro",
-    "Ines",
-    "Jonas",
-    "Kalani",
-    "Lior",
-    "Mateus",
-    "Nadia",
-    "Oskar",
-    "Priyanka",
-    "Quentin",
-    "Rosa",
-    "Soren",
-    "Talia",
-    "Umar",
-    "Vera",
-    "Wren",
-    "Ximena",
-]
-YEARS_PER_COPY = 2
-# An ISO date (its day kept valid when the year moves) or a bare year.
-_DATE_OR_YEAR = re.compile(r"\b(?P<y>\d{4})-(?P<m>\d\d)-(?P<d>\d\d)|\b(?P<year>(?:19|20|21)\d\d)\b")
 NOTE = (
     "the originals are ingested through the ingestion graph; each copy is a perturbed copy of the originals' "
     "stored units, edges and counters, reusing their vectors (not re-embedded, not re-derived), so the copies' "
@@ -104,122 +71,8 @@ NOTE = (
 )
 
 
-def shift_years(text: str, years: int) -> str:
-    """Every ISO date and bare year in the text moved by ``years`` (29 February becomes the 28th if need be)."""
-
-    def move(m: re.Match[str]) -> str:
-        if m.group("year"):
-            return str(int(m.group("year")) + years)
-        year, month, day = int(m.group("y")) + years, int(m.group("m")), int(m.group("d"))
-        if not 1 <= month <= 12 or year < 1:
-            return m.group(0)
-        day = min(day, calendar.monthrange(year, month)[1])
-        return f"{year:04d}-{month:02d}-{day:02d}"
-
-    return _DATE_OR_YEAR.sub(move, text)
-
-
-def copy_names(conv: LocomoConversation, k: int) -> dict[str, str]:
-    """Copy ``k``'s new name for each speaker of the conversation."""
-    speakers = sorted({t.speaker for t in conv.turns})
-    return {s: f"{NAMES[(k * 7 + i) % len(NAMES)]}{k}" for i, s in enumerate(speakers)}
-
-
-def perturber(source: str, target: str, names: dict[str, str], years: int) -> Callable[[str], str]:
-    """A function that rewrites a stored JSON or text of conversation ``source`` into copy ``target``."""
-    rename = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b")
-    quoted = json.dumps(source)
-
-    def apply(text: str) -> str:
-        text = text.replace(quoted, json.dumps(target))
-        return shift_years(rename.sub(lambda m: names[m.group(0)], text), years)
-
-    return apply
-
-
-def copy_conversation(store: Any, conv: LocomoConversation, k: int) -> int:
-    """Write copy ``k`` of one stored conversation (every kind, edges, counters); returns its turns."""
-    from memstrata.memory import levels
-    from memstrata.memory.store.edges import Edge
-
-    target = f"{conv.sample_id}-copy{k}"
-    years = -YEARS_PER_COPY * k
-    sub = perturber(conv.sample_id, target, copy_names(conv, k), years)
-    turns = 0
-    for level in levels.levels():
-        records = store.get(level.kind, user_id=USER, conversation_id=conv.sample_id, with_vectors=True)
-        units = [level.unit.model_validate_json(sub(r.metadata["payload"])) for r in records]
-        store.upsert(
-            level.kind,
-            units,
-            documents=[sub(r.document) for r in records],
-            vectors=[r.metadata["_vector"] for r in records],
-            extra=[u.metadata() for u in units],
-        )
-        turns += len(units) if level.role == "raw" else 0
-    edges = [
-        Edge(**{**json.loads(sub(json.dumps(dataclasses.asdict(e)))), "turn_ids": tuple(e.turn_ids)})
-        for e in store.edges.get(USER, conversation_id=conv.sample_id)
-    ]
-    store.edges.add(USER, edges)
-    seconds = years * 365.2425 * 86400
-    counters = [
-        dataclasses.replace(
-            c,
-            conversation_id=target,
-            unit_id=sub(json.dumps(c.unit_id)).strip('"'),
-            reinforced_at=c.reinforced_at + seconds if c.reinforced_at is not None else None,
-            # HMO's scores are copied, its tier is not: a copy is older than everything, so it joins the archive
-            # (a sequential write would have ranked it out of the active tiers at once)
-            tier=None,
-            session_key=f"{target}/{c.session_key.rpartition('/')[2]}" if c.session_key else None,
-            record_time=c.record_time + seconds if c.record_time is not None else None,
-        )
-        for c in store.counters.all(USER, conversation_id=conv.sample_id)
-    ]
-    store.counters.put(USER, counters)
-    store.versions.bump(USER)  # the copies' journal is not needed by any snapshot of this process
-    return turns
-
-
-def _peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def _disk_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
-
-
-def planted_sample(convs: Sequence[LocomoConversation], questions: int, seed: int = 0) -> list[tuple[Any, Any]]:
-    """A fixed sample of the original conversations' headline questions: ``(conversation, question)`` pairs."""
-    pool = [(c, q) for c in convs for q in c.questions if q.category in HEADLINE_CATEGORIES]
-    return random.Random(seed).sample(pool, min(questions, len(pool)))
-
-
-def ask_sample(
-    mem: Any,
-    sample: Sequence[tuple[Any, Any]],
-    *,
-    budget: int,
-    answered: dict[str, int] | None = None,
-    **settings: Any,
-) -> tuple[float, list[float]]:
-    """recall_all of the sample's questions asked of the whole user, and each query's ms.
-
-    With ``answered``, how many questions each HMO tier answered is counted into it.
-    """
-    tally, latencies = RecallTally(budgets=(budget,)), []
-    for conv, q in sample:
-        start = time.perf_counter()
-        result = mem.retrieve(q.question, user_id=USER, context_budget=budget, **settings)
-        latencies.append((time.perf_counter() - start) * 1000)
-        if answered is not None and result.trace.get("tiers"):
-            tier = str(result.trace["tiers"]["answered"])
-            answered[tier] = answered.get(tier, 0) + 1
-        cited = {(e.conversation_id, e.turn_id) for e in result.evidence}
-        found = [(conv.sample_id, gold) in cited for gold in q.evidence]
-        tally.add({budget: (all(found), sum(found) / len(found))})
-    return tally.summary()["recall_all"][str(budget)], latencies
 
 
 class GrowthStoppedError(RuntimeError):
@@ -364,95 +217,6 @@ class GrowingStore:
             self.server.stop()
 
 
-def query_in_child(
-    folder: Path,
-    path: Path,
-    *,
-    questions: int,
-    budget: int,
-    search: str,
-    originals: int | None,
-    url: str | None = None,
-    revisits: int = 0,
-) -> dict[str, Any]:
-    """Planted questions asked by a fresh process that only opens the store (its folder or server) and queries it.
-
-    ``revisits``: then the first ``revisits`` of them again, as a user returning to topics (see :func:`child_main`).
-    """
-    job = {
-        "folder": str(folder),
-        "url": url,
-        "path": str(path),
-        "questions": questions,
-        "revisits": revisits,
-        "budget": budget,
-        "search": search,
-        "originals": originals,
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", "from memstrata.bench.scale import child_main; child_main()"],
-        input=json.dumps(job),
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
-    )
-    if done.returncode != 0:
-        msg = f"the query process failed:\n{done.stderr[-3000:]}"
-        raise RuntimeError(msg)
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def child_main() -> None:
-    """The query process: reads a job on stdin, prints one JSON line of results.
-
-    Revisits are asked after the first pass, once the active tiers have taken that pass's promotions (they are
-    re-read every ``tier_refresh_s`` seconds; here at once, as after a pause): HMO's premise that what was recalled is
-    asked for again. The archive-only path asks them too, with its session cache as warm as the first pass left it.
-    """
-    from memstrata import Memstrata
-    from memstrata.memory.index.active import refresh_tiers
-
-    job = json.loads(sys.stdin.read())
-    mem = Memstrata(url=job["url"]) if job.get("url") else Memstrata(path=job["folder"])
-    settings = SEARCH_PATHS[job["search"]]
-    start = time.perf_counter()
-    mem.retrieve("warm up", user_id=USER, **settings)  # loads the model, and the snapshot on that path
-    warm_ms = (time.perf_counter() - start) * 1000
-    convs = load_locomo(Path(job["path"]))[: job["originals"]]
-    sample = planted_sample(convs, job["questions"])
-    answered: dict[str, int] = {}
-    recall, latencies = ask_sample(mem, sample, budget=job["budget"], answered=answered, **settings)
-    line: dict[str, Any] = {"recall": recall, "latencies": latencies, "warm_ms": warm_ms, "answered": answered}
-    if revisits := job.get("revisits", 0):
-        refresh_tiers(mem.store, USER)
-        again: dict[str, int] = {}
-        recall, latencies = ask_sample(mem, sample[:revisits], budget=job["budget"], answered=again, **settings)
-        line["revisit"] = {"recall": recall, "latencies": latencies, "answered": again}
-    mem.close()
-    line["peak_mb"] = _own_peak_mb()
-    print(json.dumps(line))  # noqa: T201 (stdout is the result channel: query_in_child parses this last line)
-
-
-def _own_peak_mb() -> float:
-    """This process's peak resident memory since it started its program.
-
-    Not ``ru_maxrss``: Linux keeps that across ``exec``, so a child started by a large parent reports
-    the parent's size. ``VmHWM`` belongs to the running program's memory map.
-    """
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return _peak_mb()  # not Linux: the best there is
-
-
-SEARCH_PATHS: dict[str, dict[str, Any]] = {
-    "snapshot": {"tiers": False},  # the whole memory in the query process (the default up to snapshot_max_turns)
-    "bounded": {"snapshot_max_turns": 0, "tiers": False},  # archive only: the bounded path for every question
-    "tiered": {"snapshot_max_turns": 0, "tiers": True},  # HMO: cache, then buffer, then the bounded path
-}
-
-
 def _pass(got: dict[str, Any], budget: int) -> dict[str, Any]:
     lat = got["latencies"]
     tiers = {f"answered_from_tier_{t}": round(100 * n / len(lat), 1) for t, n in sorted(got["answered"].items())}
@@ -468,7 +232,9 @@ def _pass(got: dict[str, Any], budget: int) -> dict[str, Any]:
 def measure(
     store: GrowingStore, path: Path, *, questions: int, budget: int, search: str, revisits: int = 0
 ) -> dict[str, Any]:
-    """One size on one search path (a key of :data:`SEARCH_PATHS`); ``revisits``: see :func:`child_main`."""
+    """One size on one search path (a key of :data:`~memstrata.bench.scale_queries.SEARCH_PATHS`); ``revisits``: see
+    :func:`~memstrata.bench.scale_queries.child_main`.
+    """
     got = query_in_child(
         store.folder,
         path,
