@@ -27,6 +27,7 @@ would be as old.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -151,35 +152,57 @@ def _closed(held: Held) -> tuple[list[Fact], dict[str, np.ndarray]]:
 def held_edges(store: MemoryStore, user_id: str, conv_id: str, kinds: tuple[str, ...]) -> list[Edge]:
     """The conversation's stored edges whose source is a unit of one of ``kinds``, as :func:`closed_facts` left the
     conversation held (call it first, in the same stage): kept from the last call when this process wrote no such
-    edge since except through :func:`edges_written`, else read.
+    edge since except through :func:`rewrite_edges`, else read.
     """
     held = _current(store, user_id, conv_id)
     if held is None:
         return _read_edges(store, user_id, conv_id, kinds)
     with held.lock:
-        writes = _edge_writes(store, user_id, conv_id, kinds)
-        if held.edges is None or held.edge_kinds != kinds or held.edge_writes != writes:
-            edges = _read_edges(store, user_id, conv_id, kinds)
-            held.edges = {(e.src, e.rel, e.dst): e for e in edges}
-            held.edge_kinds, held.edge_writes = kinds, writes
-        return list(held.edges.values())
+        return list(_edges_of(held, store, user_id, conv_id, kinds).values())
 
 
-def edges_written(
-    store: MemoryStore, user_id: str, conv_id: str, kinds: tuple[str, ...], deleted: list[Edge], added: list[Edge]
-) -> None:
-    """Record in the held edges what the caller of :func:`held_edges` just deleted and added (edges from ``kinds``)."""
+def rewrite_edges(
+    store: MemoryStore,
+    user_id: str,
+    conv_id: str,
+    kinds: tuple[str, ...],
+    diff: Callable[[list[Edge]], tuple[list[Edge], list[Edge]]],
+) -> tuple[list[Edge], list[Edge]]:
+    """Bring the conversation's edges from ``kinds`` up to date: ``diff`` gets them (:func:`held_edges`) and returns
+    (stale, new); those are deleted and added, and the held edges follow. The conversation stays locked meanwhile, so
+    two writes of this process never diff against the same edges.
+    """
     held = _current(store, user_id, conv_id)
     if held is None:
-        return
+        stale, new = diff(_read_edges(store, user_id, conv_id, kinds))
+        _write_edges(store, user_id, stale, new)
+        return stale, new
     with held.lock:
-        if held.edges is None or held.edge_kinds != kinds:
-            return
-        for e in deleted:
-            held.edges.pop((e.src, e.rel, e.dst), None)
-        for e in added:
-            held.edges[(e.src, e.rel, e.dst)] = e
+        edges = _edges_of(held, store, user_id, conv_id, kinds)
+        stale, new = diff(list(edges.values()))
+        _write_edges(store, user_id, stale, new)
+        for e in stale:
+            edges.pop((e.src, e.rel, e.dst), None)
+        for e in new:
+            edges[(e.src, e.rel, e.dst)] = e
         held.edge_writes = _edge_writes(store, user_id, conv_id, kinds)
+    return stale, new
+
+
+def _edges_of(
+    held: Held, store: MemoryStore, user_id: str, conv_id: str, kinds: tuple[str, ...]
+) -> dict[tuple[str, str, str], Edge]:
+    """The held edges from ``kinds`` (the caller holds ``held.lock``), read when not held or written meanwhile."""
+    writes = _edge_writes(store, user_id, conv_id, kinds)
+    if held.edges is None or held.edge_kinds != kinds or held.edge_writes != writes:
+        held.edges = {(e.src, e.rel, e.dst): e for e in _read_edges(store, user_id, conv_id, kinds)}
+        held.edge_kinds, held.edge_writes = kinds, writes
+    return held.edges
+
+
+def _write_edges(store: MemoryStore, user_id: str, stale: list[Edge], new: list[Edge]) -> None:
+    store.edges.delete(user_id, stale)
+    store.edges.add(user_id, new)
 
 
 def speakers(store: MemoryStore, user_id: str, conv_id: str) -> list[str]:

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from memstrata.context import Context
 from memstrata.memory.levels import Fact, Theme
 from memstrata.memory.store import MemoryStore
-from memstrata.memory.store.held_facts import edges_written, held_edges
+from memstrata.memory.store.held_facts import rewrite_edges
 from memstrata.memory.store.reads import closed_facts, open_episodes
 from memstrata.memory.themes.graph import KINDS, graph_changes
 from memstrata.memory.themes.maintain import Regrouped, regroup, theme_text
@@ -216,11 +216,14 @@ def _write(
         )
     if grouped.removed:
         store.delete("theme", user_id=ctx.user_id, conversation_id=conv_id, unit_ids=sorted(grouped.removed))
-    stored = held_edges(store, ctx.user_id, conv_id, KINDS)  # held since the last close (closed_facts ran first)
-    stale, new = graph_changes(conv_id, ids, x, grouped.themes, centre, stored, k=ctx.theme_knn)
-    store.edges.delete(ctx.user_id, stale)
-    store.edges.add(ctx.user_id, new)
-    edges_written(store, ctx.user_id, conv_id, KINDS, stale, new)
+    # the stored graph, held since the last close (closed_facts ran first), diffed where it can differ
+    rewrite_edges(
+        store,
+        ctx.user_id,
+        conv_id,
+        KINDS,
+        lambda stored: graph_changes(conv_id, ids, x, grouped.themes, centre, stored, k=ctx.theme_knn),
+    )
 
 
 def _size_stats(sizes: list[int]) -> dict[str, Any]:
