@@ -21,17 +21,11 @@ import networkx as nx
 import pytest
 
 from memstrata.memory.store import tables, tenant
+from memstrata.memory.store.chroma_table import ChromaTable
 from memstrata.memory.store.counters import CounterStore, UnitCounters
 from memstrata.memory.store.edges import Edge, EdgeStore
-from memstrata.memory.store.tables import (
-    SQLITE_FILE,
-    TABLE_PREFIX,
-    ChromaTable,
-    SqliteTable,
-    Table,
-    TableRow,
-    open_table,
-)
+from memstrata.memory.store.sqlite_table import SqliteTable
+from memstrata.memory.store.tables import SQLITE_FILE, TABLE_PREFIX, Table, TableRow, open_table
 from memstrata.memory.store.tenant import StoreError
 
 REPO = Path(__file__).resolve().parents[1]

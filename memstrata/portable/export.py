@@ -8,8 +8,10 @@ from typing import IO, TYPE_CHECKING, Any
 
 from memstrata.memory.levels import Turn, raw_kind
 from memstrata.memory.store import MemoryStore
+from memstrata.memory.store.chroma_table import ChromaTable
 from memstrata.memory.store.reads import open_episodes
-from memstrata.memory.store.tables import ChromaTable, SqliteTable, Table, sqlite_connection
+from memstrata.memory.store.sqlite_table import SqliteTable, sqlite_connection
+from memstrata.memory.store.tables import Table
 from memstrata.portable.format import FORMAT, VERSION, _counts, _holds, _side_tables, _turn_order, _user
 from memstrata.repair import persona_exclusions
 

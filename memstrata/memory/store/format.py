@@ -28,7 +28,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from memstrata.memory.store.tables import COLLECTION_PREFIX, SQLITE_FILE, TABLE_PREFIX, sqlite_connection
+from memstrata.memory.store.sqlite_table import sqlite_connection
+from memstrata.memory.store.tables import COLLECTION_PREFIX, SQLITE_FILE, TABLE_PREFIX
 from memstrata.memory.store.tenant import StoreError
 
 STORE_FORMAT = 1  # bump when the layout changes: a store of another version is refused, never read

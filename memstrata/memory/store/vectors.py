@@ -5,6 +5,12 @@ and every write stamps ``user_id`` and derives the storage key from it with
 :func:`memstrata.memory.store.tenant.storage_key`. No public method accepts a
 query without a ``user_id``.
 
+:class:`VectorStore` writes and reads the units; it builds on
+:mod:`~memstrata.memory.store.unit_collections` (the Chroma client and the collection of each kind),
+:mod:`~memstrata.memory.store.chroma_client` (opening that client, a server's guarded),
+:mod:`~memstrata.memory.store.records` (the :class:`Record` a read gives back) and
+:mod:`~memstrata.memory.store.write_log` (the :class:`WriteLog` search snapshots replay).
+
 Example:
     >>> store = VectorStore(path="/tmp/memstrata-doc")  # doctest: +SKIP
     >>> store.count("turn", user_id="alice")  # doctest: +SKIP
@@ -14,128 +20,46 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
-import logging
 import threading
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
 from pydantic import BaseModel
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from memstrata.memory import levels
-from memstrata.memory.embeddings import MiniLMEmbeddings, embedder_identity
+from memstrata.memory.embeddings import MiniLMEmbeddings
 from memstrata.memory.store import tenant
+from memstrata.memory.store.chroma_client import PartialReadError, ServerGuard, _make_client
 from memstrata.memory.store.encoded import EncodedTexts
 from memstrata.memory.store.format import check_format
-from memstrata.memory.store.tables import COLLECTION_PREFIX
+from memstrata.memory.store.records import Record, _concat, _owned, _records
 from memstrata.memory.store.tenant import StoreError
 from memstrata.memory.store.terms import MAX_POSTINGS, TERMS, query_terms, rank, tagged_terms
+from memstrata.memory.store.unit_collections import EmbedderMismatchError, UnitCollections
 from memstrata.memory.store.words import WordIndex
+from memstrata.memory.store.write_log import Change, WriteLog
 
-logger = logging.getLogger(__name__)
+__all__ = [
+    "Change",
+    "EmbedderMismatchError",
+    "PartialReadError",
+    "Record",
+    "ServerGuard",
+    "VectorStore",
+    "WriteLog",
+    "indexes_words",
+]
 
 _MAX_BATCH = 2000
 _PAGE = 10_000  # records per page of a large get
 
 
-class EmbedderMismatchError(StoreError):
-    """A collection was built with another embedder than the one the store was opened with."""
-
-
-@dataclass(frozen=True)
-class Record:
-    """One stored unit as read back: its id, text, metadata and, for queries, a similarity."""
-
-    kind: str
-    unit_id: str
-    document: str
-    metadata: dict[str, Any]
-    similarity: float | None = None
-
-    @property
-    def payload(self) -> dict[str, Any]:
-        """The full unit as it was written (lists and nested fields included)."""
-        return json.loads(self.metadata.get("payload", "{}"))
-
-
-@dataclass(frozen=True)
-class Change:
-    """One write of this process, as in-process search snapshots replay it.
-
-    ``op`` is ``upsert`` (``units`` with their ``vectors``), ``delete`` (``unit_ids`` of one
-    conversation) or ``reset`` (everything of the user may have changed: rebuild).
-    """
-
-    version: int
-    kind: str
-    op: str
-    units: tuple[Any, ...] = ()
-    vectors: tuple[Any, ...] = ()
-    conversation_id: str | None = None
-    unit_ids: tuple[str, ...] = ()
-
-
-@dataclass
-class WriteLog:
-    """Per-user write versions and a bounded journal of the writes behind them.
-
-    A search snapshot at version v asks for :meth:`since` (v) and applies those
-    changes in place instead of rebuilding; when the journal no longer reaches back
-    to v (more than ``max_rows`` units written since), it gets ``None`` and rebuilds.
-    Only unit writes are logged; edge and counter writes never are.
-    """
-
-    max_rows: int = 20_000
-    counts: dict[str, int] = field(default_factory=dict)
-    journal: dict[str, list[Change]] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def record(self, user_id: str, kind: str, op: str, **parts: Any) -> None:
-        """Bump the user's version and journal the change, dropping the oldest entries beyond ``max_rows`` units."""
-        with self.lock:
-            version = self.counts.get(user_id, 0) + 1
-            self.counts[user_id] = version
-            entries = self.journal.setdefault(user_id, [])
-            entries.append(Change(version=version, kind=kind, op=op, **parts))
-            rows = sum(len(c.units) + len(c.unit_ids) for c in entries)
-            while len(entries) > 1 and rows > self.max_rows:
-                rows -= len(entries[0].units) + len(entries[0].unit_ids)
-                entries.pop(0)
-
-    def bump(self, user_id: str) -> None:
-        """A write the journal cannot describe: snapshots of this user rebuild."""
-        self.record(user_id, "", "reset")
-
-    def get(self, user_id: str) -> int:
-        """The user's current write version (0 before any write)."""
-        return self.counts.get(user_id, 0)
-
-    def bump_all(self) -> None:
-        """Every user's snapshots rebuild (after a re-embedding)."""
-        for user in list(self.counts):
-            self.bump(user)
-
-    def since(self, user_id: str, version: int) -> list[Change] | None:
-        """The changes after ``version``, oldest first; ``None`` when they are no longer all known."""
-        with self.lock:
-            entries = [c for c in self.journal.get(user_id, []) if c.version > version]
-            current = self.counts.get(user_id, 0)
-        if current == version:
-            return []
-        if not entries or entries[0].version != version + 1 or any(c.op == "reset" for c in entries):
-            return None
-        return entries
-
-
-class VectorStore:
+class VectorStore(UnitCollections):
     """Chroma-backed storage for every memory unit and its vector.
 
     Args:
@@ -180,42 +104,7 @@ class VectorStore:
         """The Chroma id: derived from the tenant, so two users never share a record."""
         return tenant.storage_key(user_id, conversation_id, unit_id)
 
-    # ---- collections -----------------------------------------------------------
-    def _identity(self) -> tuple[str, int]:
-        if self.embedder_name is None or self._dim is None:
-            self.embedder_name, self._dim = embedder_identity(self.embeddings)
-        assert self._dim is not None, "embedder_identity always gives the dimension"
-        return str(self.embedder_name), int(self._dim)
-
-    def collection(self, kind: str) -> Any:
-        """The collection of one unit kind, checked against this store's embedder."""
-        with self._lock:
-            if kind not in self._collections:
-                self._collections[kind] = self._open(kind)
-            return self._collections[kind]
-
-    def _open(self, kind: str) -> Any:
-        name, dim = self._identity()
-        meta = {"embedder": name, "dimension": dim, "hnsw:space": "cosine"}
-        if kind in {lv.kind for lv in levels.levels()}:
-            col = self.client.get_or_create_collection(COLLECTION_PREFIX + kind, metadata=meta, embedding_function=None)
-        else:  # an unregistered kind is read only if it was stored before; never a new stray collection
-            try:
-                col = self.client.get_collection(COLLECTION_PREFIX + kind, embedding_function=None)
-            except Exception as exc:
-                msg = f"unknown unit kind {kind!r}; registered kinds: {[lv.kind for lv in levels.levels()]}"
-                raise StoreError(msg) from exc
-        found = col.metadata or {}
-        if found.get("embedder") != name or int(found.get("dimension", -1)) != dim:
-            msg = (
-                f"collection {col.name!r} at {self.location} was built with embedder "
-                f"{found.get('embedder')!r} (dimension {found.get('dimension')}), but this store was opened with "
-                f"{name!r} (dimension {dim}). Open it with the same embedder, or re-embed everything with "
-                f"`memstrata reindex` (MemoryStore.reindex())."
-            )
-            raise EmbedderMismatchError(msg)
-        return col
-
+    # ---- the lexical index (memstrata.memory.store.words, memstrata.memory.store.terms) ----
     def _word_index(self, kind: str) -> WordIndex | None:
         """The word index, when this store has one and it holds the kind."""
         return self.words if self.words is not None and indexes_words(kind) else None
@@ -223,46 +112,6 @@ class VectorStore:
     def _carries_terms(self, kind: str) -> bool:
         """Whether each unit of the kind carries its tagged word terms: a searched kind of a server store."""
         return self.words is None and indexes_words(kind)
-
-    @property
-    def client(self) -> Any:
-        """The Chroma client. After :meth:`close`, an embedded store's next use opens a new one."""
-        client = self._client
-        if client is None:
-            client = self._client = _make_client(path=self._path, url=None)
-        return client
-
-    def close(self) -> None:
-        """Hand back what an embedded store's Chroma client holds (its collections' HNSW indexes, loaded whole on
-        the first search: 10 GB for a 1M-turn user) once no other client of this process uses the same folder.
-        A later use of the store opens a new client (a call already inside Chroma when it closes may fail). A server
-        store, or a client passed in, is left open. A store that reopened its client because another process wrote
-        (:meth:`_reopen`) hands nothing back: chromadb still counts the client it replaced.
-        """
-        close = getattr(self._client, "close", None)  # chromadb >= 1.5: Client.close() releases the shared system
-        if self._path is not None and close is not None:
-            with self._lock:
-                close()
-                self._collections.clear()
-                self._client = None
-
-    def _reopen(self) -> None:
-        """A new embedded client, whose index readers load what other processes wrote since.
-
-        Embedded Chroma keeps each collection's HNSW index in memory and does not see another process's
-        writes to it (metadata and documents it does see); a read that meets a new record then fails with
-        "Error finding id" (chroma-core/chroma#3792). Chroma caches one system per path, so that entry is dropped first.
-        A Chroma server (``url``) has no such problem and is the supported way to share a store.
-        """
-        from chromadb.api.shared_system_client import SharedSystemClient
-
-        logger.info("reopening the embedded Chroma client at %s: another process wrote", self.location)
-        with self._lock:
-            identifier = getattr(self._client, "_identifier", None)
-            if identifier is not None:  # a client without one has no cached system to drop
-                SharedSystemClient._identifier_to_system.pop(identifier, None)
-            self._client = _make_client(path=self._path, url=None)
-            self._collections.clear()
 
     # ---- writes ----------------------------------------------------------------
     def upsert(
@@ -360,13 +209,6 @@ class VectorStore:
             self.words.delete_user(user_id, [k for k in kinds if indexes_words(k)])
         self.versions.bump(user_id)
         return removed
-
-    def stored_kinds(self) -> list[str]:
-        """Every unit kind with a collection here: the registered ones and any a plugin left behind."""
-        names = [c if isinstance(c, str) else c.name for c in self.client.list_collections()]
-        found = {n.removeprefix(COLLECTION_PREFIX) for n in names if n.startswith(COLLECTION_PREFIX)}
-        found = {k for k in found if not k.startswith("_")}  # edge and counter tables are not unit kinds
-        return sorted(found | {lv.kind for lv in levels.levels()})
 
     # ---- reads -----------------------------------------------------------------
     def get(
@@ -543,16 +385,6 @@ class VectorStore:
             for page in pages
         ]
 
-    def _read(self, kind: str, method: str, **ask: Any) -> dict[str, Any]:
-        """A Chroma read (``get`` or ``query``), repeated once on a fresh client when this one is stale."""
-        try:
-            return getattr(self.collection(kind), method)(**ask)
-        except Exception as exc:
-            if self._path is None or "Error finding id" not in str(exc):
-                raise
-            self._reopen()  # another process wrote: this process's in-memory index readers are stale
-            return getattr(self.collection(kind), method)(**ask)
-
     def _tenant_read(
         self,
         kind: str,
@@ -702,36 +534,6 @@ class VectorStore:
         metas = self._paged(levels.raw_kind(), include=["metadatas"])["metadatas"]
         return sorted({m["user_id"] for m in metas})
 
-    def reindex(self, *, progress: Any = None) -> dict[str, int]:
-        """Re-embed every collection with this store's embedder (after a model change)."""
-        name, dim = self._identity()
-        counts = {}
-        for kind in self.stored_kinds():
-            cname = COLLECTION_PREFIX + kind
-            try:
-                old = self.client.get_collection(cname, embedding_function=None)
-            except Exception:  # noqa: BLE001 - a missing collection is nothing to reindex
-                continue
-            data = old.get(include=["documents", "metadatas"])
-            self.client.delete_collection(cname)
-            self._collections.pop(kind, None)
-            col = self.collection(kind)
-            texts = [m.get("embed_text") or d for d, m in zip(data["documents"], data["metadatas"], strict=True)]
-            for start in range(0, len(texts), 256):
-                stop = start + 256
-                col.add(
-                    ids=data["ids"][start:stop],
-                    documents=data["documents"][start:stop],
-                    metadatas=data["metadatas"][start:stop],
-                    embeddings=self.embeddings.embed_documents(texts[start:stop]),
-                )
-                if progress:
-                    progress(kind, min(stop, len(texts)), len(texts))
-            counts[kind] = len(texts)
-        self.versions.bump_all()
-        logger.info("reindexed %s with %s (%d)", self.location, name, dim)
-        return counts
-
 
 def indexes_words(kind: str) -> bool:
     """Whether the word index holds a kind: the raw turns and every searched event kind."""
@@ -740,177 +542,3 @@ def indexes_words(kind: str) -> bool:
     except KeyError:  # an unregistered kind left behind by a plugin
         return False
     return level.searched and level.role in ("raw", "event")
-
-
-def _owned(res: dict[str, Any], user_id: str, conversation_id: str | None) -> dict[str, Any]:
-    """A by-key read, kept to the tenant: keys are derived from the user, and the stored stamp must agree.
-
-    Reads by key pass no ``where`` to Chroma (1.5 scans every record per key when both come together);
-    this check keeps the tenant guarantee without it.
-    """
-    keep = [
-        i
-        for i, m in enumerate(res.get("metadatas") or [])
-        if m.get("user_id") == user_id and (conversation_id is None or m.get("conversation_id") == conversation_id)
-    ]
-    out = {"ids": [res["ids"][i] for i in keep]}
-    for name in ("documents", "metadatas", "embeddings", "distances"):
-        values = res.get(name)
-        if values is not None and len(values) == len(res["ids"]):  # a field not read comes back empty or None
-            out[name] = [values[i] for i in keep]
-    return out
-
-
-def _concat(parts: Iterable[dict[str, Any]]) -> dict[str, list[Any]]:
-    """Chroma ``get`` results of several reads (batches, pages) as one."""
-    out: dict[str, list[Any]] = {"ids": [], "documents": [], "metadatas": [], "embeddings": []}
-    for part in parts:
-        for name in out:
-            values = part.get(name)
-            out[name] += list(values) if values is not None else []
-    return out
-
-
-def _records(kind: str, res: dict[str, Any], with_vectors: bool) -> list[Record]:
-    out = []
-    vectors = res.get("embeddings") if with_vectors else None
-    for i, (doc, meta) in enumerate(zip(res["documents"], res["metadatas"], strict=True)):
-        meta = dict(meta)
-        meta.pop(TERMS, None)  # the lexical index's, not the unit's
-        if vectors is not None:
-            meta["_vector"] = np.asarray(vectors[i], dtype=np.float32)
-        out.append(Record(kind, meta["unit_id"], doc or "", meta))
-    return out
-
-
-def _make_client(*, path: str | Path | None, url: str | None) -> Any:
-    import chromadb
-    from chromadb.config import Settings
-
-    settings = Settings(anonymized_telemetry=False, allow_reset=False)
-    if url:
-        parsed = urlparse(url if "://" in url else f"http://{url}")
-        if not parsed.hostname:
-            msg = f"bad Chroma server URL {url!r}: expected http://host:port"
-            raise StoreError(msg)
-        try:
-            client = chromadb.HttpClient(
-                host=parsed.hostname, port=parsed.port or 8000, ssl=parsed.scheme == "https", settings=settings
-            )
-        except Exception as exc:
-            msg = f"cannot reach the Chroma server at {url}: {exc}"
-            raise StoreError(msg) from exc
-        return ServerGuard(client, url)
-    if path is None:
-        msg = "MemoryStore needs a path (embedded Chroma) or a url (Chroma server)"
-        raise StoreError(msg)
-    Path(path).mkdir(parents=True, exist_ok=True)
-    return chromadb.PersistentClient(path=str(path), settings=settings)
-
-
-def _transport_errors() -> tuple[type[BaseException], ...]:
-    import httpx
-
-    return (httpx.TransportError, ConnectionError)
-
-
-# Three read races of a Chroma server (1.5.x) with another client's writes; in each the next try succeeds,
-# so these calls are repeated a bounded number of times before the error is raised:
-# - "Error creating hnsw segment reader: Nothing found on disk" (chroma-core/chroma#4212): a read of a
-#   collection another client is writing for the first time; its vector segment is not flushed yet.
-# - "Error finding id": a read that found a row in the metadata and not in the vectors, because another
-#   client deleted it in between (in CI, two processes appending to one conversation: one failed a read while
-#   consolidating the tree, as the other wrote). Measured on a loopback server, one client upserting and deleting
-#   20 rows at a time, another reading them with their vectors: 32 of 1,230 reads failed, each repeat succeeded.
-# - "Error getting embedding": the same race, met when the row is gone from the vectors' store rather than their
-#   index (seen once in CI, in the test above's loop of 1,200 reads).
-_TRANSIENT = ("Error creating hnsw segment reader", "Error finding id", "Error getting embedding")
-_TRANSIENT_ATTEMPTS = 6
-
-
-class PartialReadError(StoreError):
-    """A Chroma server returned rows without their vectors: seen once in a test right after a collection's first
-    write, with no error from the server. Repeated like a transient error; raised only if it lasts.
-    """
-
-
-def _vectors_missing(out: Any, include: Sequence[str] | None) -> bool:
-    """Whether a ``get`` or ``query`` that asked for vectors returned fewer of them than ids."""
-    if not isinstance(out, dict) or "embeddings" not in (include or ()) or not out.get("ids"):
-        return False
-    ids, vectors = out["ids"], out.get("embeddings")
-    if vectors is None or (isinstance(vectors, np.ndarray) and vectors.ndim == 0):  # none (chromadb may wrap it)
-        return True
-    if isinstance(ids[0], list):  # a query: one list per query vector
-        return len(vectors) != len(ids) or any(len(v) != len(i) for v, i in zip(vectors, ids, strict=False))
-    return len(vectors) != len(ids)
-
-
-def _is_transient(exc: BaseException) -> bool:
-    from chromadb.errors import ChromaError
-
-    return isinstance(exc, PartialReadError) or (
-        isinstance(exc, ChromaError) and any(text in str(exc) for text in _TRANSIENT)
-    )
-
-
-class ServerGuard:
-    """A Chroma server client, or one of its collections, whose lost connections are :class:`StoreError`.
-
-    chromadb lets ``httpx`` errors through when the server stops or restarts; a caller
-    (the CLI above all) should hear which server went away and what to do, not get a
-    traceback from deep inside an HTTP library. A call the server fails with a known
-    transient error (see ``_TRANSIENT``) is repeated, at most ``_TRANSIENT_ATTEMPTS`` times, and so is a read that
-    asked for vectors and got fewer than its ids (:class:`PartialReadError`, raised if it lasts).
-    Attributes pass through unchanged; collections a call returns come back guarded too.
-
-    Args:
-        target: a ``chromadb.HttpClient`` or a collection of one.
-        url: the server's address, for the message.
-
-    Example:
-        >>> client = ServerGuard(chromadb.HttpClient(port=1), "http://127.0.0.1:1")  # doctest: +SKIP
-        >>> client.list_collections()  # doctest: +SKIP
-        Traceback (most recent call last):
-        StoreError: the Chroma server at http://127.0.0.1:1 stopped answering (ConnectError: ...); ...
-    """
-
-    def __init__(self, target: Any, url: str) -> None:
-        self._target, self._url = target, url
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._target, name)
-        return self._guarded(value) if callable(value) else value
-
-    def _guarded(self, method: Callable[..., Any]) -> Callable[..., Any]:
-        from chromadb.api.models.Collection import Collection
-
-        def checked(*args: Any, **kwargs: Any) -> Any:
-            out = method(*args, **kwargs)
-            if _vectors_missing(out, kwargs.get("include")):
-                msg = (
-                    f"the Chroma server at {self._url} returned rows without all their vectors "
-                    f"({_TRANSIENT_ATTEMPTS} tries); re-run the same command"
-                )
-                raise PartialReadError(msg)
-            return out
-
-        @functools.wraps(method)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            retrying = Retrying(
-                retry=retry_if_exception(_is_transient),
-                stop=stop_after_attempt(_TRANSIENT_ATTEMPTS),
-                wait=wait_exponential(multiplier=0.05, max=2.0),
-                reraise=True,
-            )
-            try:
-                out = retrying(checked, *args, **kwargs)
-            except _transport_errors() as exc:
-                msg = (
-                    f"the Chroma server at {self._url} stopped answering ({type(exc).__name__}: {exc}); "
-                    "start it again and re-run the same command: what was stored is kept, the rest is redone"
-                )
-                raise StoreError(msg) from exc
-            return ServerGuard(out, self._url) if isinstance(out, Collection) else out
-
-        return call

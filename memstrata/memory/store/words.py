@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from memstrata.memory.store import tenant
-from memstrata.memory.store.tables import sqlite_connection, sqlite_transaction
+from memstrata.memory.store.sqlite_table import sqlite_connection, sqlite_transaction
 
 WORDS_FILE = "memstrata_words.sqlite3"
 _TOKEN = re.compile(r"[^\W_]+")  # what FTS5's unicode61 tokenizer keeps as one token

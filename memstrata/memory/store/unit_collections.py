@@ -1,0 +1,164 @@
+"""The vector store's Chroma side: its client, and one collection per unit kind checked against its embedder.
+
+:class:`UnitCollections` is the base of :class:`~memstrata.memory.store.vectors.VectorStore`, which sets the
+attributes declared here when it opens. A collection is made only for a registered kind, and one built with
+another embedder is an :class:`EmbedderMismatchError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+
+from memstrata.memory import levels
+from memstrata.memory.embeddings import embedder_identity
+from memstrata.memory.store.chroma_client import _make_client
+from memstrata.memory.store.tables import COLLECTION_PREFIX
+from memstrata.memory.store.tenant import StoreError
+from memstrata.memory.store.write_log import WriteLog
+
+logger = logging.getLogger(f"{__package__}.vectors")  # a logging setup naming the vector store's logger gets these
+
+
+class EmbedderMismatchError(StoreError):
+    """A collection was built with another embedder than the one the store was opened with."""
+
+
+class UnitCollections:
+    """The Chroma client of a vector store and its collections, one per unit kind, opened on first use."""
+
+    embeddings: Embeddings
+    embedder_name: str | None
+    _dim: int | None
+    _client: Any
+    _path: str | Path | None
+    location: str
+    _collections: dict[str, Any]
+    _lock: threading.Lock
+    versions: WriteLog
+
+    def _identity(self) -> tuple[str, int]:
+        if self.embedder_name is None or self._dim is None:
+            self.embedder_name, self._dim = embedder_identity(self.embeddings)
+        assert self._dim is not None, "embedder_identity always gives the dimension"
+        return str(self.embedder_name), int(self._dim)
+
+    def collection(self, kind: str) -> Any:
+        """The collection of one unit kind, checked against this store's embedder."""
+        with self._lock:
+            if kind not in self._collections:
+                self._collections[kind] = self._open(kind)
+            return self._collections[kind]
+
+    def _open(self, kind: str) -> Any:
+        name, dim = self._identity()
+        meta = {"embedder": name, "dimension": dim, "hnsw:space": "cosine"}
+        if kind in {lv.kind for lv in levels.levels()}:
+            col = self.client.get_or_create_collection(COLLECTION_PREFIX + kind, metadata=meta, embedding_function=None)
+        else:  # an unregistered kind is read only if it was stored before; never a new stray collection
+            try:
+                col = self.client.get_collection(COLLECTION_PREFIX + kind, embedding_function=None)
+            except Exception as exc:
+                msg = f"unknown unit kind {kind!r}; registered kinds: {[lv.kind for lv in levels.levels()]}"
+                raise StoreError(msg) from exc
+        found = col.metadata or {}
+        if found.get("embedder") != name or int(found.get("dimension", -1)) != dim:
+            msg = (
+                f"collection {col.name!r} at {self.location} was built with embedder "
+                f"{found.get('embedder')!r} (dimension {found.get('dimension')}), but this store was opened with "
+                f"{name!r} (dimension {dim}). Open it with the same embedder, or re-embed everything with "
+                f"`memstrata reindex` (MemoryStore.reindex())."
+            )
+            raise EmbedderMismatchError(msg)
+        return col
+
+    @property
+    def client(self) -> Any:
+        """The Chroma client. After :meth:`close`, an embedded store's next use opens a new one."""
+        client = self._client
+        if client is None:
+            client = self._client = _make_client(path=self._path, url=None)
+        return client
+
+    def close(self) -> None:
+        """Hand back what an embedded store's Chroma client holds (its collections' HNSW indexes, loaded whole on
+        the first search: 10 GB for a 1M-turn user) once no other client of this process uses the same folder.
+        A later use of the store opens a new client (a call already inside Chroma when it closes may fail). A server
+        store, or a client passed in, is left open. A store that reopened its client because another process wrote
+        (:meth:`_reopen`) hands nothing back: chromadb still counts the client it replaced.
+        """
+        close = getattr(self._client, "close", None)  # chromadb >= 1.5: Client.close() releases the shared system
+        if self._path is not None and close is not None:
+            with self._lock:
+                close()
+                self._collections.clear()
+                self._client = None
+
+    def _reopen(self) -> None:
+        """A new embedded client, whose index readers load what other processes wrote since.
+
+        Embedded Chroma keeps each collection's HNSW index in memory and does not see another process's
+        writes to it (metadata and documents it does see); a read that meets a new record then fails with
+        "Error finding id" (chroma-core/chroma#3792). Chroma caches one system per path, so that entry is dropped first.
+        A Chroma server (``url``) has no such problem and is the supported way to share a store.
+        """
+        from chromadb.api.shared_system_client import SharedSystemClient
+
+        logger.info("reopening the embedded Chroma client at %s: another process wrote", self.location)
+        with self._lock:
+            identifier = getattr(self._client, "_identifier", None)
+            if identifier is not None:  # a client without one has no cached system to drop
+                SharedSystemClient._identifier_to_system.pop(identifier, None)
+            self._client = _make_client(path=self._path, url=None)
+            self._collections.clear()
+
+    def _read(self, kind: str, method: str, **ask: Any) -> dict[str, Any]:
+        """A Chroma read (``get`` or ``query``), repeated once on a fresh client when this one is stale."""
+        try:
+            return getattr(self.collection(kind), method)(**ask)
+        except Exception as exc:
+            if self._path is None or "Error finding id" not in str(exc):
+                raise
+            self._reopen()  # another process wrote: this process's in-memory index readers are stale
+            return getattr(self.collection(kind), method)(**ask)
+
+    def stored_kinds(self) -> list[str]:
+        """Every unit kind with a collection here: the registered ones and any a plugin left behind."""
+        names = [c if isinstance(c, str) else c.name for c in self.client.list_collections()]
+        found = {n.removeprefix(COLLECTION_PREFIX) for n in names if n.startswith(COLLECTION_PREFIX)}
+        found = {k for k in found if not k.startswith("_")}  # edge and counter tables are not unit kinds
+        return sorted(found | {lv.kind for lv in levels.levels()})
+
+    def reindex(self, *, progress: Any = None) -> dict[str, int]:
+        """Re-embed every collection with this store's embedder (after a model change)."""
+        name, dim = self._identity()
+        counts = {}
+        for kind in self.stored_kinds():
+            cname = COLLECTION_PREFIX + kind
+            try:
+                old = self.client.get_collection(cname, embedding_function=None)
+            except Exception:  # noqa: BLE001 - a missing collection is nothing to reindex
+                continue
+            data = old.get(include=["documents", "metadatas"])
+            self.client.delete_collection(cname)
+            self._collections.pop(kind, None)
+            col = self.collection(kind)
+            texts = [m.get("embed_text") or d for d, m in zip(data["documents"], data["metadatas"], strict=True)]
+            for start in range(0, len(texts), 256):
+                stop = start + 256
+                col.add(
+                    ids=data["ids"][start:stop],
+                    documents=data["documents"][start:stop],
+                    metadatas=data["metadatas"][start:stop],
+                    embeddings=self.embeddings.embed_documents(texts[start:stop]),
+                )
+                if progress:
+                    progress(kind, min(stop, len(texts)), len(texts))
+            counts[kind] = len(texts)
+        self.versions.bump_all()
+        logger.info("reindexed %s with %s (%d)", self.location, name, dim)
+        return counts
