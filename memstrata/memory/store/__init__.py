@@ -1,6 +1,11 @@
 """The store: units with vectors, graph and tree edges, and per-unit counters, under one tenant scope.
 
-- :mod:`~memstrata.memory.store.vectors`: the units and their vectors (Chroma);
+- :mod:`~memstrata.memory.store.vectors`: the units and their vectors (Chroma), built on the client and one collection
+  per kind (:mod:`~memstrata.memory.store.unit_collections`, :mod:`~memstrata.memory.store.chroma_client`), with
+  what a read returns (:mod:`~memstrata.memory.store.records`) and the write log search snapshots replay
+  (:mod:`~memstrata.memory.store.write_log`);
+- :mod:`~memstrata.memory.store.held_facts`: a conversation's closed facts, its theme graph's edges and its speakers,
+  held by this process between writes and checked against the store;
 - :mod:`~memstrata.memory.store.edges`: edges between units (a SQLite file in the data folder in
   embedded mode; a Chroma collection in server mode, so every process and machine sees them);
 - :mod:`~memstrata.memory.store.counters`: reinforcement, recall, last access and tier per unit,
