@@ -11,8 +11,9 @@ user first (never by a store's ``id``):
 - ``tiers``: HMO's held active tiers, per (user, conversation) (:mod:`~memstrata.memory.index.active`);
 - ``sessions``: the whole sessions the bounded path read (:mod:`~memstrata.memory.index.sessions`), bounded on its own
   by ``Context.bounded_cache_units``;
-- ``facts``: the facts and episodes of the conversations ingestion wrote last, per (user, conversation), the
-  latest :data:`~memstrata.memory.store.held_facts.MAX_HELD` of them (:mod:`memstrata.memory.store.held_facts`);
+- ``facts``: the facts and episodes of the conversations ingestion wrote last, with their theme graph's edges and
+  their speakers, per (user, conversation), the latest :data:`~memstrata.memory.store.held_facts.MAX_HELD` of them
+  (:mod:`memstrata.memory.store.held_facts`);
 - ``sizes``: whether each scope is past ``snapshot_max_turns``, per (user, conversation, threshold), and ``vectors``:
   query vectors by text, the latest ``Context.query_vector_cache`` of them (:mod:`memstrata.runtime.search`).
 
