@@ -21,7 +21,8 @@ them shows first as a fact it added.
 
 What it cannot see is another process rewriting a stored fact in place under the same id while its episode stays
 as it was (the entity stage's subject and supersession fields); a fact read from Chroma a moment before that write
-would be as old.
+would be as old. Nor does it see another process's turns until that process's facts show: a speaker who is new there
+is missing from :func:`speakers` until then, and a speaker with no closed fact gets no persona anyway.
 """
 
 from __future__ import annotations
