@@ -182,7 +182,7 @@ def similar_facts(edges: Sequence[Edge]) -> dict[str, list[tuple[str, float]]]:
     """The stored fact-to-fact lists of this graph: each fact's neighbours and weights, best first."""
     out: dict[str, list[tuple[str, float]]] = {}
     for e in edges:
-        if e.rel == SIMILAR and e.src_kind == "fact" and e.dst_kind == "fact":
+        if _fact_to_fact(e):
             out.setdefault(e.src, []).append((e.dst, e.weight))
     for near in out.values():
         near.sort(key=lambda p: -p[1])
