@@ -96,6 +96,7 @@ REAL_PARAMS = {("test_edges_counters.py", "backend"): "chroma", ("test_levels.py
 INTEGRATION = {
     # the packaged MiniLM, in this process or in the command a test runs
     "test_bench.py::test_bench_scale_smoke",
+    "test_bench_tenants.py::test_bench_tenants_smoke",
     "test_bench_chat.py::test_the_command_writes_json_and_a_plot",
     "test_chat_writes.py::test_three_messages_written_one_at_a_time_are_three_turns_and_the_cat_is_found",
     "test_chat_writes.py::test_a_retrieval_before_the_first_write_leaves_nothing_that_breaks_the_next",
@@ -115,6 +116,7 @@ SLOW = {
     "test_crash_resume.py::test_killed_llm_mode_ingest_resumes_to_exactly_a_clean_run": 1480,
     "test_crash_resume.py::test_killed_ingest_resumes_to_exactly_a_clean_run": 110,
     "test_bench.py::test_bench_scale_smoke": 137,
+    "test_bench_tenants.py::test_bench_tenants_smoke": 53,
     "test_isolation.py::test_a_thousand_queries_through_every_entry_point_never_cross_tenants": 86,
     "test_readme.py::test_readme_example_runs": 59,
     "test_locomo_integration.py": 39,  # its module fixture ingests a LoCoMo conversation with MiniLM

@@ -1,4 +1,5 @@
-r"""``memstrata bench``: benchmark commands (mounted by the main CLI as a sub-app): locomo, longmemeval, chat, scale.
+r"""``memstrata bench``: benchmark commands (mounted by the main CLI as a sub-app): locomo, longmemeval, chat,
+chat-turn, scale, tenants.
 
 Example:
     $ python -m memstrata.bench.cli locomo ../shared/data/locomo/locomo10.json \
@@ -445,6 +446,67 @@ def scale(
     if result["sizes"]:
         plot_scale(result, plot)
     console.print(f"wrote {out}" + (f" and {plot}" if result["sizes"] else ""))
+
+
+@bench_app.command("tenants")
+def tenants(
+    path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="locomo10.json")],
+    users: Annotated[int, typer.Option(min=2, help="users in the one store")] = 1000,
+    conversation: Annotated[str, typer.Option(help="the LoCoMo conversation every user is grown from")] = "conv-26",
+    sessions: Annotated[int, typer.Option(min=1, help="its first N sessions make a user's memory")] = 3,
+    warm_users: Annotated[int, typer.Option(min=1, help="users asked every question (the rest: one each)")] = 10,
+    budget: Annotated[int, typer.Option(help="context budget of every question")] = 1500,
+    vector_noise: Annotated[
+        float, typer.Option(help="norm of each copy's Gaussian noise on the vectors (0: the source's vectors)")
+    ] = 0.5,
+    seed: Annotated[int, typer.Option(help="which users are the warm ones")] = 0,
+    server: Annotated[
+        bool,
+        typer.Option("--server", metavar="", help="the store in a `chroma run` server started here (loopback)"),
+    ] = False,
+    workdir: Annotated[Path | None, typer.Option(help="where the store is built (default: a temp folder)")] = None,
+    out: Annotated[Path, typer.Option(help="results JSON")] = Path("benchmarks/results/tenants.json"),
+    plot: Annotated[Path, typer.Option(help="query latency PNG")] = Path("benchmarks/results/tenants_latency.png"),
+) -> None:
+    """Many users in one store: a user's query among them against the same user alone, and the serving peak."""
+    import shutil
+    import tempfile
+
+    from memstrata.bench.chroma_run import start_chroma
+    from memstrata.bench.tenants import NOTE, plot_tenants, run_tenants
+
+    console = Console()
+    folder = Path(tempfile.mkdtemp(prefix="memstrata-tenants-", dir=workdir))
+    chroma = start_chroma(folder / "chroma") if server else None
+    try:
+        result = run_tenants(
+            path,
+            folder=folder,
+            conversation=conversation,
+            sessions=sessions,
+            users=users,
+            warm_users=warm_users,
+            budget=budget,
+            noise=vector_noise,
+            seed=seed,
+            url=chroma.url if chroma else None,
+            server_peak=chroma.peak_mb if chroma else lambda: None,
+            progress=console.print,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    finally:
+        if chroma:
+            chroma.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+    result["command"] = command_line()
+    result["provenance"] = provenance(result["command"]) | {"note": NOTE}
+    result["deployment"] = "chroma run" if server else "embedded"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    plot_tenants(result, plot)
+    console.print_json(json.dumps({k: v for k, v in result.items() if k not in ("latencies", "provenance")}))
+    console.print(f"wrote {out} and {plot}")
 
 
 if __name__ == "__main__":
