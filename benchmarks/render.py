@@ -491,7 +491,62 @@ def _lme_cost(result: dict[str, Any]) -> str:
     )
 
 
-SECTIONS: tuple[Callable[[Results], str], ...] = (locomo, scale, tiers, chat, llm_mode)
+def tenants(results: Results) -> str:
+    """Many users in one store: a user's query among them against the same user alone, and the serving peak."""
+    names = tuple(name for name in ("tenants", "tenants_server") if name in results)
+    rows = []
+    for name in names:
+        result = results[name]
+        for where, label in (("alone", "alone"), ("shared", f"among {count(result['users'])} users")):
+            m = result[where]
+            server = m.get("server_peak_mb")
+            rows.append(
+                [
+                    result["deployment"],
+                    label,
+                    f"{m['warm_p50_ms']:.0f} / {m['warm_p95_ms']:.0f}",
+                    f"{m['cold_p50_ms']:.0f} / {m['cold_p95_ms']:.0f}",
+                    f"{count(m['warm_queries'])} / {count(m['cold_queries'])}",
+                    pct(m["recall_all"]),
+                    str(m["foreign_citations"]),
+                    count(m["query_process_peak_mb"]) + (f" (server {count(server)})" if server else ""),
+                ]
+            )
+    first = results[names[0]]
+    ratios = "; ".join(
+        f"{results[n]['deployment']}: warm among users / alone "
+        f"{results[n]['shared']['warm_p50_ms'] / results[n]['alone']['warm_p50_ms']:.2f}, cold / warm among users "
+        f"{results[n]['shared']['cold_p50_ms'] / results[n]['shared']['warm_p50_ms']:.2f}, growth "
+        f"{count(results[n]['copy_s'])} s, the first user's citations the same as alone: "
+        f"{'yes' if results[n]['source_same_citations'] else 'no'}"
+        for n in names
+    )
+    return "\n\n".join(
+        [
+            "## Tenants: one user among many in one store",
+            f"Each user holds the first {first['sessions']} sessions of LoCoMo's {first['conversation']} "
+            f"({first['turns_per_user']} turns, {first['questions']} questions, B={first['budget']}); a fresh query "
+            "process asks the warm users every question and serves every other user one (a cold query each).",
+            table(
+                [
+                    "deployment",
+                    "the user",
+                    "warm p50 / p95 ms",
+                    "cold p50 / p95 ms",
+                    "warm / cold queries",
+                    "recall_all %",
+                    "cited turns of another user",
+                    "query-process peak MB",
+                ],
+                rows,
+            ),
+            f"p50 ratios: {ratios}.",
+            provenance(results, names),
+        ]
+    )
+
+
+SECTIONS: tuple[Callable[[Results], str], ...] = (locomo, scale, tiers, tenants, chat, llm_mode)
 FILES = (
     "locomo",
     "locomo_baselines",
@@ -500,6 +555,7 @@ FILES = (
     "scale_10k",
     "scale_1m",
     "scale_server",
+    "tenants",
     "chat_counting",
     "chat_conv26",
     "locomo_reader_oracle",
@@ -507,10 +563,16 @@ FILES = (
     "llm_mode",
 )
 
+OPTIONAL = ("tenants_server",)  # rendered when present: a run not every machine can make in one sitting
+
 
 def load(folder: Path = RESULTS) -> Results:
     """The results files the tables read, by name."""
-    return {name: json.loads((folder / f"{name}.json").read_text(encoding="utf-8")) for name in FILES}
+    found = {name: json.loads((folder / f"{name}.json").read_text(encoding="utf-8")) for name in FILES}
+    for name in OPTIONAL:
+        if (folder / f"{name}.json").exists():
+            found[name] = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
+    return found
 
 
 def render(results: Results) -> str:
