@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 from conftest import EXAMPLE, REPO
@@ -247,27 +248,49 @@ def test_a_unit_deleted_and_written_again_keeps_its_row(data_dir, hash_embedding
     assert len(dates) == len(index.turns) - 1  # the column grew with the new turn
 
 
-def test_a_new_whole_memory_snapshot_is_frozen_out_of_gc_scans(data_dir, hash_embeddings) -> None:
-    import gc
+def _garbage_cycle() -> Any:
+    """A weak reference to an object only a garbage collection frees."""
     import weakref
 
     class Node:
         pass
 
+    cycle = Node()
+    cycle.self = cycle  # type: ignore[attr-defined]  # garbage only a collection frees
+    return weakref.ref(cycle)
+
+
+def test_a_new_whole_memory_snapshot_is_frozen_out_of_gc_scans(data_dir, hash_embeddings) -> None:
+    import gc
+
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     mem.ingest({"conversation_id": "c", "messages": json.loads(EXAMPLE.read_text())["messages"]}, user_id="u")
-    cycle = Node()
-    cycle.self = cycle  # garbage only a collection frees
-    gc.freeze()  # as if an earlier snapshot froze it
-    alive = weakref.ref(cycle)
-    del cycle
+    gc.unfreeze()  # nothing frozen yet: the first snapshot of a process settles
+    alive = _garbage_cycle()
     try:
         index = MemoryIndex.load(mem.store, user_id="u", freeze=True)
-        assert alive() is None  # unfrozen and collected before the new freeze
+        assert alive() is None  # collected before the freeze
         assert gc.get_freeze_count() > 0
         assert not any(obj is index for obj in gc.get_objects())  # frozen objects are not scanned
     finally:
         gc.unfreeze()
+
+
+def test_a_small_snapshot_beside_many_frozen_objects_skips_the_full_collection(data_dir, hash_embeddings) -> None:
+    """A server's many small users: the whole-process collection runs once in several of them, not at each."""
+    import gc
+
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest({"conversation_id": "c", "messages": json.loads(EXAMPLE.read_text())["messages"]}, user_id="u")
+    alive = _garbage_cycle()
+    gc.freeze()  # as if an earlier settle froze the process: far more than the new snapshot adds
+    try:
+        index = MemoryIndex.load(mem.store, user_id="u", freeze=True)
+        assert alive() is not None  # no full collection ran
+        assert any(obj is index for obj in gc.get_objects())  # left to the collector, not frozen
+    finally:
+        gc.unfreeze()
+        gc.collect()
 
 
 def test_the_size_check_reads_the_store_only_while_no_snapshot_is_held(data_dir, hash_embeddings, monkeypatch) -> None:
