@@ -122,7 +122,7 @@ class RetrievalState(TypedDict, total=False):
     """The retrieval graph's state: the query's sub-queries, rounds, hits and answers as the nodes build them."""
 
     query: str
-    run_key: str  # names the query's shared LLM meter (see memstrata.runtime.step)
+    run_key: str  # names the query's search working set (memstrata.runtime.node); made by its first node
     sub_queries: list[Query]
     active: list[Query]  # the queries searched this round (a wave of sub-queries, or a rewrite)
     searched: list[str]  # ids of the sub-queries searched so far (dependents wait for their prerequisites)
@@ -145,7 +145,8 @@ class RetrievalState(TypedDict, total=False):
     context: str
     context_tokens: int
     events: Annotated[list[dict[str, Any]], add]
-    llm_calls: Annotated[list[dict[str, Any]], add]
+    llm_calls: Annotated[list[dict[str, Any]], add]  # every call's record: a node's meter is built from them
+    opens: Annotated[dict[str, int], merge_dicts]  # node -> its runs that opened the runtime, for the trace
     trace: dict[str, Any]
 
 
@@ -155,8 +156,8 @@ class SelectBatch(TypedDict):
     query: Query
     entries: list[Hit]
     round: int
-    run_key: str
-    llm_calls: list[dict[str, Any]]
+    llm_calls: list[dict[str, Any]]  # the query's calls so far
+    llm_budget: int | None  # this branch's ceiling on the query's spent tokens (memstrata.runtime.llm.branch_budget)
 
 
 class SubQueryTask(TypedDict):
@@ -170,8 +171,8 @@ class SubQueryTask(TypedDict):
     main: bool  # the round's main query: its answer is the round's answer_i
     iteration: int
     round: int
-    run_key: str
-    llm_calls: list[dict[str, Any]]
+    llm_calls: list[dict[str, Any]]  # the query's calls so far
+    llm_budget: int | None  # this branch's ceiling on the query's spent tokens (memstrata.runtime.llm.branch_budget)
     offline: bool  # the token budget cannot afford this call before the answer's: the branch decides by its rule
 
 

@@ -1,8 +1,9 @@
-"""LLM mode's control flow (HyMem Algorithm 1, H-Mem's dependent sub-queries), the shared budget, and the oracle."""
+"""LLM mode's control flow (HyMem Algorithm 1, H-Mem's dependent sub-queries), the query's budget, and the oracle."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections import defaultdict, deque
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,8 @@ from memstrata.bench.oracle_reader import OracleReader
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.plan.rules import anchored_follow_up, dependent_rewrite
 from memstrata.memory.search.query import Hit
-from memstrata.runtime.llm import Meter, decide, usage_of
+from memstrata.runtime import llm, node, step
+from memstrata.runtime.llm import Meter, branch_budget, decide, usage_of
 from memstrata.runtime.step import MeterView, SharedMeter
 from memstrata.testing import ScriptedChatModel
 
@@ -172,7 +174,8 @@ async def _three_parallel(meters: list[Meter]) -> list[str]:
     return [how for _value, how in await asyncio.gather(*runs)]
 
 
-async def test_budget_holds_exactly_across_parallel_branches() -> None:
+async def test_budget_holds_exactly_across_a_node_runs_concurrent_calls() -> None:
+    """The calls one node run makes side by side (e.g. ``next_wave``'s rewrites) reserve on its one meter."""
     probe = Meter()
     await _three_parallel([probe])
     cost = probe.calls[0].prompt_tokens + probe.calls[0].completion_tokens
@@ -182,8 +185,64 @@ async def test_budget_holds_exactly_across_parallel_branches() -> None:
     outcomes = await _three_parallel([MeterView(shared) for _ in range(3)])
     assert sorted(outcomes) == ["ok", "ok", "skipped_budget"]
     assert shared.spent == 2 * cost <= budget and shared.reserved == {}
-    copies = await _three_parallel([Meter(budget=budget) for _ in range(3)])  # the old per-branch copies
+    copies = await _three_parallel([Meter(budget=budget) for _ in range(3)])  # unshared copies
     assert copies == ["ok"] * 3  # ... each saw the whole budget: 3 * cost > budget
+
+
+def test_branch_budgets_never_sum_above_what_is_left() -> None:
+    assert branch_budget(None, [], 3) is None
+    for budget in (0, 1, 7, 100, 20000):
+        for spent in (0, 1, budget // 2, budget, budget + 5):
+            calls = [{"prompt_tokens": spent, "completion_tokens": 0}]
+            for ways in range(1, 9):
+                ceiling = branch_budget(budget, calls, ways)
+                assert ceiling is not None and ceiling >= spent
+                assert ways * (ceiling - spent) <= max(0, budget - spent), (budget, spent, ways)
+
+
+SHARED = {"llm_max_tokens": 60, "llm_batch_size": 3, "max_fanout": 3}  # three selection branches
+
+
+@pytest.mark.parametrize("room", ["for one call", "for every call"])
+async def test_parallel_branches_share_what_is_left_and_never_overspend_it(
+    mem: Memstrata, monkeypatch: pytest.MonkeyPatch, room: str
+) -> None:
+    """Each selection branch gets a third of what the plan and the gate left: when each alone could afford its call
+    from the whole remainder but not all three could, none is made (and branches that each saw the whole remainder
+    would overspend it); when the remainder holds all three, all are made.
+    """
+    full = await _ask(mem, Script(gate=[{"finished": 2, "answer": ""}]), **SHARED)
+    records = full.trace["llm"]["records"]
+    assert [r["node"] for r in records[:2]] == ["decompose", "gate"]
+    before = sum(r["prompt_tokens"] + r["completion_tokens"] for r in records[:2])
+    prompts = [r["prompt_tokens"] for r in records if r["node"] == "select_level1"]
+    need = max(prompts) + SHARED["llm_max_tokens"]  # what one selection call reserves
+    assert len(prompts) == 3 and sum(prompts) > need + 1
+    budget = before + (need + 1 if room == "for one call" else 3 * need + 3)
+    result = await _ask(mem, Script(gate=[{"finished": 2, "answer": ""}]), llm_token_budget=budget, **SHARED)
+    outcomes = [r["outcome"] for r in result.trace["llm"]["records"] if r["node"] == "select_level1"]
+    assert result.trace["budget"]["spent"] <= budget
+    if room == "for every call":
+        assert outcomes == ["ok"] * 3
+        return
+    assert outcomes == ["skipped_budget"] * 3 and result.trace["budget"]["halted_at"] == "select_level1"
+    monkeypatch.setattr(llm, "branch_budget", lambda budget, calls, ways: budget)  # every branch: the whole rest
+    copies = await _ask(mem, Script(gate=[{"finished": 2, "answer": ""}]), llm_token_budget=budget, **SHARED)
+    assert copies.trace["budget"]["spent"] > budget
+
+
+async def test_no_meter_outlives_its_query(mem: Memstrata) -> None:
+    """A query's meter is built from its state: the runtime keeps no registry of meters, and none survives 300
+    queries (the old registry held up to 256).
+    """
+    for module in (step, node):
+        held = [k for k, v in vars(module).items() if not k.startswith("__") and isinstance(v, (dict, list, set))]
+        assert held == [], f"{module.__name__} keeps {held} at module level"
+    await _ask(mem, Script(gate=[{"finished": 2, "answer": ""}]), **SHARED)  # with Send branches
+    for _ in range(300):
+        await mem.aretrieve(QUESTION, user_id="u")
+    gc.collect()
+    assert [o for o in gc.get_objects() if isinstance(o, (step.SharedMeter, step.MeterView, step.Step))] == []
 
 
 async def test_at_the_budget_the_query_stops_deepening_and_says_so(mem: Memstrata) -> None:

@@ -179,7 +179,7 @@ def test_ingestion_steps_get_ingest_model_and_query_steps_get_model() -> None:
     writer, answerer = CountingChatModel(), CountingChatModel()
     ctx = Context(user_id="u", model=answerer, ingest_model=writer)
     assert Step.for_ingestion(ctx).model is writer
-    assert Step.for_query(ctx, None).model is answerer
+    assert Step.for_query(ctx).model is answerer
 
 
 @needs_wiring

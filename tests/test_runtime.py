@@ -124,7 +124,7 @@ def test_ingestion_and_retrieval_meter_through_the_same_step() -> None:
     from memstrata.context import Context
 
     ctx = Context(user_id="u")
-    ingest, query = Step.for_ingestion(ctx), Step.for_query(ctx, None)
+    ingest, query = Step.for_ingestion(ctx), Step.for_query(ctx)
     assert type(ingest) is type(query) is Step
     assert ingest.shared.budget is None and query.shared.budget == ctx.llm_token_budget
     offline = ingest.sibling(offline=True)

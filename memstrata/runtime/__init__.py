@@ -5,7 +5,7 @@
 * :mod:`~memstrata.runtime.llm`: the model client: structured decisions with retries and fallbacks,
   streamed answers, token metering;
 * :mod:`~memstrata.runtime.step`: :class:`~memstrata.runtime.step.Step`, the one metered model call
-  every node makes, and the query's shared token budget;
+  every node makes, and a query's token budget, metered from the calls its state holds;
 * :mod:`~memstrata.runtime.search`: the search handle a retrieval node opens once (snapshot, query
   vectors, scoring settings, reference time, entity graph, the theme path's settings);
 * :mod:`~memstrata.runtime.process`: process-wide helpers (BLAS threads, heap trimming).

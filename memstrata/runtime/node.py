@@ -3,19 +3,21 @@
 A node used to ask the runtime for each piece in turn (the store, the model, the snapshot, query
 vectors, the scoring settings, the reference time, the entity graph), about 27 round trips on an
 offline deep query. Now each node run opens one :class:`NodeRun` and then calls into
-:mod:`memstrata.memory` with what it holds. Every open is counted on the query's meter, and the
-answer's trace reports the counts (``trace["runtime_opens"]``, per node).
+:mod:`memstrata.memory` with what it holds. A retrieval node counts its open in its update
+(:attr:`NodeRun.opens`, summed by the state's reducer), and the answer's trace reports the counts
+(``trace["runtime_opens"]``, per node).
 
 Example:
     >>> run = await open_node(runtime, "lookup_level1", state, queries=queries, graph=True)  # doctest: +SKIP
     >>> light_lookup(run.index, queries, run.vectors, weights=run.weights, now=run.now, ...)  # doctest: +SKIP
 
-The node then only reads the fields of its :class:`NodeRun`; the answer node also ends the query through
-it (:meth:`NodeRun.release`, :meth:`NodeRun.end_query`).
+The node then only reads the fields of its :class:`NodeRun`; the answer node also hands the query's working set
+back through it (:meth:`NodeRun.release`).
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,7 +35,7 @@ from memstrata.memory.store import MemoryStore
 from memstrata.memory.tiers.priority import PriorityWeights
 from memstrata.runtime import search
 from memstrata.runtime.resolve import aresolve_store
-from memstrata.runtime.step import Step, close_meter, open_meter
+from memstrata.runtime.step import Step
 
 
 @dataclass
@@ -44,7 +46,9 @@ class NodeRun:
         ctx: the run's settings.
         store: the memory store (the app's, when it compiled the graph with a memstrata store).
         step: the metered model call (``step.model`` is ``None`` offline).
-        run_key: the query's key (retrieval only; ``""`` for ingestion).
+        node: the node's name.
+        run_key: names the query's search working set (made by its first node; ``""`` in a ``Send`` branch, which
+            searches nothing, and in ingestion).
         index: the search snapshot (``search=True``).
         vectors: one vector per query (``queries`` given).
         graph: the entity graph for expansion (``graph=True``; ``None`` when off or empty).
@@ -60,6 +64,7 @@ class NodeRun:
     ctx: Context
     store: MemoryStore
     step: Step
+    node: str
     run_key: str = ""
     index: MemoryIndex | None = None
     vectors: np.ndarray | None = None
@@ -77,6 +82,11 @@ class NodeRun:
         """The coefficients of HMO's priority as read from its prose (Eq. 5; gamma is memstrata's), from ``Context``."""
         return search.tier_weights(self.ctx)
 
+    @property
+    def opens(self) -> dict[str, int]:
+        """This open as the state's ``opens`` counts it: a retrieval node puts it in its update."""
+        return {self.node: 1}
+
     async def probe_archive(self) -> tuple[int, int] | None:
         """In an active HMO tier: how many of the archive's nearest summaries to the queries the tier holds, of how
         many (:func:`memstrata.runtime.search.archive_probe`); ``None`` outside tiers 1-2.
@@ -88,10 +98,6 @@ class NodeRun:
     async def release(self) -> None:
         """The query's candidates are chosen: drop a bounded run's working set and hand its heap back."""
         await search.close_index(self.ctx, self.store, run=self.run_key)
-
-    def end_query(self) -> None:
-        """The answer is given: forget the query's shared meter."""
-        close_meter(self.run_key)
 
 
 async def open_node(
@@ -111,12 +117,13 @@ async def open_node(
         runtime: LangGraph's ``Runtime`` (its ``context`` is the :class:`Context`; its ``store``, when the app
             compiled the graph with a memstrata store, is the memory to use).
         node: the node's name, for the count.
-        state: the node's input (``run_key`` and ``llm_calls`` find the query's meter).
+        state: the node's input: its ``llm_calls`` (and a branch's ``llm_budget``) make the step's meter, its
+            ``run_key`` names the search working set.
         search_index: open the snapshot (bounded runs grow it with ``queries``' candidates).
         queries: embed these (one vector each, ``Query.embed_text``).
         graph: build the entity graph for expansion too, and the theme path's settings.
-        new_query: the query's first node: open its meter.
-        ingest: an ingestion stage (no token budget, no count).
+        new_query: the query's first node: make its run key, unless the state has one.
+        ingest: an ingestion stage (no token budget).
     """
     ctx = runtime.context
     if not isinstance(ctx, Context):  # a run started with no context at all (Studio, the API)
@@ -127,12 +134,11 @@ async def open_node(
         raise ValueError(msg)
     store = await aresolve_store(ctx, getattr(runtime, "store", None))
     if ingest:
-        return NodeRun(ctx, store, Step.for_ingestion(ctx))
+        return NodeRun(ctx, store, Step.for_ingestion(ctx), node)
     state = state or {}
-    key = state.get("run_key") or (open_meter(ctx, state.get("llm_calls")) if new_query else "")
-    step = Step.for_query(ctx, key, state.get("llm_calls"))
-    step.shared.opens[node] = step.shared.opens.get(node, 0) + 1
-    run = NodeRun(ctx, store, step, run_key=key)
+    key = state.get("run_key") or (uuid.uuid4().hex if new_query else "")
+    step = Step.for_query(ctx, state.get("llm_calls") or [], ceiling=state.get("llm_budget"))
+    run = NodeRun(ctx, store, step, node, run_key=key)
     queries = list(queries)
     if search_index:
         large = None

@@ -1,27 +1,28 @@
-"""The one metered model call, :class:`Step`, and the token budget a query's nodes share.
+"""The one metered model call, :class:`Step`, and a query's token budget as its state carries it.
 
 Every node that may ask the model (ingestion and retrieval alike) holds one :class:`Step`:
 the context's model, a meter and, for a query, its budget. :meth:`Step.decide` is the
 structured decision (pydantic schema, retries, deterministic fallback) of
 :func:`memstrata.runtime.llm.decide`.
 
-One LLM token budget per query is shared by every node and every parallel ``Send`` branch.
+A query's meter lives in its run, not in the process. The state's ``llm_calls`` holds the record of every call
+the query made (its reducer appends each node's and each ``Send`` branch's), and a node's meter is built from its
+input (:meth:`Step.for_query`): spent is what those calls cost, and the budget is ``Context.llm_token_budget``,
+or in a parallel branch the lower ceiling ``llm_budget`` of its payload. The node that fans out into n branches
+gives each the tokens spent so far plus ``remaining // n``
+(:func:`~memstrata.runtime.llm.meter.branch_budget`), so the branches together cannot spend more than was left,
+whatever their order; a branch whose share cannot afford its call takes its fallback. Once they merge, the next
+node's meter is again the budget less every call recorded. A state restored from a checkpoint, in any process,
+holds the same calls and so meters the same.
 
-Each node used to rebuild a :class:`~memstrata.runtime.llm.Meter` from the calls in its
-input state, so two parallel branches each saw the same remaining budget and
-together could overspend ``Context.llm_token_budget``. Here the first node of a
-query opens a :class:`SharedMeter` under a run key (a string in the state), and
-every node or branch meters through its own :class:`MeterView` of it.
+Within one node run, the steps that ask the model side by side (:meth:`Step.sibling`) meter through their own
+:class:`MeterView` of the run's one :class:`SharedMeter`. A call is admitted only if its prompt plus the completion
+cap (``Context.llm_max_tokens``) fits in what is neither spent nor reserved by a call in flight; the reservation
+is released when the call's record arrives. So, as long as a reply stays within the completion cap and the prompt
+count is the one the budget was checked with, spent tokens never exceed the budget.
 
-A call is admitted only if its prompt plus the completion cap
-(``Context.llm_max_tokens``) fits in what is neither spent nor reserved by a call
-in flight; the reservation is released when the call's record arrives. So,
-as long as a reply stays within the completion cap and the prompt count is the
-one the budget was checked with, spent tokens never exceed the budget, whatever
-the branches' order.
-
-When the state was restored from a checkpoint in another process the run key is
-unknown; the meter is then rebuilt from the calls the state carries.
+Where the budget stopped a query is read from the same records: the node of its first ``skipped_budget`` call
+(:attr:`Step.halted`).
 
 Example:
     >>> shared = SharedMeter(budget=1000, completion_cap=100)
@@ -32,9 +33,7 @@ Example:
 
 from __future__ import annotations
 
-import uuid
-from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any, TypeVar
 
@@ -46,20 +45,16 @@ from memstrata.runtime.llm import CallRecord, Meter, decide
 from memstrata.runtime.resolve import resolve_model
 
 T = TypeVar("T", bound=BaseModel)
-_OPEN: OrderedDict[str, SharedMeter] = OrderedDict()
-_MAX_OPEN = 256  # runs that died before their answer node must not pile up
 
 
 class SharedMeter:
-    """Spent and reserved tokens of one query, across nodes and branches."""
+    """Spent and reserved tokens of one node run: the calls it started from (a query's so far), then its steps'."""
 
     def __init__(self, *, budget: int | None, completion_cap: int, calls: list[CallRecord] | None = None) -> None:
         self.budget = budget
         self.completion_cap = completion_cap
         self.calls: list[CallRecord] = list(calls or [])
         self.reserved: dict[int, int] = {}
-        self.halted: str | None = None  # the node where the budget stopped the query, if it did
-        self.opens: dict[str, int] = {}  # node -> runs that opened the runtime (open_node)
 
     @property
     def spent(self) -> int:
@@ -89,7 +84,7 @@ class SharedMeter:
 
 
 class MeterView(Meter):
-    """What one node (or branch) hands to :func:`memstrata.runtime.llm.decide`: a window on the shared meter."""
+    """What one step hands to :func:`memstrata.runtime.llm.decide`: a window on its node run's shared meter."""
 
     def __init__(self, shared: SharedMeter) -> None:
         super().__init__(budget=shared.budget)
@@ -103,7 +98,7 @@ class MeterView(Meter):
 
     @property
     def tokens(self) -> int:
-        """Tokens spent by the whole query (every view of the shared meter)."""
+        """Tokens spent by the whole query so far (its earlier calls, and every view's)."""
         return self.shared.spent
 
     @property
@@ -122,40 +117,11 @@ class MeterView(Meter):
         return self.shared.reserve(id(self), prompt_tokens)
 
 
-def open_meter(ctx: Context, calls: list[dict[str, Any]] | None = None) -> str:
-    """Start a query's shared meter; returns its run key (kept in the state)."""
-    key = uuid.uuid4().hex
-    _OPEN[key] = SharedMeter(
-        budget=ctx.llm_token_budget, completion_cap=ctx.llm_max_tokens, calls=[CallRecord(**c) for c in calls or []]
-    )
-    while len(_OPEN) > _MAX_OPEN:
-        _OPEN.popitem(last=False)
-    return key
-
-
-def shared_meter(ctx: Context, key: str | None, calls: list[dict[str, Any]] | None = None) -> SharedMeter:
-    """The query's meter; rebuilt from the state's call records when this process never saw the key."""
-    if key and key in _OPEN:
-        return _OPEN[key]
-    meter = SharedMeter(
-        budget=ctx.llm_token_budget, completion_cap=ctx.llm_max_tokens, calls=[CallRecord(**c) for c in calls or []]
-    )
-    if key:
-        _OPEN[key] = meter
-    return meter
-
-
-def close_meter(key: str | None) -> None:
-    """Forget a finished query's meter."""
-    if key:
-        _OPEN.pop(key, None)
-
-
 class Step:
     """The model side of one node run: the model, and a meter on the budget its calls share.
 
-    Build it with :meth:`for_query` (retrieval: the query's shared budget) or :meth:`for_ingestion`
-    (no token budget; every call is still metered and recorded).
+    Build it with :meth:`for_query` (retrieval: the query's budget, less the calls its state holds) or
+    :meth:`for_ingestion` (no token budget; every call is still metered and recorded).
     """
 
     def __init__(self, ctx: Context, shared: SharedMeter, *, ingest: bool = False) -> None:
@@ -165,11 +131,14 @@ class Step:
         self.meter = MeterView(shared)
 
     @classmethod
-    def for_query(cls, ctx: Context, key: str | None, calls: list[dict[str, Any]] | None = None) -> Step:
-        """A retrieval node's step on the query's meter (``key``: the state's ``run_key``; ``calls`` rebuild a
-        meter this process never saw).
+    def for_query(cls, ctx: Context, calls: Sequence[dict[str, Any]] = (), *, ceiling: int | None = None) -> Step:
+        """A retrieval node's step: its meter starts from ``calls``, the query's records so far (the state's
+        ``llm_calls``), within ``Context.llm_token_budget``, or ``ceiling`` when a fan-out gave the branch a lower
+        one (its payload's ``llm_budget``).
         """
-        return cls(ctx, shared_meter(ctx, key, calls))
+        budget = ctx.llm_token_budget if ceiling is None else min(ceiling, ctx.llm_token_budget)
+        records = [CallRecord(**c) for c in calls]
+        return cls(ctx, SharedMeter(budget=budget, completion_cap=ctx.llm_max_tokens, calls=records))
 
     @classmethod
     def for_ingestion(cls, ctx: Context) -> Step:
@@ -197,10 +166,10 @@ class Step:
         **fmt: Any,
     ) -> tuple[T, str]:
         """One structured decision with the named prompt (``fmt`` fills its placeholders); a call the budget
-        cannot afford halts the query.
+        cannot afford halts the query (its ``skipped_budget`` record says where: :attr:`halted`).
         """
         system = self.ctx.prompt(prompt)
-        value, how = await decide(
+        return await decide(
             self.model,
             schema,
             system.format(**fmt) if fmt else system,
@@ -213,14 +182,13 @@ class Step:
             retries=self.ctx.llm_retries,
             max_tokens=self.ctx.llm_max_tokens,
         )
-        if how == "skipped_budget" and self.shared.halted is None:
-            self.shared.halted = node
-        return value, how
 
     @property
     def halted(self) -> str | None:
-        """The node where ``llm_token_budget`` stopped this query, if it has."""
-        return self.shared.halted
+        """The node where ``llm_token_budget`` stopped this query, if it has: that of its first call the budget
+        could not afford, among the calls the state brought and those of this node run.
+        """
+        return next((c.node for c in self.shared.calls if c.outcome == "skipped_budget"), None)
 
     @property
     def records(self) -> list[dict[str, Any]]:

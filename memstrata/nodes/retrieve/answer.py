@@ -38,7 +38,7 @@ from memstrata.runtime import llm, search
 from memstrata.runtime.llm import CallRecord, Meter
 from memstrata.runtime.node import open_node
 from memstrata.runtime.step import Step
-from memstrata.state import RetrievalState
+from memstrata.state import RetrievalState, merge_dicts
 
 
 async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -75,10 +75,9 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
         text, note = await _answer_text(state, context, step)
         if text and note != "streamed" and not _streamed_by_gate(state):
             await llm.relay_text(text, node="answer")  # an answer written earlier reaches the stream too
-    run.end_query()
     calls = [*state.get("llm_calls", []), *step.records]
     trace = build_trace(state, calls, note, tokens, len(ranked), chosen)
-    trace["runtime_opens"] = dict(step.shared.opens)
+    trace["runtime_opens"] = merge_dicts(state.get("opens"), run.opens)
     trace["tiers"] = tier_trace(state, use)
     trace["persona"] = {**state["persona"], "included": bool(block), "why": why} if state.get("persona") else None
     trace["budget"] = {
@@ -98,6 +97,7 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
         "trace": trace,
         "evidence": evidence,
         "llm_calls": step.records,
+        "opens": run.opens,
     }
 
 

@@ -47,6 +47,7 @@ async def backtrack_level2(state: RetrievalState, runtime: Runtime[Context]) -> 
     if halted:  # the budget ran out during selection: stop deepening, answer with what is there
         return {
             "halted": halted,
+            "opens": run.opens,
             "events": [
                 {
                     "node": "backtrack_level2",
@@ -81,6 +82,7 @@ async def backtrack_level2(state: RetrievalState, runtime: Runtime[Context]) -> 
     kept, redundant = drop_near_duplicates(found, index, max_items=limit, threshold=ctx.duplicate_threshold)
     return {
         "candidates": kept,
+        "opens": run.opens,
         "events": [
             {
                 "node": "backtrack_level2",

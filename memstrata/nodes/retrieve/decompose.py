@@ -99,6 +99,7 @@ async def decompose(state: RetrievalState, runtime: Runtime[Context]) -> dict[st
         "round": 0,
         "run_key": run.run_key,
         "llm_calls": step.records,
+        "opens": run.opens,
         "events": [
             {
                 "node": "decompose",

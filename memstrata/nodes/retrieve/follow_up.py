@@ -28,7 +28,7 @@ from memstrata.memory.tokens import TokenCounter
 from memstrata.nodes.common import progress
 from memstrata.nodes.retrieve.depth import affords, sequential
 from memstrata.nodes.retrieve.prompting import pool_block, ranked_lines
-from memstrata.runtime.llm import GOOD_OUTCOMES
+from memstrata.runtime.llm import GOOD_OUTCOMES, branch_budget
 from memstrata.runtime.node import open_node
 from memstrata.state import RetrievalState, SubQueryTask
 
@@ -42,11 +42,15 @@ class SubAnswer(BaseModel):
 
 
 def follow_up_sends(state: RetrievalState, ctx: Context) -> list[Send]:
-    """One reasoning branch per active query, each with the evidence it found itself (else all of it)."""
+    """One reasoning branch per active query, each with the evidence it found itself (else all of it) and an equal
+    share of what the token budget has left (``llm_budget``), so together they cannot overspend it.
+    """
     ranked = sorted(state.get("candidates", []), key=lambda h: (-h.score, h.key))
     answers = state.get("sub_answers", [])
     offline = not affords(ctx, state.get("events", []))  # no room for the call before the answer's: the rules
     active = list(state.get("active") or [])
+    calls = state.get("llm_calls", [])
+    ceiling = branch_budget(ctx.llm_token_budget, calls, len(active))
     sends = []
     for i, query in enumerate(active):
         own = [h for h in ranked if h.query_id == query.id] if query.id != "q0" else ranked
@@ -63,8 +67,8 @@ def follow_up_sends(state: RetrievalState, ctx: Context) -> list[Send]:
                     "main": i == 0,
                     "iteration": state.get("iteration", 0),
                     "round": state.get("round", 0),
-                    "run_key": state.get("run_key", ""),
-                    "llm_calls": state.get("llm_calls", []),
+                    "llm_calls": calls,
+                    "llm_budget": ceiling,
                     "offline": offline,
                 },
             )
@@ -98,8 +102,8 @@ async def follow_up(task: SubQueryTask, runtime: Runtime[Context]) -> dict[str, 
     query, evidence = task["query"], task["evidence"]
     texts = coverage_texts(evidence, ctx.follow_up_texts)
     rule = anchored_follow_up(query.text, texts, evidence[: ctx.anchor_hits], names=ctx.anchor_names)
-    step = (await open_node(runtime, "follow_up", task)).step
-    step = step.sibling(offline=True) if task.get("offline") else step
+    run = await open_node(runtime, "follow_up", task)
+    step = run.step.sibling(offline=True) if task.get("offline") else run.step
     # the model's prompt; offline the rule decides and no line is rendered
     lines = ranked_lines(evidence, budget=ctx.reason_tokens, counter=TokenCounter()) if step.model is not None else []
     info, how = await step.decide(
@@ -119,7 +123,12 @@ async def follow_up(task: SubQueryTask, runtime: Runtime[Context]) -> dict[str, 
         "calls": sequential(step.meter.own),
         "query": info.query if info.missing else None,
     }
-    update: dict[str, Any] = {"events": [event], "llm_calls": step.records, **_answers(task, info, how)}
+    update: dict[str, Any] = {
+        "events": [event],
+        "llm_calls": step.records,
+        "opens": run.opens,
+        **_answers(task, info, how),
+    }
     if not info.missing or not info.query.strip() or step.halted:
         return update
     progress("follow_up", f"follow-up: {info.query}")
@@ -161,6 +170,7 @@ async def search_missing(state: RetrievalState, runtime: Runtime[Context]) -> di
         found += hits
     return {
         "candidates": found,
+        "opens": run.opens,
         "events": [
             {
                 "node": "search_missing",

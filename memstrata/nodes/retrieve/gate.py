@@ -38,7 +38,7 @@ from memstrata.nodes.retrieve.prompting import pool_block
 from memstrata.nodes.retrieve.waves import waiting
 from memstrata.runtime import llm
 from memstrata.runtime.llm import GOOD_OUTCOMES
-from memstrata.runtime.node import open_node
+from memstrata.runtime.node import NodeRun, open_node
 from memstrata.runtime.step import Step
 from memstrata.state import RetrievalState
 
@@ -93,10 +93,11 @@ async def gate(
     ctx = runtime.context
     tier = state.get("tier", 0)
     ok, why = offline_confidence(state, ctx, tiered=0 < tier < 3)
-    step = deciding((await open_node(runtime, "gate", state)).step, state)
+    run = await open_node(runtime, "gate", state)
+    step = deciding(run.step, state)
     streamed = ctx.light_check == "streamed" and ctx.generate_answer
     if step.model is not None and streamed and not 0 < tier < 3 and not waiting(state):
-        return await checked_gate(state, ctx, step, ok, why)
+        return await checked_gate(state, run, step, ok, why)
     memory = "\n".join(f"[{h.time}] {h.text}" for h in light_summaries(state))
     verdict, how = await step.decide(
         LightAnswer,
@@ -119,7 +120,7 @@ async def gate(
         "calls": sequential(step.meter.own),
         "reason": f"model self-check: finished={verdict.finished}" if modelled else why,
     }
-    update: dict[str, Any] = {"events": [event], "llm_calls": step.records, "round": round_no}
+    update: dict[str, Any] = {"events": [event], "llm_calls": step.records, "round": round_no, "opens": run.opens}
     if deeper:
         progress("gate", f"{TIER_NAMES[tier]} cannot answer ({event['reason']}): searching {TIER_NAMES[tier + 1]}")
         return Command(update={**update, "tier": tier + 1, "tier_fresh": True}, goto="lookup_level1")
@@ -138,7 +139,7 @@ async def gate(
 
 
 async def checked_gate(
-    state: RetrievalState, ctx: Context, step: Step, ok: bool, why: str
+    state: RetrievalState, run: NodeRun, step: Step, ok: bool, why: str
 ) -> Command[Literal["select_level1", "backtrack_level2", "follow_up", "next_wave", "answer", "lookup_level1"]]:
     """HyMem's light self-check and light answer in one streamed call.
 
@@ -148,6 +149,7 @@ async def checked_gate(
     offline confidence: enough light evidence goes to the answer, which then reads the raw turns; else deep.
     So it goes to ``select_level1``, ``backtrack_level2`` or ``answer``, typed as the :func:`gate` it returns for.
     """
+    ctx = run.ctx
     memory = "\n".join(f"[{h.time}] {h.text}" for h in light_summaries(state))
     progress("gate", "checking the summaries")
     messages = [
@@ -171,8 +173,6 @@ async def checked_gate(
         )
     except llm.LLMError as exc:  # the answer broke off after it began: what streamed stays the user's
         checked = llm.Checked(None, "", f"error: {exc}"[:300])
-    if checked.outcome == "skipped_budget" and step.shared.halted is None:
-        step.shared.halted = "gate"
     answered = checked.verdict == VERDICTS[0] and bool(checked.answer)
     light = answered or (checked.verdict is None and ok)
     round_no = state.get("round", 0) + 1
@@ -187,7 +187,7 @@ async def checked_gate(
         "streamed": answered,
         "reason": f"model self-check: {checked.verdict}" if checked.verdict else why,
     }
-    update: dict[str, Any] = {"events": [event], "llm_calls": step.records, "round": round_no}
+    update: dict[str, Any] = {"events": [event], "llm_calls": step.records, "round": round_no, "opens": run.opens}
     if answered:
         update["pool"] = [_pooled(state, round_no, checked.answer)]
     if step.halted or light:
@@ -198,8 +198,13 @@ async def checked_gate(
 
 
 def _after(state: RetrievalState, update: dict[str, Any]) -> RetrievalState:
-    """The state as the next nodes will see it (this node's events after the earlier ones)."""
-    return {**state, **update, "events": [*state.get("events", []), *update["events"]]}  # type: ignore[typeddict-item]
+    """The state as the next nodes will see it (this node's events and calls after the earlier ones)."""
+    return {
+        **state,
+        **update,  # type: ignore[typeddict-item]  # a node's update is a plain dict of state keys
+        "events": [*state.get("events", []), *update["events"]],
+        "llm_calls": [*state.get("llm_calls", []), *update["llm_calls"]],
+    }
 
 
 def _pooled(state: RetrievalState, round_no: int, answer: str) -> dict[str, Any]:
@@ -218,7 +223,8 @@ def _deepen(state: RetrievalState, ctx: Context, step: Step, round_no: int) -> l
     """One selection branch per batch of the coarse top-N (HyMem's Eq. 1: batches of d = ``llm_batch_size``), reading
     this round's query q_i (none offline).
 
-    The model reads HyMem's N best entries over every event kind (the coarse pool holds each kind's N).
+    The model reads HyMem's N best entries over every event kind (the coarse pool holds each kind's N). Each branch
+    gets an equal share of what the token budget has left (``llm_budget``), so together they cannot overspend it.
     """
     if step.model is None or not affords(ctx, state.get("events", [])):
         return []  # offline, or no room left for the selection's call: the coarse top-N is backtracked as it is
@@ -226,11 +232,12 @@ def _deepen(state: RetrievalState, ctx: Context, step: Step, round_no: int) -> l
     size = ctx.llm_batch_size
     batches = [coarse[i : i + size] for i in range(0, len(coarse), size)][: ctx.max_fanout]
     query = (state.get("active") or state["sub_queries"])[0]
-    calls = [*state.get("llm_calls", []), *step.records]
+    calls = state.get("llm_calls", [])
+    ceiling = llm.branch_budget(ctx.llm_token_budget, calls, len(batches))
     return [
         Send(
             "select_level1",
-            {"query": query, "entries": b, "round": round_no, "run_key": state.get("run_key", ""), "llm_calls": calls},
+            {"query": query, "entries": b, "round": round_no, "llm_calls": calls, "llm_budget": ceiling},
         )
         for b in batches
     ]

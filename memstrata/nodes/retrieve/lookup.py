@@ -62,6 +62,7 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
         "tier_fresh": False,
         **({"tier_probe": probe} if probe is not None else {}),
         "llm_calls": step.records,
+        "opens": run.opens,
         "events": [
             {
                 "node": "lookup_level1",

@@ -5,7 +5,7 @@ deep answer of the round's main query, with the sub-answers it rests on) and
 writes q_{i+1}; the memory pool M carries every round's answer into the next
 round's generators. Offline, a coverage check per sub-query stands in, and its
 rewrites use pseudo-relevance feedback from the best evidence. The loop is
-bounded by ``max_iterations`` and by the shared ``llm_token_budget``.
+bounded by ``max_iterations`` and by the query's ``llm_token_budget``.
 """
 
 from __future__ import annotations
@@ -65,10 +65,12 @@ async def reflect(state: RetrievalState, runtime: Runtime[Context]) -> Command[L
         event.update(decision="stop", reason=f"iteration cap {ctx.max_iterations} reached", how="budget")
         return Command(update={"iteration": iteration, "events": [event]}, goto="answer")
     rule, rewrites = offline_reflection(state, ctx)
-    step = deciding((await open_node(runtime, "reflect", state)).step, state)
+    run = await open_node(runtime, "reflect", state)
+    step = deciding(run.step, state)
+    update: dict[str, Any] = {"iteration": iteration, "opens": run.opens}
     if step.halted:
         event.update(decision="stop", how="budget", reason=f"llm_token_budget reached at {step.halted}")
-        return Command(update={"iteration": iteration, "halted": step.halted, "events": [event]}, goto="answer")
+        return Command(update={**update, "halted": step.halted, "events": [event]}, goto="answer")
     verdict, how = await step.decide(
         Reflection,
         "REFLECT_PROMPT",
@@ -76,7 +78,7 @@ async def reflect(state: RetrievalState, runtime: Runtime[Context]) -> Command[L
         node="reflect",
         fallback=lambda: rule,
     )
-    update: dict[str, Any] = {"iteration": iteration, "llm_calls": step.records}
+    update["llm_calls"] = step.records
     event["calls"] = sequential(step.meter.own)
     if step.halted:
         event.update(decision="stop", how=how, reason=f"llm_token_budget reached at {step.halted}")

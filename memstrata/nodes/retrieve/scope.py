@@ -53,6 +53,7 @@ async def predict_scope(state: RetrievalState, runtime: Runtime[Context]) -> dic
         "sub_queries": scoped,
         "searched": [q.id for q in active],
         "tier": run.tier,
+        "opens": run.opens,
         "events": [
             {
                 "node": "predict_scope",

@@ -25,7 +25,8 @@ async def select_level1(batch: SelectBatch, runtime: Runtime[Context]) -> dict[s
     """One parallel branch: the model picks Level-1 entries out of a batch of the coarse top-N."""
     ctx = runtime.context
     entries = batch["entries"]
-    step = (await open_node(runtime, "select_level1", batch)).step
+    run = await open_node(runtime, "select_level1", batch)
+    step = run.step
 
     def check(sel: Selection) -> Selection:
         if any(i < 0 or i >= len(entries) for i in sel.ids):
@@ -46,6 +47,7 @@ async def select_level1(batch: SelectBatch, runtime: Runtime[Context]) -> dict[s
     return {
         "selected": chosen,
         "llm_calls": step.records,
+        "opens": run.opens,
         "events": [
             {
                 "node": "select_level1",

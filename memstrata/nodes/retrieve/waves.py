@@ -69,9 +69,10 @@ async def rewrite_dependent(state: RetrievalState, query: Query, step: Step) -> 
 async def next_wave(state: RetrievalState, runtime: Runtime[Context]) -> Command[Literal["lookup_level1", "reflect"]]:
     """Search the sub-queries whose prerequisites are done, or go on to reflection."""
     ready = waiting(state)
-    step = deciding((await open_node(runtime, "next_wave", state)).step, state)
+    run = await open_node(runtime, "next_wave", state)
+    step = deciding(run.step, state)
     if not ready or step.halted:
-        return Command(goto="reflect")
+        return Command(update={"opens": run.opens}, goto="reflect")
     # The rewrites of one wave are independent: asked side by side, each on its own view of the budget.
     steps = [step.sibling() if step.model is not None else step for _ in ready]
     pairs = await asyncio.gather(*(rewrite_dependent(state, q, s) for q, s in zip(ready, steps, strict=True)))
@@ -90,5 +91,6 @@ async def next_wave(state: RetrievalState, runtime: Runtime[Context]) -> Command
         "searched": [*state.get("searched", []), *(q.id for q in active)],
         "events": [event],
         "llm_calls": [r for s in steps for r in s.records],
+        "opens": run.opens,
     }
     return Command(update=update, goto="lookup_level1")

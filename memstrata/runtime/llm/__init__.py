@@ -15,7 +15,8 @@ every call, with its tokens and where the counts came from, and enforces
 
 - :mod:`.model`: the chat model a context names, and the options that cap a reply;
 - :mod:`.errors`: the errors, and which transport failures are retried;
-- :mod:`.meter`: the :class:`Meter`, its :class:`CallRecord` outcomes, and token counting;
+- :mod:`.meter`: the :class:`Meter`, its :class:`CallRecord` outcomes, token counting, and the share of the budget
+  each parallel branch gets (:func:`branch_budget`);
 - :mod:`.parsing`: the tool call or JSON object read out of a reply, and the repair prompt;
 - :mod:`.structured`: :func:`decide`, a structured decision with retries, one repair and a fallback;
 - :mod:`.stream`: :func:`stream_answer`, the streamed answer;
@@ -38,7 +39,7 @@ from memstrata.runtime.llm.errors import (
     is_transient,
     retry_after,
 )
-from memstrata.runtime.llm.meter import GOOD_OUTCOMES, CallRecord, Meter, usage_of
+from memstrata.runtime.llm.meter import GOOD_OUTCOMES, CallRecord, Meter, branch_budget, usage_of
 from memstrata.runtime.llm.model import INTERNAL_TAGS, OPENAI_KEY_ENV, PLACEHOLDER_KEY, chat_model, check_model_name
 from memstrata.runtime.llm.parsing import extract_json
 from memstrata.runtime.llm.relay import relay_text
@@ -58,6 +59,7 @@ __all__ = [
     "LLMError",
     "Meter",
     "ModelConfigError",
+    "branch_budget",
     "chat_model",
     "check_model_name",
     "decide",

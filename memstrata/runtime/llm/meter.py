@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -102,6 +102,22 @@ class Meter:
             "per_node": per_node,
             "records": [asdict(c) for c in self.calls],
         }
+
+
+def branch_budget(budget: int | None, calls: Sequence[Mapping[str, Any]], ways: int) -> int | None:
+    """The ceiling on a query's spent tokens that each of ``ways`` parallel ``Send`` branches is given (its
+    payload's ``llm_budget``): what ``calls`` (the query's records so far) spent, plus an equal share of what the
+    budget has left, rounded down. The shares sum to no more than what is left, so the branches together cannot
+    overspend ``budget``, whatever their order; ``None`` without a budget.
+
+    Example:
+        >>> branch_budget(1000, [{"prompt_tokens": 100, "completion_tokens": 20}], 3)  # 120 + 880 // 3
+        413
+    """
+    if budget is None:
+        return None
+    spent = sum(c["prompt_tokens"] + c["completion_tokens"] for c in calls)
+    return spent + max(0, budget - spent) // max(1, ways)
 
 
 def _count_local(text: str) -> int:
