@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -65,6 +67,17 @@ def locomo_path() -> Path:
     if not LOCOMO.is_file():
         pytest.fail(f"LoCoMo data missing at {LOCOMO}: ../shared must sit beside the repo")
     return LOCOMO
+
+
+def run_bench(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``memstrata bench ARGS`` in a fresh process, offline, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "memstrata.cli", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
 
 
 def assert_store_ok(store, user_id: str, conversation_id: str | None = None) -> None:

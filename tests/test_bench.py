@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_bench
 from langchain_core.embeddings import Embeddings
 
 from memstrata.bench.baselines import RandomMethod, reciprocal_rank_fusion
@@ -365,33 +366,24 @@ def test_bench_scale_smoke(tmp_path, locomo_path) -> None:
     queries in a separate process, the chat pattern, JSON and plot.
     """
     out, plot = tmp_path / "scale.json", tmp_path / "scale.png"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "memstrata.cli",
-            "bench",
-            "scale",
-            str(locomo_path),
-            "--sizes",
-            "400,1200",
-            "--originals",
-            "1",
-            "--questions",
-            "8",
-            "--chat-turns",
-            "500",
-            "--chat-rounds",
-            "3",
-            "--out",
-            str(out),
-            "--plot",
-            str(plot),
-        ],
-        capture_output=True,
-        text=True,
+    done = run_bench(
+        "scale",
+        str(locomo_path),
+        "--sizes",
+        "400,1200",
+        "--originals",
+        "1",
+        "--questions",
+        "8",
+        "--chat-turns",
+        "500",
+        "--chat-rounds",
+        "3",
+        "--out",
+        str(out),
+        "--plot",
+        str(plot),
         timeout=1500,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())

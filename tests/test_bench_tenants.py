@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
+from conftest import run_bench
 
 from memstrata import Memstrata
 from memstrata.bench.locomo import load_locomo
@@ -47,29 +45,20 @@ def test_moved_vectors_keep_about_the_cosine_the_noise_says() -> None:
 def test_bench_tenants_smoke(tmp_path: Path, locomo_path: Path) -> None:
     """The command end to end at its smallest: alone, then among 4 users, with queries in their own processes."""
     out, plot = tmp_path / "tenants.json", tmp_path / "tenants.png"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "memstrata.cli",
-            "bench",
-            "tenants",
-            str(locomo_path),
-            "--users",
-            "4",
-            "--warm-users",
-            "2",
-            "--sessions",
-            "1",
-            "--out",
-            str(out),
-            "--plot",
-            str(plot),
-        ],
-        capture_output=True,
-        text=True,
+    done = run_bench(
+        "tenants",
+        str(locomo_path),
+        "--users",
+        "4",
+        "--warm-users",
+        "2",
+        "--sessions",
+        "1",
+        "--out",
+        str(out),
+        "--plot",
+        str(plot),
         timeout=1200,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())

@@ -8,7 +8,7 @@ import calendar
 import dataclasses
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from memstrata.bench.locomo import LocomoConversation
@@ -66,22 +66,36 @@ def copy_names(conv: LocomoConversation, k: int) -> dict[str, str]:
     return {s: f"{NAMES[(k * 7 + i) % len(NAMES)]}{k}" for i, s in enumerate(speakers)}
 
 
+def renamer(names: dict[str, str]) -> Callable[[str], str]:
+    """A function that writes every name in ``names`` as it says (whole words only)."""
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b")
+    return lambda text: pattern.sub(lambda m: names[m.group(0)], text)
+
+
 def perturber(source: str, target: str, names: dict[str, str], years: int) -> Callable[[str], str]:
     """A function that rewrites a stored JSON or text of conversation ``source`` into copy ``target``."""
-    rename = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b")
+    rename = renamer(names)
     quoted = json.dumps(source)
 
     def apply(text: str) -> str:
         text = text.replace(quoted, json.dumps(target))
-        return shift_years(rename.sub(lambda m: names[m.group(0)], text), years)
+        return shift_years(rename(text), years)
 
     return apply
+
+
+def copied_edges(edges: Sequence[Any], sub: Callable[[str], str]) -> list[Any]:
+    """The edges with every field rewritten by ``sub`` (as their JSON), their turn ids kept a tuple."""
+    from memstrata.memory.store.edges import Edge
+
+    return [
+        Edge(**{**json.loads(sub(json.dumps(dataclasses.asdict(e)))), "turn_ids": tuple(e.turn_ids)}) for e in edges
+    ]
 
 
 def copy_conversation(store: Any, conv: LocomoConversation, k: int) -> int:
     """Write copy ``k`` of one stored conversation (every kind, edges, counters); returns its turns."""
     from memstrata.memory import levels
-    from memstrata.memory.store.edges import Edge
 
     target = f"{conv.sample_id}-copy{k}"
     years = -YEARS_PER_COPY * k
@@ -98,11 +112,7 @@ def copy_conversation(store: Any, conv: LocomoConversation, k: int) -> int:
             extra=[u.metadata() for u in units],
         )
         turns += len(units) if level.role == "raw" else 0
-    edges = [
-        Edge(**{**json.loads(sub(json.dumps(dataclasses.asdict(e)))), "turn_ids": tuple(e.turn_ids)})
-        for e in store.edges.get(USER, conversation_id=conv.sample_id)
-    ]
-    store.edges.add(USER, edges)
+    store.edges.add(USER, copied_edges(store.edges.get(USER, conversation_id=conv.sample_id), sub))
     seconds = years * 365.2425 * 86400
     counters = [
         dataclasses.replace(

@@ -81,8 +81,16 @@ def query_in_child(
         "search": search,
         "originals": originals,
     }
+    return run_child("memstrata.bench.scale_queries", job)
+
+
+def run_child(module: str, job: dict[str, Any]) -> dict[str, Any]:
+    """Run ``module``'s ``child_main`` in a fresh process with ``job`` on stdin; return the JSON line it prints last.
+
+    A fresh process, so the peak memory it reports is that of its own work alone.
+    """
     done = subprocess.run(
-        [sys.executable, "-c", "from memstrata.bench.scale_queries import child_main; child_main()"],
+        [sys.executable, "-c", f"from {module} import child_main; child_main()"],
         input=json.dumps(job),
         capture_output=True,
         text=True,
@@ -122,11 +130,11 @@ def child_main() -> None:
         recall, latencies = ask_sample(mem, sample[:revisits], budget=job["budget"], answered=again, **settings)
         line["revisit"] = {"recall": recall, "latencies": latencies, "answered": again}
     mem.close()
-    line["peak_mb"] = _own_peak_mb()
-    print(json.dumps(line))  # noqa: T201 (stdout is the result channel: query_in_child parses this last line)
+    line["peak_mb"] = own_peak_mb()
+    print(json.dumps(line))  # noqa: T201 (stdout is the result channel: run_child parses this last line)
 
 
-def _own_peak_mb() -> float:
+def own_peak_mb() -> float:
     """This process's peak resident memory since it started its program.
 
     Not ``ru_maxrss``: Linux keeps that across ``exec``, so a child started by a large parent reports

@@ -29,9 +29,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -41,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from memstrata.bench.locomo import HEADLINE_CATEGORIES, LocomoConversation, LocomoQuestion, load_locomo
-from memstrata.bench.scale_queries import _own_peak_mb
+from memstrata.bench.scale_copies import copied_edges, renamer
+from memstrata.bench.scale_queries import own_peak_mb, run_child
 
 SOURCE = "tenant-0000"
 NOBODY = "tenants-bench-nobody"  # the warm-up query's user: it holds nothing, so the query loads only the model
@@ -83,12 +82,6 @@ def speaker_names(conv: LocomoConversation, i: int) -> dict[str, str]:
     return {s: s if i == 0 else f"{s}{i:04d}" for s in sorted({t.speaker for t in conv.turns})}
 
 
-def renamer(names: dict[str, str]) -> Callable[[str], str]:
-    """A function that writes every speaker's name as ``names`` says (whole words only)."""
-    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b")
-    return lambda text: pattern.sub(lambda m: names[m.group(0)], text)
-
-
 def moved(vectors: np.ndarray, noise: float, seed: int) -> np.ndarray:
     """Each row plus Gaussian noise of norm about ``noise``, normalized again (cosine about 1/sqrt(1+noise^2))."""
     if noise <= 0:
@@ -101,7 +94,6 @@ def moved(vectors: np.ndarray, noise: float, seed: int) -> np.ndarray:
 def copy_tenants(store: Any, conv: LocomoConversation, targets: Sequence[int], *, noise: float) -> int:
     """Copy the source user's every stored unit, edge and counter to each tenant in ``targets``; returns the turns."""
     from memstrata.memory import levels
-    from memstrata.memory.store.edges import Edge
 
     quoted = json.dumps(SOURCE)
     sources = {level.kind: store.get(level.kind, user_id=SOURCE, with_vectors=True) for level in levels.levels()}
@@ -126,13 +118,7 @@ def copy_tenants(store: Any, conv: LocomoConversation, targets: Sequence[int], *
             documents += [sub(r.document) for r in records]
             vectors += moved(np.asarray([r.metadata["_vector"] for r in records]), noise, seed=i).tolist()
             turns += len(records) if level.role == "raw" else 0
-        store.edges.add(
-            tenant(i),
-            [
-                Edge(**{**json.loads(sub(json.dumps(dataclasses.asdict(e)))), "turn_ids": tuple(e.turn_ids)})
-                for e in edges
-            ],
-        )
+        store.edges.add(tenant(i), copied_edges(edges, sub))
         store.counters.put(tenant(i), [dataclasses.replace(c, unit_id=sub(c.unit_id)) for c in counters])
     for kind, (units, documents, vectors) in batch.items():
         if units:
@@ -140,22 +126,6 @@ def copy_tenants(store: Any, conv: LocomoConversation, targets: Sequence[int], *
     for i in targets:
         store.versions.bump(tenant(i))
     return turns
-
-
-def query_in_child(job: dict[str, Any]) -> dict[str, Any]:
-    """Run :func:`child_main` in a fresh process (so its peak memory is that of serving alone) and return its line."""
-    done = subprocess.run(
-        [sys.executable, "-c", "from memstrata.bench.tenants import child_main; child_main()"],
-        input=json.dumps(job),
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
-    )
-    if done.returncode != 0:
-        msg = f"the query process failed:\n{done.stderr[-3000:]}"
-        raise RuntimeError(msg)
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _ask(mem: Any, conv: LocomoConversation, i: int, q: LocomoQuestion, budget: int) -> dict[str, Any]:
@@ -212,9 +182,9 @@ def child_main() -> None:
         "recall_all": sum(found) / len(found) if found else None,
         "foreign_citations": len(foreign),
         "source_cited": source_cited,
-        "peak_mb": _own_peak_mb(),
+        "peak_mb": own_peak_mb(),
     }
-    print(json.dumps(line))  # noqa: T201 (stdout is the result channel: query_in_child parses this last line)
+    print(json.dumps(line))  # noqa: T201 (stdout is the result channel: run_child parses this last line)
 
 
 def _p(values: Sequence[float], q: float) -> float:
@@ -243,7 +213,8 @@ def run_tenants(
         msg = f"need at least 2 users and 1 to {users} warm users, got {users} and {warm_users}"
         raise ValueError(msg)
     conv = load_locomo(path, conversations=[conversation])[0]
-    if not questions_within(conv, sessions):
+    questions = questions_within(conv, sessions)
+    if not questions:
         msg = f"{conversation} has no headline question within its first {sessions} sessions"
         raise ValueError(msg)
     mem = Memstrata(url=url) if url else Memstrata(path=folder)
@@ -251,10 +222,10 @@ def run_tenants(
     source_turns = mem.ingest(first_sessions(conv, sessions), user_id=SOURCE)["turns_seen"]
     ingest_s = time.perf_counter() - start
     mem.close()
-    job = {"folder": str(folder), "url": url, "path": str(path), "conversation": conversation, "sessions": sessions}
-    job["budget"] = budget
+    job: dict[str, Any] = {"folder": str(folder), "url": url, "path": str(path), "conversation": conversation}
+    job |= {"sessions": sessions, "budget": budget}
     progress(f"{SOURCE}: {source_turns} turns ingested in {ingest_s:.1f} s; asking it alone")
-    alone = query_in_child({**job, "warm_users": [0], "served_users": []})
+    alone = run_child(__name__, {**job, "warm_users": [0], "served_users": []})
     alone_server_peak = server_peak()
     mem = Memstrata(url=url) if url else Memstrata(path=folder)
     start, batch = time.perf_counter(), 50
@@ -266,13 +237,13 @@ def run_tenants(
     order = np.random.default_rng(seed).permutation(np.arange(1, users)).tolist()
     warm = [0, *order[: warm_users - 1]]
     progress(f"asking {warm_users} warm users every question and serving {users - warm_users:,} more")
-    shared = query_in_child({**job, "warm_users": warm, "served_users": order[warm_users - 1 :]})
+    shared = run_child(__name__, {**job, "warm_users": warm, "served_users": order[warm_users - 1 :]})
     return {
         "conversation": conversation,
         "sessions": sessions,
         "users": users,
         "turns_per_user": source_turns,
-        "questions": len(questions_within(conv, sessions)),
+        "questions": len(questions),
         "budget": budget,
         "vector_noise": noise,
         "ingest_s": round(ingest_s, 1),
