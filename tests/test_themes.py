@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import assert_store_ok
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from memstrata import Memstrata
@@ -34,6 +36,7 @@ from memstrata.memory.themes.graph import (
 )
 from memstrata.memory.themes.maintain import central_order, regroup, theme_text
 from memstrata.memory.themes.partition import (
+    Partition,
     attach,
     best_merge,
     best_split,
@@ -41,6 +44,8 @@ from memstrata.memory.themes.partition import (
     objective,
     sem_score,
     sparsity_score,
+    theme_sums,
+    top_k,
     two_means,
     unit_rows,
 )
@@ -257,6 +262,39 @@ def test_label_propagation_at_tau_0_2_finds_the_two_groups_and_the_isolated_fact
     # tau 0.1 lets the 0.15 cross links in, but each fact keeps only its 2 nearest: the groups hold
     assert label_propagation(x, tau=0.1, k=2) == groups
     assert label_propagation(x[:1], tau=0.2, k=5) == [{0}]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-3, 3), min_size=1, max_size=30), st.integers(1, 35))
+def test_top_k_is_the_head_of_a_stable_descending_sort_ties_included(values: list[int], k: int) -> None:
+    row = np.asarray(values, dtype=float)  # small integers: many exact ties at the cut
+    assert top_k(row, k).tolist() == np.argsort(-row, kind="stable")[:k].tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000), st.lists(st.sampled_from(["split", "merge"]), min_size=1, max_size=8))
+def test_a_partition_updated_in_place_matches_one_counted_from_scratch(seed: int, steps: list[str]) -> None:
+    """After any splits and merges, the kept sizes and sums are those of the labels, and best_split and
+    best_merge (one step on a fresh count) agree with the in-place step.
+    """
+    rng = np.random.default_rng(seed)
+    x = unit_rows(rng.normal(size=(40, 6)))
+    labels: list[object] = [f"t{i % 5}" for i in range(40)]
+    partition = Partition(x, labels)
+    for step in steps:
+        theme = partition.ordered()[int(rng.integers(len(partition.members)))]
+        before = list(partition.labels)
+        if step == "split":
+            partition.split(theme, eps=0.05)
+            assert partition.labels == best_split(x, before, theme, eps=0.05)
+        else:
+            partition.merge(theme, eps=0.05)
+            assert partition.labels == best_merge(x, before, theme, eps=0.05)
+        keys, sizes, sums = theme_sums(x, partition.labels)
+        assert partition.ordered() == keys
+        kept_sizes, kept_sums = partition._arrays(keys)
+        assert kept_sizes.tolist() == sizes.tolist()
+        assert np.allclose(kept_sums, sums)
 
 
 # ---- stable ids and the reassignment ratio ---------------------------------------------------------------------------

@@ -25,14 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from memstrata.memory.themes.partition import (
-    attach,
-    best_merge,
-    best_split,
-    centroids,
-    label_propagation,
-    unit_rows,
-)
+from memstrata.memory.themes.partition import Partition, attach, label_propagation, theme_sums, unit_rows
 
 
 @dataclass
@@ -84,8 +77,9 @@ def regroup(
         lost: set[Hashable] = {previous[f] for f in previous if f not in present}
         touched = lost & set(labels)  # themes that lost facts
         known = [i for i, label in enumerate(labels) if label is not None]
-        known_keys, known_mu = centroids(x[known], [labels[i] for i in known])
-        keys, mu = list(known_keys), list(known_mu)
+        known_keys, _, known_sums = theme_sums(x[known], [labels[i] for i in known])
+        keys, sums = list(known_keys), list(known_sums)  # a theme's centroid is its sum's direction
+        mu = list(unit_rows(known_sums)) if known else []
         fresh = 0
         for i, label in enumerate(labels):
             if label is not None:
@@ -94,11 +88,12 @@ def regroup(
             if row is None:
                 keys.append(("new", fresh))
                 mu.append(x[i])
+                sums.append(x[i].copy())
                 fresh += 1
                 row = len(keys) - 1
             else:  # the centroid moves towards its new member
-                mates = [j for j, lab in enumerate(labels) if lab == keys[row]]
-                mu[row] = unit_rows((x[mates].sum(axis=0) + x[i])[None, :])[0]
+                sums[row] = sums[row] + x[i]
+                mu[row] = unit_rows(sums[row][None, :])[0]
             labels[i] = keys[row]
             touched.add(keys[row])
     labels = _balance(x, labels, touched, cap=cap, floor=floor, max_steps=max_steps, eps=eps)
@@ -109,21 +104,20 @@ def _balance(
     x: np.ndarray, labels: list[Hashable], touched: set[Hashable], *, cap: int, floor: int, max_steps: int, eps: float
 ) -> list[Hashable]:
     """Split the touched themes over ``cap`` and merge the touched ones under ``floor``, f(P)-best each."""
+    partition = Partition(x, labels)
     steps = 0
-    queue = [t for t in dict.fromkeys(labels) if t in touched]
+    queue = [t for t in partition.ordered() if t in touched]
     while queue and steps < max_steps:
         theme = queue.pop(0)
-        size = sum(1 for label in labels if label == theme)
+        size = len(partition.members.get(theme, ()))
         if size > cap:
-            new = best_split(x, labels, theme, eps=eps)
-            if new != labels:
-                labels = new
-                queue += [t for t in dict.fromkeys(labels) if isinstance(t, tuple) and t[:1] == (theme,)]
-        elif 0 < size < floor and len(set(labels)) > 1:
-            labels = best_merge(x, labels, theme, eps=eps)
-            queue = [t for t in queue if t in set(labels)]
+            if partition.split(theme, eps=eps):
+                queue += [t for t in partition.ordered() if isinstance(t, tuple) and t[:1] == (theme,)]
+        elif 0 < size < floor and len(partition.members) > 1:
+            partition.merge(theme, eps=eps)
+            queue = [t for t in queue if t in partition.members]
         steps += 1
-    return labels
+    return partition.labels
 
 
 def _named(ids: list[str], labels: list[Hashable], previous: dict[str, str]) -> Regrouped:

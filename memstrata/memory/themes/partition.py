@@ -53,6 +53,19 @@ def unit_rows(vectors: np.ndarray) -> np.ndarray:
     return v / np.where(norms > 0, norms, 1.0)
 
 
+def top_k(row: np.ndarray, k: int) -> np.ndarray:
+    """The indices of the ``k`` largest values of ``row``, largest first, ties by index: what
+    ``np.argsort(-row, kind="stable")[:k]`` gives, without sorting the whole row.
+    """
+    if k >= len(row):
+        return np.argsort(-row, kind="stable")
+    kth = np.partition(row, len(row) - k)[len(row) - k]  # the k-th largest value
+    above = np.flatnonzero(row > kth)
+    tied = np.flatnonzero(row == kth)[: k - len(above)]  # ties at the cut: lowest indices, as a stable sort
+    chosen = np.concatenate([above, tied])
+    return chosen[np.lexsort((chosen, -row[chosen]))]
+
+
 def label_propagation(vectors: np.ndarray, *, tau: float, k: int, seed: int = 0) -> list[set[int]]:
     """Bi-Mem's scenes: communities of the fact graph, by label propagation.
 
@@ -70,9 +83,8 @@ def label_propagation(vectors: np.ndarray, *, tau: float, k: int, seed: int = 0)
     if len(x) > 1:
         sims = x @ x.T
         np.fill_diagonal(sims, -np.inf)
-        near = np.argsort(-sims, axis=1, kind="stable")[:, :k]
         graph.add_weighted_edges_from(
-            (i, int(j), float(sims[i, j])) for i in range(len(x)) for j in near[i] if sims[i, j] > tau
+            (i, int(j), float(sims[i, j])) for i in range(len(x)) for j in top_k(sims[i], k) if sims[i, j] > tau
         )
     groups = [set(c) for c in nx.community.asyn_lpa_communities(graph, weight="weight", seed=seed)]
     return sorted(groups, key=min)
@@ -190,6 +202,96 @@ def two_means(vectors: np.ndarray, *, k: int, rounds: int = 10) -> list[int]:
     return labels.tolist()
 
 
+class Partition:
+    """Facts grouped into themes, with what f(P) needs of each theme (its size and the sum of its members' unit
+    vectors) kept up to date by :meth:`split` and :meth:`merge`: a step costs the themes it changes, not a pass
+    over all N facts. Themes are kept in order of first appearance (their first member's row).
+
+    Args:
+        vectors: the facts' vectors (scaled to unit length here).
+        labels: each fact's theme.
+    """
+
+    def __init__(self, vectors: np.ndarray, labels: Sequence[Hashable]) -> None:
+        self.x = unit_rows(vectors)
+        self.labels = list(labels)
+        self.members: dict[Hashable, list[int]] = {}
+        for i, label in enumerate(self.labels):
+            self.members.setdefault(label, []).append(i)
+        self._sums = {key: self.x[rows].sum(axis=0) for key, rows in self.members.items()}
+
+    def ordered(self) -> list[Hashable]:
+        """The themes in order of first appearance."""
+        return sorted(self.members, key=lambda key: self.members[key][0])
+
+    def _arrays(self, keys: Sequence[Hashable]) -> tuple[np.ndarray, np.ndarray]:
+        sizes = np.asarray([len(self.members[key]) for key in keys], dtype=float)
+        return sizes, np.vstack([self._sums[key] for key in keys])
+
+    def _relabel(self, rows: Sequence[int], new: Sequence[Hashable]) -> None:
+        for i, label in zip(rows, new, strict=True):
+            self.labels[i] = label
+            self.members.setdefault(label, []).append(i)
+        for label in set(new):
+            self.members[label].sort()
+            self._sums[label] = self.x[self.members[label]].sum(axis=0)
+
+    def split(self, theme: Hashable, *, parts: Sequence[int] = (2, 3), eps: float) -> bool:
+        """Split ``theme`` by the candidate that maximises f(P), into themes named ``(theme, j)``.
+
+        Candidates: the theme's members clustered into each number of ``parts`` (deterministic k-means on
+        cosine). Returns whether it split (a theme that cannot be split stays).
+        """
+        members = self.members[theme]
+        rest = [key for key in self.ordered() if key != theme]
+        sizes, sums = self._arrays(rest) if rest else (np.zeros(0), np.zeros((0, self.x.shape[1])))
+        best: list[int] | None = None
+        best_f = -np.inf
+        for k in parts:
+            if len(members) < k:
+                continue
+            sub = np.asarray(two_means(self.x[members], k=k))
+            found = sorted(set(sub.tolist()))
+            if len(found) < 2:
+                continue
+            part_sums = np.vstack([self.x[members][sub == j].sum(axis=0) for j in found])
+            part_sizes = np.asarray([np.sum(sub == j) for j in found], dtype=float)
+            score = _f(np.concatenate([sizes, part_sizes]), np.vstack([sums, part_sums]), eps)
+            if score > best_f:
+                best, best_f = sub.tolist(), score
+        if best is None:
+            return False
+        rows = self.members.pop(theme)
+        del self._sums[theme]
+        self._relabel(rows, [(theme, j) for j in best])
+        return True
+
+    def merge(self, theme: Hashable, *, neighbours: int = 3, eps: float) -> Hashable | None:
+        """Merge ``theme`` into whichever of its ``neighbours`` nearest themes (by centroid) gives the highest
+        f(P); returns that theme (``None``, and nothing changes, when there is no other theme).
+        """
+        keys = self.ordered()
+        if len(keys) < 2:
+            return None
+        sizes, sums = self._arrays(keys)
+        me = keys.index(theme)
+        mu = unit_rows(sums)
+        sims = mu @ mu[me]
+        options = [int(i) for i in np.argsort(-sims, kind="stable") if i != me][:neighbours]  # never itself
+        keep = [i for i in range(len(keys)) if i != me]
+        scores = []
+        for target in options:
+            merged_sizes, merged_sums = sizes.copy(), sums.copy()
+            merged_sizes[target] += sizes[me]
+            merged_sums[target] += sums[me]
+            scores.append(_f(merged_sizes[keep], merged_sums[keep], eps))
+        into = keys[options[int(np.argmax(scores))]]
+        rows = self.members.pop(theme)
+        del self._sums[theme]
+        self._relabel(rows, [into] * len(rows))
+        return into
+
+
 def best_split(
     vectors: np.ndarray,
     labels: Sequence[Hashable],
@@ -198,33 +300,12 @@ def best_split(
     parts: Sequence[int] = (2, 3),
     eps: float = default("theme_scale_floor"),
 ) -> list[Hashable]:
-    """The labels after splitting ``theme`` by the candidate that maximises f(P).
-
-    Candidates: the theme's members clustered into each number of ``parts`` (deterministic k-means on
-    cosine). The new themes are named ``(theme, j)``; a theme that cannot be split is returned unchanged.
+    """The labels after splitting ``theme`` by the candidate that maximises f(P) (:meth:`Partition.split`);
+    a theme that cannot be split is returned unchanged.
     """
-    labels = list(labels)
-    x = unit_rows(vectors)
-    keys, sizes, sums = theme_sums(x, labels)
-    me = keys.index(theme)
-    rest = [i for i in range(len(keys)) if i != me]
-    members = [i for i, label in enumerate(labels) if label == theme]
-    best, best_f = labels, -np.inf
-    for k in parts:
-        if len(members) < k:
-            continue
-        sub = np.asarray(two_means(x[members], k=k))
-        if len(set(sub.tolist())) < 2:
-            continue
-        parts_sums = np.vstack([x[members][sub == j].sum(axis=0) for j in sorted(set(sub.tolist()))])
-        parts_sizes = np.asarray([np.sum(sub == j) for j in sorted(set(sub.tolist()))], dtype=float)
-        score = _f(np.concatenate([sizes[rest], parts_sizes]), np.vstack([sums[rest], parts_sums]), eps)
-        if score > best_f:
-            candidate = list(labels)
-            for i, j in zip(members, sub.tolist(), strict=True):
-                candidate[i] = (theme, j)
-            best, best_f = candidate, score
-    return best
+    partition = Partition(vectors, labels)
+    partition.split(theme, parts=parts, eps=eps)
+    return partition.labels
 
 
 def best_merge(
@@ -236,22 +317,8 @@ def best_merge(
     eps: float = default("theme_scale_floor"),
 ) -> list[Hashable]:
     """The labels after merging ``theme`` into whichever of its ``neighbours`` nearest themes (by centroid)
-    gives the highest f(P). With no other theme, the labels are returned unchanged.
+    gives the highest f(P) (:meth:`Partition.merge`). With no other theme, the labels are returned unchanged.
     """
-    labels = list(labels)
-    keys, sizes, sums = theme_sums(vectors, labels)
-    if len(keys) < 2:
-        return labels
-    me = keys.index(theme)
-    mu = unit_rows(sums)
-    sims = mu @ mu[me]
-    options = [int(i) for i in np.argsort(-sims, kind="stable") if i != me][:neighbours]  # never itself
-    keep = [i for i in range(len(keys)) if i != me]
-    scores = []
-    for target in options:
-        merged_sizes, merged_sums = sizes.copy(), sums.copy()
-        merged_sizes[target] += sizes[me]
-        merged_sums[target] += sums[me]
-        scores.append(_f(merged_sizes[keep], merged_sums[keep], eps))
-    into = keys[options[int(np.argmax(scores))]]
-    return [into if label == theme else label for label in labels]
+    partition = Partition(vectors, labels)
+    partition.merge(theme, neighbours=neighbours, eps=eps)
+    return partition.labels
