@@ -17,20 +17,57 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from memstrata.client import Memstrata
     from memstrata.context import Context
+    from memstrata.errors import (
+        AnswerError,
+        DeploymentError,
+        EmbedderMismatchError,
+        EmptyReplyError,
+        IngestError,
+        LLMError,
+        ModelConfigError,
+        PartialReadError,
+        StoreError,
+        StoreFormatError,
+        UserIdError,
+    )
     from memstrata.result import Evidence, RetrievalResult
-    from memstrata.runtime.llm import AnswerError, LLMError
 
-__all__ = ["AnswerError", "Context", "Evidence", "LLMError", "Memstrata", "RetrievalResult"]
+__all__ = [
+    "AnswerError",
+    "Context",
+    "DeploymentError",
+    "EmbedderMismatchError",
+    "EmptyReplyError",
+    "Evidence",
+    "IngestError",
+    "LLMError",
+    "Memstrata",
+    "ModelConfigError",
+    "PartialReadError",
+    "RetrievalResult",
+    "StoreError",
+    "StoreFormatError",
+    "UserIdError",
+]
 __version__ = "0.1.0"
 
-# Each public name and the module that defines it.
+# Each public name and the module that defines it (every error lives in memstrata.errors).
 _HOMES = {
-    "AnswerError": "memstrata.runtime.llm",
+    "AnswerError": "memstrata.errors",
     "Context": "memstrata.context",
+    "DeploymentError": "memstrata.errors",
+    "EmbedderMismatchError": "memstrata.errors",
+    "EmptyReplyError": "memstrata.errors",
     "Evidence": "memstrata.result",
-    "LLMError": "memstrata.runtime.llm",
+    "IngestError": "memstrata.errors",
+    "LLMError": "memstrata.errors",
     "Memstrata": "memstrata.client",
+    "ModelConfigError": "memstrata.errors",
+    "PartialReadError": "memstrata.errors",
     "RetrievalResult": "memstrata.result",
+    "StoreError": "memstrata.errors",
+    "StoreFormatError": "memstrata.errors",
+    "UserIdError": "memstrata.errors",
 }
 
 

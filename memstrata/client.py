@@ -27,13 +27,13 @@ from langchain_core.language_models import BaseChatModel
 from memstrata import memories
 from memstrata.backlog import Backlog
 from memstrata.context import Context
+from memstrata.errors import AnswerError
 from memstrata.memory.levels import DIMENSIONS, Persona
 from memstrata.memory.persona.versions import valid_at
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.reads import read_personas
 from memstrata.memory.timeparse import parse_timestamp
 from memstrata.result import RetrievalResult
-from memstrata.runtime.llm import AnswerError
 from memstrata.runtime.resolve import StoreKey, hold_store, release_store, resolve_store
 
 if TYPE_CHECKING:

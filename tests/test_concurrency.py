@@ -500,7 +500,8 @@ def test_a_transient_server_read_error_is_retried_and_a_lasting_one_raised(race:
 
 def test_a_server_read_missing_its_vectors_is_repeated_and_a_lasting_one_raised() -> None:
     """Rows without their vectors (a server read right after a collection's first write) never reach ``_records``."""
-    from memstrata.memory.store.vectors import PartialReadError, ServerGuard
+    from memstrata.errors import PartialReadError
+    from memstrata.memory.store.vectors import ServerGuard
 
     class Late:
         def __init__(self, partial: int) -> None:

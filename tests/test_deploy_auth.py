@@ -21,14 +21,8 @@ from plugins.langgraph_dev import langgraph_dev
 
 from memstrata import Context, Memstrata
 from memstrata.context import DATA_DIR_ENV
-from memstrata.integrations.deploy import (
-    LOCKED_SETTINGS,
-    DeploymentError,
-    bind_run,
-    deployed,
-    ingestion,
-    retrieval,
-)
+from memstrata.errors import DeploymentError
+from memstrata.integrations.deploy import LOCKED_SETTINGS, bind_run, deployed, ingestion, retrieval
 from memstrata.integrations.middleware import MemstrataMiddleware
 from memstrata.testing import ScriptedChatModel
 

@@ -20,13 +20,13 @@ from typing import Any
 import networkx as nx
 import pytest
 
+from memstrata.errors import StoreError
 from memstrata.memory.store import tables, tenant
 from memstrata.memory.store.chroma_table import ChromaTable
 from memstrata.memory.store.counters import CounterStore, UnitCounters
 from memstrata.memory.store.edges import Edge, EdgeStore
 from memstrata.memory.store.sqlite_table import SqliteTable
 from memstrata.memory.store.tables import SQLITE_FILE, TABLE_PREFIX, Table, TableRow, open_table
-from memstrata.memory.store.tenant import StoreError
 
 REPO = Path(__file__).resolve().parents[1]
 TURN = ("c1", "turn", "s1:t0")

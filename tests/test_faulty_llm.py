@@ -20,7 +20,8 @@ from plugins.llm_server import make_chat_model
 from pydantic import BaseModel, Field
 
 from memstrata import Memstrata
-from memstrata.runtime.llm import AnswerError, CallRecord, LLMError, Meter, decide, stream_answer
+from memstrata.errors import AnswerError, LLMError
+from memstrata.runtime.llm import CallRecord, Meter, decide, stream_answer
 
 pytestmark = pytest.mark.llm_server
 pytest_plugins = ["plugins.fault_proxy"]

@@ -30,8 +30,8 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from memstrata import Memstrata
-from memstrata.memory.normalize import IngestError, load_path, normalize_input
-from memstrata.memory.store import StoreError
+from memstrata.errors import IngestError, StoreError
+from memstrata.memory.normalize import load_path, normalize_input
 
 TEXT = st.one_of(st.text(max_size=40), st.sampled_from(["", "   ", "\x00\x07", "\u202eevil", "🙂" * 5, "\ud800x"]))
 TIMES = st.one_of(

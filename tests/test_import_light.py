@@ -56,11 +56,40 @@ def test_the_public_names_still_resolve() -> None:
     import memstrata
     from memstrata.client import Memstrata
     from memstrata.context import Context
+    from memstrata.errors import AnswerError, LLMError, StoreError
     from memstrata.result import Evidence, RetrievalResult
-    from memstrata.runtime.llm import AnswerError, LLMError
 
-    expected = [AnswerError, Context, Evidence, LLMError, Memstrata, RetrievalResult]
-    assert [getattr(memstrata, name) for name in memstrata.__all__] == expected
+    for value in (AnswerError, Context, Evidence, LLMError, Memstrata, RetrievalResult, StoreError):
+        assert getattr(memstrata, value.__name__) is value
     assert set(memstrata.__all__) <= set(dir(memstrata))
     with pytest.raises(AttributeError, match="no attribute 'Memstrat'"):
         _ = memstrata.Memstrat
+
+
+def test_every_public_error_lives_in_memstrata_errors_and_is_importable_from_memstrata() -> None:
+    """No module of the library defines its own error class: each is in ``memstrata.errors``, exported there and
+    by ``memstrata`` (bench commands aside: they are not the library's API).
+    """
+    import ast
+    import builtins
+
+    import memstrata
+    import memstrata.errors as errors
+
+    defined: dict[str, str] = {}
+    for path in (REPO / "memstrata").rglob("*.py"):
+        if "bench" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            bases = {getattr(b, "id", getattr(b, "attr", "")) for b in getattr(node, "bases", [])}
+            if isinstance(node, ast.ClassDef) and any(
+                b.endswith("Error") or (isinstance(getattr(builtins, b, None), type) and b.endswith("Exception"))
+                for b in bases
+            ):
+                defined[node.name] = str(path.relative_to(REPO))
+    assert defined, "the scan found no error class at all"
+    assert {name: where for name, where in defined.items() if where != "memstrata/errors.py"} == {}
+    assert sorted(defined) == sorted(errors.__all__)
+    for name in errors.__all__:
+        assert name in memstrata.__all__
+        assert getattr(memstrata, name) is getattr(errors, name)

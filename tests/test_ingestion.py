@@ -9,7 +9,7 @@ import pytest
 from conftest import EXAMPLE, assert_store_ok
 
 from memstrata import Memstrata
-from memstrata.memory.normalize import IngestError
+from memstrata.errors import IngestError
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 

@@ -17,7 +17,8 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel, Field
 
-from memstrata.runtime.llm import LLMError, Meter, decide, extract_json, is_transient, stream_answer
+from memstrata.errors import LLMError
+from memstrata.runtime.llm import Meter, decide, extract_json, is_transient, stream_answer
 from memstrata.testing import ScriptedChatModel
 
 

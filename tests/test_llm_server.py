@@ -22,7 +22,8 @@ from plugins.llm_server import make_chat_model
 from pydantic import BaseModel, Field
 
 from memstrata import Memstrata
-from memstrata.runtime.llm import GOOD_OUTCOMES, LLMError, Meter, decide, stream_answer
+from memstrata.errors import LLMError
+from memstrata.runtime.llm import GOOD_OUTCOMES, Meter, decide, stream_answer
 
 pytestmark = pytest.mark.llm_server
 logger = logging.getLogger(__name__)

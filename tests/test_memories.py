@@ -14,7 +14,7 @@ from conftest import EXAMPLE, HashEmbeddings, assert_store_ok
 from test_concurrency import digest
 
 from memstrata import Memstrata
-from memstrata.memory.normalize import IngestError
+from memstrata.errors import IngestError
 
 
 @pytest.fixture

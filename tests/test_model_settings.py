@@ -14,7 +14,8 @@ from pydantic import TypeAdapter
 
 from memstrata import Memstrata
 from memstrata.context import Context, unknown_settings
-from memstrata.runtime.llm import PLACEHOLDER_KEY, ModelConfigError, chat_model
+from memstrata.errors import ModelConfigError
+from memstrata.runtime.llm import PLACEHOLDER_KEY, chat_model
 from memstrata.runtime.resolve import resolve_model
 from memstrata.runtime.step import Step
 from memstrata.testing import CountingChatModel

@@ -8,8 +8,9 @@ from datetime import datetime
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
+from memstrata.errors import IngestError
 from memstrata.memory.levels import Episode, EventSummary, Turn
-from memstrata.memory.normalize import IngestError, load_path, normalize_input
+from memstrata.memory.normalize import load_path, normalize_input
 from memstrata.memory.timeparse import RELATIVE_PATTERN, describe_resolved, parse_timestamp, resolve_relative
 
 LOCOMO_ONE = {

@@ -14,9 +14,10 @@ from langgraph.graph import START, StateGraph
 from typing_extensions import TypedDict
 
 from memstrata import Memstrata
+from memstrata.errors import UserIdError
 from memstrata.integrations.langchain import NO_MEMORY, MemstrataRetriever, memory_save_tool, memory_search_tool
 from memstrata.integrations.middleware import MemstrataMiddleware
-from memstrata.integrations.tenant import Tenant, UserIdError, run_tenant
+from memstrata.integrations.tenant import Tenant, run_tenant
 from memstrata.testing import ScriptedChatModel
 
 FACTS = {"ann": "My cat is named Miso.", "bob": "My cat is named Rex."}

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from memstrata.errors import EmbedderMismatchError, StoreError
 from memstrata.memory.levels import Turn, levels
-from memstrata.memory.store import EmbedderMismatchError, MemoryStore, StoreError
+from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.tenant import scope_key
 
 KINDS = [lv.kind for lv in levels()]

@@ -19,7 +19,8 @@ from typer.testing import CliRunner, Result
 
 import memstrata.cli as cli
 from memstrata import Memstrata
-from memstrata.memory.store import STORE_FORMAT, MemoryStore, StoreError, StoreFormatError
+from memstrata.errors import StoreError, StoreFormatError
+from memstrata.memory.store import STORE_FORMAT, MemoryStore
 from memstrata.memory.store.format import FORMAT_COLLECTION, FORMAT_KEY, recorded
 from memstrata.memory.store.tables import TableRow
 

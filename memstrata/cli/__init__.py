@@ -33,8 +33,8 @@ from typer.core import TyperGroup
 
 from memstrata.client import Memstrata
 from memstrata.context import CHROMA_URL_ENV, MODEL_ENV, default_data_dir
+from memstrata.errors import StoreError
 from memstrata.memory import levels
-from memstrata.memory.store import StoreError
 
 if TYPE_CHECKING:
     from typer._click import Context as ClickContext  # typer ships its own click; its groups are given this context

@@ -25,9 +25,8 @@ from memstrata.cli import (
     console,
     err,
 )
-from memstrata.memory.store import StoreError
+from memstrata.errors import AnswerError, StoreError
 from memstrata.memory.timeparse import parse_timestamp
-from memstrata.runtime.llm import AnswerError
 from memstrata.views.extractive_answer import extractive_answer
 
 

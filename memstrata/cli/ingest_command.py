@@ -29,8 +29,7 @@ from memstrata.cli import (
     _where,
     console,
 )
-from memstrata.memory.normalize import IngestError
-from memstrata.memory.store import StoreError
+from memstrata.errors import IngestError, StoreError
 
 if TYPE_CHECKING:
     from memstrata.client import Memstrata

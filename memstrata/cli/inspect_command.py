@@ -11,9 +11,9 @@ from rich.text import Text
 from rich.tree import Tree
 
 from memstrata.cli import FLAG, ChromaUrl, DataDir, User, _fail, _read_mem, _writable, console
+from memstrata.errors import StoreError
 from memstrata.memory import levels
 from memstrata.memory.index.active import tier_sizes
-from memstrata.memory.store import StoreError
 
 
 def inspect(

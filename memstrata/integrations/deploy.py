@@ -28,7 +28,7 @@ Example:
     {'conversation_id': 'c1', 'user_id': 'ann'}
     >>> bind_run({"user_id": "bob"}, {"configurable": {"langgraph_auth_user_id": "ann"}})
     Traceback (most recent call last):
-    memstrata.integrations.deploy.DeploymentError: this deployment serves the authenticated caller's memory only: ...
+    memstrata.errors.DeploymentError: this deployment serves the authenticated caller's memory only: ...
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from langchain_core.runnables import RunnableConfig, ensure_config
 from langgraph.graph.state import CompiledStateGraph
 
 from memstrata.context import BASE_URL_ENV, CHROMA_URL_ENV, DATA_DIR_ENV
+from memstrata.errors import DeploymentError
 from memstrata.graphs import ingestion as _ingestion
 from memstrata.graphs import retrieval as _retrieval
 
@@ -50,14 +51,6 @@ itself, over any value a caller sent)."""
 
 LOCKED_SETTINGS: dict[str, str] = {"data_dir": DATA_DIR_ENV, "chroma_url": CHROMA_URL_ENV, "base_url": BASE_URL_ENV}
 """The context settings a deployed run may not set, and the environment variable the deployment sets instead."""
-
-
-class DeploymentError(ValueError):
-    """A deployed run asked for what its caller may not choose: another user, or the store's or model's location.
-
-    A ``ValueError``, as :class:`~memstrata.integrations.tenant.UserIdError` is: the LangGraph server shows the
-    message of a ``ValueError`` to the caller, and hides that of most other exceptions.
-    """
 
 
 class DeployedGraph(CompiledStateGraph[Any, Any, Any, Any]):

@@ -20,7 +20,7 @@ One agent serves every user: the user is the run's (its context's ``user_id``, e
 ``config["configurable"]["user_id"]``, else the ``user_id`` given here as a default), and so is
 the conversation written to (the context's ``conversation_id``, else the run's ``thread_id``,
 else the one given here); see :mod:`memstrata.integrations.tenant`. A run that names no user,
-in a middleware built without a default, fails with :class:`~memstrata.integrations.tenant.UserIdError`.
+in a middleware built without a default, fails with :class:`~memstrata.errors.UserIdError`.
 
 Retrieval runs offline or with memstrata's own model, never through the agent's
 model, and its internal calls are tagged ``nostream``: nothing of it reaches the

@@ -32,9 +32,7 @@ from typing import Any, NamedTuple
 from langgraph.config import get_config
 from langgraph.runtime import get_runtime
 
-
-class UserIdError(ValueError):
-    """No user for a call (not in the run's context, its config, nor the integration's default), or a bad one."""
+from memstrata.errors import UserIdError
 
 
 class Tenant(NamedTuple):

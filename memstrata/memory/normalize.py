@@ -22,15 +22,12 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
+from memstrata.errors import IngestError
 from memstrata.memory.conversation import Conversation, Session
 from memstrata.memory.levels.level2.turn import Turn
 from memstrata.memory.timeparse import parse_timestamp
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
-
-
-class IngestError(ValueError):
-    """Bad input; the message names the problem and where it is."""
 
 
 def load_path(path: str | Path) -> Any:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from memstrata.errors import StoreError
 from memstrata.memory.levels import raw_kind
 from memstrata.memory.store import MemoryStore, tenant
 from memstrata.memory.store.tables import Table
-from memstrata.memory.store.tenant import StoreError
 
 FORMAT = "memstrata-export"
 VERSION = 1

@@ -11,10 +11,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
+from memstrata.errors import StoreError
 from memstrata.memory.levels import DIMENSIONS
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.tables import check_name
-from memstrata.memory.store.tenant import StoreError
 from memstrata.portable.format import FORMAT, TABLES, VERSION, _counts, _side_tables, _user
 
 _NONE = type(None)

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from memstrata.context import Context
-from memstrata.memory.normalize import IngestError, normalize_input
+from memstrata.errors import IngestError
+from memstrata.memory.normalize import normalize_input
 from memstrata.memory.store import MemoryStore, tenant
 from memstrata.memory.store.tables import TableRow
 from memstrata.portable.format import TABLES, _counts, _holds, _side_tables, _turn_order, _user

@@ -16,8 +16,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from memstrata.errors import StoreError
 from memstrata.memory.levels import Entity, Fact, raw_kind
-from memstrata.memory.store import StoreError
 
 
 def _entities(store: Any, user: str, conversation: str | None) -> list[Entity]:

@@ -19,8 +19,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
+from memstrata.errors import StoreError
 from memstrata.memory.levels import EventSummary, TreeNode
-from memstrata.memory.store import StoreError
 from memstrata.memory.tree.windows import UNTIMED, window_key, window_level, window_span
 
 _SHOWN = 140

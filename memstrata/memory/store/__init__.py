@@ -39,15 +39,16 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
+from memstrata.errors import EmbedderMismatchError, StoreError, StoreFormatError
 from memstrata.memory.index.caches import SearchCaches
 from memstrata.memory.store.counters import CounterStore
 from memstrata.memory.store.edges import Edge, EdgeStore
-from memstrata.memory.store.format import STORE_FORMAT, StoreFormatError
+from memstrata.memory.store.format import STORE_FORMAT
 from memstrata.memory.store.sequences import Sequences
 from memstrata.memory.store.tables import Table, open_table
-from memstrata.memory.store.tenant import StoreError, stable_hash
+from memstrata.memory.store.tenant import stable_hash
 from memstrata.memory.store.tombstones import Tombstones
-from memstrata.memory.store.vectors import EmbedderMismatchError, Record, VectorStore
+from memstrata.memory.store.vectors import Record, VectorStore
 
 
 class MemoryStore(VectorStore):

@@ -1,7 +1,7 @@
 """The Chroma client a vector store opens: embedded in a folder, or a server's, guarded.
 
 :func:`_make_client` opens a ``PersistentClient`` for a data folder, or an ``HttpClient`` for a server wrapped in
-:class:`ServerGuard`, which turns lost connections into :class:`~memstrata.memory.store.tenant.StoreError` and
+:class:`ServerGuard`, which turns lost connections into :class:`~memstrata.errors.StoreError` and
 repeats the reads that race with another client's writes.
 """
 
@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 import numpy as np
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from memstrata.memory.store.tenant import StoreError
+from memstrata.errors import PartialReadError, StoreError
 
 
 def _make_client(*, path: str | Path | None, url: str | None) -> Any:
@@ -62,12 +62,6 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 #   index (seen once in CI, in the test above's loop of 1,200 reads).
 _TRANSIENT = ("Error creating hnsw segment reader", "Error finding id", "Error getting embedding")
 _TRANSIENT_ATTEMPTS = 6
-
-
-class PartialReadError(StoreError):
-    """A Chroma server returned rows without their vectors: seen once in a test right after a collection's first
-    write, with no error from the server. Repeated like a transient error; raised only if it lasts.
-    """
 
 
 def _vectors_missing(out: Any, include: Sequence[str] | None) -> bool:

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from memstrata.errors import StoreError
 from memstrata.memory.store import tenant
 from memstrata.memory.store.tables import (
     _RESERVED,
@@ -26,7 +27,6 @@ from memstrata.memory.store.tables import (
     _stored,
     check_name,
 )
-from memstrata.memory.store.tenant import StoreError
 
 _BATCH_CONVERSATIONS = 20  # conversations per read of several (Chroma binds each as an SQL variable)
 CLAIM_FIELD = "claim_of"  # on a Chroma server, a reserved block's row names its counter here

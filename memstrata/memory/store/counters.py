@@ -36,9 +36,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from memstrata.errors import StoreError
 from memstrata.memory.store import tenant
 from memstrata.memory.store.tables import Scalar, Table, TableRow, WriteCounts
-from memstrata.memory.store.tenant import StoreError
 
 Item = tuple[str, str, str]  # (conversation_id, kind, unit_id)
 

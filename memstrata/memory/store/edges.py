@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from memstrata.errors import StoreError
 from memstrata.memory.store import tenant
 from memstrata.memory.store.tables import MatchValue, Table, TableRow, WriteCounts
-from memstrata.memory.store.tenant import StoreError
 
 if TYPE_CHECKING:
     import networkx as nx

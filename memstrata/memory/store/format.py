@@ -28,17 +28,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from memstrata.errors import StoreFormatError
 from memstrata.memory.store.sqlite_table import sqlite_connection
 from memstrata.memory.store.tables import COLLECTION_PREFIX, SQLITE_FILE, TABLE_PREFIX
-from memstrata.memory.store.tenant import StoreError
 
 STORE_FORMAT = 1  # bump when the layout changes: a store of another version is refused, never read
 FORMAT_COLLECTION = TABLE_PREFIX + "format"
 FORMAT_KEY = "memstrata_format"
-
-
-class StoreFormatError(StoreError):
-    """The store was written in another format than the one this memstrata reads (or before formats had a version)."""
 
 
 def check_format(client: Any, *, location: str, folder: Path | None) -> None:

@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
+from memstrata.errors import StoreError
 from memstrata.memory.store import tenant
 from memstrata.memory.store.tables import (
     COUNTER_FIELD,
@@ -27,7 +28,6 @@ from memstrata.memory.store.tables import (
     _stored,
     check_name,
 )
-from memstrata.memory.store.tenant import StoreError
 
 BUSY_TIMEOUT_S = 30.0
 

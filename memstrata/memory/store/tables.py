@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from memstrata.errors import StoreError
 from memstrata.memory.store import tenant
-from memstrata.memory.store.tenant import StoreError
 
 __all__ = [
     "COLLECTION_PREFIX",

@@ -28,11 +28,9 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from memstrata.errors import StoreError
+
 SCOPE_FIELD = "scope"
-
-
-class StoreError(RuntimeError):
-    """A store-level problem: a bad argument, a missing tenant, an unreachable server."""
 
 
 def stable_hash(*parts: str, length: int = 16) -> str:

@@ -14,18 +14,14 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
+from memstrata.errors import EmbedderMismatchError, StoreError
 from memstrata.memory import levels
 from memstrata.memory.embeddings import embedder_identity
 from memstrata.memory.store.chroma_client import _make_client
 from memstrata.memory.store.tables import COLLECTION_PREFIX
-from memstrata.memory.store.tenant import StoreError
 from memstrata.memory.store.write_log import WriteLog
 
 logger = logging.getLogger(f"{__package__}.vectors")  # a logging setup naming the vector store's logger gets these
-
-
-class EmbedderMismatchError(StoreError):
-    """A collection was built with another embedder than the one the store was opened with."""
 
 
 class UnitCollections:

@@ -31,16 +31,16 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 from pydantic import BaseModel
 
+from memstrata.errors import EmbedderMismatchError, PartialReadError, StoreError
 from memstrata.memory import levels
 from memstrata.memory.embeddings import MiniLMEmbeddings
 from memstrata.memory.store import tenant
-from memstrata.memory.store.chroma_client import PartialReadError, ServerGuard, _make_client
+from memstrata.memory.store.chroma_client import ServerGuard, _make_client
 from memstrata.memory.store.encoded import EncodedTexts
 from memstrata.memory.store.format import check_format
 from memstrata.memory.store.records import Record, _concat, _owned, _records
-from memstrata.memory.store.tenant import StoreError
 from memstrata.memory.store.terms import MAX_POSTINGS, TERMS, query_terms, rank, tagged_terms
-from memstrata.memory.store.unit_collections import EmbedderMismatchError, UnitCollections
+from memstrata.memory.store.unit_collections import UnitCollections
 from memstrata.memory.store.words import WordIndex
 from memstrata.memory.store.write_log import Change, WriteLog
 

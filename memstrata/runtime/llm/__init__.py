@@ -31,14 +31,8 @@ Example:
     (True, False)
 """
 
-from memstrata.runtime.llm.errors import (
-    AnswerError,
-    EmptyReplyError,
-    LLMError,
-    ModelConfigError,
-    is_transient,
-    retry_after,
-)
+from memstrata.errors import AnswerError, EmptyReplyError, LLMError, ModelConfigError
+from memstrata.runtime.llm.errors import is_transient, retry_after
 from memstrata.runtime.llm.meter import GOOD_OUTCOMES, CallRecord, Meter, branch_budget, usage_of
 from memstrata.runtime.llm.model import INTERNAL_TAGS, OPENAI_KEY_ENV, PLACEHOLDER_KEY, chat_model, check_model_name
 from memstrata.runtime.llm.parsing import extract_json

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 from functools import lru_cache
-from typing import Any
 
 _TRANSPORT_NAMES = {
     # Provider-neutral errors that LangChain integrations raise (langchain-core >= 1.x).
@@ -23,26 +22,6 @@ _TRANSPORT_NAMES = {
     "httpx": ("TransportError",),
     "httpx2": ("TransportError",),  # what recent openai SDKs are built on
 }
-
-
-class LLMError(RuntimeError):
-    """An LLM call failed in a way the caller must hear about (the answer stream)."""
-
-
-class AnswerError(LLMError):
-    """``ask`` got no answer because the model failed; ``result`` still holds the evidence, context and trace."""
-
-    def __init__(self, message: str, result: Any) -> None:
-        super().__init__(message)
-        self.result = result
-
-
-class EmptyReplyError(LLMError):
-    """The server answered, but with no choice to read (an empty ``choices`` list, or a stream with no text)."""
-
-
-class ModelConfigError(ValueError):
-    """A model given by name cannot be called as configured: OpenAI's API with no ``OPENAI_API_KEY``."""
 
 
 @lru_cache(maxsize=1)

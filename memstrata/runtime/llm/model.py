@@ -2,7 +2,7 @@
 
 :func:`chat_model` turns ``Context.model`` (or, for ingestion, ``Context.ingest_model``) into a chat model: a
 name becomes a ``ChatOpenAI`` at ``Context.base_url``; a name that would go to OpenAI's API with no
-``OPENAI_API_KEY`` is a :class:`~memstrata.runtime.llm.errors.ModelConfigError`. :func:`_cap_kwargs` caps a
+``OPENAI_API_KEY`` is a :class:`~memstrata.errors.ModelConfigError`. :func:`_cap_kwargs` caps a
 reply's length the way the server reads it; internal calls carry :data:`INTERNAL_TAGS`.
 """
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
 
-from memstrata.runtime.llm.errors import ModelConfigError
+from memstrata.errors import ModelConfigError
 
 if TYPE_CHECKING:
     from memstrata.context import Context

@@ -1,5 +1,5 @@
 """The streamed answer: :func:`stream_answer`, which bounds the wait for every chunk and turns any failure into
-:class:`~memstrata.runtime.llm.errors.LLMError`.
+:class:`~memstrata.errors.LLMError`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.messages.ai import UsageMetadata, add_usage
 
-from memstrata.runtime.llm.errors import EmptyReplyError, LLMError, _describe, is_transient, retry_after
+from memstrata.errors import EmptyReplyError, LLMError
+from memstrata.runtime.llm.errors import _describe, is_transient, retry_after
 from memstrata.runtime.llm.meter import CallRecord, Meter, usage_of
 from memstrata.runtime.llm.model import _cap_kwargs
 

@@ -20,7 +20,8 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
-from memstrata.runtime.llm.errors import EmptyReplyError, LLMError, _describe, is_transient, retry_after
+from memstrata.errors import EmptyReplyError, LLMError
+from memstrata.runtime.llm.errors import _describe, is_transient, retry_after
 from memstrata.runtime.llm.meter import CallRecord, Meter, _count_local, _prompt_text, usage_of
 from memstrata.runtime.llm.model import INTERNAL_TAGS, _cap_kwargs
 from memstrata.runtime.llm.parsing import _INVALID, T, _check, _repair

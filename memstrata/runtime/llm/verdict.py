@@ -15,7 +15,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.messages.ai import UsageMetadata, add_usage
 
-from memstrata.runtime.llm.errors import EmptyReplyError, LLMError, _describe, is_transient
+from memstrata.errors import EmptyReplyError, LLMError
+from memstrata.runtime.llm.errors import _describe, is_transient
 from memstrata.runtime.llm.meter import CallRecord, Meter, _count_local, _prompt_text, usage_of
 from memstrata.runtime.llm.model import INTERNAL_TAGS, _cap_kwargs
 from memstrata.runtime.llm.relay import _Relay
