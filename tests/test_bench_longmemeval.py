@@ -294,7 +294,21 @@ def test_dense_and_hybrid_encode_each_turn_once(tiny_path: Path, tmp_path: Path)
         progress=False,
     )
     turns = sum(len(parse_record(r).conversation.turns) for r in tiny_records())
-    assert embeddings.documents == turns
+    assert embeddings.documents == turns + 1  # and one warm-up text, encoded before any timed ingestion
+
+
+def test_the_encoder_is_loaded_before_any_timed_ingestion() -> None:
+    """Whichever method prepared first used to pay the encoder's one-time load inside its ingestion time."""
+    from memstrata.bench.longmemeval_run import build_methods
+    from memstrata.bench.runner import resolve_methods
+
+    for build in (
+        lambda e: resolve_methods(["bm25", "dense"], embeddings=e),
+        lambda e: build_methods(["bm25", "dense"], embeddings=e, settings=None, budgets=(400,)),
+    ):
+        embeddings = CountingEmbeddings()
+        build(embeddings)
+        assert embeddings.documents == 1
 
 
 def test_a_stopped_run_resumes_where_its_log_ends(tiny_path: Path, tmp_path: Path) -> None:

@@ -47,7 +47,14 @@ from memstrata.bench.longmemeval import (
 from memstrata.bench.method import Method
 from memstrata.bench.metric import score_context
 from memstrata.bench.provenance import provenance
-from memstrata.bench.runner import METHOD_NAMES, check_budgets, check_unique, close_method, peak_memory_mb
+from memstrata.bench.runner import (
+    METHOD_NAMES,
+    check_budgets,
+    check_unique,
+    close_method,
+    peak_memory_mb,
+    warm_encoder,
+)
 from memstrata.memory.tokens import TokenCounter
 
 DEFAULT_BUDGETS: tuple[int, ...] = (1000, 2000, 4000, 8000)
@@ -142,6 +149,7 @@ def build_methods(
         from memstrata.memory.embeddings import MiniLMEmbeddings
 
         embeddings = MiniLMEmbeddings()
+    warm_encoder(embeddings)
     shared = SharedEncoding(embeddings) if embeddings is not None else None
     counter = TokenCounter()
     wanted.sort(key=lambda m: m == "hybrid_rrf")  # stable: dense (if asked) encodes, hybrid reads it back
