@@ -218,7 +218,8 @@ class Partition:
         self.members: dict[Hashable, list[int]] = {}
         for i, label in enumerate(self.labels):
             self.members.setdefault(label, []).append(i)
-        self._sums = {key: self.x[rows].sum(axis=0) for key, rows in self.members.items()}
+        keys, _, sums = theme_sums(self.x, self.labels)
+        self._sums = dict(zip(keys, sums, strict=True))
 
     def ordered(self) -> list[Hashable]:
         """The themes in order of first appearance."""

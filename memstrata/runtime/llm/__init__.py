@@ -32,13 +32,13 @@ Example:
 """
 
 from memstrata.errors import AnswerError, EmptyReplyError, LLMError, ModelConfigError
-from memstrata.runtime.llm.errors import is_transient, retry_after
 from memstrata.runtime.llm.meter import GOOD_OUTCOMES, CallRecord, Meter, branch_budget, usage_of
 from memstrata.runtime.llm.model import INTERNAL_TAGS, OPENAI_KEY_ENV, PLACEHOLDER_KEY, chat_model, check_model_name
 from memstrata.runtime.llm.parsing import extract_json
 from memstrata.runtime.llm.relay import relay_text
 from memstrata.runtime.llm.stream import stream_answer
 from memstrata.runtime.llm.structured import decide
+from memstrata.runtime.llm.transport import is_transient, retry_after
 from memstrata.runtime.llm.verdict import Checked, read_verdict, stream_checked
 
 __all__ = [

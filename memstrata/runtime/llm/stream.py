@@ -14,9 +14,9 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.messages.ai import UsageMetadata, add_usage
 
 from memstrata.errors import EmptyReplyError, LLMError
-from memstrata.runtime.llm.errors import _describe, is_transient, retry_after
 from memstrata.runtime.llm.meter import CallRecord, Meter, usage_of
 from memstrata.runtime.llm.model import _cap_kwargs
+from memstrata.runtime.llm.transport import _describe, is_transient, retry_after
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig

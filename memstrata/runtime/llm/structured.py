@@ -21,10 +21,10 @@ from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
 from memstrata.errors import EmptyReplyError, LLMError
-from memstrata.runtime.llm.errors import _describe, is_transient, retry_after
 from memstrata.runtime.llm.meter import CallRecord, Meter, _count_local, _prompt_text, usage_of
 from memstrata.runtime.llm.model import INTERNAL_TAGS, _cap_kwargs
 from memstrata.runtime.llm.parsing import _INVALID, T, _check, _repair
+from memstrata.runtime.llm.transport import _describe, is_transient, retry_after
 
 logger = logging.getLogger(__package__)  # the whole client logs as memstrata.runtime.llm
 

@@ -16,11 +16,11 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.messages.ai import UsageMetadata, add_usage
 
 from memstrata.errors import EmptyReplyError, LLMError
-from memstrata.runtime.llm.errors import _describe, is_transient
 from memstrata.runtime.llm.meter import CallRecord, Meter, _count_local, _prompt_text, usage_of
 from memstrata.runtime.llm.model import INTERNAL_TAGS, _cap_kwargs
 from memstrata.runtime.llm.relay import _Relay
 from memstrata.runtime.llm.stream import _idle_bounded
+from memstrata.runtime.llm.transport import _describe, is_transient
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig

@@ -1,9 +1,8 @@
-"""The errors an LLM call raises, and which transport failures are worth a retry.
+"""Which failures of a model call are transport trouble worth a retry, and how long to wait.
 
-:class:`LLMError` (and :class:`AnswerError`, :class:`EmptyReplyError`) reach the caller of a streamed answer;
-:class:`ModelConfigError` is a model name that cannot be called as configured. :func:`is_transient` says which
-failures :func:`~memstrata.runtime.llm.decide` and the streams retry, and :func:`retry_after` how long a
-rate-limited server asked to wait.
+:func:`is_transient` says which failures :func:`~memstrata.runtime.llm.decide` and the streams retry, and
+:func:`retry_after` how long a rate-limited server asked to wait. The errors a model call raises to its caller
+(:class:`~memstrata.errors.LLMError` and the rest) are in :mod:`memstrata.errors`.
 
 Example:
     >>> is_transient(TimeoutError()), is_transient(ValueError())
