@@ -169,6 +169,15 @@ def test_relations_and_profiles_come_from_the_facts() -> None:
     assert ann.attributes == ["fact:s2:0-0:0"] and ann.events == ["fact:s3:0-0:0", "fact:s1:0-0:0"]
 
 
+def test_a_repeated_relation_merges_its_evidence_into_one_edge() -> None:
+    """H-Mem A.2: the second statement of (Ann, dog, Max) adds its turns to the edge, it does not replace them."""
+    pet = {"mentions": ["Max"], "types": {"Ann": "speaker", "Max": "pet"}, "links": [("Ann", "dog", "Max")]}
+    facts = [fact(1, "Ann", day=1, **pet), fact(2, "Ann", day=5, **pet), fact(3, "Ann", day=3, **pet)]
+    [edge] = [r for r in link_entities(facts, speakers=["Ann"]).relations if r.rel == "dog"]
+    assert edge.turn_ids == tuple(f.turn_ids[0] for f in facts)
+    assert edge.created_at == max(f.timestamp.timestamp() for f in facts if f.timestamp)
+
+
 # ---- supersession -----------------------------------------------------------------------------------
 def linked_facts(*specs: tuple[str, str, int]) -> list[Fact]:
     facts = [

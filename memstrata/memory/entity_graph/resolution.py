@@ -13,6 +13,7 @@ Following H-Mem's entity resolution (§3.2, Appendix A.2), within ONE conversati
 - **Relations**: each fact whose object names an entity gives (subject, label,
   object) with the fact's turns; possessive links ("my dog Max") give (owner,
   "dog", Max). Labels come from the fact (verb lemma offline, the model's label otherwise).
+  A relation stated again merges its turns into the one edge (Appendix A.2).
 - **Profiles**: ``attributes`` are facts with a persistent relation (be, have,
   like, live, work, ...), ``events`` the most recent other facts.
 
@@ -39,7 +40,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rapidfuzz import fuzz
 
@@ -160,7 +161,7 @@ def link_entities(
     by_id = {k: e for k, e in by_id.items() if e.fact_ids}  # a speaker no fact names is no node
     out.relations = [r for r in out.relations if r.src in by_id and r.dst in by_id]
     out.relations += _overlap_edges(canon, by_id)
-    out.relations = list({(r.src, r.rel, r.dst): r for r in out.relations}.values())
+    out.relations = _merged(out.relations)
     linked = {f.id: f for f in out.facts}
     out.entities = [_profile(e, linked, recent_events) for e in by_id.values()]
     return out
@@ -239,6 +240,27 @@ def _relations(fact: Fact, canon: dict[str, tuple[str, str]]) -> list[Edge]:
                 )
             )
     return out
+
+
+def _merged(relations: list[Edge]) -> list[Edge]:
+    """One edge per (head, label, tail), holding the turns of every fact that stated it (H-Mem A.2).
+
+    A repeated relation merges its evidence into the edge it repeats: the turns in the order the facts
+    came, the time of the latest statement.
+    """
+    out: dict[tuple[str, str, str], Edge] = {}
+    for r in relations:
+        key = (r.src, r.rel, r.dst)
+        if (had := out.get(key)) is None:
+            out[key] = r
+            continue
+        times = [t for t in (had.created_at, r.created_at) if t is not None]
+        out[key] = replace(
+            had,
+            turn_ids=tuple(dict.fromkeys([*had.turn_ids, *r.turn_ids])),
+            created_at=max(times) if times else None,
+        )
+    return list(out.values())
 
 
 def _overlap_edges(canon: dict[str, tuple[str, str]], by_id: dict[str, Entity]) -> list[Edge]:

@@ -5,7 +5,7 @@
 * ``S`` is the semantic score: here not H-Mem's cosine but a turn's fused views
   (:func:`memstrata.memory.search.fusion.score_turns`), whose speaker and time boosts can take it to about 2,
 * ``T`` is temporal relevance to the query's interval: interval overlap and
-  normalized centre distance (Eq. 1, with one day for its small constant), and zero when the query has no time hint,
+  normalized centre distance (Eq. 1, its small constant one second), and zero when the query has no time hint,
 * ``R = exp(-(t - r) / (tau * (1 + eta * ln(1 + n))))`` is Ebbinghaus
   robustness with reinforcement count ``n`` (Eq. 2).
 
@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 DAY = 86400.0
+EPS = 1.0  # Eq. 1's small constant, in seconds: it only keeps the ratios defined for two instants
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,17 @@ class Interval:
         return (self.start.timestamp() + self.end.timestamp()) / 2
 
 
-def temporal_relevance(unit: Interval | None, hint: Interval | None, *, lam: float, eps: float = DAY) -> float:
+def temporal_relevance(unit: Interval | None, hint: Interval | None, *, lam: float, eps: float = EPS) -> float:
     """H-Mem Eq. 1; 0 when either side has no time.
 
-    ``eps`` is one day, not the paper's small constant: two identical one-day intervals score 0.75, not 1.
+    Two identical intervals score (almost exactly) 1, two disjoint ones only by their centres' distance:
+
+    >>> day = Interval(datetime(2024, 5, 1), datetime(2024, 5, 1, 23, 59, 59))
+    >>> round(temporal_relevance(day, day, lam=0.5), 4)
+    1.0
+    >>> later = Interval(datetime(2024, 5, 3), datetime(2024, 5, 3, 23, 59, 59))
+    >>> round(temporal_relevance(day, later, lam=0.5), 3)
+    0.167
     """
     if unit is None or hint is None:
         return 0.0
