@@ -56,6 +56,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "theme_spread": 3,
     },
     "themes + spreading (the default)": {**_THEMES, "theme_select": "top", "theme_stage2": False, "theme_spread": 3},
+    "themes + Eq. 4 + spreading": {**_THEMES, "theme_select": "eq4", "theme_stage2": False, "theme_spread": 3},
     "themes + spreading + first 20% of the budget": {
         **_THEMES,
         "theme_select": "top",

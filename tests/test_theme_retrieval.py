@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from memstrata.memory.search.query import Hit
 from memstrata.memory.search.selection import found_first
+from memstrata.memory.search.themes import knn_weights
 from memstrata.memory.themes.select import admit_by_coverage, objective, representatives
 
 
@@ -49,6 +51,29 @@ def test_eq4_with_alpha_zero_is_the_top_by_relevance_and_stops_at_the_coverage_r
     assert len(representatives(rel, sims, k=2, alpha=0.5, coverage=0.3, budget=8)) == 1
     assert representatives(rel, sims, k=2, alpha=0.5, coverage=1.0, budget=0) == []
     assert len(representatives(rel, sims, k=2, alpha=0.5, coverage=0.0, budget=3)) == 1  # one pick at least
+
+
+def test_eq4_reads_each_candidates_nearest_in_its_whole_conversation_not_among_the_candidates() -> None:
+    """The kNN graph of Stage I: two candidates are linked only when one is among the other's k nearest units of
+    its conversation. Among candidates alone, rows 0 and 1 (cosine 0.8) would be each other's nearest.
+    """
+
+    def unit(theta: float) -> list[float]:
+        return [math.cos(theta), math.sin(theta), 0.0]
+
+    angles = {0: 0.0, 1: math.acos(0.8), 2: -0.05, 3: -0.08, 4: math.acos(0.8) + 0.05, 5: -0.5}
+    units = [SimpleNamespace(conversation_id="c") for _ in angles] + [SimpleNamespace(conversation_id="other")]
+    vecs = np.array([unit(a) for a in angles.values()] + [unit(0.0)], dtype=np.float32)
+    memo: dict[str, object] = {}
+    index = SimpleNamespace(
+        events={"theme": SimpleNamespace(units=units, vecs=vecs)}, memo=memo, remember=memo.__setitem__
+    )
+    w = knn_weights(index, "theme", [0, 1, 2], k=2)  # candidates: rows 0, 1 and 2
+    # row 0's two nearest of its conversation are rows 2 and 3 (the other conversation's copy is not one)
+    assert w[0, 1] == 0.0 and w[0, 2] == pytest.approx(math.cos(0.05), abs=1e-6)
+    # row 1's two nearest are rows 4 and 0 (cosines 0.999 and 0.8): it covers row 0, not row 2
+    assert w[1, 0] == pytest.approx(0.8, abs=1e-6) and w[1, 2] == 0.0
+    assert list(np.diag(w)) == [1.0, 1.0, 1.0]
 
 
 def test_stage2_admits_only_units_that_say_something_new_and_stops_early() -> None:

@@ -7,8 +7,9 @@ For one query (all on the search snapshot, memoized per query text):
    spreading, its Algorithm 2 lines 6-8; the seeds are the facts' own best matches, not a joint top-k over facts,
    scenes and persona): they join the picked themes below by association, whatever their own match.
 2. **Stage I** (xMemory Eq. 4, :func:`~memstrata.memory.themes.select.representatives`): representative themes
-   on a kNN graph rebuilt among the (not evoked) candidates' centroids (not the kNN graph ingestion stores), then,
-   over the facts those themes induce, representative facts. With ``select="top"`` both steps keep the
+   among the (not evoked) candidates on the high-level kNN graph (:func:`knn_weights`: each theme's
+   ``knn`` most similar themes of its conversation, as ingestion stores them), then, over the facts those themes
+   induce, representative facts on the facts' kNN graph. With ``select="top"`` both steps keep the
    best-matching ones instead (the ablation without Eq. 4).
    A selected theme induces all its facts, or with spreading its ``spread`` facts: those that best match the
    query (``fact_order="query"``), or those nearest the scene's centroid (``"scene"``, Bi-Mem's Eq. 10, with the
@@ -46,6 +47,8 @@ from memstrata.memory.index import MemoryIndex, tokenize
 from memstrata.memory.levels.level1.fact import FACT, Fact
 from memstrata.memory.levels.level1.theme import THEME, Theme
 from memstrata.memory.search.query import Hit, Query
+from memstrata.memory.themes.graph import nearest_rows
+from memstrata.memory.themes.partition import unit_rows
 from memstrata.memory.themes.select import admit_by_coverage, representatives
 
 SELECTIONS = ("eq4", "top")
@@ -149,7 +152,7 @@ def _reach(
     if not cand:
         return [], trace
     own = [t for t in cand if t not in evoked]
-    picked = [own[i] for i in _select(theme_scores[own], themes.vecs[own], s, s.theme_budget)] if own else []
+    picked = [own[i] for i in _select(index, THEME.kind, own, theme_scores[own], s, s.theme_budget)] if own else []
     picked += [t for t in cand if t in evoked]  # fact -> scene spreading: joins by association, not its own match
     trace.themes = [themes.units[t].id for t in picked]
     induced: list[int] = []
@@ -162,7 +165,7 @@ def _reach(
                 induced.append(f)
     if not induced:
         return [], trace
-    chosen_f = [induced[i] for i in _select(fact_scores[induced], facts.vecs[induced], s, s.fact_budget)]
+    chosen_f = [induced[i] for i in _select(index, FACT.kind, induced, fact_scores[induced], s, s.fact_budget)]
     trace.facts = len(chosen_f)
     support = {f: float(fact_scores[f] + theme_scores[came_from[f]]) for f in chosen_f}
     if s.stage2:
@@ -199,13 +202,60 @@ def _top(scores: np.ndarray, n: int) -> list[int]:
     return [int(i) for i in rows[np.lexsort((rows, neg[rows]))][:n]]  # by score, then by row
 
 
-def _select(relevance: np.ndarray, vecs: np.ndarray, s: ThemeSearch, budget: int) -> list[int]:
-    """Positions chosen among candidates given best first: Eq. 4, or the best ``budget`` by relevance."""
+def _select(
+    index: MemoryIndex, kind: str, rows: list[int], relevance: np.ndarray, s: ThemeSearch, budget: int
+) -> list[int]:
+    """Positions chosen among candidate ``rows`` of ``kind`` given best first: Eq. 4 on the kNN graph, or the best
+    ``budget`` by relevance.
+    """
     order = sorted(range(len(relevance)), key=lambda i: (-relevance[i], i))
     if s.select == "top":
         return order[:budget]
-    rel, v = relevance[order], vecs[order]
-    return [order[i] for i in representatives(rel, v @ v.T, k=s.knn, alpha=s.alpha, coverage=s.coverage, budget=budget)]
+    ranked = [rows[i] for i in order]
+    weights = knn_weights(index, kind, ranked, s.knn)
+    return [
+        order[i]
+        for i in representatives(relevance[order], weights, k=s.knn, alpha=s.alpha, coverage=s.coverage, budget=budget)
+    ]
+
+
+def knn_weights(index: MemoryIndex, kind: str, rows: Sequence[int], k: int) -> np.ndarray:
+    """The kNN graph of xMemory among the candidate ``rows``: ``w[i, j]`` is the cosine of the two units when ``j`` is
+    one of ``i``'s ``k`` most similar units of its whole conversation (the graph ingestion keeps in the edge
+    store, with the same k), else 0.
+
+    Computed from the snapshot's vectors for the candidates only (one candidate against its conversation's
+    units), not read from the edge store. Among a handful of candidates most pairs are therefore not linked:
+    a candidate covers only those that are among its nearest in the conversation.
+    """
+    table = index.events[kind]
+    at = {r: i for i, r in enumerate(rows)}
+    w = np.zeros((len(rows), len(rows)))
+    by_conv: dict[str, list[int]] = {}
+    for r in rows:
+        by_conv.setdefault(table.units[r].conversation_id, []).append(r)
+    for conv, cands in by_conv.items():
+        pool, unit = _conversation_rows(index, kind, conv)
+        sims = unit[np.searchsorted(pool, cands)] @ unit.T  # the candidates against their conversation's units
+        sims[np.arange(len(cands)), np.searchsorted(pool, cands)] = -np.inf  # a unit is not its own neighbour
+        for r, row, near in zip(cands, sims, nearest_rows(sims, k), strict=True):
+            for j in near:
+                if (col := at.get(int(pool[j]))) is not None and row[j] > 0:
+                    w[at[r], col] = row[j]
+    np.fill_diagonal(w, 1.0)
+    return w
+
+
+def _conversation_rows(index: MemoryIndex, kind: str, conversation_id: str) -> tuple[np.ndarray, np.ndarray]:
+    """The snapshot rows of ``kind`` one conversation holds (ascending) and their vectors scaled to length 1,
+    memoized on the snapshot.
+    """
+    key = f"conversation_rows\x1f{kind}\x1f{conversation_id}"
+    if key not in index.memo:
+        table = index.events[kind]
+        pool = np.asarray([r for r, u in enumerate(table.units) if u.conversation_id == conversation_id], dtype=np.intp)
+        index.remember(key, (pool, unit_rows(table.vecs[pool])))
+    return index.memo[key]
 
 
 def _stage2(
