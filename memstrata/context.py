@@ -725,7 +725,9 @@ class Context:
     tier_drift: Annotated[
         float,
         _s(
-            "tiers", "HMO Eq. 6: tiers 1-2 are re-ranked when the persona's cosine distance from its anchor passes this"
+            "tiers",
+            "HMO Eq. 6: a conversation's records in tiers 1-2 are re-ranked when its persona's cosine distance from "
+            "its own anchor passes this",
         ),
     ] = 0.05
     importance_batch: Annotated[

@@ -169,7 +169,7 @@ async def record_use(
             active=held_active(
                 store, user_id=ctx.user_id, conversation_id=ctx.conversation_id, refresh_seconds=ctx.tier_refresh_s
             ),
-            persona=read_anchor(store, ctx.user_id),
+            persona=read_anchor(store, ctx.user_id, sorted({conv for conv, _, _ in items})),
             now=now.timestamp() if now else time.time(),
             weights=tier_weights(ctx),
             recent_sessions=ctx.tier_recent_sessions,

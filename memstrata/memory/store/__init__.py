@@ -16,7 +16,8 @@
 - ``journal``: what a user updated or deleted (:mod:`memstrata.memories`), in the same place;
 - ``tombstones``: the ids and content hashes (never the text) of deleted and replaced turns, so no later write brings
   them back (:mod:`~memstrata.memory.store.tombstones`);
-- ``tier_state``: per user, the persona anchor of HMO's drift gate (:mod:`memstrata.nodes.ingest.tiers`);
+- ``tier_state``: per user and conversation, the persona anchor of HMO's drift gate
+  (:mod:`memstrata.memory.tiers.anchor`);
 - ``caches``: what this process's searches keep of the store per user, within ``Context.cache_mb``
   (:mod:`memstrata.memory.index.caches`), cleared by :meth:`MemoryStore.close`;
 - :mod:`~memstrata.memory.store.format`: the store's format version, written when it is created and checked when it
@@ -82,7 +83,7 @@ class MemoryStore(VectorStore):
         self.sequences = Sequences(open_table("sequences", path=folder, client=self.client))
         self.journal = open_table("journal", path=folder, client=self.client)  # what was updated or deleted
         self.tombstones = Tombstones(open_table("tombstones", path=folder, client=self.client))
-        self.tier_state = open_table("tier_state", path=folder, client=self.client)  # HMO's persona anchor per user
+        self.tier_state = open_table("tier_state", path=folder, client=self.client)  # HMO's persona anchors
         self.caches = SearchCaches()  # what this process's searches keep of it, per user (cleared by close)
 
     def close(self) -> None:

@@ -8,6 +8,9 @@ units, so scoring or promoting a record never invalidates a search snapshot.
   our own wording of the rubric, or offline a documented heuristic;
 - :mod:`.priority`: the priority of Eq. 5 and the persona drift of Eq. 6 (the seed's text lost both formulas;
   the module says which reading of the prose it takes);
+- :mod:`.persona`: a conversation's persona as the tiers read it: its text for the importance call, its vector for
+  the alignment A (Eq. 5) and the drift (Eq. 6);
+- :mod:`.anchor`: the drift gate (§3.4), one persona anchor per conversation;
 - :mod:`.assign`: the three tiers (§3.2): the cache (recent sessions plus the top pivotal records), the buffer
   (high priority that does not fit the cache) and the archive (everything else), and what a retrieval that
   used a record does to its tier (lazy scoring, promotion and demotion, §3.3).

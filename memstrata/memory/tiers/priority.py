@@ -9,17 +9,19 @@ The seed's text lost both formulas. What the prose fixes, and the form we take:
 
       P = (α·I/10 + β·A + γ·ln(1+n)) · exp(−Δt / (τ·(1 + ln(1+n))))
 
-  with ``I`` in 1-10 scaled to [0.1, 1], ``A`` the cosine between the record and the persona (negative taken as
-  0), ``n`` the recall count and ``Δt`` the memory time since the record was last used (or written). The ``1 +``
-  keeps the decay finite for a record never recalled. The gain's own weight ``γ`` is not named by the prose; we
-  add it so that ten recalls (ln 11 ≈ 2.4) weigh about as much as the top importance, not several times more.
+  with ``I`` in 1-10 scaled to [0.1, 1], ``A`` the cosine between the record and its own conversation's persona
+  (negative taken as 0; :mod:`memstrata.memory.tiers.persona`), ``n`` the recall count and ``Δt`` the memory time
+  since the record was last used (or written). The ``1 +`` keeps the decay finite for a record never recalled.
+  The gain's own weight ``γ`` is not named by the prose; we add it so that ten recalls (ln 11 ≈ 2.4) weigh about
+  as much as the top importance, not several times more.
 - Coefficients (``Context.tier_alpha``, ``tier_beta``, ``tier_gamma``, ``tier_decay_days``): α = 0.6 and β = 0.4,
   importance first because §3.1 prefers the evaluator's many-sided judgement to similarity alone, alignment second
   as the cheap term that follows the persona; γ = 0.2; τ = 30 days, so a record untouched for a month keeps
   e^-1 of its priority when never recalled and more the more it was (H-Mem's τ of a year ranks relevance over the
   whole memory; tiers move over weeks).
 - Eq. 6: the drift of the persona from its anchor is the cosine distance ``1 − cos(p, p_anchor)`` between the
-  embeddings of the persona's text (the issue's reading, which §3.4's "deviation ... exceeds a threshold" allows).
+  embeddings of the persona's text (the issue's reading, which §3.4's "deviation ... exceeds a threshold" allows),
+  taken per conversation (:mod:`memstrata.memory.tiers.anchor`).
 
 Example:
     >>> w = PriorityWeights()

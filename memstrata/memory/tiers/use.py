@@ -1,11 +1,12 @@
 """What a retrieval's use does to HMO's records (§3.2-3.3): recall counts, lazy scoring, promotion and demotion.
 
 The records whose turns a retrieval cited are *used*: their recall count grows by one and their last access is the
-memory time of the query. Each is scored now (Eq. 5: its importance, its alignment with the persona anchor, its new
-recall count and no decay since it was just used), an archive record lazily, for the first time since it left the
-active tiers; then all are ranked alongside the active records, whose stored priorities are carried on to the same
-time (:func:`~memstrata.memory.tiers.priority.priority_at`) (:func:`~memstrata.memory.tiers.assign.place_recalled`):
-an archive record that outranks the buffer's last is promoted, and what it displaces is demoted.
+memory time of the query. Each is scored now (Eq. 5: its importance, its alignment with its own conversation's
+persona anchor (:mod:`~memstrata.memory.tiers.anchor`), its new recall count and no decay since it was just used),
+an archive record lazily, for the first time since it left the active tiers; then all are ranked alongside the
+active records, whose stored priorities are carried on to the same time
+(:func:`~memstrata.memory.tiers.priority.priority_at`) (:func:`~memstrata.memory.tiers.assign.place_recalled`): an
+archive record that outranks the buffer's last is promoted, and what it displaces is demoted.
 
 Only the counters store is written, so a promotion never invalidates a search snapshot; the active tiers' snapshots
 take the change at their next refresh (:mod:`memstrata.memory.index.active`).
@@ -13,7 +14,7 @@ take the change at their next refresh (:mod:`memstrata.memory.index.active`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,7 @@ def record_use(
     items: list[tuple[str, str, str]],
     *,
     active: Sequence[UnitCounters],
-    persona: np.ndarray | None,
+    persona: Mapping[str, np.ndarray],
     now: float,
     weights: PriorityWeights,
     recent_sessions: int,
@@ -57,7 +58,9 @@ def record_use(
     """Count the use, score the used records, move what ranks in or out; what happened, for the trace, and the
     counters it wrote, as they now stand (``written``: each used or moved record's, without a read back).
 
-    ``active``: the counters of the active tiers' records the used ones are ranked against.
+    ``active``: the counters of the active tiers' records the used ones are ranked against; ``persona``: each
+    conversation's persona anchor (:func:`~memstrata.memory.tiers.anchor.read_anchor`), a record's alignment is
+    with its own conversation's.
     """
     if not items:
         return {"written": [], "recalled": 0, "scored_lazily": 0, "promoted": 0, "demoted": 0}
@@ -71,7 +74,7 @@ def record_use(
     fresh = {
         i: priority(
             c.importance if c.importance is not None else 5.0,
-            alignment(vectors.get(i), persona),
+            alignment(vectors.get(i), persona.get(i[0])),
             recalls=c.recall_count,
             age_days=0.0,
             weights=weights,

@@ -3,15 +3,18 @@
 A record (HMO's memory segment, Eq. 1, read as one closed episode rather than one query-response pair) is keyed by
 its Level-1 summary (:mod:`memstrata.memory.tiers`). For the write's newly closed episodes this stage
 
-1. scores the initial importance (HMO §3.1, Eq. 3): with a model, one call per ``importance_batch`` records with our
-   own wording of Appendix A's rubric (``IMPORTANCE_PROMPT``), a schema and the offline score as the fallback (the
-   persona itself is not passed: the call only hears "none yet" when there is none, though the prompt refers to
-   it); offline, :func:`memstrata.memory.tiers.importance.offline_importance`;
-2. reads the persona of the conversations those records are in (the mean of their current persona vectors) and its
-   drift from the user's anchor (Eq. 6). Past ``tier_drift`` every active record (tiers 1-2) is scored again with
-   the new alignment and the anchor moves; below it the active records keep their stored priorities, carried on to
-   the write's memory time by Eq. 5's decay (:func:`~memstrata.memory.tiers.priority.priority_at`);
-3. ranks the new records with the active ones (:func:`memstrata.memory.tiers.assign.assign_tiers`) and writes what
+1. reads the current persona of each conversation those records are in (:mod:`memstrata.memory.tiers.persona`):
+   its items' text and its embedding (the mean of its speakers' current dimension vectors);
+2. scores the initial importance (HMO §3.1, Eq. 3): with a model, one call per ``importance_batch`` records with our
+   own wording of Appendix A's rubric (``IMPORTANCE_PROMPT``), which hears the persona of the batch's conversations
+   as bounded data (``<persona>``, or "none yet"), a schema and the offline score as the fallback; offline,
+   :func:`memstrata.memory.tiers.importance.offline_importance` (which reads no persona);
+3. runs the drift gate per conversation (Eq. 6, :func:`memstrata.memory.tiers.anchor.drift_gate`): a conversation
+   whose persona moved past ``tier_drift`` from its own anchor has its active records (tiers 1-2) scored again with
+   the new alignment, and its anchor moves; the other active records keep their stored priorities, carried on to
+   the write's memory time by Eq. 5's decay (:func:`~memstrata.memory.tiers.priority.priority_at`). A record's
+   alignment A is always with its own conversation's persona;
+4. ranks the new records with the active ones (:func:`memstrata.memory.tiers.assign.assign_tiers`) and writes what
    moved to the counters store. The archive is never ranked here.
 
 Scoring only writes counters: no search snapshot is rebuilt for it. With ``Context.tiers`` off, this stage does
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,15 +40,14 @@ from memstrata.memory.levels.level2.episode import summary_id
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.counters import UnitCounters
 from memstrata.memory.store.reads import by_conversation
-from memstrata.memory.tiers.anchor import read_anchor, write_anchor
+from memstrata.memory.tiers.anchor import drift_gate, read_anchor, write_anchor
 from memstrata.memory.tiers.assign import Record, assign_tiers, changes
 from memstrata.memory.tiers.importance import offline_importance, signals
+from memstrata.memory.tiers.persona import ConversationPersona, persona_block, read_personas
 from memstrata.memory.tiers.priority import (
     DAY,
     PriorityWeights,
     alignment,
-    drift,
-    persona_vector,
     priority,
     priority_at,
 )
@@ -99,11 +102,12 @@ async def rank_tiers(state: IngestState, runtime: Runtime[Context]) -> dict[str,
     )
     if not fresh:
         return {}
-    persona = await asyncio.to_thread(_persona, store, ctx.user_id, list(dict.fromkeys(r.item[0] for r in fresh)))
+    personas = await asyncio.to_thread(read_personas, store, ctx.user_id, [r.item[0] for r in fresh])
     scores, fallbacks = await _importance(
-        step, ctx, fresh, await asyncio.to_thread(_novelty, store, ctx.user_id, fresh), persona
+        step, ctx, fresh, await asyncio.to_thread(_novelty, store, ctx.user_id, fresh), personas
     )
-    stats = await asyncio.to_thread(_place, store, ctx, fresh, scores, persona, run.tier_weights)
+    vectors = {conv: p.vector for conv, p in personas.items()}
+    stats = await asyncio.to_thread(_place, store, ctx, fresh, scores, vectors, run.tier_weights)
     stats.update(
         records_scored=len(fresh),
         importance_fallbacks=fallbacks,
@@ -114,7 +118,7 @@ async def rank_tiers(state: IngestState, runtime: Runtime[Context]) -> dict[str,
     progress(
         "tiers",
         f"scored {len(fresh)} records; {stats['tier_moves']} tier changes"
-        f"{' (persona drift: active tiers re-ranked)' if stats['tiers_reranked'] else ''}",
+        f"{' (persona drift: the drifted conversations re-ranked)' if stats['tiers_reranked'] else ''}",
         records=len(fresh),
     )
     return {"stats": stats}
@@ -195,18 +199,8 @@ def _novelty(store: MemoryStore, user_id: str, fresh: list[NewRecord]) -> list[f
     return [1.0 - max(0.0, float(b or 0.0)) for b in best]
 
 
-def _persona(store: MemoryStore, user_id: str, conversations: list[str]) -> np.ndarray | None:
-    """The persona's embedding: the mean of the touched conversations' current persona vectors."""
-    vectors = [
-        r.metadata["_vector"]
-        for conv in conversations
-        for r in store.get("persona", user_id=user_id, conversation_id=conv, where={"current": True}, with_vectors=True)
-    ]
-    return persona_vector(vectors)
-
-
 async def _importance(
-    step: Step, ctx: Context, fresh: list[NewRecord], novelty: list[float], persona: np.ndarray | None
+    step: Step, ctx: Context, fresh: list[NewRecord], novelty: list[float], personas: dict[str, ConversationPersona]
 ) -> tuple[list[float], int]:
     """Each record's 1-10 score: the model's, batch by batch, else (and on a failed batch) the offline one."""
     offline = [
@@ -219,15 +213,18 @@ async def _importance(
     size = ctx.importance_batch
     for start in range(0, len(fresh), size):
         batch = fresh[start : start + size]
-        got = await _llm_batch(step, batch, persona is not None)
+        persona = persona_block(personas[c] for c in dict.fromkeys(r.item[0] for r in batch) if c in personas)
+        got = await _llm_batch(step, batch, persona)
         for i, score in got.items():
             scores[start + i] = float(score)
         fallbacks += len(batch) - len(got)
     return scores, fallbacks
 
 
-async def _llm_batch(step: Step, batch: list[NewRecord], has_persona: bool) -> dict[int, int]:
-    """The model's scores of one batch by index ({} when its output was unusable)."""
+async def _llm_batch(step: Step, batch: list[NewRecord], persona: str) -> dict[int, int]:
+    """The model's scores of one batch by index ({} when its output was unusable); ``persona`` is the ``<persona>``
+    block of the batch's conversations (:func:`~memstrata.memory.tiers.persona.persona_block`).
+    """
     listing = "\n\n".join(f'<record index="{i}">\n{r.text[:1500]}\n</record>' for i, r in enumerate(batch))
 
     def valid(value: ImportanceScores) -> ImportanceScores:
@@ -236,11 +233,10 @@ async def _llm_batch(step: Step, batch: list[NewRecord], has_persona: bool) -> d
             raise ValueError(msg)
         return value
 
-    note = "" if has_persona else "<persona>none yet</persona>\n"
     value, how = await step.decide(
         ImportanceScores,
         "IMPORTANCE_PROMPT",
-        f"{note}{listing}",
+        f"{persona}\n\n{listing}",
         node="importance",
         fallback=ImportanceScores,
         validate=valid,
@@ -253,14 +249,15 @@ def _place(
     ctx: Context,
     fresh: list[NewRecord],
     importance: list[float],
-    persona: np.ndarray | None,
+    personas: dict[str, np.ndarray | None],
     weights: PriorityWeights,
 ) -> dict[str, Any]:
-    """Drift gate, priorities, tiers; the counters written (HMO's record header, Eq. 4). Returns the stage's stats."""
+    """Drift gate, priorities, tiers; the counters written (HMO's record header, Eq. 4). Returns the stage's stats.
+
+    ``personas``: the persona vector of each conversation of ``fresh``; every alignment is with the record's own.
+    """
     active = store.counters.active(ctx.user_id)
-    anchor = read_anchor(store, ctx.user_id)
-    moved = drift(persona, anchor) if persona is not None else 0.0
-    rerank = persona is not None and moved > ctx.tier_drift
+    gate = drift_gate(personas, read_anchor(store, ctx.user_id, list(personas)), threshold=ctx.tier_drift)
     times = [r.time for r in fresh if r.time is not None] + [c.record_time for c in active if c.record_time]
     now = max(times, default=0.0)
     new = {
@@ -268,23 +265,17 @@ def _place(
             r,
             imp,
             priority(
-                imp, alignment(r.vector, persona), recalls=0, age_days=(now - (r.time or now)) / DAY, weights=weights
+                imp,
+                alignment(r.vector, personas.get(r.item[0])),
+                recalls=0,
+                age_days=(now - (r.time or now)) / DAY,
+                weights=weights,
             ),
         )
         for r, imp in zip(fresh, importance, strict=True)
     }
-    rescored = (
-        rescore(
-            store,
-            ctx.user_id,
-            [c for c in active if c.item not in new],
-            persona,
-            now,
-            weights,
-        )
-        if rerank
-        else {}
-    )
+    stale = [c for c in active if c.item not in new and c.conversation_id in gate.rerank]
+    rescored = rescore(store, ctx.user_id, stale, personas, now, weights) if stale else {}
     pool = [Record(item, r.session_key, r.time, p) for item, (r, _, p) in new.items()]
     pool += [
         Record(
@@ -303,8 +294,7 @@ def _place(
     tiers = assign_tiers(
         pool, recent_sessions=ctx.tier_recent_sessions, pivotal=ctx.tier_pivotal, buffer=ctx.tier_buffer
     )
-    before = {c.item: c.tier for c in active}
-    moves = changes(before, tiers)
+    moves = changes({c.item: c.tier for c in active}, tiers)
     writes: dict[tuple[str, str, str], dict[str, Any]] = {
         item: {
             "importance": imp,
@@ -321,20 +311,25 @@ def _place(
     for item, tier in moves.items():
         writes.setdefault(item, {})["tier"] = tier
     store.counters.set_scores(ctx.user_id, writes)
-    if rerank or (anchor is None and persona is not None):
-        write_anchor(store, ctx.user_id, persona)
-    return {"tier_moves": len(moves), "tiers_reranked": rerank, "persona_drift": round(moved, 4)}
+    write_anchor(store, ctx.user_id, gate.anchors)
+    return {
+        "tier_moves": len(moves),
+        "tiers_reranked": bool(gate.rerank),
+        "persona_drift": round(max(gate.drift.values(), default=0.0), 4),
+    }
 
 
 def rescore(
     store: MemoryStore,
     user_id: str,
     records: list[UnitCounters],
-    persona: np.ndarray | None,
+    personas: Mapping[str, np.ndarray | None],
     now: float,
     weights: PriorityWeights,
 ) -> dict[tuple[str, str, str], float]:
-    """Eq. 5 again for stored records (their vectors read by key): recalls, last use and alignment as they are now."""
+    """Eq. 5 again for stored records (their vectors read by key): recalls, last use and alignment (with the persona
+    of the record's own conversation, in ``personas``) as they are now.
+    """
     found = {
         (r.metadata["conversation_id"], r.unit_id): np.asarray(r.metadata["_vector"], dtype=float)
         for r in store.get_keys(
@@ -346,7 +341,7 @@ def rescore(
         used = max(t for t in (c.last_access, c.record_time, 0.0) if t is not None)
         out[c.item] = priority(
             c.importance if c.importance is not None else 5.0,
-            alignment(found.get((c.conversation_id, c.unit_id)), persona),
+            alignment(found.get((c.conversation_id, c.unit_id)), personas.get(c.conversation_id)),
             recalls=c.recall_count,
             age_days=max(0.0, now - used) / DAY,
             weights=weights,
