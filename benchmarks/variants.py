@@ -41,6 +41,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "facts lend no prior": {"_fact_prior": False},
     "facts lend the prior": {"_fact_prior": True},
     "no entity graph": {"graph_hops": -1},
+    # H-Mem's seeds by vector: the entities nearest the query's vector seed the expansion too
+    "entity seeds also by vector: 2 above 0.35": {"graph_vector_seeds": 2, "graph_seed_floor": 0.35},
+    "entity seeds also by vector: 5 above 0.25": {"graph_vector_seeds": 5, "graph_seed_floor": 0.25},
     "no facts and no graph": {"graph_hops": -1, "scope_kinds": NO_FACTS},
     "fixed pool (before)": {"_pool": "fixed"},
     "no facts/graph and fixed pool (as before)": {"graph_hops": -1, "scope_kinds": NO_FACTS, "_pool": "fixed"},

@@ -449,6 +449,17 @@ class Context:
         int, _s("entities", "facts reached through the entity graph that add their turns to the candidates, per query")
     ] = 30
     graph_hop_decay: Annotated[float, _s("entities", "weight kept per hop of graph expansion")] = 0.5
+    graph_vector_seeds: Annotated[
+        int,
+        _s(
+            "entities",
+            "entities nearest the query's vector (the mean of their facts') that also seed the graph expansion, "
+            "beside those the query names (H-Mem's seeds by vector; 0: by name only)",
+        ),
+    ] = 0
+    graph_seed_floor: Annotated[
+        float, _s("entities", "the least cosine to the query of an entity that seeds by vector")
+    ] = 0.35
     entity_recent_events: Annotated[int, _s("entities", "latest facts an entity's profile lists")] = 20
     superseded_weight: Annotated[
         float, _s("entities", "score factor of a superseded fact, unless the query asks about the past")

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from datetime import datetime
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memstrata.memory.entity_graph.expansion import GraphView, expand, reached_facts
+from memstrata.memory.entity_graph.expansion import GraphSearch, GraphView, expand, graph_reach, reached_facts
 from memstrata.memory.entity_graph.mentions import find_mentions
 from memstrata.memory.entity_graph.resolution import OVERLAP, link_entities, same_entity
 from memstrata.memory.facts.clauses import carries_content, clauses, extract_facts, resolve_persons
 from memstrata.memory.facts.supersession import supersede
 from memstrata.memory.levels import Fact, Turn
+from memstrata.memory.search.scoring import nearest_entities
 
 MAY_8 = datetime(2023, 5, 8, 13, 56)
 
@@ -238,6 +240,32 @@ def test_expansion_follows_relations_with_decay_and_reaches_facts() -> None:
     scores = np.array([0.2, 0.9, 1.0])
     ranked = reached_facts(view, reach, scores, top=2)
     assert [(row, round(score, 2)) for row, score, _ in ranked] == [(1, 0.45), (0, 0.2)]  # Bo's fact: unreached
+
+
+def test_entities_near_the_query_vector_seed_the_graph_beside_the_named_ones() -> None:
+    """H-Mem's seeds by vector: a query that names no entity reaches the facts of one given as near."""
+    facts = [
+        fact(1, "Ann", mentions=["Max"], types={"Ann": "speaker", "Max": "pet"}, links=[("Ann", "dog", "Max")]),
+        fact(2, "Bo", types={"Bo": "speaker"}),
+    ]
+    linked = link_entities(facts, speakers=["Ann", "Bo"])
+    search = GraphSearch(GraphView.build(linked.entities, linked.facts, linked.relations), hops=1)
+    scores = np.array([0.5, 0.9])
+    assert graph_reach(search, "What did the puppy eat?", scores) == []  # nothing named, nothing near
+    reached = graph_reach(search, "What did the puppy eat?", scores, near=[("c", "ent:max"), ("c", "ent:nobody")])
+    assert [(row, score) for row, score, _ in reached] == [(0, 0.5)]  # Max's fact, at the seed's full weight
+    named = graph_reach(search, "What did Bo eat?", scores, near=[("c", "ent:max")])
+    assert sorted(row for row, _, _ in named) == [0, 1]  # the named seed and the near one together
+
+
+def test_nearest_entities_are_the_n_best_above_the_floor() -> None:
+    units = [SimpleNamespace(conversation_id="c", id=f"ent:{n}") for n in ("a", "b", "c")]
+    vecs = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]], dtype=np.float32)
+    index = SimpleNamespace(tables={"entity": SimpleNamespace(units=units, vecs=vecs)})
+    qvec = np.array([0.8, 0.6])
+    assert nearest_entities(index, qvec, 2, 0.0) == [("c", "ent:b"), ("c", "ent:a")]  # cosines 0.96, 0.8
+    assert nearest_entities(index, qvec, 3, 0.85) == [("c", "ent:b")]
+    assert nearest_entities(index, qvec, 0, 0.0) == []
 
 
 @settings(max_examples=200, deadline=None)

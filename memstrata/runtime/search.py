@@ -369,7 +369,14 @@ async def graph_search(ctx: Context, store: MemoryStore, index: MemoryIndex) -> 
     if view is None:
         view = await asyncio.to_thread(graph_view, store, ctx, index)
         index.remember("graph_view", view)
-    return GraphSearch(view, hops=ctx.graph_hops, decay=ctx.graph_hop_decay, top=ctx.graph_facts)
+    return GraphSearch(
+        view,
+        hops=ctx.graph_hops,
+        decay=ctx.graph_hop_decay,
+        top=ctx.graph_facts,
+        vector_seeds=ctx.graph_vector_seeds,
+        seed_floor=ctx.graph_seed_floor,
+    )
 
 
 def graph_view(store: MemoryStore, ctx: Context, index: MemoryIndex) -> GraphView:

@@ -2,7 +2,8 @@
 
 1. **Seeds**: entities whose name or an alias appears in the query (whole words,
    any case; a name of five letters or more also matches a typo of it, by
-   ``rapidfuzz``).
+   ``rapidfuzz``), and, with ``vector_seeds``, the entities whose vector (the mean
+   of their facts') is nearest the query's, above ``seed_floor``.
 2. **Expansion**: up to ``hops`` hops over the relation edges of the edge store
    (``networkx``), each hop keeping ``decay`` x the edge's weight; overlap edges
    (nickname-like variants) weigh half. Every reached entity keeps its best
@@ -58,6 +59,8 @@ class GraphSearch:
     hops: int = 2
     decay: float = 0.5
     top: int = 30
+    vector_seeds: int = 0  # entities nearest the query's vector that also seed (H-Mem §3.3 step 2); 0: names only
+    seed_floor: float = 0.35  # the least cosine of such a seed
 
 
 @dataclass
@@ -249,9 +252,13 @@ def _alias_keys(name: str, aliases: tuple[str, ...]) -> list[str]:
     return [k for k in sorted(keys) if len(k) > 1]
 
 
-def graph_reach(search: GraphSearch, text: str, fact_scores: np.ndarray) -> list[tuple[int, float, Reach]]:
-    """Seeds of the text, expanded, and the best facts they reach (empty when nothing is named)."""
-    seeds = search.view.seeds(text)
+def graph_reach(
+    search: GraphSearch, text: str, fact_scores: np.ndarray, near: Sequence[Node] = ()
+) -> list[tuple[int, float, Reach]]:
+    """Seeds of the text (and ``near``, the entities nearest the query's vector), expanded, and the best facts they
+    reach (empty when nothing is named or near).
+    """
+    seeds = sorted(set(search.view.seeds(text)) | {n for n in near if search.view.name(n) is not None})
     if not seeds or search.hops < 0:
         return []
     search.view.link(sorted({conv for conv, _ in seeds}))  # the seeded conversations' edges, in one read

@@ -17,6 +17,7 @@ import numpy as np
 
 from memstrata.memory.entity_graph.expansion import GraphSearch, Reach, graph_reach
 from memstrata.memory.index import MemoryIndex, tokenize
+from memstrata.memory.levels.entity import ENTITY
 from memstrata.memory.levels.level1.fact import FACT
 from memstrata.memory.levels.level1.summary import SUMMARY
 from memstrata.memory.search.fusion import (
@@ -175,7 +176,7 @@ def score_query(
         },
     )
     prior = event_prior(index, ranked, top_events)
-    reached = query_graph(index, query, graph, events)
+    reached = query_graph(index, query, graph, events, qvec)
     if reached:
         facts = index.events[FACT_KIND]
         prior = np.maximum(prior, link_prior(index, [(facts.turn_rows[row], s) for row, s, _ in reached]))
@@ -191,20 +192,38 @@ def query_key(query: Query, superseded: float) -> str:
 
 
 def query_graph(
-    index: MemoryIndex, query: Query, graph: GraphSearch | None, events: dict[str, np.ndarray] | None = None
+    index: MemoryIndex,
+    query: Query,
+    graph: GraphSearch | None,
+    events: dict[str, np.ndarray] | None = None,
+    qvec: np.ndarray | None = None,
 ) -> list[tuple[int, float, Reach]]:
-    """The facts the query reaches through the entity graph, memoized per query text on the snapshot.
+    """The facts the query reaches through the entity graph, memoized per query text and graph settings on the
+    snapshot.
 
-    :func:`score_query` computes it from the query's fact scores; later calls read the memo.
+    :func:`score_query` computes it from the query's fact scores (and, with ``graph.vector_seeds``, its vector);
+    later calls read the memo.
     """
     if graph is None or graph.hops < 0:
         return []
-    key = f"graph\x1f{query.text}\x1f{graph.hops}\x1f{graph.decay}\x1f{graph.top}"
+    settings = (graph.hops, graph.decay, graph.top, graph.vector_seeds, graph.seed_floor)
+    key = "\x1f".join(["graph", query.text, *map(str, settings)])
     if key not in index.memo:
         if events is None or FACT_KIND not in events:
             return []
-        index.remember(key, graph_reach(graph, query.text, events[FACT_KIND]))
+        near = nearest_entities(index, qvec, graph.vector_seeds, graph.seed_floor) if qvec is not None else []
+        index.remember(key, graph_reach(graph, query.text, events[FACT_KIND], near))
     return index.memo[key]
+
+
+def nearest_entities(index: MemoryIndex, qvec: np.ndarray, n: int, floor: float) -> list[tuple[str, str]]:
+    """The ``n`` entities whose vector is nearest ``qvec`` with a cosine of at least ``floor``, as graph nodes."""
+    table = index.tables.get(ENTITY.kind)
+    if n <= 0 or table is None or not len(table.units):
+        return []
+    sims = table.vecs @ np.asarray(qvec, dtype=np.float32)
+    rows = [int(r) for r in np.argsort(-sims, kind="stable")[:n] if sims[r] >= floor]
+    return [(table.units[r].conversation_id, table.units[r].id) for r in rows]
 
 
 def graph_hits(
