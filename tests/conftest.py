@@ -23,6 +23,25 @@ pytest_plugins = ["plugins.llm_server", "plugins.chroma_server"]
 REPO = Path(__file__).resolve().parents[1]
 LOCOMO = REPO.parent / "shared" / "data" / "locomo" / "locomo10.json"
 EXAMPLE = REPO / "examples" / "conversation.json"
+# one short session about Ann, for persona tests: where she lives, her work, a hobby and a value
+PORTO = [
+    ("Ann", "I live in Porto with my husband Tom."),
+    ("Bo", "Nice city! What do you do there?"),
+    ("Ann", "I work as a nurse at the city hospital."),
+    ("Bo", "That sounds demanding."),
+    ("Ann", "I love painting landscapes on weekends."),
+    ("Bo", "Lovely hobby."),
+    ("Ann", "I believe everyone deserves kindness."),
+    ("Bo", "True."),
+]
+
+
+def session_messages(n: int, when: str, lines: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Session ``n``'s messages, all at ``when``, with ids ``s<n>:<i>``."""
+    return [
+        {"speaker": sp, "text": t, "timestamp": when, "session": str(n), "id": f"s{n}:{i}"}
+        for i, (sp, t) in enumerate(lines)
+    ]
 
 
 class HashEmbeddings(Embeddings):

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import assert_store_ok
+from conftest import PORTO, assert_store_ok, session_messages
 from test_pages import chromium  # noqa: F401 - the real browser fixture
 
 from memstrata.memory.levels import DIMENSIONS, Fact, Persona, PersonaItem, Theme
@@ -140,23 +140,6 @@ def test_inference_questions() -> None:
 
 
 # ---- on a real store (packaged MiniLM, embedded Chroma) -----------------------------------------------------
-def _session(n: int, when: str, lines: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    return [
-        {"speaker": sp, "text": t, "timestamp": when, "session": str(n), "id": f"s{n}:{i}"}
-        for i, (sp, t) in enumerate(lines)
-    ]
-
-
-PORTO = [
-    ("Ann", "I live in Porto with my husband Tom."),
-    ("Bo", "Nice city! What do you do there?"),
-    ("Ann", "I work as a nurse at the city hospital."),
-    ("Bo", "That sounds demanding."),
-    ("Ann", "I love painting landscapes on weekends."),
-    ("Bo", "Lovely hobby."),
-    ("Ann", "I believe everyone deserves kindness."),
-    ("Bo", "True."),
-]
 LISBON = [
     ("Ann", "I moved to Lisbon last month."),
     ("Bo", "Wow, why Lisbon?"),
@@ -168,7 +151,9 @@ LISBON = [
 
 
 def _ingest(mem: Any, user: str, n: int, when: str, lines: list[tuple[str, str]], **kw: Any) -> dict[str, Any]:
-    return mem.ingest({"conversation_id": "c", "messages": _session(n, when, lines)}, user_id=user, close=True, **kw)
+    return mem.ingest(
+        {"conversation_id": "c", "messages": session_messages(n, when, lines)}, user_id=user, close=True, **kw
+    )
 
 
 @pytest.fixture
@@ -339,7 +324,7 @@ def test_with_a_model_the_persona_cites_what_it_was_shown_and_scenes_get_conditi
     stats = other.ingest(
         {
             "conversation_id": "c",
-            "messages": _session(1, "2024-01-10T10:00:00", [(s, t.replace("Porto", "Oslo")) for s, t in PORTO]),
+            "messages": session_messages(1, "2024-01-10T10:00:00", [(s, t.replace("Porto", "Oslo")) for s, t in PORTO]),
         },
         user_id="zed",
         close=True,
@@ -403,7 +388,7 @@ def test_the_search_tool_cites_the_personas_turns_by_session_and_turn_when_their
 
     mem = Memstrata(path=tmp_path / "store", embeddings=minilm)
     ids = [str(uuid.UUID(int=i + 1)) for i in range(len(PORTO))]  # what a chat app or the middleware sends
-    messages = [{**m, "id": ids[i]} for i, m in enumerate(_session(1, "2024-01-10T10:00:00", PORTO))]
+    messages = [{**m, "id": ids[i]} for i, m in enumerate(session_messages(1, "2024-01-10T10:00:00", PORTO))]
     mem.ingest({"conversation_id": "c", "messages": messages}, user_id="ann", close=True)
     question = "Would Ann likely enjoy a landscape painting class?"
     result = mem.retrieve(question, user_id="ann", context_budget=500)

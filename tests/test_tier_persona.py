@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import EXAMPLE, HashEmbeddings, assert_store_ok
+from conftest import EXAMPLE, PORTO, HashEmbeddings, assert_store_ok, session_messages
 
 from memstrata import Memstrata
 from memstrata.memory.tiers.anchor import drift_gate, read_anchor
@@ -28,24 +28,10 @@ from memstrata.memory.tiers.priority import DAY, PriorityWeights, alignment, per
 # both conversations' records stay in the active tiers; a threshold this low re-ranks on any real change
 TIERS = {"snapshot_max_turns": 5, "tiers": True, "tier_recent_sessions": 1, "tier_pivotal": 2, "tier_buffer": 4}
 SENSITIVE = {**TIERS, "tier_drift": 1e-4}
-PORTO = [
-    ("Ann", "I live in Porto with my husband Tom."),
-    ("Bo", "Nice city! What do you do there?"),
-    ("Ann", "I work as a nurse at the city hospital."),
-    ("Bo", "That sounds demanding."),
-    ("Ann", "I love painting landscapes on weekends."),
-    ("Bo", "Lovely hobby."),
-    ("Ann", "I believe everyone deserves kindness."),
-    ("Bo", "True."),
-]
 
 
 def _session(conv: str, n: int, when: str, lines: list[tuple[str, str]]) -> dict[str, Any]:
-    messages = [
-        {"speaker": s, "text": t, "timestamp": when, "session": str(n), "id": f"s{n}:{i}"}
-        for i, (s, t) in enumerate(lines)
-    ]
-    return {"conversation_id": conv, "messages": messages}
+    return {"conversation_id": conv, "messages": session_messages(n, when, lines)}
 
 
 def _scores(mem: Memstrata, conv: str) -> dict[str, tuple[float | None, float | None]]:

@@ -236,8 +236,9 @@ def knn_weights(index: MemoryIndex, kind: str, rows: Sequence[int], k: int) -> n
         by_conv.setdefault(table.units[r].conversation_id, []).append(r)
     for conv, cands in by_conv.items():
         pool, unit = _conversation_rows(index, kind, conv)
-        sims = unit[np.searchsorted(pool, cands)] @ unit.T  # the candidates against their conversation's units
-        sims[np.arange(len(cands)), np.searchsorted(pool, cands)] = -np.inf  # a unit is not its own neighbour
+        own = np.searchsorted(pool, cands)  # each candidate's position among its conversation's units
+        sims = unit[own] @ unit.T  # the candidates against their conversation's units
+        sims[np.arange(len(cands)), own] = -np.inf  # a unit is not its own neighbour
         for r, row, near in zip(cands, sims, nearest_rows(sims, k), strict=True):
             for j in near:
                 if (col := at.get(int(pool[j]))) is not None and row[j] > 0:

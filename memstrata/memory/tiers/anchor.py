@@ -8,8 +8,7 @@ the threshold has its active records scored again (and its anchor moved). Writes
 conversations whose personas stay put re-rank nothing, as they would if each conversation were alone.
 
 One row per user and conversation in the store's ``tier_state`` table, cleared with the user by ``forget``
-(:meth:`memstrata.memory.store.MemoryStore.delete_user`). A user-wide row of an older store (conversation ``"*"``)
-is never read: each conversation takes a first anchor at its next write.
+(:meth:`memstrata.memory.store.MemoryStore.delete_user`).
 
 Example:
     >>> same, other = np.array([1.0, 0.0]), np.array([0.0, 1.0])
@@ -32,8 +31,6 @@ from memstrata.memory.store import tenant
 from memstrata.memory.store.tables import TableRow
 from memstrata.memory.tiers.priority import drift
 
-_USER_WIDE = "*"  # the conversation of an older store's single anchor per user
-
 
 def _anchor_key(user_id: str, conversation_id: str) -> str:
     return tenant.storage_key(user_id, conversation_id, "persona_anchor", namespace="tiers")
@@ -49,7 +46,7 @@ def read_anchor(store: Any, user_id: str, conversations: Sequence[str] | None = 
     return {
         row.conversation_id: np.asarray(json.loads(str(row.fields["vector"])), dtype=float)
         for row in rows
-        if row.conversation_id != _USER_WIDE and "vector" in row.fields
+        if "vector" in row.fields
     }
 
 
