@@ -369,13 +369,16 @@ async def test_persona_calibration_and_the_persona_line_with_the_real_server(
     outcome, a persona item cites only stored facts whatever the model wrote, and an inference question gets the
     persona line (the first session is written offline, so the speaker surely has facts).
     """
-    from test_persona import LISBON, PORTO, _session
+    from conftest import PORTO, session_messages
+    from test_persona import LISBON
 
     from memstrata import Memstrata
 
     offline = Memstrata(path=tmp_path / "chroma", embeddings=minilm)
     await offline.aingest(
-        {"conversation_id": "c", "messages": _session(1, "2024-01-10T10:00:00", PORTO)}, user_id="ann", close=True
+        {"conversation_id": "c", "messages": session_messages(1, "2024-01-10T10:00:00", PORTO)},
+        user_id="ann",
+        close=True,
     )
     offline.close()
     mem = Memstrata(
@@ -388,7 +391,9 @@ async def test_persona_calibration_and_the_persona_line_with_the_real_server(
         persona_llm_growth=1.0,
     )  # rebuild at any new fact
     stats = await mem.aingest(
-        {"conversation_id": "c", "messages": _session(2, "2024-03-05T10:00:00", LISBON)}, user_id="ann", close=True
+        {"conversation_id": "c", "messages": session_messages(2, "2024-03-05T10:00:00", LISBON)},
+        user_id="ann",
+        close=True,
     )
     per_node = stats["llm"]["persona"]["per_node"]
     assert 1 <= per_node["persona"]["calls"] <= 2 and per_node["calibrate"]["calls"] >= 1  # a repair is a call
