@@ -10,6 +10,12 @@ shows what the temporal tree adds per scope.
 
     python benchmarks/variants.py ../shared/data/locomo/locomo10.json --conversations conv-26,conv-30 \
         --budgets 1500,4000 --cache /tmp/variants
+
+LongMemEval's questions run the same way, each question's haystack its own cached store, asked at its date and
+tallied by question type (the questions ``memstrata bench longmemeval --per-type N`` draws, abstention skipped):
+
+    python benchmarks/variants.py ../shared/data/longmemeval/longmemeval_s_dev.json.gz --per-type 2 \
+        --budgets 1000,2000,4000,8000 --cache /tmp/variants-lme
 """
 
 from __future__ import annotations
@@ -17,12 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from memstrata import Memstrata
 from memstrata.bench.locomo import load_locomo
+from memstrata.bench.longmemeval import parse_record, read_records, select_records
 from memstrata.bench.metric import score_context
 from memstrata.memory.embeddings import MiniLMEmbeddings
 from memstrata.memory.levels import FACT, TREE_NODE, register, scope_table
@@ -71,6 +79,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no persona path": {"persona_search": False},
     # Bi-Mem's Eq. 10: a picked scene brings its m facts nearest the scene, not those nearest the query
     "spreading: facts nearest their scene (Eq. 10)": {"theme_fact_order": "scene"},
+    # Bi-Mem's Eq. 9: facts, themes and persona ranked together (k of the paper's 15-40), then its spreading
+    "Bi-Mem Eq. 9: joint top-20": {"theme_joint_k": 20},
+    "Bi-Mem Eq. 9 + Eq. 10: joint top-20 and scene order": {"theme_joint_k": 20, "theme_fact_order": "scene"},
+    "Bi-Mem Eq. 9: joint top-40": {"theme_joint_k": 40},
     # H-Mem's Eq. 3 with its own S: the cosine of the query and the turn, no views, BM25, prior, boosts or neighbour
     "H-Mem's S (the turn's cosine) in Eq. 3": {
         "_cosine_s": True,
@@ -82,9 +94,56 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-def run(path: str, conversations: list[str], budgets: list[int], cache: Path, names: list[str]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Asked:
+    """One question as a variant asks it: its text, gold turn texts, the key it is tallied under, and its date."""
+
+    question: str
+    gold: list[str]
+    category: str
+    now: datetime | None = None
+
+
+@dataclass(frozen=True)
+class History:
+    """One store's worth of memory: its cache folder name, the ingest payload, the searched conversation."""
+
+    name: str
+    raw: Any
+    conversation_id: str
+    questions: list[Asked]
+
+
+def locomo_histories(path: str, conversations: list[str]) -> list[History]:
+    """LoCoMo's conversations, with their scored questions (categories 1-4)."""
+    out = []
+    for conv in load_locomo(path, conversations=conversations or None):
+        texts = conv.turn_texts()
+        asked = [
+            Asked(q.question, [texts[e] for e in q.evidence if e in texts], str(q.category))
+            for q in conv.questions
+            if q.category in (1, 2, 3, 4)
+        ]
+        out.append(History(conv.sample_id, conv.raw, conv.sample_id, asked))
+    return out
+
+
+def longmemeval_histories(path: str, per_type: int) -> list[History]:
+    """LongMemEval questions, ``per_type`` of each type (abstention apart and not scored), each its own history,
+    asked at its ``question_date``: the questions ``memstrata bench longmemeval --per-type`` draws.
+    """
+    out = []
+    for record in select_records(read_records(path), per_type=per_type):
+        q = parse_record(record)
+        if q.abstention:
+            continue
+        asked = Asked(q.question, q.gold_texts(), q.question_type, q.asked_at)
+        out.append(History(q.question_id, q.conversation.raw, q.conversation.sample_id, [asked]))
+    return out
+
+
+def run(histories: list[History], budgets: list[int], cache: Path, names: list[str]) -> dict[str, Any]:
     emb = MiniLMEmbeddings()
-    convs = load_locomo(path, conversations=conversations or None)
     out: dict[str, Any] = {}
     for name in names:
         settings = dict(VARIANTS[name])
@@ -95,24 +154,25 @@ def run(path: str, conversations: list[str], budgets: list[int], cache: Path, na
         scoring.turn_semantic = _cosine if settings.pop("_cosine_s", False) else fusion.turn_semantic
         tally: dict[str, dict[int, list[bool]]] = {}
         sub_queries: dict[str, int] = {}
-        for conv in convs:
-            folder = cache / conv.sample_id
+        for history in histories:
+            folder = cache / history.name
             mem = Memstrata(path=folder, embeddings=emb)
             # a finished record, as the bench ingests it; a cached folder writes nothing again, but gets the stages
             # it was built without (themes, personas) from the stored facts
-            mem.ingest(conv.raw, user_id="bench", close=True)
-            for q in conv.questions:
-                if q.category not in (1, 2, 3, 4):
-                    continue
-                texts = conv.turn_texts()
-                gold = [texts[e] for e in q.evidence if e in texts]
+            mem.ingest(history.raw, user_id="bench", close=True)
+            for q in history.questions:
                 for budget in budgets:
                     result = mem.retrieve(
-                        q.question, user_id="bench", conversation_id=conv.sample_id, context_budget=budget, **settings
+                        q.question,
+                        user_id="bench",
+                        conversation_id=history.conversation_id,
+                        context_budget=budget,
+                        now=q.now,
+                        **settings,
                     )
-                    hit, _ = score_context(result.context, gold)
+                    hit, _ = score_context(result.context, q.gold)
                     scopes = result.trace.get("scopes", {})
-                    for key in ("all", str(q.category), f"scope {scopes.get('q0', '?')}"):
+                    for key in ("all", q.category, f"scope {scopes.get('q0', '?')}"):
                         tally.setdefault(key, {}).setdefault(budget, []).append(hit)
                     if budget == budgets[0]:  # H-Mem A.4: how many (sub-)queries each scope got
                         for scope in scopes.values():
@@ -140,20 +200,20 @@ def _pool(kind: str | None) -> Callable[[Any], int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("path")
-    parser.add_argument("--conversations", default="")
+    parser.add_argument("path", help="LoCoMo's locomo10.json, or LongMemEval's .json/.json.gz with --per-type")
+    parser.add_argument("--conversations", default="", help="LoCoMo: the conversations (default all)")
+    parser.add_argument("--per-type", type=int, default=0, help="LongMemEval: questions per type (abstention skipped)")
     parser.add_argument("--budgets", default="1500,4000")
     parser.add_argument("--cache", default="/tmp/memstrata-variants")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--out", default="")
     args = parser.parse_args()
-    result = run(
-        args.path,
-        [c for c in args.conversations.split(",") if c],
-        [int(b) for b in args.budgets.split(",")],
-        Path(args.cache),
-        args.variants.split(","),
+    histories = (
+        longmemeval_histories(args.path, args.per_type)
+        if args.per_type
+        else locomo_histories(args.path, [c for c in args.conversations.split(",") if c])
     )
+    result = run(histories, [int(b) for b in args.budgets.split(",")], Path(args.cache), args.variants.split(","))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2))
 

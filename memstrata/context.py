@@ -531,9 +531,18 @@ class Context:
         _s(
             "theme retrieval",
             "best-matching facts whose themes join the candidates (Bi-Mem's spreading: a fact evokes its "
-            "scene; not Eq. 9's joint top-k; only with theme_spread > 0)",
+            "scene; only with theme_spread > 0 and theme_joint_k 0)",
         ),
     ] = 10
+    theme_joint_k: Annotated[
+        int,
+        _s(
+            "theme retrieval",
+            "with k > 0, Bi-Mem's Eq. 9: the k best facts, themes and persona dimensions ranked together (half "
+            "cosine, half BM25) replace the separate theme and fact-seed rankings; its facts are admitted, evoke "
+            "their themes, and its best persona dimension is the one the persona path takes; 0 keeps them apart",
+        ),
+    ] = 0
     theme_select: Annotated[
         Literal["eq4", "top"],
         _s(
@@ -642,14 +651,21 @@ class Context:
         int,
         _s(
             "persona",
-            "with a model: scenes (themes) checked against their speaker's persona per ingest (Eq. 8: a "
-            "compensatory condition appended, never a rewrite); offline there is no calibration",
+            "with a model: calibration calls per ingest, at most, each checking up to persona_calibration_batch "
+            "scenes (themes) against their speaker's persona (Eq. 8: a compensatory condition appended, never a "
+            "rewrite); offline there is no calibration",
         ),
     ] = 8
     persona_calibrations_per_episode: Annotated[
         int,
-        _s("persona", "with a model: scene checks per newly closed episode of the write, at most (the rest stay due)"),
+        _s(
+            "persona",
+            "with a model: calibration calls per newly closed episode of the write, at most (the rest stay due)",
+        ),
     ] = 2
+    persona_calibration_batch: Annotated[
+        int, _s("persona", "with a model: scenes of one speaker that one calibration call checks, at most")
+    ] = 8
     persona_search: Annotated[
         bool,
         _s(

@@ -15,7 +15,7 @@ from conftest import PORTO, assert_store_ok, session_messages
 from test_pages import chromium  # noqa: F401 - the real browser fixture
 
 from memstrata.memory.levels import DIMENSIONS, Fact, Persona, PersonaItem, Theme
-from memstrata.memory.persona.calibrate import appended, due, scene_speaker
+from memstrata.memory.persona.calibrate import appended, due, due_scenes, scene_speakers
 from memstrata.memory.persona.distill import PersonaDraft, Trait, basis, check_draft, offline_dimensions
 from memstrata.memory.persona.versions import successor, valid_at
 from memstrata.memory.search.packing import parse_context
@@ -121,7 +121,9 @@ def test_calibration_appends_and_never_rewrites() -> None:
     scene = Theme(user_id="u", n=0, text="Ann went to a spicy food festival.", fact_ids=["f1", "f2"])
     facts = {"f1": _fact(0, "Ann went to a festival.", 1), "f2": _fact(1, "Bo likes chili.", 1, subject="Bo")}
     facts = {"f1": facts["f1"].model_copy(update={"id": "f1"}), "f2": facts["f2"].model_copy(update={"id": "f2"})}
-    assert scene_speaker(scene, facts, ["Ann", "Bo"]) == "Ann"  # a tie: half of the facts are hers
+    assert scene_speakers(scene, facts, ["Ann", "Bo"]) == ["Ann", "Bo"]  # a tie: checked against both personas
+    assert scene_speakers(scene, {"f1": facts["f1"]}, ["Ann", "Bo"]) == ["Ann"]  # Bo's fact is gone: Ann's scene
+    assert scene_speakers(scene, {}, ["Ann", "Bo"]) == []
     once = appended(scene, "Ann", "b1", "It was a one-off: Ann prefers mild food.")
     twice = appended(once, "Ann", "b2", "")
     assert once.text == twice.text == scene.text
@@ -130,6 +132,20 @@ def test_calibration_appends_and_never_rewrites() -> None:
     assert not due(twice, "Ann")  # checked in this form: a new persona alone does not make it due again
     assert due(twice.model_copy(update={"text": "Ann went to a spicy food festival twice."}), "Ann")  # a new form
     assert due(twice, "Bo")
+
+
+def test_due_scenes_go_to_every_tied_speaker_with_a_persona_until_checked_in_their_form() -> None:
+    facts = {
+        "f1": _fact(0, "Ann went to a festival.", 1).model_copy(update={"id": "f1"}),
+        "f2": _fact(1, "Bo likes chili.", 1, subject="Bo").model_copy(update={"id": "f2"}),
+        "f3": _fact(2, "Ann paints.", 1).model_copy(update={"id": "f3"}),
+    }
+    shared = Theme(user_id="u", n=0, text="A festival with chili.", fact_ids=["f1", "f2"])
+    hers = Theme(user_id="u", n=1, text="Ann paints.", fact_ids=["f1", "f3", "f2"])
+    assert due_scenes([shared, hers], facts, ["Ann", "Bo"], lambda s: True) == {"Ann": [shared, hers], "Bo": [shared]}
+    assert due_scenes([shared, hers], facts, ["Ann", "Bo"], lambda s: s == "Bo") == {"Bo": [shared]}  # no persona
+    checked = appended(shared, "Bo", "b1", "")
+    assert due_scenes([checked, hers], facts, ["Ann", "Bo"], lambda s: True) == {"Ann": [checked, hers]}
 
 
 def test_inference_questions() -> None:
@@ -287,7 +303,12 @@ def _scripted(condition: str) -> Any:
                 "values": [{"text": "Made up", "fact_ids": ["fact:never-shown"]}] if "Oslo" in user else [],
             }
         if system.startswith(PROMPTS["CALIBRATE_PROMPT"][:40]):
-            return {"needs_calibration": bool(condition), "condition": condition}
+            shown = re.findall(r'<scene index="(\d+)">', user)
+            return {
+                "checks": [
+                    {"scene": int(i), "needs_calibration": bool(condition), "condition": condition} for i in shown
+                ]
+            }
         return "no structured reply"  # other stages fall back to their offline results
 
     return ScriptedChatModel(default=reply)
@@ -309,6 +330,10 @@ def test_with_a_model_the_persona_cites_what_it_was_shown_and_scenes_get_conditi
     themes = {r.unit_id: Theme.model_validate(r.payload) for r in mem.store.get("theme", user_id="ann")}
     checked = [t for t in themes.values() if t.calibrations]
     assert checked and stats["scenes_calibrated"] == len(checked)
+    # every scene about a speaker with a persona is checked in this one ingest, several scenes to a call
+    facts = {r.unit_id: Fact.model_validate(r.payload) for r in mem.store.get("fact", user_id="ann")}
+    speakers = sorted({f.subject for f in facts.values()} & {"Ann", "Tom"})
+    assert not due_scenes(list(themes.values()), facts, speakers, lambda s: bool(mem.persona("ann", s)))
     first = {t.id: (t.text, list(t.calibrations)) for t in checked}
     assert all(t.calibrations[-1]["condition"] == "This fits Ann's love of art." for t in checked)
     # a later write: the scenes it changed are checked (once per form); earlier conditions stay as they were
@@ -334,6 +359,32 @@ def test_with_a_model_the_persona_cites_what_it_was_shown_and_scenes_get_conditi
     assert stats["scenes_calibrated"] == 0 and stats["scenes_checked"] >= 1  # consistent: an empty condition
     mem.close()
     other.close()
+
+
+@pytest.mark.integration
+def test_one_ingest_of_a_real_conversation_checks_every_scene_several_to_a_call(
+    minilm: Any, locomo_path: Path, tmp_path: Path
+) -> None:
+    import json
+    import math
+
+    from memstrata import Memstrata
+
+    item = json.loads(locomo_path.read_text())[0]  # conv-26's first four sessions, in one write
+    raw = {**item, "conversation": {k: v for k, v in item["conversation"].items() if k.split("_")[1] in "1234"}}
+    mem = Memstrata(path=tmp_path / "store", embeddings=minilm, model=_scripted("It fits."), persona_calibrations=40)
+    stats = mem.ingest(raw, user_id="u", close=True)
+    themes = [Theme.model_validate(r.payload) for r in mem.store.get("theme", user_id="u")]
+    facts = {r.unit_id: Fact.model_validate(r.payload) for r in mem.store.get("fact", user_id="u")}
+    speakers = ["Caroline", "Melanie"]
+    due = due_scenes(themes, facts, speakers, lambda s: True)
+    assert not due_scenes(themes, facts, speakers, lambda s: bool(mem.persona("u", s)))  # none left unchecked
+    before = due_scenes([t.model_copy(update={"calibrations": []}) for t in themes], facts, speakers, lambda s: True)
+    assert not due and sum(map(len, before.values())) > 8  # more scenes than one call checks
+    calls = stats["llm"]["persona"]["per_node"]["calibrate"]["calls"]
+    assert calls == sum(math.ceil(len(v) / 8) for v in before.values())  # 8 scenes of one speaker to a call
+    assert stats["scenes_checked"] == sum(map(len, before.values())) == stats["scenes_calibrated"]
+    mem.close()
 
 
 def test_offline_there_is_no_calibration(moved: Any) -> None:

@@ -278,3 +278,65 @@ def test_with_a_model_stage2_keeps_the_theme_turns_of_the_episodes_the_reader_ad
     if how["offered"] > 1:
         assert how["removed"] > 0
     assert lookup["turns"] == sum(lookup["found_by"].values())
+
+
+class _Table:
+    """A kind's snapshot table as ``joint_top`` reads it: cosines, BM25 scores and units."""
+
+    def __init__(self, cos: list[float], lex: list[float], units: list | None = None) -> None:
+        self.cos, self.units = np.array(cos), units or [SimpleNamespace() for _ in cos]
+        self.bm25 = SimpleNamespace(scores=lambda tokens: np.array(lex))
+
+    def __len__(self) -> int:
+        return len(self.units)
+
+    def dense(self, qvec: object) -> np.ndarray:
+        return self.cos
+
+    def units_as(self, cls: type) -> list:
+        return self.units
+
+
+def test_eq9_ranks_facts_themes_and_current_persona_in_one_list_with_bm25_scaled_over_all_three() -> None:
+    from memstrata.memory.search.associative import joint_top
+
+    persona_units = [
+        SimpleNamespace(current=False, items=["x"]),  # a replaced version: never an anchor
+        SimpleNamespace(current=True, items=["y"]),
+        SimpleNamespace(current=True, items=[]),  # no items: nothing to anchor
+    ]
+    index = SimpleNamespace(
+        events={
+            "fact": _Table([0.6, 0.2, 0.1], [0.0, 8.0, 0.0]),
+            "theme": _Table([0.5], [2.0]),
+            "persona": _Table([0.9, 0.3, 0.95], [0.0, 0.0, 0.0], persona_units),
+        }
+    )
+    top = joint_top(index, None, ["w"], 4)
+    # 0.5 * cosine + 0.5 * BM25 / 8 (the best BM25 of the three kinds)
+    assert [(k, r) for k, r, _ in top] == [("fact", 1), ("theme", 0), ("fact", 0), ("persona", 1)]
+    assert [round(s, 3) for _, _, s in top] == [0.6, 0.375, 0.3, 0.15]
+    # a fact no longer current is worth its validity factor
+    assert [(k, r) for k, r, _ in joint_top(index, None, ["w"], 2, validity={"fact": np.array([1.0, 0.1, 1.0])})] == [
+        ("theme", 0),
+        ("fact", 0),
+    ]
+    assert joint_top(index, None, ["w"], 0) == []
+
+
+@pytest.mark.integration
+def test_eq9_admits_its_facts_and_evokes_their_themes_on_a_real_store(theme_mem) -> None:
+    question = "What do we know about Ann's cat Miso?"
+    base = theme_mem.retrieve(question, user_id="ann", context_budget=400)
+    joint = theme_mem.retrieve(question, user_id="ann", context_budget=400, theme_joint_k=15)
+    [(_, how)] = _theme_events(joint).items()
+    assert how["themes"] and how["facts"] > 0
+    assert how["persona"] is None or isinstance(how["persona"][0], int)
+    lookup = next(e for e in joint.trace["events"] if e["node"] == "lookup_level1")
+    assert lookup["found_by"].get("associative", 0) > 0  # Eq. 9's own facts bring their turns
+    if how["persona"] is not None:  # the anchor is the dimension Eq. 9 ranked, named as such
+        assert lookup["persona"]["q0"]["why"].startswith("Eq. 9 ranked")
+    assert all(e.conversation_id == "ann-bo" for e in joint.evidence)
+    assert "Miso" in " ".join(e.text for e in joint.evidence)
+    [(_, off)] = _theme_events(base).items()
+    assert off.get("persona") is None  # without Eq. 9 the theme path names no persona

@@ -326,6 +326,7 @@ def theme_search(ctx: Context, *, reader: bool = False) -> ThemeSearch | None:
         patience=ctx.theme_patience,
         knn=ctx.theme_knn,
         fact_order=ctx.theme_fact_order,
+        joint_k=ctx.theme_joint_k,
     )
 
 

@@ -1,13 +1,14 @@
-"""Bi-Mem's reflective calibration (§4.2.2, Eq. 8): a scene checked against its speaker's persona.
+"""Bi-Mem's reflective calibration (§4.2.2, Eq. 8): scenes checked against their speaker's persona.
 
-A scene (theme) belongs to the speaker at least half of its current facts are about. With a model, a scene whose
-present form (its text and members) has not been checked yet is put to the model with the speaker's persona; when
-the scene misses or contradicts it, the model writes a compensatory condition that is appended to the scene
-(s' = s + delta s). The scene's own text is never rewritten, and every check is recorded (with the persona basis it
-was checked against), an empty condition meaning "consistent". Bi-Mem calibrates every scene once, after the persona;
-written a message at a time, a scene is checked once per form it takes, so a write costs checks for the scenes it
-changed, never for the whole memory again. Offline there is no calibration: nothing here runs without a model, and
-``inspect`` says so.
+A scene (theme) belongs to the speakers most of its current facts are about (every one of them on a tie, so a scene
+shared by two people is checked against both personas). With a model, the scenes whose present form (text and
+members) has not been checked against a speaker's persona yet are put to the model with that persona, several scenes
+to one call (:func:`due_scenes`, :func:`chunks`); for each scene that misses or contradicts the persona, the model
+writes a compensatory condition that is appended to the scene (s' = s + delta s). The scene's own text is never
+rewritten, and every check is recorded (with the persona basis it was checked against), an empty condition meaning
+"consistent". Bi-Mem calibrates every scene once, after the persona; written a message at a time, a scene is
+checked once per form it takes, so a write costs checks for the scenes it changed, never for the whole memory again.
+Offline there is no calibration: nothing here runs without a model, and ``inspect`` says so.
 
 Example:
     >>> from memstrata.memory.levels import Theme
@@ -19,34 +20,73 @@ Example:
     (True, 'Ann went to a spicy food festival with friends. This was a one-off: Ann prefers mild food.')
     >>> due(calibrated, "Ann")
     False
+    >>> [len(c) for c in chunks(list(range(7)), 3)]
+    [3, 3, 1]
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from pydantic import BaseModel, Field
 
 from memstrata.memory.levels import Fact, Theme
 
+T = TypeVar("T")
 
-class Calibration(BaseModel):
-    """Whether the scene misses or contradicts the persona, and the text to append if so."""
 
+class SceneCheck(BaseModel):
+    """One scene's verdict: whether it misses or contradicts the persona, and the text to append if so."""
+
+    scene: int = Field(description="the index of the scene, as given")
     needs_calibration: bool = Field(description="true if the scene misses or contradicts the persona")
     condition: str = Field(default="", description="a sentence to append to the scene (empty if consistent)")
 
 
-def scene_speaker(theme: Theme, facts: Mapping[str, Fact], speakers: Sequence[str]) -> str | None:
-    """The speaker at least half of the scene's current facts are about, if any."""
+class Calibrations(BaseModel):
+    """The verdicts of one calibration call, one per scene it was shown."""
+
+    checks: list[SceneCheck] = Field(default_factory=list, description="one verdict per scene, by its index")
+
+
+def scene_speakers(theme: Theme, facts: Mapping[str, Fact], speakers: Sequence[str]) -> list[str]:
+    """The speakers (of ``speakers``, in that order) who are the subject of the most of the scene's current facts:
+    one, or every one tied for the most; none when no current fact is about a speaker.
+    """
     names = {s.casefold(): s for s in speakers}
-    said = [facts[f].subject.casefold() for f in theme.fact_ids if f in facts and facts[f].current]
-    if not said:
-        return None
-    name, n = Counter(said).most_common(1)[0]
-    return names.get(name) if 2 * n >= len(said) else None
+    said = Counter(
+        names[f.subject.casefold()]
+        for f in (facts.get(i) for i in theme.fact_ids)
+        if f is not None and f.current and f.subject.casefold() in names
+    )
+    top = max(said.values(), default=0)
+    return [s for s in speakers if top and said.get(s) == top]
+
+
+def due_scenes(
+    themes: Sequence[Theme], facts: Mapping[str, Fact], speakers: Sequence[str], has_persona: Callable[[str], bool]
+) -> dict[str, list[Theme]]:
+    """Per speaker with a persona, the scenes of theirs that have not been checked in their present form."""
+    out: dict[str, list[Theme]] = {}
+    for theme in themes:
+        for speaker in scene_speakers(theme, facts, speakers):
+            if has_persona(speaker) and due(theme, speaker):
+                out.setdefault(speaker, []).append(theme)
+    return out
+
+
+def chunks(items: Sequence[T], size: int) -> list[Sequence[T]]:
+    """``items`` in consecutive runs of at most ``size`` (at least 1)."""
+    size = max(1, size)
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def scenes_block(scenes: Sequence[Theme]) -> str:
+    """The scenes of one call as the prompt shows them, each with the index its verdict names."""
+    return "\n".join(f'<scene index="{i}">{t.text}</scene>' for i, t in enumerate(scenes))
 
 
 def scene_form(theme: Theme) -> str:

@@ -40,7 +40,7 @@ from memstrata.memory.levels.level1.persona import PERSONA
 from memstrata.memory.levels.level1.summary import SUMMARY
 from memstrata.memory.levels.level1.theme import THEME
 from memstrata.memory.search.fusion import RRF_K, Weights
-from memstrata.memory.search.persona import PERSONA_FOUND_BY, PersonaMatch, persona_match
+from memstrata.memory.search.persona import PERSONA_FOUND_BY, PersonaMatch, persona_match, ranked_persona
 from memstrata.memory.search.query import Hit, Query
 from memstrata.memory.search.scoring import (
     event_hit,
@@ -97,10 +97,12 @@ def light_lookup(
     orders the summaries (see :func:`rerank_summaries`). A query whose time hint selects tree windows also
     brings its ``window_k`` best turns inside them, whatever its scope (``found_by="tree_window"``). With
     ``themes``, a query whose scope searches the theme kind takes the theme path: the facts it admits bring their
-    turns (``found_by="theme"`` or ``"spread"``, see :mod:`~memstrata.memory.search.themes`); themes are never
-    ranked as Level-1 events themselves. With ``persona`` (a similarity), a query that asks to infer something
-    about a named speaker takes that speaker's nearest persona dimension: its items' turns join the candidates
-    (``found_by="persona"``, see :mod:`~memstrata.memory.search.persona`).
+    turns (``found_by="theme"``, ``"spread"`` or, with Bi-Mem's Eq. 9, ``"associative"``, see
+    :mod:`~memstrata.memory.search.themes`); themes are never ranked as Level-1 events themselves. With
+    ``persona`` (a similarity), a query that asks to infer something about a named speaker takes that speaker's
+    nearest persona dimension: its items' turns join the candidates (``found_by="persona"``, see
+    :mod:`~memstrata.memory.search.persona`). When the theme path runs Eq. 9 (``joint_k``), the dimension is
+    instead the best one Eq. 9 ranked among its top k, or none.
     """
     level1: dict[str, Hit] = {}
     coarse: dict[str, Hit] = {}
@@ -156,7 +158,11 @@ def light_lookup(
         found += theme_hits(index, query, through_themes, parts)
         if how.themes is not None:
             out.themes[query.id] = how
-        match = persona_match(index, query, qvec, similarity=persona) if persona is not None else None
+        match = None
+        if persona is not None and by_themes is not None and by_themes.joint_k > 0:  # Eq. 9 picked it, or none
+            match = ranked_persona(index, qvec, *how.persona) if how.persona is not None else None
+        elif persona is not None:
+            match = persona_match(index, query, qvec, similarity=persona)
         if match is not None:  # the dimension's items bring their turns; the answer opens with the dimension
             out.persona[query.id] = match
             found += turn_hits(

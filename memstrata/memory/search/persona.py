@@ -101,6 +101,26 @@ def persona_match(index: MemoryIndex, query: Query, qvec: np.ndarray, *, similar
     )
 
 
+def ranked_persona(index: MemoryIndex, qvec: np.ndarray, row: int, rank: int) -> PersonaMatch:
+    """The persona dimension at ``row`` that Bi-Mem's Eq. 9 ranked ``rank`` (from 0) among the facts, themes and
+    persona dimensions it retrieved together: an anchor by its rank, whatever the question's words.
+    """
+    unit = index.events[PERSONA.kind].units_as(Persona)[row]
+    sim = float(
+        unit_rows(index.events[PERSONA.kind].vecs[[row]])[0] @ unit_rows(np.asarray(qvec, dtype=float)[None, :])[0]
+    )
+    return PersonaMatch(
+        row,
+        unit.id,
+        unit.conversation_id,
+        unit.speaker,
+        unit.dimension,
+        sim,
+        f"Eq. 9 ranked {unit.speaker}'s {unit.dimension} #{rank + 1} among the facts, themes and persona dimensions "
+        f"retrieved together (cosine {sim:.2f})",
+    )
+
+
 def persona_block(index: MemoryIndex, unit_id: str, conversation_id: str) -> str:
     """The dimension as a header and one line: its statements, then the raw turns they cite (``""`` if gone)."""
     table = index.events.get(PERSONA.kind)

@@ -20,6 +20,7 @@ from memstrata.memory.index import MemoryIndex, tokenize
 from memstrata.memory.levels.entity import ENTITY
 from memstrata.memory.levels.level1.fact import FACT
 from memstrata.memory.levels.level1.summary import SUMMARY
+from memstrata.memory.search.associative import JOINT_KINDS, joint_top
 from memstrata.memory.search.fusion import (
     Weights,
     event_prior,
@@ -180,10 +181,22 @@ def score_query(
     if reached:
         facts = index.events[FACT_KIND]
         prior = np.maximum(prior, link_prior(index, [(facts.turn_rows[row], s) for row, s, _ in reached]))
-    through_themes, _ = theme_reach(index, query, events, themes, key=key)
+    through_themes, _ = theme_reach(
+        index, query, events, themes, key=key, joint=lambda: _joint(index, query, qvec, themes, superseded)
+    )
     if through_themes:
         prior = np.maximum(prior, link_prior(index, theme_prior_rows(index, through_themes)))
     return ranked, score_turns(index, query, own, prior, weights=weights, now=now)
+
+
+def _joint(
+    index: MemoryIndex, query: Query, qvec: np.ndarray, themes: ThemeSearch | None, superseded: float
+) -> list[tuple[str, int, float]]:
+    """Bi-Mem's Eq. 9 top-k for the theme path, when it asks for one (``joint_k``)."""
+    if themes is None or themes.joint_k <= 0:
+        return []
+    validity = {k: _validity(index, k, superseded, query.text) for k in JOINT_KINDS if k in index.events}
+    return joint_top(index, qvec, tokenize([query.text])[0], themes.joint_k, validity=validity)
 
 
 def query_key(query: Query, superseded: float) -> str:

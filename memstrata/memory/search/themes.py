@@ -4,8 +4,11 @@ For one query (all on the search snapshot, memoized per query text):
 
 1. **Theme candidates**: the ``themes`` best-matching themes (dense over their centroid, BM25 over their
    text). With spreading on, the themes of the ``facts`` best-matching facts are evoked (Bi-Mem's fact -> scene
-   spreading, its Algorithm 2 lines 6-8; the seeds are the facts' own best matches, not a joint top-k over facts,
-   scenes and persona): they join the picked themes below by association, whatever their own match.
+   spreading, its Algorithm 2 lines 6-8): they join the picked themes below by association, whatever their own
+   match. With ``joint_k``, both lists come instead from Bi-Mem's Eq. 9
+   (:mod:`~memstrata.memory.search.associative`): the k best facts, themes and persona dimensions ranked
+   together; its facts are admitted themselves (``found_by="associative"``) and evoke their themes, and its best
+   persona dimension is left in the trace for the persona path.
 2. **Stage I** (xMemory Eq. 4, :func:`~memstrata.memory.themes.select.representatives`): representative themes
    among the (not evoked) candidates on the high-level kNN graph (:func:`knn_weights`: each theme's
    ``knn`` most similar themes of its conversation, as ingestion stores them), then, over the facts those themes
@@ -38,13 +41,14 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from memstrata.memory.index import MemoryIndex, tokenize
 from memstrata.memory.levels.level1.fact import FACT, Fact
+from memstrata.memory.levels.level1.persona import PERSONA
 from memstrata.memory.levels.level1.theme import THEME, Theme
 from memstrata.memory.search.query import Hit, Query
 from memstrata.memory.themes.graph import nearest_rows
@@ -54,8 +58,8 @@ from memstrata.memory.themes.select import admit_by_coverage, representatives
 SELECTIONS = ("eq4", "top")
 FACT_ORDERS = ("query", "scene")
 """How a picked theme's m facts are chosen: best match to the query, or (Bi-Mem's Eq. 10) nearest its scene."""
-THEME_FOUND_BY, SPREAD_FOUND_BY = "theme", "spread"
-THEME_FINDERS = (THEME_FOUND_BY, SPREAD_FOUND_BY)
+THEME_FOUND_BY, SPREAD_FOUND_BY, ASSOCIATIVE_FOUND_BY = "theme", "spread", "associative"
+THEME_FINDERS = (THEME_FOUND_BY, SPREAD_FOUND_BY, ASSOCIATIVE_FOUND_BY)
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,9 @@ class ThemeSearch:
     patience: int
     knn: int
     fact_order: str = "query"
+    joint_k: int = 0
+    """With k > 0, candidates come from Bi-Mem's Eq. 9 (:func:`~memstrata.memory.search.associative.joint_top`):
+    the k best facts, themes and persona dimensions together; else themes and seed facts are ranked apart."""
 
     def __post_init__(self) -> None:
         if self.fact_order not in FACT_ORDERS:
@@ -114,13 +121,22 @@ class ThemeTrace:
     episodes_admitted: int = 0
     uncertainty_left: float | None = None
     uncertainty_measure: str | None = None  # what Stage II measured (offline: the proxy, named as such)
+    persona: tuple[int, int] | None = None  # Eq. 9: the best persona dimension's (row, rank) in the joint top-k
 
 
 def theme_reach(
-    index: MemoryIndex, query: Query, events: dict[str, np.ndarray] | None, search: ThemeSearch | None, *, key: str
+    index: MemoryIndex,
+    query: Query,
+    events: dict[str, np.ndarray] | None,
+    search: ThemeSearch | None,
+    *,
+    key: str,
+    joint: Callable[[], Sequence[tuple[str, int, float]]] = list,
 ) -> tuple[list[ThemeReach], ThemeTrace]:
     """The facts the theme path admits for ``query``, memoized on the snapshot under the caller's ``key`` (the
-    one its event scores are memoized under: query text, dense text, validity factor).
+    one its event scores are memoized under: query text, dense text, validity factor). With ``search.joint_k``,
+    ``joint()`` gives Eq. 9's top-k (:func:`~memstrata.memory.search.associative.joint_top`) the candidates come
+    from; it is called only when the reach is not memoized.
     """
     themes, facts = index.events.get(THEME.kind), index.events.get(FACT.kind)
     if search is None or search.themes <= 0 or themes is None or facts is None or not len(themes):
@@ -129,56 +145,79 @@ def theme_reach(
     if key not in index.memo:
         if events is None or THEME.kind not in events or FACT.kind not in events:
             return [], ThemeTrace()
-        index.remember(key, _reach(index, query, events[THEME.kind], events[FACT.kind], search))
+        index.remember(key, _reach(index, query, events[THEME.kind], events[FACT.kind], search, joint()))
     return index.memo[key]
 
 
 def _reach(
-    index: MemoryIndex, query: Query, theme_scores: np.ndarray, fact_scores: np.ndarray, s: ThemeSearch
+    index: MemoryIndex,
+    query: Query,
+    theme_scores: np.ndarray,
+    fact_scores: np.ndarray,
+    s: ThemeSearch,
+    joint: Sequence[tuple[str, int, float]],
 ) -> tuple[list[ThemeReach], ThemeTrace]:
     themes, facts = index.events[THEME.kind], index.events[FACT.kind]
     members = theme_members(index)
     owner = {f: t for t, rows in enumerate(members) for f in rows}
     trace = ThemeTrace()
-    cand = [int(t) for t in _top(theme_scores, s.themes)]
+    if s.joint_k > 0:  # Bi-Mem's Eq. 9: one ranking of the three levels
+        cand = [row for kind, row, _ in joint if kind == THEME.kind]
+        seeds = [row for kind, row, _ in joint if kind == FACT.kind]
+        trace.persona = next(((row, rank) for rank, (kind, row, _) in enumerate(joint) if kind == PERSONA.kind), None)
+    else:
+        cand, seeds = [int(t) for t in _top(theme_scores, s.themes)], _top(fact_scores, s.facts)
+    direct = seeds if s.joint_k > 0 else []  # Eq. 9's facts are retrieved themselves, not only seeds
     evoked: set[int] = set()
     if s.spread > 0:
-        for f in _top(fact_scores, s.facts):
+        for f in seeds:
             t = owner.get(int(f))
             if t is not None and t not in cand:
                 cand.append(t)
                 evoked.add(t)
     trace.candidates, trace.evoked = len(cand), len(evoked)
-    if not cand:
+    if not cand and not direct:
         return [], trace
     own = [t for t in cand if t not in evoked]
     picked = [own[i] for i in _select(index, THEME.kind, own, theme_scores[own], s, s.theme_budget)] if own else []
     picked += [t for t in cand if t in evoked]  # fact -> scene spreading: joins by association, not its own match
     trace.themes = [themes.units[t].id for t in picked]
     induced: list[int] = []
-    came_from: dict[int, int] = {}
+    came_from: dict[int, int | None] = {f: owner.get(f) for f in direct}
     for t in picked:
         rows = _members_in_order(members[t], fact_scores, facts.vecs, themes.vecs[t], s.fact_order)
         for f in rows[: s.spread] if s.spread > 0 else rows:
             if f not in came_from:
                 came_from[f] = t
                 induced.append(f)
-    if not induced:
+    if not induced and not direct:
         return [], trace
-    chosen_f = [induced[i] for i in _select(index, FACT.kind, induced, fact_scores[induced], s, s.fact_budget)]
+    chosen = [induced[i] for i in _select(index, FACT.kind, induced, fact_scores[induced], s, s.fact_budget)]
+    chosen_f = [*direct, *chosen] if induced else list(direct)
     trace.facts = len(chosen_f)
-    support = {f: float(fact_scores[f] + theme_scores[came_from[f]]) for f in chosen_f}
+    support = {f: float(fact_scores[f] + _score_of(theme_scores, came_from[f])) for f in chosen_f}
     if s.stage2:
         chosen_f = _stage2(index, query, chosen_f, support, s, trace)
     return [
-        ThemeReach(
-            f,
-            support[f],
-            f"{themes.units[came_from[f]].id} -> {facts.units[f].id}",
-            SPREAD_FOUND_BY if came_from[f] in evoked else THEME_FOUND_BY,
-        )
-        for f in chosen_f
+        _reached(f, support[f], came_from[f], f in direct, evoked, themes.units, facts.units) for f in chosen_f
     ], trace
+
+
+def _score_of(theme_scores: np.ndarray, theme: int | None) -> float:
+    return 0.0 if theme is None else float(theme_scores[theme])
+
+
+def _reached(
+    f: int, support: float, theme: int | None, direct: bool, evoked: set[int], themes: Sequence, facts: Sequence
+) -> ThemeReach:
+    """One admitted fact: found by Eq. 9 itself (``associative``), through a theme picked on its own match
+    (``theme``), or through a theme a fact evoked (``spread``).
+    """
+    if direct:
+        return ThemeReach(f, support, f"Eq. 9 -> {facts[f].id}", ASSOCIATIVE_FOUND_BY)
+    assert theme is not None  # an induced fact came from the theme that offered it
+    found_by = SPREAD_FOUND_BY if theme in evoked else THEME_FOUND_BY
+    return ThemeReach(f, support, f"{themes[theme].id} -> {facts[f].id}", found_by)
 
 
 def _members_in_order(

@@ -28,7 +28,7 @@ from langgraph.runtime import Runtime
 
 from memstrata.context import Context
 from memstrata.memory.levels import DIMENSIONS, Fact, Persona, PersonaItem, Theme
-from memstrata.memory.persona.calibrate import Calibration, appended, due, scene_speaker
+from memstrata.memory.persona.calibrate import Calibrations, appended, chunks, due_scenes, scenes_block
 from memstrata.memory.persona.distill import (
     PersonaDraft,
     basis,
@@ -264,37 +264,42 @@ async def _draft(
 async def _calibrate(
     step: Step, ctx: Context, src: Sources, calls: dict[str, int], totals: dict[str, int]
 ) -> list[Theme]:
-    """With a model: the scenes not yet checked against their speaker's present persona, each with one more check
-    recorded (and its condition appended when the model found the scene at odds with the persona).
+    """With a model: the scenes not yet checked against their speakers' present persona, each with one more check
+    recorded per speaker (and its condition appended when the model found the scene at odds with the persona).
+    One call checks up to ``persona_calibration_batch`` scenes of one speaker.
     """
     if calls["calibrate"] <= 0:
         return []
-    by_id = {f.id: f for f in src.facts}
-    out = []
-    for theme in src.themes:
-        if calls["calibrate"] <= 0:
-            break
-        speaker = scene_speaker(theme, by_id, src.speakers)
-        persona = [p for d in DIMENSIONS if speaker and (p := valid_at(src.versions.get((speaker, d), []), None))]
-        if not persona or not due(theme, speaker or ""):
-            continue
-        calls["calibrate"] -= 1
-        profile = "\n".join(f"<{p.dimension}>{p.text}</{p.dimension}>" for p in persona)
-        verdict, how = await step.decide(
-            Calibration,
-            "CALIBRATE_PROMPT",
-            f"<persona>\n{profile}\n</persona>\n<scene>{theme.text}</scene>",
-            node="calibrate",
-            fallback=lambda: Calibration(needs_calibration=False),
-            speaker=speaker,
-        )
-        if how not in GOOD_OUTCOMES:
-            continue  # not checked: it stays due for the next write
-        totals["scenes_checked"] += 1
-        condition = verdict.condition if verdict.needs_calibration else ""
-        totals["scenes_calibrated"] += bool(condition.strip())
-        out.append(appended(theme, speaker or "", persona[0].basis, condition))
-    return out
+
+    def persona(speaker: str) -> list[Persona]:
+        return [p for d in DIMENSIONS if (p := valid_at(src.versions.get((speaker, d), []), None))]
+
+    checked: dict[str, Theme] = {}
+    due = due_scenes(src.themes, {f.id: f for f in src.facts}, src.speakers, lambda s: bool(persona(s)))
+    for speaker, scenes in due.items():
+        profile = "\n".join(f"<{p.dimension}>{p.text}</{p.dimension}>" for p in persona(speaker))
+        for chunk in chunks(scenes, ctx.persona_calibration_batch):
+            if calls["calibrate"] <= 0:
+                return list(checked.values())
+            calls["calibrate"] -= 1
+            verdict, how = await step.decide(
+                Calibrations,
+                "CALIBRATE_PROMPT",
+                f"<persona>\n{profile}\n</persona>\n<scenes>\n{scenes_block(chunk)}\n</scenes>",
+                node="calibrate",
+                fallback=Calibrations,
+                speaker=speaker,
+            )
+            if how not in GOOD_OUTCOMES:
+                continue  # not checked: they stay due for the next write
+            said = {c.scene: c for c in reversed(verdict.checks) if 0 <= c.scene < len(chunk)}  # the first per scene
+            for i, check in sorted(said.items()):
+                scene = checked.get(chunk[i].id, chunk[i])  # a scene of two speakers is checked against both
+                condition = check.condition if check.needs_calibration else ""
+                totals["scenes_checked"] += 1
+                totals["scenes_calibrated"] += bool(condition.strip())
+                checked[scene.id] = appended(scene, speaker, persona(speaker)[0].basis, condition)
+    return list(checked.values())
 
 
 def _write_personas(store: MemoryStore, units: Sequence[Persona]) -> None:
