@@ -10,7 +10,9 @@ Example:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from datetime import datetime
+from functools import lru_cache
 
 from memstrata.memory.timeparse import RELATIVE_PATTERN, describe_resolved
 
@@ -182,6 +184,27 @@ def split_at(pattern: re.Pattern[str], text: str, start: int = 0) -> list[tuple[
 def content_words(text: str) -> list[str]:
     """Lower-cased words that are not stopwords."""
     return [w.lower() for w in WORD.findall(text) if w.lower() not in STOPWORDS and len(w) > 2]
+
+
+@lru_cache(maxsize=4096)
+def word_set(text: str) -> frozenset[str]:
+    """The set of :func:`content_words` of ``text``, memoized: the retrieval nodes ask it of the same evidence
+    texts again and again (the gate, the follow-up and reflection each measure what the evidence covers).
+    """
+    return frozenset(content_words(text))
+
+
+def words_in(texts: Iterable[str]) -> set[str]:
+    """The content words of all ``texts`` together (the same set as of their join, since no word spans a space).
+
+    Example:
+        >>> sorted(words_in(["I went to Porto.", "Bob went too"]))
+        ['bob', 'porto', 'went']
+    """
+    out: set[str] = set()
+    for text in texts:
+        out |= word_set(text)
+    return out
 
 
 def proper_nouns(text: str) -> list[str]:

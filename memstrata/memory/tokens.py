@@ -46,6 +46,12 @@ def _splits_on_whitespace(path: str) -> bool:
     return type(_tokenizer(path).pre_tokenizer).__name__ in {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
 
 
+@lru_cache(maxsize=4096)
+def _words(text: str) -> int:
+    """Whitespace-separated words of ``text`` (memoized: packing asks it of the same candidate turns often)."""
+    return len(text.split())
+
+
 @lru_cache(maxsize=65536)
 def _count(tokenizer_file: str, text: str) -> int:
     return len(_tokenizer(tokenizer_file).encode(text, add_special_tokens=False).ids)
@@ -75,7 +81,7 @@ class TokenCounter:
         """A lower bound of :meth:`count` without tokenizing: its whitespace-separated words (each is one token or
         more) when the pre-tokenizer splits on whitespace, else 0.
         """
-        return len(text.split()) if _splits_on_whitespace(self.tokenizer_file) else 0
+        return _words(text) if _splits_on_whitespace(self.tokenizer_file) else 0
 
     def count_lines(self, lines: Sequence[str]) -> int:
         r"""The tokens of ``"\n".join(lines)``, summed from the memoized lines' counts.

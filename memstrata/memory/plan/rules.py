@@ -27,7 +27,7 @@ from memstrata.context import default
 from memstrata.memory.plan.temporal_hints import hint_interval
 from memstrata.memory.search.hmem_score import Interval
 from memstrata.memory.search.query import Hit, Query, Scope
-from memstrata.memory.text import STOPWORDS, content_words, proper_nouns
+from memstrata.memory.text import STOPWORDS, content_words, proper_nouns, words_in
 from memstrata.memory.timeparse import RELATIVE_PATTERN, resolve_relative
 
 _QUESTION_WORDS = frozenset(
@@ -148,14 +148,14 @@ def coverage(query: str, texts: Sequence[str]) -> float:
     terms = set(query_terms(query))
     if not terms:
         return 1.0
-    haystack = set(content_words(" ".join(texts)))
+    haystack = words_in(texts)
     found = sum(1 for t in terms if any(h.startswith(t[:5]) for h in haystack))
     return found / len(terms)
 
 
 def missing_terms(query: str, texts: Sequence[str]) -> list[str]:
     """The query's content words the texts do not contain."""
-    haystack = set(content_words(" ".join(texts)))
+    haystack = words_in(texts)
     return [t for t in dict.fromkeys(query_terms(query)) if not any(h.startswith(t[:5]) for h in haystack)]
 
 
@@ -222,7 +222,7 @@ def anchored_follow_up(
 
 def has_anchor(query: str, texts: Sequence[str]) -> bool:
     """Whether a follow-up query names something the evidence contains (a name or a content word)."""
-    haystack = set(content_words(" ".join(texts)))
+    haystack = words_in(texts)
     words = set(content_words(query)) - set(_QUESTION_WORDS)
     return bool(words & haystack)
 

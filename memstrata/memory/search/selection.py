@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -169,12 +170,22 @@ def asks_same(text: str, query_words: set[str], rule: AskedAgain) -> bool:
     """
     if not query_words or "?" not in text:
         return False
+    asked, stated = _sentence_words(text)
+    if not any(len(query_words & words) >= rule.overlap * len(query_words) for words in asked):
+        return False
+    return len(stated - query_words) <= rule.said
+
+
+@lru_cache(maxsize=4096)
+def _sentence_words(text: str) -> tuple[tuple[frozenset[str], ...], frozenset[str]]:
+    """A turn's words per question sentence, and the words of its other sentences together (memoized: the
+    answer node asks this of the same candidate turns for every query of a conversation).
+    """
     sentences = [s for s in _SENTENCE.split(text.strip()) if s]
     asked = [s for s in sentences if s.rstrip().endswith("?")]
-    if not any(len(query_words & _words(s)) >= rule.overlap * len(query_words) for s in asked):
-        return False
-    stated = set().union(*(_words(s) for s in sentences if s not in asked)) - query_words
-    return len(stated) <= rule.said
+    return tuple(frozenset(_words(s)) for s in asked), frozenset().union(
+        *(_words(s) for s in sentences if s not in asked)
+    )
 
 
 def statements_first(
