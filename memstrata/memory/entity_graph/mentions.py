@@ -16,6 +16,11 @@ Example:
     ...     for m in find_mentions("my dog Max loves Porto", speaker="Ann", other=None, speakers=["Ann"])
     ... ]
     [('Ann', 'speaker', []), ('Max', 'pet', [('Ann', 'dog', 'Max')]), ('Porto', 'name', [])]
+    >>> [
+    ...     m.name
+    ...     for m in find_mentions("Mel, You've got this. Woah, Tues was fun", speaker="Ann", other=None, speakers=[])
+    ... ]
+    []
 """
 
 from __future__ import annotations
@@ -108,10 +113,30 @@ _NOT_NAMES = frozenset(
         "thanks",
         "god",
         "lol",
+        # interjections people capitalise mid-sentence ("Mel, Woah!")
+        "woah",
+        "whoa",
+        "yay",
+        "yeah",
+        "yep",
+        "nope",
+        "aww",
+        "haha",
+        "hmm",
+        "ugh",
+        "hi",
+        "hello",
+        "bye",
+        # weekday shorthands beside calendar's three-letter ones
+        "tues",
+        "thur",
+        "thurs",
+        "weds",
         *(d.lower() for d in calendar.day_abbr),
         *(m.lower() for m in calendar.month_abbr if m),
     }
 )
+_CONTRACTION = re.compile(r"'(?:ve|re|ll|d|s|m|t)$", re.IGNORECASE)
 _NAME = r"[A-ZÀ-Þ][\w'-]*"
 _TITLE = r"(?:Mr|Ms|Mrs|Dr|Prof)\.?\s+"
 _SPAN = re.compile(rf"(?<![.!?]\s)(?<!^)\b((?:{_TITLE})?{_NAME}(?:\s+(?:(?:of|do|da|de|del|la|van|von)\s+)?{_NAME})*)")
@@ -151,14 +176,9 @@ def find_mentions(clause: str, *, speaker: str, other: str | None, speakers: Seq
         name = m.group(3) if m.group(3) and m.group(3).lower() not in STOPWORDS else f"{owner}'s {noun}"
         found.setdefault(name, Mention(name, kind, [(owner, noun, name)]))
     for m in _SPAN.finditer(clause):
-        name = m.group(1).removesuffix("'s")
-        if (
-            name in found
-            or name.lower() in _NOT_NAMES
-            or name.startswith("I'")
-            or name.lower() in STOPWORDS
-            or len(name) < 2
-        ):
+        name = _trimmed(m.group(1).removesuffix("'s"))
+        bare = _CONTRACTION.sub("", name).lower()  # "You've" is "you": a pronoun, not a name
+        if name in found or bare in _NOT_NAMES or bare in STOPWORDS or len(name) < 2:
             continue
         if any(name == s or name == s.split()[0] for s in speakers):
             continue
@@ -166,3 +186,13 @@ def find_mentions(clause: str, *, speaker: str, other: str | None, speakers: Seq
         kind = "organization" if _ORG_BEFORE.search(before) else "place" if _PLACE_BEFORE.search(before) else "name"
         found[name] = Mention(name, kind)
     return list(found.values())
+
+
+def _trimmed(span: str) -> str:
+    """A capitalised span without the words at either end that are never names ("Friday I" is no one)."""
+    words = span.split()
+    while words and _CONTRACTION.sub("", words[-1]).lower() in _NOT_NAMES:
+        words.pop()
+    while words and _CONTRACTION.sub("", words[0]).lower() in _NOT_NAMES:
+        words.pop(0)
+    return " ".join(words)

@@ -152,7 +152,7 @@ def light_lookup(
                 query=query,
                 window=node_window(index.events[kind].units[row]),
             )
-        reached = query_graph(index, query, graph)
+        reached = query_graph(index, query, graph, superseded=superseded)
         found += graph_hits(index, query, reached, parts)  # before the theme path's: a tie keeps the entity path
         through_themes, how = theme_reach(index, query, None, by_themes, key=query_key(query, superseded))
         found += theme_hits(index, query, through_themes, parts)

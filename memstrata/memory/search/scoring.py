@@ -177,7 +177,7 @@ def score_query(
         },
     )
     prior = event_prior(index, ranked, top_events)
-    reached = query_graph(index, query, graph, events, qvec)
+    reached = query_graph(index, query, graph, events, qvec, superseded=superseded)
     if reached:
         facts = index.events[FACT_KIND]
         prior = np.maximum(prior, link_prior(index, [(facts.turn_rows[row], s) for row, s, _ in reached]))
@@ -210,17 +210,20 @@ def query_graph(
     graph: GraphSearch | None,
     events: dict[str, np.ndarray] | None = None,
     qvec: np.ndarray | None = None,
+    *,
+    superseded: float = 1.0,
 ) -> list[tuple[int, float, Reach]]:
-    """The facts the query reaches through the entity graph, memoized per query text and graph settings on the
-    snapshot.
+    """The facts the query reaches through the entity graph, memoized on the snapshot per what its fact scores
+    depend on (:func:`query_key`: the query's text, its dense text and the validity factor ``superseded``) and the
+    graph settings.
 
     :func:`score_query` computes it from the query's fact scores (and, with ``graph.vector_seeds``, its vector);
-    later calls read the memo.
+    later calls with the same key read the memo.
     """
     if graph is None or graph.hops < 0:
         return []
     settings = (graph.hops, graph.decay, graph.top, graph.vector_seeds, graph.seed_floor)
-    key = "\x1f".join(["graph", query.text, *map(str, settings)])
+    key = "\x1f".join(["graph", query_key(query, superseded), *map(str, settings)])
     if key not in index.memo:
         if events is None or FACT_KIND not in events:
             return []
