@@ -546,7 +546,49 @@ def tenants(results: Results) -> str:
     )
 
 
-SECTIONS: tuple[Callable[[Results], str], ...] = (locomo, scale, tiers, tenants, chat, llm_mode)
+MECHANISM_PARTS = {
+    "variants_locomo": ("LoCoMo", (("1", "multi-hop"), ("3", "open-domain"))),
+    "variants_longmemeval": (
+        "LongMemEval",
+        (("multi-session", "multi-session"), ("knowledge-update", "knowledge-update")),
+    ),
+}
+
+
+def mechanisms(results: Results) -> str:
+    """Each paper's mechanism on and off (``benchmarks/variants.py``): recall_all per budget on one ingest, on both
+    benchmarks, with the categories the papers' retrieval is meant for.
+    """
+    names = tuple(name for name in MECHANISM_PARTS if name in results)
+    if not names:
+        return ""
+    parts = [
+        "## Mechanisms: each one on and off",
+        "Each results file below is one ingest per conversation (or LongMemEval question), then the same questions "
+        "under named variants of the retrieval settings (`benchmarks/variants.py`; the first row is the default, "
+        "each other row names what it changes). The headline numbers always come from the benchmarks themselves.",
+    ]
+    for name in names:
+        result = results[name]
+        label, categories = MECHANISM_PARTS[name]
+        budgets = [str(b) for b in result["budgets"]]
+        mid = budgets[len(budgets) // 2]
+        rows = []
+        for variant, scores in result["variants"].items():
+            cells = [scores["all"].get(b) for b in budgets]
+            extra = [scores.get(key, {}).get(mid) for key, _ in categories]
+            rows.append([variant, *(f"{c:.1f}" if c is not None else "-" for c in [*cells, *extra])])
+        header = ["variant", *(f"B={b}" for b in budgets), *(f"{title} at B={mid}" for _, title in categories)]
+        parts += [
+            f"**{label}**, {result['questions']} questions ({', '.join(result['histories'][:6])}"
+            f"{', ...' if len(result['histories']) > 6 else ''}): recall_all %.",
+            table(header, rows),
+        ]
+    parts.append(provenance(results, names))
+    return "\n\n".join(parts)
+
+
+SECTIONS: tuple[Callable[[Results], str], ...] = (locomo, scale, tiers, tenants, chat, llm_mode, mechanisms)
 FILES = (
     "locomo",
     "locomo_baselines",
@@ -563,7 +605,11 @@ FILES = (
     "llm_mode",
 )
 
-OPTIONAL = ("tenants_server",)  # rendered when present: a run not every machine can make in one sitting
+OPTIONAL = (
+    "tenants_server",
+    "variants_locomo",
+    "variants_longmemeval",
+)  # rendered when present: a run not every machine can make in one sitting
 
 
 def load(folder: Path = RESULTS) -> Results:
@@ -577,7 +623,7 @@ def load(folder: Path = RESULTS) -> Results:
 
 def render(results: Results) -> str:
     """The part of BENCHMARKS.md between the markers, markers included."""
-    return "\n\n".join([BEGIN, *(section(results) for section in SECTIONS), END])
+    return "\n\n".join([BEGIN, *(text for section in SECTIONS if (text := section(results))), END])
 
 
 def replace(doc: str, block: str) -> str:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -32,6 +34,7 @@ from memstrata import Memstrata
 from memstrata.bench.locomo import load_locomo
 from memstrata.bench.longmemeval import parse_record, read_records, select_records
 from memstrata.bench.metric import score_context
+from memstrata.bench.provenance import provenance
 from memstrata.memory.embeddings import MiniLMEmbeddings
 from memstrata.memory.levels import FACT, TREE_NODE, register, scope_table
 from memstrata.memory.search import fusion, scoring
@@ -213,9 +216,20 @@ def main() -> None:
         if args.per_type
         else locomo_histories(args.path, [c for c in args.conversations.split(",") if c])
     )
-    result = run(histories, [int(b) for b in args.budgets.split(",")], Path(args.cache), args.variants.split(","))
+    budgets = [int(b) for b in args.budgets.split(",")]
+    result = run(histories, budgets, Path(args.cache), args.variants.split(","))
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2))
+        command = " ".join(["python", *(shlex.quote(a) for a in sys.argv)])
+        out = {
+            "benchmark": "longmemeval" if args.per_type else "locomo",
+            "histories": [h.name for h in histories],
+            "questions": sum(len(h.questions) for h in histories),
+            "budgets": budgets,
+            "variants": result,
+            "settings": {name: {k: str(v) for k, v in VARIANTS[name].items()} for name in result},
+            "provenance": provenance(command),
+        }
+        Path(args.out).write_text(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":
