@@ -153,7 +153,9 @@ async def archive_probe(ctx: Context, store: MemoryStore, index: MemoryIndex, ve
 async def record_use(
     ctx: Context, store: MemoryStore, chosen: Sequence[Any], *, now: datetime | None
 ) -> dict[str, Any]:
-    """HMO's read-side update for a tiered query's cited turns (:mod:`memstrata.memory.tiers.use`), off the loop."""
+    """HMO's read-side update for a query's cited turns when tiers are on, tiered or not
+    (:mod:`memstrata.memory.tiers.use`), off the loop.
+    """
     from memstrata.memory.index.active import held_active, note_moves
     from memstrata.memory.tiers.anchor import read_anchor
     from memstrata.memory.tiers.use import record_use as use

@@ -69,7 +69,9 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
         context = f"{block}\n{context}" if context else block
         tokens = counter.count(context)
     await run.release()  # the candidates are chosen: a bounded run's working set can go
-    use = await search.record_use(ctx, run.store, chosen, now=run.now) if state.get("tier") else None
+    # HMO's use (Eq. 5's recall count n) is counted on every query once tiers are on, not only on tiered ones, so a
+    # user's records carry their history when the user grows past snapshot_max_turns and tiers start to apply
+    use = await search.record_use(ctx, run.store, chosen, now=run.now) if ctx.tiers and chosen else None
     text, note = None, "offline: no model configured"
     if step.model is not None and ctx.generate_answer:
         text, note = await _answer_text(state, context, step)
@@ -79,6 +81,8 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     trace = build_trace(state, calls, note, tokens, len(ranked), chosen)
     trace["runtime_opens"] = merge_dicts(state.get("opens"), run.opens)
     trace["tiers"] = tier_trace(state, use)
+    if use is not None and trace["tiers"] is None:
+        trace["tier_use"] = use  # counted below the tiers' threshold
     trace["persona"] = {**state["persona"], "included": bool(block), "why": why} if state.get("persona") else None
     trace["budget"] = {
         "llm_token_budget": ctx.llm_token_budget,
