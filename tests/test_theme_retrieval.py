@@ -215,6 +215,15 @@ def test_the_theme_path_is_off_at_zero_and_ablation_settings_change_what_it_pick
     [(_, how)] = _theme_events(paper).items()
     assert len(how["themes"]) <= 3 and how["facts"] <= 8
     assert 0 < how["episodes_admitted"] <= how["episodes_offered"] and how["uncertainty_measure"].startswith("offline")
+    # with Eq. 4 the themes facts evoke are candidates like the others: the pick cap holds for them too
+    one = theme_mem.retrieve(
+        question, user_id="ann", context_budget=400, theme_select="eq4", theme_pick=1, theme_search_k=1
+    )
+    [(_, how)] = _theme_events(one).items()
+    assert how["evoked"] >= 1 and len(how["themes"]) == 1
+    top = theme_mem.retrieve(question, user_id="ann", context_budget=400, theme_pick=1, theme_search_k=1)
+    [(_, how)] = _theme_events(top).items()
+    assert len(how["themes"]) == 1 + how["evoked"]  # best match: evoked themes join by association
     # the scope table decides: a scope that does not list the theme kind never takes the theme path
     no_themes = {
         "Short": ["summary", "fact", "turn"],

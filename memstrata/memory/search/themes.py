@@ -10,10 +10,11 @@ For one query (all on the search snapshot, memoized per query text):
    together; its facts are admitted themselves (``found_by="associative"``) and evoke their themes, and its best
    persona dimension is left in the trace for the persona path.
 2. **Stage I** (xMemory Eq. 4, :func:`~memstrata.memory.themes.select.representatives`): representative themes
-   among the (not evoked) candidates on the high-level kNN graph (:func:`knn_weights`: each theme's
-   ``knn`` most similar themes of its conversation, as ingestion stores them), then, over the facts those themes
-   induce, representative facts on the facts' kNN graph. With ``select="top"`` both steps keep the
-   best-matching ones instead (the ablation without Eq. 4).
+   among all the candidates (the best-matching ones and those facts evoked) on the high-level kNN graph
+   (:func:`knn_weights`: each theme's ``knn`` most similar themes of its conversation, as ingestion stores them),
+   then, over the facts those themes induce, representative facts on the facts' kNN graph. With ``select="top"``
+   both steps keep the best-matching ones instead (the ablation without Eq. 4), and the evoked themes join them
+   by association.
    A selected theme induces all its facts, or with spreading its ``spread`` facts: those that best match the
    query (``fact_order="query"``), or those nearest the scene's centroid (``"scene"``, Bi-Mem's Eq. 10, with the
    paper's m).
@@ -178,9 +179,12 @@ def _reach(
     trace.candidates, trace.evoked = len(cand), len(evoked)
     if not cand and not direct:
         return [], trace
-    own = [t for t in cand if t not in evoked]
-    picked = [own[i] for i in _select(index, THEME.kind, own, theme_scores[own], s, s.theme_budget)] if own else []
-    picked += [t for t in cand if t in evoked]  # fact -> scene spreading: joins by association, not its own match
+    if s.select == "eq4":  # xMemory: every candidate theme, its own match's or a fact's, goes through Eq. 4
+        picked = [cand[i] for i in _select(index, THEME.kind, cand, theme_scores[cand], s, s.theme_budget)]
+    else:  # the best-matching themes, and the ones facts evoke join by association (Bi-Mem's spreading)
+        own = [t for t in cand if t not in evoked]
+        picked = [own[i] for i in _select(index, THEME.kind, own, theme_scores[own], s, s.theme_budget)] if own else []
+        picked += [t for t in cand if t in evoked]
     trace.themes = [themes.units[t].id for t in picked]
     induced: list[int] = []
     came_from: dict[int, int | None] = {f: owner.get(f) for f in direct}
