@@ -581,7 +581,8 @@ def mechanisms(results: Results) -> str:
         header = ["variant", *(f"B={b}" for b in budgets), *(f"{title} at B={mid}" for _, title in categories)]
         parts += [
             f"**{label}**, {result['questions']} questions ({', '.join(result['histories'][:6])}"
-            f"{', ...' if len(result['histories']) > 6 else ''}): recall_all %.",
+            f"{', ...' if len(result['histories']) > 6 else ''}): recall_all %, and at the middle budget the share "
+            "of gold turns present (recall_frac) and recall_all of the categories the papers' retrieval is for.",
             table(header, rows),
         ]
     parts.append(provenance(results, names))

@@ -155,7 +155,7 @@ def run(histories: list[History], budgets: list[int], cache: Path, names: list[s
         if prior is not None:
             register(replace(FACT, lends_prior=prior))
         scoring.turn_semantic = _cosine if settings.pop("_cosine_s", False) else fusion.turn_semantic
-        tally: dict[str, dict[int, list[bool]]] = {}
+        tally: dict[str, dict[int, list[float]]] = {}
         sub_queries: dict[str, int] = {}
         for history in histories:
             folder = cache / history.name
@@ -173,10 +173,11 @@ def run(histories: list[History], budgets: list[int], cache: Path, names: list[s
                         now=q.now,
                         **settings,
                     )
-                    hit, _ = score_context(result.context, q.gold)
+                    hit, share = score_context(result.context, q.gold)
                     scopes = result.trace.get("scopes", {})
                     for key in ("all", q.category, f"scope {scopes.get('q0', '?')}"):
                         tally.setdefault(key, {}).setdefault(budget, []).append(hit)
+                    tally.setdefault("all (recall_frac)", {}).setdefault(budget, []).append(share)
                     if budget == budgets[0]:  # H-Mem A.4: how many (sub-)queries each scope got
                         for scope in scopes.values():
                             sub_queries[scope] = sub_queries.get(scope, 0) + 1
