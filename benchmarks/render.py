@@ -546,11 +546,12 @@ def tenants(results: Results) -> str:
     )
 
 
+FRAC = ("all (recall_frac)", "recall_frac")
 MECHANISM_PARTS = {
-    "variants_locomo": ("LoCoMo", (("1", "multi-hop"), ("3", "open-domain"))),
+    "variants_locomo": ("LoCoMo", (FRAC, ("1", "multi-hop"), ("3", "open-domain"))),
     "variants_longmemeval": (
         "LongMemEval",
-        (("multi-session", "multi-session"), ("knowledge-update", "knowledge-update")),
+        (FRAC, ("multi-session", "multi-session"), ("knowledge-update", "knowledge-update")),
     ),
 }
 
