@@ -686,6 +686,17 @@ class Context:
     persona_similarity: Annotated[
         float, _s("persona", "retrieval: the similarity the question needs to a dimension's text for its line")
     ] = 0.2
+    scene_lines: Annotated[
+        int,
+        _s(
+            "theme retrieval",
+            "reader: the themes (Bi-Mem's scenes) the theme path picked that the context opens with, one cited line "
+            "each, at most (Bi-Mem's Eq. 11: the reader gets the retrieved scenes); 0: none, the context is turns",
+        ),
+    ] = 0
+    scene_share: Annotated[
+        float, _s("theme retrieval", "reader: the largest share of the context budget the scene lines may take")
+    ] = 0.15
     # ---- H-Mem's temporal-semantic tree -------------------------------------------------------------
     tree_alphas: Annotated[
         tuple[float, float, float],

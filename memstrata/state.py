@@ -140,6 +140,7 @@ class RetrievalState(TypedDict, total=False):
     tier: int  # HMO's tier searched: 1 the cache, 2 with the buffer, 3 the archive; 0 no tiers (a small user)
     tier_probe: tuple[int, int]  # the archive's nearest summaries to the queries: how many the tier holds, of how many
     persona: dict[str, Any]  # the persona dimension the question takes (the best any lookup found), for the context
+    scenes: Annotated[list[list[str]], union]  # [conversation_id, theme id] the theme path picked, for the context
     answer: str | None
     evidence: list[dict[str, Any]]
     context: str

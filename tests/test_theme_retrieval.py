@@ -349,3 +349,25 @@ def test_eq9_admits_its_facts_and_evokes_their_themes_on_a_real_store(theme_mem)
     assert "Miso" in " ".join(e.text for e in joint.evidence)
     [(_, off)] = _theme_events(base).items()
     assert off.get("persona") is None  # without Eq. 9 the theme path names no persona
+
+
+@pytest.mark.integration
+def test_scene_lines_open_the_context_within_their_share_and_cite_turns_of_the_conversation(theme_mem) -> None:
+    from memstrata.memory.search.packing import parse_context
+    from memstrata.memory.tokens import TokenCounter
+
+    question = "What do we know about Ann's cat Miso?"
+    plain = theme_mem.retrieve(question, user_id="ann", context_budget=400)
+    assert "[scenes]" not in plain.context and "scenes" not in plain.trace  # off by default: the context is turns
+    result = theme_mem.retrieve(question, user_id="ann", context_budget=400, scene_lines=2)
+    head, *_ = result.context.split("\n[")
+    lines = head.splitlines()
+    assert lines[0] == "[scenes]" and 1 <= len(lines) - 1 <= 2
+    assert all(line.startswith("theme:") and "(cites s" in line for line in lines[1:])
+    assert result.trace["scenes"]["lines"] == len(lines) - 1 and result.trace["scenes"]["tokens"] <= 0.15 * 400
+    assert TokenCounter().count(result.context) <= 400  # the scenes come out of the same budget
+    assert parse_context(result.context) == parse_context(result.context[len(head) + 1 :])  # not read as turns
+    assert all(e.conversation_id == "ann-bo" for e in result.evidence)
+    # a share too small for one line: no scene block at all
+    tight = theme_mem.retrieve(question, user_id="ann", context_budget=400, scene_lines=2, scene_share=0.01)
+    assert "[scenes]" not in tight.context and tight.trace["scenes"]["lines"] == 0

@@ -188,7 +188,7 @@ def parse_context(context: str) -> list[tuple[str, str]]:
         if match:
             label = match.group("label").strip()
             prefix = None if label.startswith("session ") else label
-            skip = label == "persona"  # a persona block is not a turn (memstrata.memory.search.persona)
+            skip = label in ("persona", "scenes")  # not turns (memstrata.memory.search.persona and .scenes)
             continue
         if skip:
             continue

@@ -129,11 +129,11 @@ def persona_block(index: MemoryIndex, unit_id: str, conversation_id: str) -> str
         return ""
     unit = table.units_as(Persona)[row]
     since = f" · since {unit.valid_from:%-d %B %Y}" if unit.valid_from else ""
-    cites = ", ".join(_cited(index, unit.conversation_id, tid) for tid in unit.linked_turn_ids())
+    cites = ", ".join(turn_citation(index, unit.conversation_id, tid) for tid in unit.linked_turn_ids())
     return f"[{PERSONA_LABEL} · {unit.speaker} · {unit.dimension}{since}]\n{unit.text} (cites {cites})"
 
 
-def _cited(index: MemoryIndex, conversation_id: str, turn_id: str) -> str:
+def turn_citation(index: MemoryIndex, conversation_id: str, turn_id: str) -> str:
     """A cited turn as the context's lines cite it: its id when the id names its session (``s1:t6``, ``D3:7``), else
     (a message id such as a UUID) ``s<session>:t<position>``, the form the integrations render every turn in.
     """

@@ -123,6 +123,7 @@ class ThemeTrace:
     uncertainty_left: float | None = None
     uncertainty_measure: str | None = None  # what Stage II measured (offline: the proxy, named as such)
     persona: tuple[int, int] | None = None  # Eq. 9: the best persona dimension's (row, rank) in the joint top-k
+    scenes: list[list[str]] | None = None  # [conversation_id, theme id] of the picked themes, best first
 
 
 def theme_reach(
@@ -186,6 +187,7 @@ def _reach(
         picked = [own[i] for i in _select(index, THEME.kind, own, theme_scores[own], s, s.theme_budget)] if own else []
         picked += [t for t in cand if t in evoked]
     trace.themes = [themes.units[t].id for t in picked]
+    trace.scenes = [[themes.units[t].conversation_id, themes.units[t].id] for t in picked]
     induced: list[int] = []
     came_from: dict[int, int | None] = {f: owner.get(f) for f in direct}
     for t in picked:

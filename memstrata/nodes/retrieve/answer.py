@@ -28,6 +28,7 @@ from memstrata.memory.search.light import pending_rows
 from memstrata.memory.search.packing import pack_context
 from memstrata.memory.search.persona import persona_block
 from memstrata.memory.search.query import Hit, Query
+from memstrata.memory.search.scenes import SCENES_LABEL, scene_lines
 from memstrata.memory.search.selection import found_first, mark_captions, mmr, statements_first, window_first
 from memstrata.memory.search.themes import THEME_FINDERS
 from memstrata.memory.tokens import TokenCounter
@@ -61,12 +62,16 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     ranked = mark_captions(ranked, [state["query"], *(q.text for q in state.get("sub_queries", []))])
     counter = TokenCounter()
     block, why, reserved = _persona(state, index, ctx, counter)  # reserved: the block's tokens and its newline
+    scenes, scene_tokens = _scenes(state, index, ctx, counter)
     quotes = await _excerpts(state, ctx, run, ranked, counter)
     context, chosen, tokens = pack_context(
-        ranked, budget=ctx.context_budget - reserved, counter=counter, shorten=quotes.quote if quotes else None
+        ranked,
+        budget=ctx.context_budget - reserved - scene_tokens,
+        counter=counter,
+        shorten=quotes.quote if quotes else None,
     )
-    if block:
-        context = f"{block}\n{context}" if context else block
+    if head := "\n".join(b for b in (block, scenes) if b):
+        context = f"{head}\n{context}" if context else head
         tokens = counter.count(context)
     await run.release()  # the candidates are chosen: a bounded run's working set can go
     # HMO's use (Eq. 5's recall count n) is counted on every query once tiers are on, not only on tiered ones, so a
@@ -84,6 +89,8 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     if use is not None and trace["tiers"] is None:
         trace["tier_use"] = use  # counted below the tiers' threshold
     trace["persona"] = {**state["persona"], "included": bool(block), "why": why} if state.get("persona") else None
+    if ctx.scene_lines > 0:
+        trace["scenes"] = {"found": len(state.get("scenes", [])), "lines": scenes.count("\n"), "tokens": scene_tokens}
     trace["budget"] = {
         "llm_token_budget": ctx.llm_token_budget,
         "spent": step.shared.spent,
@@ -148,6 +155,23 @@ def _persona(state: RetrievalState, index: Any, ctx: Context, counter: TokenCoun
         why = f"left out: the dimension would take more than persona_share ({ctx.persona_share:g}) of the budget"
         return "", why, 0
     return block, match["why"], cost
+
+
+def _scenes(state: RetrievalState, index: Any, ctx: Context, counter: TokenCounter) -> tuple[str, int]:
+    """The scene lines the context opens with after the persona (Bi-Mem's Eq. 11), and the tokens they take with
+    their newlines: the theme path's picked themes, best first, while they fit ``scene_share`` of the budget.
+    """
+    if ctx.scene_lines <= 0 or not state.get("scenes"):
+        return "", 0
+    header = f"[{SCENES_LABEL}]"
+    kept, cost = [], counter.count(header) + 1
+    for scene in scene_lines(index, state["scenes"][: ctx.scene_lines]):
+        line = scene.fitted(int(ctx.scene_share * ctx.context_budget) - cost - 1, counter.count)
+        if line is None:
+            break
+        kept.append(line)
+        cost += counter.count(line) + 1
+    return ("\n".join([header, *kept]), cost) if kept else ("", 0)
 
 
 def open_tail_turns(index: Any) -> set[tuple[str, str]]:

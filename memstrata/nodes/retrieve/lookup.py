@@ -58,6 +58,7 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
         **({"persona": persona} if persona and (not held or persona["similarity"] > held["similarity"]) else {}),
         "level1": found.level1,
         "coarse": found.coarse,
+        "scenes": [key for how in found.themes.values() for key in how.scenes or []],
         "candidates": Fresh(turns) if deeper else turns,
         "tier_fresh": False,
         **({"tier_probe": probe} if probe is not None else {}),
