@@ -371,3 +371,20 @@ def test_scene_lines_open_the_context_within_their_share_and_cite_turns_of_the_c
     # a share too small for one line: no scene block at all
     tight = theme_mem.retrieve(question, user_id="ann", context_budget=400, scene_lines=2, scene_share=0.01)
     assert "[scenes]" not in tight.context and tight.trace["scenes"]["lines"] == 0
+
+
+@pytest.mark.integration
+def test_with_scene_lines_stage2_starts_from_the_readers_doubt_on_the_coarse_context(theme_mem) -> None:
+    question = "What do we know about Ann's cat Miso?"
+    settings = {"theme_stage2": True, "theme_patience": 2, "llm_depth": None, "context_budget": 400}
+    # the scenes alone leave a doubt of 0.4; the episodes offered after them say 0.5 and 0.5: none lowers it
+    coarse = theme_mem.retrieve(
+        question, user_id="ann", model=_scripted_reader([0.6, 0.5, 0.5, 0.5]), scene_lines=2, **settings
+    )
+    how = next(e for e in coarse.trace["events"] if e["node"] == "lookup_level1")["stage2"]
+    assert how["coarse_uncertainty"] == 0.4 and how["admitted"] == 0 and how["uncertainty_left"] == 0.4
+    assert how["checked"] == 1 + min(2, how["offered"])  # the coarse check, then patience
+    # without scene lines there is no coarse context: the first episode offered is admitted from a doubt of 1.0
+    plain = theme_mem.retrieve(question, user_id="ann", model=_scripted_reader([0.5, 0.5, 0.5]), **settings)
+    how = next(e for e in plain.trace["events"] if e["node"] == "lookup_level1")["stage2"]
+    assert how["coarse_uncertainty"] is None and how["admitted"] == 1

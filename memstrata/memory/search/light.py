@@ -68,6 +68,10 @@ class LightResult:
     themes: dict[str, ThemeTrace] = field(default_factory=dict)  # per query: what the theme path did
     persona: dict[str, PersonaMatch] = field(default_factory=dict)  # per query: the persona dimension it takes
 
+    def scenes(self) -> list[list[str]]:
+        """``[conversation_id, theme id]`` of every theme the theme path picked, query by query, each once."""
+        return [list(k) for k in dict.fromkeys(tuple(k) for how in self.themes.values() for k in how.scenes or [])]
+
 
 def light_lookup(
     index: MemoryIndex,
