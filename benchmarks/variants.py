@@ -86,6 +86,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "Bi-Mem Eq. 9: joint top-20": {"theme_joint_k": 20},
     "Bi-Mem Eq. 9 + Eq. 10: joint top-20 and scene order": {"theme_joint_k": 20, "theme_fact_order": "scene"},
     "Bi-Mem Eq. 9: joint top-40": {"theme_joint_k": 40},
+    # Bi-Mem's Eq. 11: the reader gets the picked scenes as lines, out of the same budget
+    "scene lines for the reader: 2 (Eq. 11)": {"scene_lines": 2},
     # H-Mem's Eq. 3 with its own S: the cosine of the query and the turn, no views, BM25, prior, boosts or neighbour
     "H-Mem's S (the turn's cosine) in Eq. 3": {
         "_cosine_s": True,
