@@ -96,7 +96,7 @@ def build_app(mem: Memstrata, model: BaseChatModel, *, tokens: Mapping[str, str]
 
     async def memories(request: Request) -> JSONResponse:
         user, thread = caller(request), request.query_params.get("thread_id")
-        found = await asyncio.to_thread(mem.memories, user, conversation_id=thread, limit=1000)
+        found = await asyncio.to_thread(mem.memories, user_id=user, conversation_id=thread, limit=1000)
         shown = ("id", "conversation_id", "speaker", "text", "time")
         return JSONResponse([{k: m.get(k) for k in shown} for m in found])
 
@@ -110,7 +110,7 @@ def build_app(mem: Memstrata, model: BaseChatModel, *, tokens: Mapping[str, str]
         thread, message_id = request.path_params["thread_id"], request.path_params.get("message_id")
         async with deleting:
             try:
-                removed = await asyncio.to_thread(mem.delete, user, thread, message_id)
+                removed = await asyncio.to_thread(mem.delete, message_id, user_id=user, conversation_id=thread)
             except LookupError as exc:
                 raise HTTPException(status_code=404, detail=str(exc)) from None
         config = thread_config(user, thread)

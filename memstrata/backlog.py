@@ -78,7 +78,9 @@ class Backlog:
             stats: dict[str, Any] = {}
             error: Exception | None = None
             try:
-                stats = await self._work(job.user_id, job.conversation_id, sessions=job.sessions, **job.overrides)
+                stats = await self._work(
+                    user_id=job.user_id, conversation_id=job.conversation_id, sessions=job.sessions, **job.overrides
+                )
             except Exception as exc:  # the next write of the conversation derives it: log, and keep the queue going
                 logger.exception("background derivation of %s/%s failed", job.user_id, job.conversation_id)
                 error = exc

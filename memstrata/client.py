@@ -45,6 +45,12 @@ logger = logging.getLogger("memstrata")
 class Memstrata:
     """Long-term memory for one app: ingest conversations, retrieve cited evidence, ask.
 
+    Every method that reads or writes a user's memory takes ``user_id`` by keyword only, and ``conversation_id``
+    too: what a call is scoped to is always named. What the call acts on comes first and may be passed by
+    position: the source, the query, the memory or turn id and the new text, the speaker, the output file.
+    ``mem.update("s1:t0", "I moved to Porto.", user_id="ann", conversation_id="c1")``,
+    ``mem.persona("Ann", user_id="ann")``, ``mem.history(user_id="ann")``.
+
     Args:
         path: embedded Chroma folder (default ``$MEMSTRATA_DATA_DIR`` or ``~/.memstrata``).
         url: a Chroma server URL instead of the embedded store.
@@ -81,7 +87,7 @@ class Memstrata:
         self._held: StoreKey | None = None  # the store this instance holds open (see close)
         self._hold()
 
-    def context(self, user_id: str, **overrides: Any) -> Context:
+    def context(self, *, user_id: str, **overrides: Any) -> Context:
         """The run context for one user, with per-call overrides."""
         self._hold()
         return (
@@ -140,7 +146,7 @@ class Memstrata:
             "defer": defer,
             "metadata": metadata,
         }
-        return await self._ingestion(payload, self.context(user_id, **overrides), on_progress)
+        return await self._ingestion(payload, self.context(user_id=user_id, **overrides), on_progress)
 
     def ingest(self, source: Any, **kwargs: Any) -> dict[str, Any]:
         """Blocking twin of :meth:`aingest`."""
@@ -171,9 +177,9 @@ class Memstrata:
     # ---- deferred derivation ---------------------------------------------------
     async def acomplete(
         self,
+        *,
         user_id: str,
         conversation_id: str,
-        *,
         sessions: Sequence[str] | None = None,
         on_progress: Callable[[dict[str, Any]], None] | None = None,
         **overrides: Any,
@@ -191,7 +197,7 @@ class Memstrata:
             >>> stats = mem.ingest(messages, user_id="ann", conversation_id="c1", defer=True)  # doctest: +SKIP
             >>> stats["turns_deferred"], stats["summaries_written"]  # doctest: +SKIP
             (2, 0)
-            >>> mem.complete("ann", "c1")["summaries_written"]  # doctest: +SKIP
+            >>> mem.complete(user_id="ann", conversation_id="c1")["summaries_written"]  # doctest: +SKIP
             1
         """
         payload: IngestInput = {
@@ -199,14 +205,14 @@ class Memstrata:
             "complete": True,
             "pending": list(sessions) if sessions is not None else None,
         }
-        return await self._ingestion(payload, self.context(user_id, **overrides), on_progress)
+        return await self._ingestion(payload, self.context(user_id=user_id, **overrides), on_progress)
 
-    def complete(self, user_id: str, conversation_id: str, **kwargs: Any) -> dict[str, Any]:
+    def complete(self, *, user_id: str, conversation_id: str, **kwargs: Any) -> dict[str, Any]:
         """Blocking twin of :meth:`acomplete`."""
-        return self._run(self.acomplete(user_id, conversation_id, **kwargs))
+        return self._run(self.acomplete(user_id=user_id, conversation_id=conversation_id, **kwargs))
 
     def complete_later(
-        self, user_id: str, conversation_id: str, *, sessions: Sequence[str] | None = None, **overrides: Any
+        self, *, user_id: str, conversation_id: str, sessions: Sequence[str] | None = None, **overrides: Any
     ) -> concurrent.futures.Future[dict[str, Any]]:
         """Queue :meth:`acomplete` to run in the background, on this instance's own event loop (a thread), and return
         at once; the future holds its stats.
@@ -218,7 +224,7 @@ class Memstrata:
         """
         return self._backlog.submit(user_id, conversation_id, sessions, overrides)
 
-    def queued(self, user_id: str | None = None, conversation_id: str | None = None) -> int:
+    def queued(self, *, user_id: str | None = None, conversation_id: str | None = None) -> int:
         """How many background derivations are queued or running (of one user, of one of its conversations)."""
         return len(self._backlog.futures(user_id, conversation_id))
 
@@ -235,7 +241,9 @@ class Memstrata:
     # ---- retrieval -----------------------------------------------------------
     async def aretrieve(self, query: str, *, user_id: str, **overrides: Any) -> RetrievalResult:
         """Cited raw-turn evidence for a query, inside ``context_budget`` tokens (no answer)."""
-        return await self._run_retrieval(query, self.context(user_id, **{"generate_answer": False, **overrides}))
+        return await self._run_retrieval(
+            query, self.context(user_id=user_id, **{"generate_answer": False, **overrides})
+        )
 
     def retrieve(self, query: str, *, user_id: str, **overrides: Any) -> RetrievalResult:
         """Blocking twin of :meth:`aretrieve`."""
@@ -248,7 +256,7 @@ class Memstrata:
             AnswerError: a model is configured but the answer failed (unreachable, timing out, replying with
                 nothing) and no earlier round had an answer; its ``result`` holds the evidence and the trace.
         """
-        result = await self._run_retrieval(query, self.context(user_id, **overrides))
+        result = await self._run_retrieval(query, self.context(user_id=user_id, **overrides))
         note = str(result.trace.get("answer", ""))
         if result.answer is None and note.startswith("answer failed: "):
             msg = f"{note} (the evidence and the trace are on this error's .result)"
@@ -263,7 +271,7 @@ class Memstrata:
         """Yield ``("progress", event)``, ``("token", text)`` and finally ``("result", RetrievalResult)``."""
         from memstrata.graphs.retrieval import graph
 
-        ctx = self.context(user_id, **overrides)
+        ctx = self.context(user_id=user_id, **overrides)
         final: dict[str, Any] = {}
         # with a list of stream modes LangGraph yields (mode, chunk) pairs; its stub types a chunk, not the pair
         mode: str
@@ -288,44 +296,44 @@ class Memstrata:
         return RetrievalResult.from_state(state)
 
     # ---- single memories (memstrata.memories) ------------------------------------
-    def conversations(self, user_id: str) -> list[dict[str, Any]]:
+    def conversations(self, *, user_id: str) -> list[dict[str, Any]]:
         """The user's conversations: id, turns, sessions, first and last time."""
-        return memories.conversations(self, user_id)
+        return memories.conversations(self, user_id=user_id)
 
-    def memories(self, user_id: str, **filters: Any) -> list[dict[str, Any]]:
+    def memories(self, *, user_id: str, **filters: Any) -> list[dict[str, Any]]:
         """One page of the user's memories: ``kind`` ("turn", "fact", "summary"...), ``conversation_id``,
         ``speaker``, ``since``, ``until``, ``metadata`` (what the app attached at write time), ``limit``,
         ``offset``.
         """
-        return memories.memories(self, user_id, **filters)
+        return memories.memories(self, user_id=user_id, **filters)
 
     def memory(
-        self, user_id: str, memory_id: str, *, kind: str = "turn", conversation_id: str | None = None
+        self, memory_id: str, *, user_id: str, kind: str = "turn", conversation_id: str | None = None
     ) -> dict[str, Any]:
         """One memory by id (``LookupError`` when there is none)."""
-        return memories.memory(self, user_id, memory_id, kind=kind, conversation_id=conversation_id)
+        return memories.memory(self, memory_id, user_id=user_id, kind=kind, conversation_id=conversation_id)
 
-    def update(self, user_id: str, conversation_id: str, turn_id: str, text: str) -> dict[str, Any]:
+    def update(self, turn_id: str, text: str, *, user_id: str, conversation_id: str) -> dict[str, Any]:
         """Replace what a turn says; what was built from it is rebuilt (after the conversation's background
         derivations, which could otherwise write what the update removes).
         """
         self._backlog.wait(user_id, conversation_id)
-        return memories.update(self, user_id, conversation_id, turn_id, text)
+        return memories.update(self, turn_id, text, user_id=user_id, conversation_id=conversation_id)
 
-    def delete(self, user_id: str, conversation_id: str, turn_id: str | None = None) -> dict[str, int]:
+    def delete(self, turn_id: str | None = None, *, user_id: str, conversation_id: str) -> dict[str, int]:
         """Delete one turn (its session rebuilt without it), or the whole conversation, once the conversation's
         background derivations are done.
         """
         self._backlog.wait(user_id, conversation_id)
-        return memories.delete(self, user_id, conversation_id, turn_id)
+        return memories.delete(self, turn_id, user_id=user_id, conversation_id=conversation_id)
 
-    def history(self, user_id: str, *, conversation_id: str | None = None) -> list[dict[str, Any]]:
+    def history(self, *, user_id: str, conversation_id: str | None = None) -> list[dict[str, Any]]:
         """What was updated or deleted, oldest first."""
-        return memories.history(self, user_id, conversation_id=conversation_id)
+        return memories.history(self, user_id=user_id, conversation_id=conversation_id)
 
     # ---- persona ----------------------------------------------------------------
     def persona(
-        self, user_id: str, speaker: str, *, conversation_id: str | None = None, at: datetime | str | None = None
+        self, speaker: str, *, user_id: str, conversation_id: str | None = None, at: datetime | str | None = None
     ) -> dict[str, Persona]:
         """A speaker's persona: per dimension, the version valid at ``at`` (default: the current one).
 
@@ -343,7 +351,7 @@ class Memstrata:
         return {d: v for d, v in out.items() if v is not None}
 
     def persona_history(
-        self, user_id: str, speaker: str, *, conversation_id: str | None = None
+        self, speaker: str, *, user_id: str, conversation_id: str | None = None
     ) -> dict[str, list[Persona]]:
         """Every version of each dimension of a speaker's persona, oldest first."""
         versions = read_personas(self.store, user_id, speaker, conversation_id)
@@ -352,7 +360,7 @@ class Memstrata:
         }
 
     def forget_persona_item(
-        self, user_id: str, speaker: str, dimension: str, fact_id: str, *, conversation_id: str | None = None
+        self, speaker: str, dimension: str, fact_id: str, *, user_id: str, conversation_id: str | None = None
     ) -> int:
         """Remove one item (named by its fact id) from a dimension, in every version; no rebuild brings it back.
 
@@ -395,7 +403,7 @@ class Memstrata:
 
         return users(self)
 
-    def export(self, user_id: str, out: str | Path | IO[str]) -> dict[str, int]:
+    def export(self, out: str | Path | IO[str], *, user_id: str) -> dict[str, int]:
         """Write everything of a user that cannot be rebuilt (turns, sessions, store items, history, tombstones,
         persona exclusions) as JSON lines to a path or text file; returns counts. See :mod:`memstrata.portable`.
 
@@ -404,7 +412,7 @@ class Memstrata:
         """
         from memstrata.portable import export_user
 
-        return export_user(self, user_id, out)
+        return export_user(self, out, user_id=user_id)
 
     def import_(
         self, source: str | Path | IO[str], *, user_id: str | None = None, replace: bool = False
@@ -421,7 +429,7 @@ class Memstrata:
         self._backlog.wait(user_id)
         return import_user(self, source, user_id=user_id, replace=replace)
 
-    def rebuild(self, user_id: str, *, conversation_id: str | None = None) -> dict[str, int]:
+    def rebuild(self, *, user_id: str, conversation_id: str | None = None) -> dict[str, int]:
         """Delete every unit derived from the user's raw turns (of one conversation, or of all) and build them again
         from those turns; ``memstrata check`` is clean after it. Turns, store items, history, tombstones and persona
         exclusions are kept. See :func:`memstrata.repair.rebuild`.
@@ -432,9 +440,9 @@ class Memstrata:
         from memstrata.repair import rebuild
 
         self._backlog.wait(user_id, conversation_id)
-        return rebuild(self, user_id, conversation_id)
+        return rebuild(self, user_id=user_id, conversation_id=conversation_id)
 
-    def score_tiers(self, user_id: str | None = None) -> dict[str, int]:
+    def score_tiers(self, *, user_id: str | None = None) -> dict[str, int]:
         """Score and tier, with HMO, what was written while ``tiers`` was off (of one user, or of every user).
 
         Ingestion scores records only with ``tiers`` on, so that off costs a write nothing; this replays each
@@ -443,13 +451,13 @@ class Memstrata:
         done = {"users": 0, "conversations": 0, "records_scored": 0}
         for user in [user_id] if user_id is not None else self.users():
             done["users"] += 1
-            for conv in self.conversations(user):
-                stats = memories.replay(self, user, conv["conversation_id"], tiers=True)
+            for conv in self.conversations(user_id=user):
+                stats = memories.replay(self, user_id=user, conversation_id=conv["conversation_id"], tiers=True)
                 done["conversations"] += 1
                 done["records_scored"] += int(stats.get("records_scored", 0))
         return done
 
-    def delete_user(self, user_id: str) -> dict[str, int]:
+    def delete_user(self, *, user_id: str) -> dict[str, int]:
         """Remove every trace of a user; returns how many units of each kind went. The user's background
         derivations finish first, so none writes after the delete what it read before.
         """

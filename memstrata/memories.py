@@ -7,13 +7,14 @@ stale stays searchable (``memstrata check`` holds after each). A deleted turn, a
 leave a tombstone (:mod:`memstrata.memory.store.tombstones`): a later write of the same message (a chat thread sent
 again, a re-ingested file) does not bring it back. Every change is journaled per user (:func:`history`).
 
-Every function takes a :class:`~memstrata.Memstrata` and a ``user_id``; every read goes through the store's one
+Every function takes a :class:`~memstrata.Memstrata` and, by keyword only, a ``user_id`` (and a
+``conversation_id`` where it takes one), as the facade's methods do; every read goes through the store's one
 tenant scope.
 
 Example:
-    >>> mem.memories("ann", speaker="Ann", limit=2)  # doctest: +SKIP
+    >>> mem.memories(user_id="ann", speaker="Ann", limit=2)  # doctest: +SKIP
     [{'id': 's1:t0', 'kind': 'turn', 'conversation_id': 'c1', 'speaker': 'Ann', 'text': '...', ...}, ...]
-    >>> mem.update("ann", "c1", "s1:t0", "I moved to Porto.")  # doctest: +SKIP
+    >>> mem.update("s1:t0", "I moved to Porto.", user_id="ann", conversation_id="c1")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from memstrata.client import Memstrata
 
 
-def conversations(mem: Memstrata, user_id: str) -> list[dict[str, Any]]:
+def conversations(mem: Memstrata, *, user_id: str) -> list[dict[str, Any]]:
     """The user's conversations: id, how many turns and sessions, first and last time."""
     out: dict[str, dict[str, Any]] = {}
     for r in mem.store.get(raw_kind(), user_id=user_id):
@@ -57,8 +58,8 @@ def conversations(mem: Memstrata, user_id: str) -> list[dict[str, Any]]:
 
 def memories(
     mem: Memstrata,
-    user_id: str,
     *,
+    user_id: str,
     kind: str = "turn",
     conversation_id: str | None = None,
     speaker: str | None = None,
@@ -101,7 +102,7 @@ def memories(
 
 
 def memory(
-    mem: Memstrata, user_id: str, memory_id: str, *, kind: str = "turn", conversation_id: str | None = None
+    mem: Memstrata, memory_id: str, *, user_id: str, kind: str = "turn", conversation_id: str | None = None
 ) -> dict[str, Any]:
     """One memory by id (in every conversation of the user unless one is named).
 
@@ -120,12 +121,12 @@ def memory(
     return _shown(found[0])
 
 
-def update(mem: Memstrata, user_id: str, conversation_id: str, turn_id: str, text: str) -> dict[str, Any]:
+def update(mem: Memstrata, turn_id: str, text: str, *, user_id: str, conversation_id: str) -> dict[str, Any]:
     """Replace what a turn says; everything built from it is removed and rebuilt from the session's turns."""
     if not text.strip():
         msg = "the new text is empty: delete the turn instead"
         raise ValueError(msg)
-    old = Turn.model_validate(memory(mem, user_id, turn_id, conversation_id=conversation_id)["unit"])
+    old = Turn.model_validate(memory(mem, turn_id, user_id=user_id, conversation_id=conversation_id)["unit"])
     new = old.model_copy(update={"text": text})
     close = _closed(mem, user_id, conversation_id, old.session_id)
     # The old words are buried first (a re-send of them while this runs is refused), the new ones unburied (an
@@ -133,12 +134,12 @@ def update(mem: Memstrata, user_id: str, conversation_id: str, turn_id: str, tex
     mem.store.tombstones.bury([old], event="update")
     mem.store.tombstones.lift(user_id, conversation_id, [turn_id], said=said_hash(new))
     removed = _remove(mem, user_id, conversation_id, [turn_id])
-    rebuild_sessions(mem, user_id, conversation_id, {old.session_id}, close=close, extra=[new])
+    rebuild_sessions(mem, {old.session_id}, user_id=user_id, conversation_id=conversation_id, close=close, extra=[new])
     _journal(mem, user_id, conversation_id, "update", turn_id, before=old.text, after=text)
     return {"updated": turn_id, "removed": removed}
 
 
-def delete(mem: Memstrata, user_id: str, conversation_id: str, turn_id: str | None = None) -> dict[str, int]:
+def delete(mem: Memstrata, turn_id: str | None = None, *, user_id: str, conversation_id: str) -> dict[str, int]:
     """Delete one turn (and what was built from it, the rest of its session rebuilt), or with no ``turn_id`` the
     whole conversation. Returns the units removed per kind.
 
@@ -159,17 +160,17 @@ def delete(mem: Memstrata, user_id: str, conversation_id: str, turn_id: str | No
         mem.store.sequences.delete(user_id=user_id, conversation_id=conversation_id)
         _journal(mem, user_id, conversation_id, "delete_conversation", None, before=f"{len(ids)} turns", after=None)
         return removed
-    old = Turn.model_validate(memory(mem, user_id, turn_id, conversation_id=conversation_id)["unit"])
+    old = Turn.model_validate(memory(mem, turn_id, user_id=user_id, conversation_id=conversation_id)["unit"])
     close = _closed(mem, user_id, conversation_id, old.session_id)
     mem.store.tombstones.bury([old], event="delete")  # before the turn goes: no re-send in between brings it back
     removed = _remove(mem, user_id, conversation_id, [turn_id])
-    rebuild_sessions(mem, user_id, conversation_id, {old.session_id}, close=close)
+    rebuild_sessions(mem, {old.session_id}, user_id=user_id, conversation_id=conversation_id, close=close)
     # The deleted words are not journaled: history says which turn went and when, never what it said.
     _journal(mem, user_id, conversation_id, "delete", turn_id, before=None, after=None)
     return removed
 
 
-def history(mem: Memstrata, user_id: str, *, conversation_id: str | None = None) -> list[dict[str, Any]]:
+def history(mem: Memstrata, *, user_id: str, conversation_id: str | None = None) -> list[dict[str, Any]]:
     """What was updated or deleted, oldest first: {at, event, conversation_id, turn_id, before, after}; ``at`` is
     an ISO-8601 time in UTC.
     """
@@ -258,7 +259,7 @@ def _remove(mem: Memstrata, user_id: str, conversation_id: str, turn_ids: list[s
     return removed
 
 
-def replay(mem: Memstrata, user_id: str, conversation_id: str, **overrides: Any) -> dict[str, Any]:
+def replay(mem: Memstrata, *, user_id: str, conversation_id: str, **overrides: Any) -> dict[str, Any]:
     """Write a conversation's stored turns again, unchanged: nothing new is added, and every stage builds what it
     lacks (how a stopped write resumes; with ``tiers=True``, how records written while tiers were off are scored).
     """
@@ -276,7 +277,13 @@ def replay(mem: Memstrata, user_id: str, conversation_id: str, **overrides: Any)
 
 
 def rebuild_sessions(
-    mem: Memstrata, user_id: str, conversation_id: str, sessions: set[str], *, close: bool, extra: Sequence[Turn] = ()
+    mem: Memstrata,
+    sessions: set[str],
+    *,
+    user_id: str,
+    conversation_id: str,
+    close: bool,
+    extra: Sequence[Turn] = (),
 ) -> None:
     """Ingest the sessions' remaining turns (and ``extra``) again: each keeps its place; the units built from the
     removed turns are rebuilt from what remains (closed again if they were closed).

@@ -44,7 +44,7 @@ class Exclusion:
     turn_ids: tuple[str, ...]
 
 
-def rebuild(mem: Memstrata, user_id: str, conversation_id: str | None = None) -> dict[str, int]:
+def rebuild(mem: Memstrata, *, user_id: str, conversation_id: str | None = None) -> dict[str, int]:
     """Delete every unit derived from the user's raw turns (in one conversation, or in all) and build them again.
 
     Returns how many conversations and turns were rebuilt, and how many derived units were removed and written.
@@ -53,7 +53,7 @@ def rebuild(mem: Memstrata, user_id: str, conversation_id: str | None = None) ->
         LookupError: the user has no stored turns (in that conversation).
 
     Example:
-        >>> rebuild(mem, "ann", "c1")  # doctest: +SKIP
+        >>> rebuild(mem, user_id="ann", conversation_id="c1")  # doctest: +SKIP
         {'conversations': 1, 'turns': 12, 'removed': 57, 'written': 57}
     """
     store = mem.store
@@ -66,7 +66,7 @@ def rebuild(mem: Memstrata, user_id: str, conversation_id: str | None = None) ->
     for conv, ids in sessions.items():
         _reingest(mem, user_id, conv, ids, closed[conv])
     for exclusion in exclusions:
-        reapply_exclusion(mem, user_id, exclusion)
+        reapply_exclusion(mem, exclusion, user_id=user_id)
     return {
         "conversations": len(sessions),
         "turns": sum(len(store.get(raw_kind(), user_id=user_id, conversation_id=c)) for c in sessions),
@@ -128,9 +128,9 @@ def _reingest(mem: Memstrata, user_id: str, conv_id: str, sessions: list[str], c
 
     shut = [s for s in sessions if s in closed]
     if shut:
-        rebuild_sessions(mem, user_id, conv_id, set(shut), close=True)
+        rebuild_sessions(mem, set(shut), user_id=user_id, conversation_id=conv_id, close=True)
     if rest := [s for s in sessions if s not in closed]:
-        rebuild_sessions(mem, user_id, conv_id, set(rest), close=False)
+        rebuild_sessions(mem, set(rest), user_id=user_id, conversation_id=conv_id, close=False)
 
 
 def persona_exclusions(store: MemoryStore, user_id: str, conversations: list[str] | None = None) -> list[Exclusion]:
@@ -165,13 +165,13 @@ def persona_exclusions(store: MemoryStore, user_id: str, conversations: list[str
     return sorted(out, key=lambda e: (e.conversation_id, e.speaker, e.dimension, e.fact_id))
 
 
-def reapply_exclusion(mem: Memstrata, user_id: str, e: Exclusion) -> bool:
+def reapply_exclusion(mem: Memstrata, e: Exclusion, *, user_id: str) -> bool:
     """Remove the fact from the rebuilt (or imported) persona again; ``False`` when no persona version can hold the
     exclusion.
     """
     fact_id = _same_fact(mem.store, user_id, e)
     try:
-        mem.forget_persona_item(user_id, e.speaker, e.dimension, fact_id, conversation_id=e.conversation_id)
+        mem.forget_persona_item(e.speaker, e.dimension, fact_id, user_id=user_id, conversation_id=e.conversation_id)
         return True
     except LookupError:  # no version holds the item (or no persona): the current version still keeps it out
         pass

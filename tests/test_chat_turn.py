@@ -133,7 +133,7 @@ async def test_messages_stream_carries_the_light_answer(mem: Memstrata) -> None:
     chunks = [
         (message, meta)
         async for message, meta in retrieval.astream(
-            {"query": QUERY}, context=mem.context("u", model=chat.model), stream_mode="messages"
+            {"query": QUERY}, context=mem.context(user_id="u", model=chat.model), stream_mode="messages"
         )
     ]
     text = "".join(str(m.content) for m, _ in chunks)
@@ -152,7 +152,7 @@ async def test_chat_preset_makes_one_streamed_call(mem: Memstrata) -> None:
 
 async def test_retrieve_with_a_model_streams_nothing(mem: Memstrata) -> None:
     chat = Chat(light=True)
-    ctx = mem.context("u", model=chat.model, generate_answer=False)
+    ctx = mem.context(user_id="u", model=chat.model, generate_answer=False)
     chunks = [c async for c in retrieval.astream({"query": QUERY}, context=ctx, stream_mode="messages")]
     assert chunks == [] and "gate_check" not in chat.order and "gate" in chat.order
 

@@ -149,7 +149,7 @@ def test_closed_episodes_are_never_cut_again_and_the_tail_stays_open_until_done(
         closed = [(s, e) for s, e, o in eps if not o]
         assert set(closed) >= set(previous)  # what was closed stays as it was
         previous = closed
-        assert all(e - s + 1 <= mem.context("u").max_episode_turns + 1 for s, e, _ in eps)
+        assert all(e - s + 1 <= mem.context(user_id="u").max_episode_turns + 1 for s, e, _ in eps)
     # quiet: an hour later, the next write closes the tail
     mem.ingest(
         [
@@ -195,7 +195,7 @@ def test_a_batch_gives_the_same_episodes_as_cutting_the_whole_session(mem: Memst
     source = REPO / "examples" / "conversation.json"
     mem.ingest(source, user_id="u", close=True)  # a finished record: every episode closes
     assert all(not r.payload["open"] for r in mem.store.get("episode", user_id="u"))
-    ctx = mem.context("u")
+    ctx = mem.context(user_id="u")
     for session in {r.payload["session_id"] for r in mem.store.get("turn", user_id="u")}:
         recs = sorted(
             mem.store.get("turn", user_id="u", where={"session_id": session}, with_vectors=True),

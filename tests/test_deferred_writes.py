@@ -90,16 +90,18 @@ def test_a_write_that_closes_or_changes_a_stored_message_is_derived_at_once(mem:
 def test_completing_a_deferred_file_makes_the_units_of_an_inline_write(mem: Memstrata) -> None:
     mem.ingest(EXAMPLE, user_id="inline")
     stats = mem.ingest(EXAMPLE, user_id="deferred", defer=True)
-    done = mem.complete("deferred", "priya-tom", sessions=[s for _, s in stats["deferred"]])
+    done = mem.complete(user_id="deferred", conversation_id="priya-tom", sessions=[s for _, s in stats["deferred"]])
     assert done["summaries_written"] > 0 and done["facts_written"] > 0
     deferred, inline = _units(mem, "deferred"), _units(mem, "inline")
     assert all(inline[k] for k in ("episode", "summary", "fact", "tree_node", "entity", "persona"))
     assert deferred == inline
-    again = mem.complete("deferred", "priya-tom")  # idempotent, and cheap: nothing pending, nothing written
+    # idempotent, and cheap: nothing pending, nothing written
+    again = mem.complete(user_id="deferred", conversation_id="priya-tom")
     assert again["sessions_touched"] == 0 and again["summaries_written"] == 0
     assert "episodes" not in again["stage_seconds"]
     assert _units(mem, "deferred") == inline
-    assert mem.complete("inline", "priya-tom")["sessions_touched"] == 0  # an inline write leaves nothing pending
+    # an inline write leaves nothing pending
+    assert mem.complete(user_id="inline", conversation_id="priya-tom")["sessions_touched"] == 0
     assert_store_ok(mem.store, "deferred")
 
 
@@ -112,7 +114,7 @@ def test_a_chat_deferred_and_completed_message_by_message_is_the_inline_chat(mem
         stats = mem.ingest([message], user_id="deferred", conversation_id="c", defer=True)
         if stats["deferred"]:
             assert mem.store.count("turn", user_id="deferred") == mem.store.count("turn", user_id="inline")
-            mem.complete("deferred", "c", sessions=[s for _, s in stats["deferred"]])
+            mem.complete(user_id="deferred", conversation_id="c", sessions=[s for _, s in stats["deferred"]])
     deferred, inline = _units(mem, "deferred"), _units(mem, "inline")
     closed = [r for r in mem.store.get("episode", user_id="inline") if not r.payload["open"]]
     assert len(closed) >= 3 and inline["summary"] and inline["fact"]
@@ -147,10 +149,10 @@ class Recording(Memstrata):
         super().__init__(*args, **kwargs)
         self.log: list[tuple[str, str]] = []
 
-    async def acomplete(self, user_id: str, conversation_id: str, **kwargs: Any) -> dict[str, Any]:
+    async def acomplete(self, *, user_id: str, conversation_id: str, **kwargs: Any) -> dict[str, Any]:
         self.log.append(("start", conversation_id))
         try:
-            return await super().acomplete(user_id, conversation_id, **kwargs)
+            return await super().acomplete(user_id=user_id, conversation_id=conversation_id, **kwargs)
         finally:
             self.log.append(("end", conversation_id))
 
@@ -181,9 +183,12 @@ def test_the_reply_returns_before_the_derivation_which_runs_in_order_and_close_f
     assert embedder.held.wait(timeout=120)  # the reply is back while the derivation waits at its first summary
     assert mem.store.count("turn", user_id="ann", conversation_id="t1") == 2  # stored before the run ended
     assert mem.store.count("turn_context", user_id="ann", conversation_id="t1") == 2
-    assert mem.store.count("summary", user_id="ann") == 0 and mem.queued("ann", "t1") == 1
+    assert mem.store.count("summary", user_id="ann") == 0 and mem.queued(user_id="ann", conversation_id="t1") == 1
     agent.invoke(_said("She is grey and loves boxes."), config)  # the next turn queues behind the held one
-    assert mem.store.count("turn", user_id="ann", conversation_id="t1") == 4 and mem.queued("ann", "t1") == 2
+    assert (
+        mem.store.count("turn", user_id="ann", conversation_id="t1") == 4
+        and mem.queued(user_id="ann", conversation_id="t1") == 2
+    )
     embedder.release.set()
     mem.close()  # waits for both
     assert mem.queued() == 0
@@ -272,7 +277,7 @@ before = digest(mem.store) if mode == "next" else None
 for messages, how in steps:
     stats = mem.ingest(messages, user_id="u", conversation_id="c", defer=how != "inline")
     if how == "background":
-        mem.complete_later("u", "c", sessions=[s for _, s in stats["deferred"]])
+        mem.complete_later(user_id="u", conversation_id="c", sessions=[s for _, s in stats["deferred"]])
 if mode in ("kill", "kill-at"):
     if mode == "kill":
         os.kill(os.getpid(), signal.SIGKILL)

@@ -168,7 +168,7 @@ def test_users_never_see_each_others_facts_entities_or_edges(tmp_path, data_dir,
         assert all(other not in json.dumps(e.__dict__) for e in mem.store.edges.get(user))
         result = mem.retrieve(f"When is Priya moving to {other}?", user_id=user, context_budget=4000)
         assert result.evidence and not any(other in e.text or other in e.via for e in result.evidence)
-    removed = mem.delete_user("a")
+    removed = mem.delete_user(user_id="a")
     assert removed["fact"] > 0 and removed["entity"] > 0 and removed["edges"] > 0
     assert all(mem.store.count(lv.kind, user_id="a") == 0 for lv in levels()) and mem.store.edges.count("a") == 0
     assert counts(mem, "b")["fact"] > 0 and mem.store.edges.count("b") > 0  # the other user keeps everything

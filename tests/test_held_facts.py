@@ -171,7 +171,7 @@ def test_the_held_theme_graph_and_speakers_equal_a_fresh_read_after_every_kind_o
     _held_theme_edges(mem, "ann", "c")
     assert mem.store.caches.facts[("ann", "c")].edges is before
     # a delete in this process takes edges away outside the themes stage: read again, equal to the store
-    mem.delete("ann", "c", turn_id=_turn_with(mem, "ann", "c", "Zorbel"))
+    mem.delete(user_id="ann", conversation_id="c", turn_id=_turn_with(mem, "ann", "c", "Zorbel"))
     assert _held_theme_edges(mem, "ann", "c") == _stored_theme_edges(mem, "ann", "c")
     # another process's close: its facts are seen first, and the graph comes back from the store with them
     message = {"speaker": "Priya", "text": "My locker code at the gym is ANN-4417.", "timestamp": "2024-06-09T09:00:00"}

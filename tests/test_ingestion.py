@@ -89,7 +89,7 @@ def test_users_are_isolated_after_ingest(mem: Memstrata) -> None:
         assert own in texts and other not in texts
         result = mem.retrieve(f"Where does {other} work?", user_id=user)
         assert result.evidence and all(other not in e.text for e in result.evidence)
-    assert mem.delete_user("alice")["turn"] == 36
+    assert mem.delete_user(user_id="alice")["turn"] == 36
     assert _counts(mem, "alice") == {"turn": 0, "episode": 0, "summary": 0}
     assert _counts(mem, "bob")["turn"] == 36  # forgetting alice leaves bob whole
 

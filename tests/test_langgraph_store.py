@@ -119,7 +119,7 @@ def test_tenants_never_meet(store: MemstrataStore) -> None:
     assert store.get(("bob", "chat"), "m2") is None
     assert {i.namespace[0] for i in store.search(("bob",), query="Who moved to Lisbon?")} == {"bob"}
     assert store.list_namespaces(prefix=("bob",)) == [("bob", "chat")]
-    store.memory.delete_user("ann")
+    store.memory.delete_user(user_id="ann")
     assert store.search(("ann",)) == [] and store.get(("bob", "chat"), "m0") is not None
     with pytest.raises(InvalidNamespaceError):
         store.put(("a", "b", "c"), "k", {"speaker": "x", "text": "y"})

@@ -72,7 +72,7 @@ def test_a_registered_kind_is_ingested_searched_traced_and_forgotten(toy_kind, d
     assert lookup["found_by"].get("speaker_digest", 0) > 0
     assert any(e.found_by == "speaker_digest" and e.level == "level1" for e in result.evidence)
 
-    removed = mem.delete_user("u")
+    removed = mem.delete_user(user_id="u")
     assert removed["speaker_digest"] == 2
     assert all(mem.store.count(lv.kind, user_id="u") == 0 for lv in levels())
 
@@ -83,7 +83,7 @@ def test_a_stored_kind_is_forgotten_even_after_it_is_unregistered(toy_kind, data
     unregister(toy_kind.kind)
     fresh = MemoryStore(path=data_dir, embeddings=hash_embeddings)
     assert "speaker_digest" in fresh.stored_kinds()
-    assert fresh.delete_user("u")["speaker_digest"] == 2
+    assert fresh.delete_user(user_id="u")["speaker_digest"] == 2
 
 
 def test_unknown_kinds_and_bad_declarations_are_clear_errors() -> None:

@@ -402,7 +402,7 @@ async def test_persona_calibration_and_the_persona_line_with_the_real_server(
     assert stats["scenes_calibrated"] <= stats["scenes_checked"] <= 8 * per_node["calibrate"]["calls"]
     logger.warning("persona stage with SmolLM2: %s, %s", per_node, {k: v for k, v in stats.items() if "scene" in k})
     facts = {r.unit_id for r in mem.store.get("fact", user_id="ann")}
-    for versions in mem.persona_history("ann", "Ann").values():
+    for versions in mem.persona_history("Ann", user_id="ann").values():
         assert all({i.fact_id, *i.fact_ids} <= facts for v in versions for i in v.items)
     result = await mem.aretrieve(
         "Would Ann likely enjoy a landscape painting class?", user_id="ann", context_budget=400, max_iterations=0

@@ -118,16 +118,16 @@ def test_an_update_and_a_delete_take_the_passages_with_them(tmp_path, minilm) ->
         m.ingest(chat(pasted(6000)), user_id="u", conversation_id="c")
         before = stored_passages(m)
         assert before
-        m.update("u", "c", "s1:t1", pasted(9000, seed=5))
+        m.update("s1:t1", pasted(9000, seed=5), user_id="u", conversation_id="c")
         after = stored_passages(m)
         assert after and {p.text for p in after} != {p.text for p in before}
         assert check_store(m.store, "u") == []
-        m.update("u", "c", "s1:t1", "Never mind, it was nothing.")
+        m.update("s1:t1", "Never mind, it was nothing.", user_id="u", conversation_id="c")
         assert stored_passages(m) == []
         assert check_store(m.store, "u") == []
-        m.update("u", "c", "s1:t1", pasted(6000))
+        m.update("s1:t1", pasted(6000), user_id="u", conversation_id="c")
         assert stored_passages(m)
-        m.delete("u", "c", "s1:t1")
+        m.delete("s1:t1", user_id="u", conversation_id="c")
         assert stored_passages(m) == []
         assert check_store(m.store, "u") == []
     finally:
@@ -145,7 +145,7 @@ def test_a_long_message_written_alone_gets_its_passages_and_a_rebuild_keeps_them
         assert check_store(m.store, "u") == []
         result = m.retrieve("passport number", user_id="u", context_budget=300)
         assert "XK-4411" in result.context
-        m.rebuild("u")
+        m.rebuild(user_id="u")
         assert sorted(p.id for p in stored_passages(m)) == sorted(p.id for p in parts)
         assert check_store(m.store, "u") == []
     finally:

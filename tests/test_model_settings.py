@@ -78,7 +78,7 @@ def test_a_name_given_for_one_call_is_refused_before_the_graph_runs(tmp_path: Pa
     mem = _mem(tmp_path / "m")
     with pytest.raises(ModelConfigError, match=r"^ingest_model="):
         mem.ingest(CONVERSATION, user_id="u", ingest_model="gpt-4.1-mini")
-    assert mem.conversations("u") == []
+    assert mem.conversations(user_id="u") == []
     mem.close()
 
 

@@ -178,7 +178,7 @@ def moved(minilm: Any, tmp_path: Path) -> Any:
 
     mem = Memstrata(path=tmp_path / "store", embeddings=minilm)
     _ingest(mem, "ann", 1, "2024-01-10T10:00:00", PORTO)
-    before = mem.persona("ann", "Ann")
+    before = mem.persona("Ann", user_id="ann")
     _ingest(mem, "ann", 2, "2024-03-05T10:00:00", LISBON)
     yield mem, before
     mem.close()
@@ -187,14 +187,14 @@ def moved(minilm: Any, tmp_path: Path) -> Any:
 def test_a_move_updates_basic_info_keeps_the_old_version_and_the_theme_keeps_its_old_text(moved: Any) -> None:
     mem, before = moved
     assert "Porto" in before["basic_info"].text and before["basic_info"].method == "extractive"
-    now = mem.persona("ann", "Ann")["basic_info"]
+    now = mem.persona("Ann", user_id="ann")["basic_info"]
     assert "Lisbon" in now.text and "Porto" not in now.text and now.version == 2
-    history = mem.persona_history("ann", "Ann")["basic_info"]
+    history = mem.persona_history("Ann", user_id="ann")["basic_info"]
     assert [v.version for v in history] == [1, 2] and "Porto" in history[0].text
     assert history[0].valid_to == now.valid_from == datetime(2024, 2, 4, 10, 0)  # the move's date ("last month")
-    assert "Porto" in mem.persona("ann", "Ann", at="1 February 2024")["basic_info"].text
-    assert "Lisbon" in mem.persona("ann", "Ann", at="1 March 2024")["basic_info"].text
-    assert mem.persona("ann", "Ann", at="1 January 2020") == {}
+    assert "Porto" in mem.persona("Ann", user_id="ann", at="1 February 2024")["basic_info"].text
+    assert "Lisbon" in mem.persona("Ann", user_id="ann", at="1 March 2024")["basic_info"].text
+    assert mem.persona("Ann", user_id="ann", at="1 January 2020") == {}
     # the theme that held the Porto fact was rebuilt from its current facts; what it said is history, with dates
     facts = {r.unit_id: r.payload for r in mem.store.get("fact", user_id="ann")}
     porto = next(f for f, p in facts.items() if "Porto" in p["text"])
@@ -211,7 +211,9 @@ def test_the_persona_cites_only_stored_facts_and_turns(moved: Any) -> None:
     mem, _ = moved
     facts = {r.unit_id for r in mem.store.get("fact", user_id="ann")}
     turns = {r.unit_id for r in mem.store.get("turn", user_id="ann")}
-    items = [item for versions in mem.persona_history("ann", "Ann").values() for v in versions for item in v.items]
+    items = [
+        item for versions in mem.persona_history("Ann", user_id="ann").values() for v in versions for item in v.items
+    ]
     assert items and all(item.turn_ids for item in items)  # something to check: every item cites its turns
     for item in items:
         assert {item.fact_id, *item.fact_ids} <= facts and set(item.turn_ids) <= turns
@@ -234,19 +236,19 @@ def test_the_offline_persona_is_the_same_for_the_same_conversation(minilm: Any, 
 
 def test_removing_an_item_keeps_it_out_of_every_version_and_of_later_rebuilds(moved: Any) -> None:
     mem, _ = moved
-    now = mem.persona("ann", "Ann")["basic_info"]
+    now = mem.persona("Ann", user_id="ann")["basic_info"]
     nurse = next(i.fact_id for i in now.items if "nurse" in i.text)
-    assert mem.forget_persona_item("ann", "Ann", "basic_info", nurse) == 2  # both versions held it
-    assert all("nurse" not in v.text for v in mem.persona_history("ann", "Ann")["basic_info"])
+    assert mem.forget_persona_item("Ann", "basic_info", nurse, user_id="ann") == 2  # both versions held it
+    assert all("nurse" not in v.text for v in mem.persona_history("Ann", user_id="ann")["basic_info"])
     assert mem.store.get("fact", user_id="ann", unit_ids=[nurse])  # nothing raw is deleted
     _ingest(
         mem, "ann", 3, "2024-04-01T10:00:00", [("Ann", "My job at the hospital keeps me busy."), ("Bo", "Take care.")]
     )
-    assert all(nurse not in (i.fact_id, *i.fact_ids) for i in mem.persona("ann", "Ann")["basic_info"].items)
+    assert all(nurse not in (i.fact_id, *i.fact_ids) for i in mem.persona("Ann", user_id="ann")["basic_info"].items)
     with pytest.raises(LookupError, match="cites"):
-        mem.forget_persona_item("ann", "Ann", "basic_info", "fact:none")
+        mem.forget_persona_item("Ann", "basic_info", "fact:none", user_id="ann")
     with pytest.raises(LookupError, match="no persona for speaker 'Zed'"):
-        mem.persona("ann", "Zed")
+        mem.persona("Zed", user_id="ann")
     assert_store_ok(mem.store, "ann")
 
 
@@ -256,15 +258,17 @@ def test_personas_are_per_user_and_go_with_the_user_and_with_their_turns(minilm:
     mem = Memstrata(path=tmp_path / "store", embeddings=minilm)
     _ingest(mem, "ann", 1, "2024-01-10T10:00:00", PORTO)
     _ingest(mem, "zed", 1, "2024-01-10T10:00:00", [(s, t.replace("Porto", "Oslo")) for s, t in PORTO])
-    assert "Porto" in mem.persona("ann", "Ann")["basic_info"].text
-    assert "Oslo" in mem.persona("zed", "Ann")["basic_info"].text  # same speaker name, the other user's own
+    assert "Porto" in mem.persona("Ann", user_id="ann")["basic_info"].text
+    assert "Oslo" in mem.persona("Ann", user_id="zed")["basic_info"].text  # same speaker name, the other user's own
     result = mem.retrieve("Would Ann likely enjoy a landscape painting class?", user_id="zed", context_budget=500)
     assert "Porto" not in result.context and all(e.conversation_id == "c" for e in result.evidence)
-    mem.delete_user("zed")
-    assert mem.store.get("persona", user_id="zed") == [] and mem.persona("ann", "Ann")
+    mem.delete_user(user_id="zed")
+    assert mem.store.get("persona", user_id="zed") == [] and mem.persona("Ann", user_id="ann")
     painting = next(r.unit_id for r in mem.store.get("turn", user_id="ann") if "painting" in r.document)
     mem.store.delete_turns("ann", "c", [painting])  # forgetting a turn takes the versions that cite it
-    assert all(painting not in v.linked_turn_ids() for vs in mem.persona_history("ann", "Ann").values() for v in vs)
+    assert all(
+        painting not in v.linked_turn_ids() for vs in mem.persona_history("Ann", user_id="ann").values() for v in vs
+    )
     assert_store_ok(mem.store, "ann")
     mem.close()
 
@@ -322,7 +326,7 @@ def test_with_a_model_the_persona_cites_what_it_was_shown_and_scenes_get_conditi
     mem = Memstrata(path=tmp_path / "store", embeddings=minilm, model=_scripted("This fits Ann's love of art."))
     stats = _ingest(mem, "ann", 1, "2024-01-10T10:00:00", PORTO)
     assert stats["persona_llm"] == 1 and stats["calibration"] == "with the model"
-    interests = mem.persona("ann", "Ann")["interests"]
+    interests = mem.persona("Ann", user_id="ann")["interests"]
     facts = {r.unit_id for r in mem.store.get("fact", user_id="ann")}
     assert interests.method == "llm" and all(
         i.text.startswith("Enjoys: ") and i.fact_id in facts for i in interests.items
@@ -333,7 +337,7 @@ def test_with_a_model_the_persona_cites_what_it_was_shown_and_scenes_get_conditi
     # every scene about a speaker with a persona is checked in this one ingest, several scenes to a call
     facts = {r.unit_id: Fact.model_validate(r.payload) for r in mem.store.get("fact", user_id="ann")}
     speakers = sorted({f.subject for f in facts.values()} & {"Ann", "Tom"})
-    assert not due_scenes(list(themes.values()), facts, speakers, lambda s: bool(mem.persona("ann", s)))
+    assert not due_scenes(list(themes.values()), facts, speakers, lambda s: bool(mem.persona(s, user_id="ann")))
     first = {t.id: (t.text, list(t.calibrations)) for t in checked}
     assert all(t.calibrations[-1]["condition"] == "This fits Ann's love of art." for t in checked)
     # a later write: the scenes it changed are checked (once per form); earlier conditions stay as they were
@@ -355,7 +359,7 @@ def test_with_a_model_the_persona_cites_what_it_was_shown_and_scenes_get_conditi
         close=True,
     )
     assert stats["persona_llm"] == 0 and stats["llm"]["persona"]["fallbacks"] == 1
-    assert {v.method for v in other.persona("zed", "Ann").values()} == {"extractive"}
+    assert {v.method for v in other.persona("Ann", user_id="zed").values()} == {"extractive"}
     assert stats["scenes_calibrated"] == 0 and stats["scenes_checked"] >= 1  # consistent: an empty condition
     mem.close()
     other.close()
@@ -378,7 +382,7 @@ def test_one_ingest_of_a_real_conversation_checks_every_scene_several_to_a_call(
     facts = {r.unit_id: Fact.model_validate(r.payload) for r in mem.store.get("fact", user_id="u")}
     speakers = ["Caroline", "Melanie"]
     due = due_scenes(themes, facts, speakers, lambda s: True)
-    assert not due_scenes(themes, facts, speakers, lambda s: bool(mem.persona("u", s)))  # none left unchecked
+    assert not due_scenes(themes, facts, speakers, lambda s: bool(mem.persona(s, user_id="u")))  # none left unchecked
     before = due_scenes([t.model_copy(update={"calibrations": []}) for t in themes], facts, speakers, lambda s: True)
     assert not due and sum(map(len, before.values())) > 8  # more scenes than one call checks
     calls = stats["llm"]["persona"]["per_node"]["calibrate"]["calls"]
@@ -390,7 +394,7 @@ def test_one_ingest_of_a_real_conversation_checks_every_scene_several_to_a_call(
 def test_offline_there_is_no_calibration(moved: Any) -> None:
     mem, _ = moved
     assert all(not r.payload["calibrations"] for r in mem.store.get("theme", user_id="ann"))
-    assert set(DIMENSIONS) >= set(mem.persona("ann", "Ann"))
+    assert set(DIMENSIONS) >= set(mem.persona("Ann", user_id="ann"))
 
 
 def test_inspect_and_the_memory_page_show_the_dimensions_citations_and_history(moved: Any, tmp_path: Path) -> None:
@@ -399,7 +403,7 @@ def test_inspect_and_the_memory_page_show_the_dimensions_citations_and_history(m
     from memstrata.cli import app
 
     mem, _ = moved
-    folder = mem.context("ann").data_dir
+    folder = mem.context(user_id="ann").data_dir
     out = CliRunner().invoke(
         app, ["inspect", "-u", "ann", "--persona", "ann", "--data-dir", folder or ""], env={"COLUMNS": "200"}
     )

@@ -59,11 +59,11 @@ def _ann(mem: Memstrata) -> str:
     mem.ingest([{"speaker": "Bo", "text": "Have a great trip!", "session": "2"}], **appended, now="2024-03-02T09:03")
     thanks = {"speaker": "Ann", "text": "Thanks, I will send photos.", "session": "2"}
     mem.ingest([thanks], **appended, now="2024-03-02T09:04", stamp_untimed=False)
-    mem.delete("ann", "chat", "s1:t3")
-    mem.update("ann", "chat", "s1:t1", "Lovely! What does she like to eat?")
+    mem.delete("s1:t3", user_id="ann", conversation_id="chat")
+    mem.update("s1:t1", "Lovely! What does she like to eat?", user_id="ann", conversation_id="chat")
     MemstrataStore(mem).put(("ann", "notes"), "m0", {"speaker": "Ann", "text": "Vet appointment on Monday."})
-    fact = mem.persona("ann", "Ann")["basic_info"].items[0].fact_id
-    mem.forget_persona_item("ann", "Ann", "basic_info", fact)
+    fact = mem.persona("Ann", user_id="ann")["basic_info"].items[0].fact_id
+    mem.forget_persona_item("Ann", "basic_info", fact, user_id="ann")
     return fact
 
 
@@ -73,7 +73,7 @@ def source(tmp_path_factory: pytest.TempPathFactory, minilm: Any) -> Iterator[So
     mem = Memstrata(path=folder / "source", embeddings=minilm)
     excluded = _ann(mem)
     mem.ingest([{"speaker": "Bo", "text": f"I sail to {BO_ONLY} in June."}], user_id="bo", conversation_id="chat")
-    export_user(mem, "ann", folder / "ann.jsonl")
+    export_user(mem, folder / "ann.jsonl", user_id="ann")
     yield Source(mem, folder / "ann.jsonl", excluded)
     mem.close()
 
@@ -111,16 +111,16 @@ def test_export_import_export_is_byte_identical_and_the_memory_works(
     counts = import_user(fresh, source.export)
     assert counts["turns"] == 10 and counts["persona_exclusions_unplaced"] == 0
     again = tmp_path / "again.jsonl"
-    export_user(fresh, "ann", again)
+    export_user(fresh, again, user_id="ann")
     assert again.read_bytes() == source.export.read_bytes()
 
     assert_store_ok(fresh.store, "ann")
     found = fresh.retrieve("What is the name of Ann's cat?", user_id="ann", context_budget=400)
     assert "Miső" in found.context
-    assert any("Miső" in f["text"] for f in fresh.memories("ann", kind="fact"))  # rebuilt from the turns
-    assert fresh.history("ann") == source.mem.history("ann")
+    assert any("Miső" in f["text"] for f in fresh.memories(user_id="ann", kind="fact"))  # rebuilt from the turns
+    assert fresh.history(user_id="ann") == source.mem.history(user_id="ann")
     assert MemstrataStore(fresh).get(("ann", "notes"), "m0").value["text"] == "Vet appointment on Monday."
-    assert source.excluded in fresh.persona("ann", "Ann")["basic_info"].excluded
+    assert source.excluded in fresh.persona("Ann", user_id="ann")["basic_info"].excluded
     # the tombstones came along: the deleted message sent again stays deleted
     speaker, text, ts = DELETED
     resent = {"speaker": speaker, "text": text, "timestamp": ts, "session": "1", "position": 3}
@@ -134,7 +134,7 @@ def test_replace_deletes_the_users_memory_first(source: Source, fresh: Memstrata
     fresh.ingest([{"speaker": "Ann", "text": "Something to be replaced."}], user_id="ann", conversation_id="old")
     import_user(fresh, io.StringIO(source.export.read_text(encoding="utf-8")), replace=True)
     out = io.StringIO()
-    export_user(fresh, "ann", out)
+    export_user(fresh, out, user_id="ann")
     assert out.getvalue() == source.export.read_text(encoding="utf-8")
     assert_store_ok(fresh.store, "ann")
 
@@ -144,7 +144,7 @@ def test_import_under_another_user_id(source: Source, fresh: Memstrata, tmp_path
     assert users(fresh) == ["ann-copy"]
     assert_store_ok(fresh.store, "ann-copy")
     copy = tmp_path / "copy.jsonl"
-    export_user(fresh, "ann-copy", copy)
+    export_user(fresh, copy, user_id="ann-copy")
 
     def comparable(path: Path) -> list[str]:  # what names the user differs, nothing else
         out = []
@@ -242,14 +242,14 @@ def test_tenants_stay_apart(source: Source, fresh: Memstrata) -> None:
 
     fresh.ingest([{"speaker": "Cy", "text": "My bike is red."}], user_id="cy", conversation_id="chat", close=True)
     before, after = io.StringIO(), io.StringIO()
-    export_user(fresh, "cy", before)
+    export_user(fresh, before, user_id="cy")
     import_user(fresh, source.export)
-    export_user(fresh, "cy", after)
+    export_user(fresh, after, user_id="cy")
     assert after.getvalue() == before.getvalue()
     assert users(fresh) == ["ann", "cy"]
     assert "bike" not in fresh.retrieve("What colour is the bike?", user_id="ann").context
     with pytest.raises(LookupError, match="no memory for user 'bo'"):
-        export_user(fresh, "bo", io.StringIO())
+        export_user(fresh, io.StringIO(), user_id="bo")
 
 
 def test_users_and_a_round_trip_through_a_chroma_server(
@@ -263,15 +263,15 @@ def test_users_and_a_round_trip_through_a_chroma_server(
     MemstrataStore(served).put((names[1], "notes"), "k", {"speaker": "Ann", "text": "Call the plumber."})
     assert set(names) <= set(users(served))
     out = tmp_path / "served.jsonl"
-    export_user(served, names[1], out)
-    served.delete_user(names[0])
+    export_user(served, out, user_id=names[1])
+    served.delete_user(user_id=names[0])
     assert names[0] not in users(served) and names[1] in users(served)
 
     local = Memstrata(path=tmp_path / "local", embeddings=hash_embeddings)
     import_user(local, out)
     again = tmp_path / "again.jsonl"
-    export_user(local, names[1], again)
+    export_user(local, again, user_id=names[1])
     assert again.read_bytes() == out.read_bytes()
-    served.delete_user(names[1])
+    served.delete_user(user_id=names[1])
     served.close()
     local.close()

@@ -109,7 +109,7 @@ def test_a_rebuild_mends_orphan_facts_and_a_lost_summary_and_retrieval_still_fin
     broken = {p.unit.split()[0] for p in check_store(mem.store, "u") if p.invariant == "parent"}
     assert broken == {"fact", "episode"}
 
-    out = rebuild(mem, "u")
+    out = rebuild(mem, user_id="u")
 
     turns = len(EARLIER) + 2 * len(LATER)
     assert out["conversations"] == 2 and out["turns"] == turns and out["removed"] > 0 and out["written"] > 0
@@ -121,13 +121,14 @@ def test_a_rebuild_mends_orphan_facts_and_a_lost_summary_and_retrieval_still_fin
 
 
 def test_a_rebuild_of_one_conversation_keeps_the_others_and_what_is_not_derived(mem: Memstrata) -> None:
-    mem.update("u", "c", "s1:4", "I work as a teacher at the city school.")  # a journal entry (and a tombstone)
+    # a journal entry (and a tombstone)
+    mem.update("s1:4", "I work as a teacher at the city school.", user_id="u", conversation_id="c")
     mem.store.items.upsert([TableRow("item-1", "u", "c", {"value": json.dumps({"text": "kept"})})])
     before = _digest(mem, "u")
     mem.store.delete("summary", user_id="u", conversation_id="c", unit_ids=["sum:s2:0-3"])
     assert check_store(mem.store, "u", "c") != []
 
-    out = rebuild(mem, "u", "c")
+    out = rebuild(mem, user_id="u", conversation_id="c")
 
     assert out["conversations"] == 1 and out["turns"] == len(EARLIER) + len(LATER)
     assert_store_ok(mem.store, "u")
@@ -142,19 +143,19 @@ def test_a_rebuild_of_one_conversation_keeps_the_others_and_what_is_not_derived(
 def test_an_unknown_user_or_conversation_is_a_lookup_error_and_changes_nothing(mem: Memstrata) -> None:
     before = _digest(mem, "u")
     with pytest.raises(LookupError, match="nobody"):
-        rebuild(mem, "nobody")
+        rebuild(mem, user_id="nobody")
     with pytest.raises(LookupError, match="'nope'"):
-        rebuild(mem, "u", "nope")
+        rebuild(mem, user_id="u", conversation_id="nope")
     assert _digest(mem, "u") == before
 
 
 def test_a_fact_removed_from_a_persona_stays_removed_after_a_rebuild(mem: Memstrata) -> None:
-    personas = mem.persona("u", "Ann", conversation_id="c")
+    personas = mem.persona("Ann", user_id="u", conversation_id="c")
     dimension, persona = next((d, p) for d, p in personas.items() if p.items)
     removed = persona.items[0].fact_id
-    mem.forget_persona_item("u", "Ann", dimension, removed, conversation_id="c")
-    rebuild(mem, "u")
-    now = mem.persona("u", "Ann", conversation_id="c")[dimension]
+    mem.forget_persona_item("Ann", dimension, removed, user_id="u", conversation_id="c")
+    rebuild(mem, user_id="u")
+    now = mem.persona("Ann", user_id="u", conversation_id="c")[dimension]
     assert removed in now.excluded
     assert all(removed not in (i.fact_id, *i.fact_ids) for i in now.items)
     assert_store_ok(mem.store, "u")

@@ -21,7 +21,7 @@ async def _node_runs(mem: Memstrata, question: str, **overrides: Any) -> tuple[C
     """How often each node ran (LangGraph's own ``updates`` stream) and the answer's trace."""
     runs: Counter[str] = Counter()
     trace: dict[str, Any] = {}
-    ctx = mem.context("u", **overrides)
+    ctx = mem.context(user_id="u", **overrides)
     async for mode, chunk in retrieval.astream({"query": question}, context=ctx, stream_mode=["updates", "values"]):
         if mode == "updates":
             runs.update(chunk.keys())  # one entry per node run (Send branches each count)

@@ -104,7 +104,7 @@ def test_another_process_writes_are_seen(chroma_server, hash_embeddings) -> None
     index = MemoryIndex.load(mem.store, user_id=user, refresh_seconds=0.0)
     assert len(index.turns) == len(_messages())  # the count check noticed the other process and rebuilt
     assert mem.retrieve("Brighton half marathon", user_id=user).evidence
-    mem.delete_user(user)
+    mem.delete_user(user_id=user)
 
 
 def test_rewritten_and_deleted_graph_units_are_applied_in_place(data_dir, hash_embeddings) -> None:

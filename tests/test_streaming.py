@@ -90,7 +90,7 @@ async def _collect(graph: Any, payload: dict[str, Any], ctx: Context) -> dict[st
 
 
 async def test_offline_retrieval_streams_progress_and_no_tokens(mem: Memstrata) -> None:
-    out = await _collect(retrieval, {"query": QUERY}, mem.context("u"))
+    out = await _collect(retrieval, {"query": QUERY}, mem.context(user_id="u"))
     assert out["messages"] == []
     stages = [e["stage"] for e in out["custom"]]
     assert stages[:3] == ["decompose", "predict_scope", "lookup_level1"] and "gate" in stages
@@ -101,7 +101,7 @@ async def test_offline_retrieval_streams_progress_and_no_tokens(mem: Memstrata) 
 @pytest.mark.parametrize("tool_calls", [False, True], ids=["text-json", "tool-calls"])
 async def test_messages_mode_yields_only_the_answer_tokens(mem: Memstrata, tool_calls: bool) -> None:
     script = Scripted(tool_calls=tool_calls)
-    ctx = mem.context("u", model=script.model, max_iterations=2, llm_depth=None)  # every step may ask the model
+    ctx = mem.context(user_id="u", model=script.model, max_iterations=2, llm_depth=None)  # every step may ask the model
     out = await _collect(retrieval, {"query": QUERY}, ctx)
     assert all(script.seen[n] >= 1 for n in (*INTERNAL, "answer")), script.seen  # every internal call was made
     assert script.seen["reflect"] == 2  # the loop ran twice

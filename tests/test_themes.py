@@ -585,7 +585,7 @@ def test_reingest_adds_nothing_and_a_new_session_keeps_the_store_clean(mem: Mems
 
 
 def test_inspect_themes_shows_each_theme_with_its_facts(mem: Memstrata) -> None:
-    path = mem.context("ann").data_dir
+    path = mem.context(user_id="ann").data_dir
     done = CliRunner().invoke(app, ["inspect", "--themes", "--user", "ann", "--data-dir", str(path)])
     assert done.exit_code == 0, done.output
     out = done.output
@@ -602,7 +602,7 @@ def test_inspect_themes_shows_each_theme_with_its_facts(mem: Memstrata) -> None:
 def test_forget_removes_a_users_themes_and_theme_edges_and_keeps_the_other_users(mem: Memstrata) -> None:
     kept = snapshot(mem, "bo")
     assert kept[0] and kept[1] and themes_of(mem, "ann") and theme_edges(mem, "ann")
-    removed = mem.delete_user("ann")
+    removed = mem.delete_user(user_id="ann")
     assert removed.get("theme", 0) > 0 and removed["edges"] > 0
     assert themes_of(mem, "ann") == {} and mem.store.edges.get("ann") == []
     assert mem.store.get("fact", user_id="ann") == []

@@ -176,5 +176,5 @@ def test_alternating_writes_to_two_stable_conversations_rerank_nothing_and_a_cha
     assert after["ann-bo"] == before["ann-bo"]  # the other conversation's persona did not move
     assert_store_ok(mem.store, "ann")
     assert mem.store.tier_state.count(user_id="ann") == 2  # one anchor per conversation, which forget takes
-    mem.delete_user("ann")
+    mem.delete_user(user_id="ann")
     assert mem.store.tier_state.count(user_id="ann") == 0 and read_anchor(mem.store, "ann") == {}

@@ -244,7 +244,7 @@ def test_tiers_and_counters_stay_with_their_user_and_forget_takes_them(mem: Mems
         c.unit_id: (c.tier, c.priority, c.recall_count) for c in mem.store.counters.all("bob", kind="summary")
     } == bob
     assert any(c.recall_count for c in mem.store.counters.all("ann", kind="summary"))
-    mem.delete_user("ann")
+    mem.delete_user(user_id="ann")
     assert mem.store.counters.all("ann") == [] and mem.store.tier_state.count(user_id="ann") == 0
     assert mem.store.tier_state.count(user_id="bob") == 1 and mem.store.counters.active("bob")
     gone = mem.retrieve("When did Tom run the Brighton half marathon?", user_id="ann", **SMALL)
@@ -324,13 +324,13 @@ def test_tiers_off_cost_a_write_nothing_and_score_tiers_scores_what_was_written_
     assert "records_scored" not in stats and "tiers" not in stats["stage_seconds"]  # the stage did not run
     assert not [c for c in mem.store.counters.all("ann", kind="summary") if c.importance is not None]
     mem.ingest(EXAMPLE, user_id="bob", close=True, **{**SMALL, "tiers": False})
-    done = mem.score_tiers("ann")
+    done = mem.score_tiers(user_id="ann")
     summaries = mem.store.count("summary", user_id="ann")
     assert done == {"users": 1, "conversations": 1, "records_scored": summaries} and summaries > 0
     rows = list(mem.store.counters.all("ann", kind="summary"))
     assert len(rows) == summaries and all(c.importance is not None and c.tier is not None for c in rows)
     assert all(c.importance is None for c in mem.store.counters.all("bob", kind="summary"))  # only the user asked
-    assert mem.score_tiers("ann")["records_scored"] == 0  # nothing left unscored
+    assert mem.score_tiers(user_id="ann")["records_scored"] == 0  # nothing left unscored
     assert mem.score_tiers()["records_scored"] == mem.store.count("summary", user_id="bob")  # every user
     assert_store_ok(mem.store, "ann")
     assert_store_ok(mem.store, "bob")

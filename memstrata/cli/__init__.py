@@ -205,7 +205,7 @@ def _read_mem(
     mem = _store_mem(data_dir, chroma_url, **settings)
     if mem.store.count(levels.raw_kind(), user_id=user, conversation_id=conversation):
         return mem
-    if or_history and mem.history(user, conversation_id=conversation):
+    if or_history and mem.history(user_id=user, conversation_id=conversation):
         return mem
     where = f"conversation {conversation!r} of user {user!r}" if conversation else f"user {user!r}"
     held = (

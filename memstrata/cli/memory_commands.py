@@ -39,7 +39,7 @@ def list_memories(
     mem = _read_mem(data_dir, chroma_url, user, conversation)
     try:
         rows = mem.memories(
-            user,
+            user_id=user,
             kind=kind,
             conversation_id=conversation,
             speaker=speaker,
@@ -73,7 +73,7 @@ def update(
     """Replace what one turn says; everything built from it is rebuilt."""
     mem = _read_mem(data_dir, chroma_url, user, conversation)
     try:
-        done = mem.update(user, conversation, turn, text)
+        done = mem.update(turn, text, user_id=user, conversation_id=conversation)
     except (LookupError, ValueError) as exc:
         _fail(exc)
     typer.echo(json.dumps(done))
@@ -93,7 +93,7 @@ def delete(
     if not yes and not typer.confirm(f"Delete {what} {conversation!r} of user {user!r}?"):
         raise typer.Exit(code=1)
     try:
-        removed = mem.delete(user, conversation, turn)
+        removed = mem.delete(turn, user_id=user, conversation_id=conversation)
     except LookupError as exc:
         _fail(exc)
     typer.echo(json.dumps(removed))
@@ -107,7 +107,7 @@ def history(
 ) -> None:
     """What was updated or deleted in a user's memory, oldest first: one JSON object a line."""
     mem = _read_mem(data_dir, chroma_url, user, conversation, or_history=True)
-    events = mem.history(user, conversation_id=conversation)
+    events = mem.history(user_id=user, conversation_id=conversation)
     for event in events:
         typer.echo(json.dumps(event, default=str))  # never wrapped; `at` is whatever the journal keeps
     if not events:
@@ -124,4 +124,4 @@ def forget(
     mem = _read_mem(data_dir, chroma_url, user, or_history=True)
     if not yes and not typer.confirm(f"Delete all memory of user {user!r}?"):
         raise typer.Exit(code=1)
-    typer.echo(json.dumps(mem.delete_user(user)))
+    typer.echo(json.dumps(mem.delete_user(user_id=user)))

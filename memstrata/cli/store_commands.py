@@ -46,7 +46,7 @@ def check(
     mem = _read_mem(data_dir, chroma_url, user, conversation)
     store = mem.store
     if repair:
-        _say("rebuilt", json.dumps(mem.rebuild(user, conversation_id=conversation)), style="green")
+        _say("rebuilt", json.dumps(mem.rebuild(user_id=user, conversation_id=conversation)), style="green")
     problems = check_store(store, user, conversation)
     for problem in problems:
         console.print(str(problem), markup=False)
@@ -87,7 +87,7 @@ def export(
     if str(out) != "-":
         _writable(out, "the export file")
     try:
-        counts = mem.export(user, sys.stdout if str(out) == "-" else out)
+        counts = mem.export(sys.stdout if str(out) == "-" else out, user_id=user)
     except LookupError as exc:
         _fail(exc)
     _say("exported", json.dumps(counts), style="green")

@@ -247,7 +247,7 @@ class MemorySearchTool(BaseTool):
         return cited_context(result, self._budget()) or NO_MEMORY, self.retriever.documents(result)
 
     def _budget(self) -> int:
-        return self.retriever.context_budget or self.retriever.memory.context("_").context_budget
+        return self.retriever.context_budget or self.retriever.memory.context(user_id="_").context_budget
 
 
 def cited_context(result: RetrievalResult, budget: int) -> str:

@@ -208,8 +208,8 @@ class MemstrataMiddleware(AgentMiddleware):
         the session before these messages were stored.
         """
         sessions = [s for c, s in stats.get("deferred", []) if c == conversation]
-        if sessions or (self.derive == "background" and self.memory.queued(user, conversation)):
-            self.memory.complete_later(user, conversation, sessions=sessions)
+        if sessions or (self.derive == "background" and self.memory.queued(user_id=user, conversation_id=conversation)):
+            self.memory.complete_later(user_id=user, conversation_id=conversation, sessions=sessions)
 
     def _messages(self, state: AgentState) -> list[dict[str, Any]]:
         """The user and assistant messages with text, in order, with their stable ids, speakers and times."""

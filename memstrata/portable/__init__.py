@@ -19,7 +19,7 @@ gives the same bytes. :func:`import_user` validates the whole file before it wri
 turns in their places (as :func:`memstrata.memories.update` rebuilds a session) and restores the rest.
 
 Example:
-    >>> export_user(mem, "ann", "ann.jsonl")  # doctest: +SKIP
+    >>> export_user(mem, "ann.jsonl", user_id="ann")  # doctest: +SKIP
     {'turns': 12, 'sessions': 2, 'items': 0, 'journal': 1, 'tombstones': 1, 'persona_exclusions': 0}
     >>> import_user(Memstrata(path="/tmp/copy"), "ann.jsonl", user_id="ann-2")["turns"]  # doctest: +SKIP
     12

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 _PAGE = 5000
 
 
-def export_user(mem: Memstrata, user_id: str, out: str | Path | IO[str]) -> dict[str, int]:
+def export_user(mem: Memstrata, out: str | Path | IO[str], *, user_id: str) -> dict[str, int]:
     """Write everything of ``user_id``'s memory that cannot be rebuilt to ``out`` (a path or a text file).
 
     Returns:

@@ -54,7 +54,7 @@ def import_user(
         if not replace:
             msg = f"user {target!r} already has memory in this store: pass replace=True to delete it first"
             raise ValueError(msg)
-        mem.delete_user(target)
+        mem.delete_user(user_id=target)
     for conv, batch in _batches(data):
         _ingest(mem, target, conv, batch)
     _restore_sessions(mem.store, target, data.sessions)
@@ -229,4 +229,4 @@ def _exclude(mem: Memstrata, user_id: str, e: dict[str, Any]) -> bool:
     exclusion = Exclusion(
         e["conversation_id"], e["speaker"], e["dimension"], e["fact_id"], e["fact_text"], tuple(e["fact_turn_ids"])
     )
-    return reapply_exclusion(mem, user_id, exclusion)
+    return reapply_exclusion(mem, exclusion, user_id=user_id)
