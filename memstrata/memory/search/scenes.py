@@ -71,7 +71,7 @@ def scene_lines(index: MemoryIndex, keys: Sequence[Sequence[str]], *, cites: int
     (with its calibration conditions) and the turns of its ``cites`` most central facts.
     """
     themes, facts = index.events.get(THEME.kind), index.events.get(FACT.kind)
-    if themes is None:
+    if themes is None or facts is None:  # a theme is made of facts: no facts, no themes
         return []
     out = []
     for conversation_id, theme_id in keys:
@@ -81,7 +81,7 @@ def scene_lines(index: MemoryIndex, keys: Sequence[Sequence[str]], *, cites: int
         theme = themes.units_as(Theme)[row]
         turns: list[str] = []
         for fact_id in theme.fact_ids[: max(0, cites)]:
-            at = facts.by_key.get((conversation_id, fact_id)) if facts is not None else None
+            at = facts.by_key.get((conversation_id, fact_id))
             if at is not None:
                 turns += [t for t in facts.units_as(Fact)[at].turn_ids if t not in turns]
         cited = tuple(turn_citation(index, conversation_id, t) for t in turns)
