@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import HashEmbeddings, assert_store_ok
+from conftest import PORTO, HashEmbeddings, assert_store_ok
 
 from memstrata import Memstrata
 from memstrata.memory.levels import levels
@@ -24,12 +24,7 @@ NOW = datetime.now(UTC).replace(tzinfo=None)  # the open session is recent: a re
 EARLIER = [
     ("Ann", "I adopted a grey cat called {m}Miso last spring."),
     ("Bo", "What a lovely name! Does she like the flat?"),
-    ("Ann", "I live in Porto with my husband Tom."),
-    ("Bo", "Nice city! What do you do there?"),
-    ("Ann", "I work as a nurse at the city hospital."),
-    ("Bo", "That sounds demanding."),
-    ("Ann", "I love painting landscapes on weekends."),
-    ("Bo", "Lovely hobby."),
+    *PORTO[:6],
 ]
 LATER = [
     ("Ann", "I moved to Lisbon last month."),

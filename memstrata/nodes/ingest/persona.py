@@ -271,13 +271,14 @@ async def _calibrate(
     if calls["calibrate"] <= 0:
         return []
 
-    def persona(speaker: str) -> list[Persona]:
-        return [p for d in DIMENSIONS if (p := valid_at(src.versions.get((speaker, d), []), None))]
-
+    persona = {
+        speaker: [p for d in DIMENSIONS if (p := valid_at(src.versions.get((speaker, d), []), None))]
+        for speaker in src.speakers
+    }
     checked: dict[str, Theme] = {}
-    due = due_scenes(src.themes, {f.id: f for f in src.facts}, src.speakers, lambda s: bool(persona(s)))
+    due = due_scenes(src.themes, {f.id: f for f in src.facts}, src.speakers, lambda s: bool(persona[s]))
     for speaker, scenes in due.items():
-        profile = "\n".join(f"<{p.dimension}>{p.text}</{p.dimension}>" for p in persona(speaker))
+        profile = "\n".join(f"<{p.dimension}>{p.text}</{p.dimension}>" for p in persona[speaker])
         for chunk in chunks(scenes, ctx.persona_calibration_batch):
             if calls["calibrate"] <= 0:
                 return list(checked.values())
@@ -298,7 +299,7 @@ async def _calibrate(
                 condition = check.condition if check.needs_calibration else ""
                 totals["scenes_checked"] += 1
                 totals["scenes_calibrated"] += bool(condition.strip())
-                checked[scene.id] = appended(scene, speaker, persona(speaker)[0].basis, condition)
+                checked[scene.id] = appended(scene, speaker, persona[speaker][0].basis, condition)
     return list(checked.values())
 
 

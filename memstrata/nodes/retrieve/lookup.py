@@ -13,7 +13,6 @@ from langgraph.runtime import Runtime
 from memstrata.context import Context
 from memstrata.memory.search.light import light_lookup
 from memstrata.memory.search.query import Fresh
-from memstrata.memory.search.scenes import scene_lines
 from memstrata.memory.tiers.assign import TIER_NAMES
 from memstrata.nodes.common import progress
 from memstrata.nodes.retrieve.depth import deciding, sequential
@@ -50,8 +49,7 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
         persona=ctx.persona_similarity if ctx.persona_search else None,
     )
     step = deciding(run.step, state, ctx.theme_stage2_checks)
-    coarse = [s.line() for s in scene_lines(index, found.scenes()[: ctx.scene_lines])] if ctx.scene_lines > 0 else []
-    turns, stage2 = await reader_stage2(step, index, state["query"], found.turns, coarse=coarse)
+    turns, stage2 = await reader_stage2(step, index, state["query"], found.turns, scenes=found.scenes())
     persona = max((m.trace() for m in found.persona.values()), key=lambda m: m["similarity"], default=None)
     held = state.get("persona")
     deeper = state.get("tier_fresh", False)  # the first lookup of a deeper tier: its candidates replace the last's

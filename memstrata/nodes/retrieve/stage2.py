@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from memstrata.memory.index import MemoryIndex, tokenize
 from memstrata.memory.search.query import Hit
+from memstrata.memory.search.scenes import scene_lines
 from memstrata.memory.search.themes import THEME_FINDERS, episode_rounds
 from memstrata.memory.themes.select import UncertaintyGate, unsaid
 from memstrata.runtime.llm import GOOD_OUTCOMES
@@ -43,14 +44,15 @@ def _unsaid(question: str, lines: list[str]) -> float:
 
 
 async def reader_stage2(
-    step: Step, index: MemoryIndex, question: str, turns: list[Hit], *, coarse: list[str] | None = None
+    step: Step, index: MemoryIndex, question: str, turns: list[Hit], *, scenes: list[list[str]] | None = None
 ) -> tuple[list[Hit], dict[str, Any] | None]:
     """The candidate turns with the theme turns of the episodes the reader did not admit removed, and the trace
     event (``None`` when the step does not run: offline, Stage II off, or no theme turns).
 
-    With ``coarse`` (the scene lines the reader's context opens with, ``Context.scene_lines``), the first check
-    measures the reader's doubt on them alone, xMemory's coarse context, and an episode is admitted only when it
-    lowers that; without, the doubt starts at 1.0 and the first episode offered is admitted.
+    ``scenes`` are the ``[conversation_id, theme id]`` the theme path picked. With ``Context.scene_lines`` on, their
+    lines (the ones the reader's context opens with) are the coarse context: the first check measures the reader's
+    doubt on them alone, and an episode is admitted only when it lowers that; without, the doubt starts at 1.0 and
+    the first episode offered is admitted.
     """
     ctx = step.ctx
     offers = episode_rounds(index, turns)
@@ -58,7 +60,8 @@ async def reader_stage2(
         return turns, None
     gate = UncertaintyGate(1.0, patience=ctx.theme_patience)
     admitted: list[str] = []
-    lines: list[str] = list(coarse or [])
+    keys = (scenes or [])[: ctx.scene_lines] if ctx.scene_lines > 0 else []
+    lines: list[str] = [scene.line() for scene in scene_lines(index, keys)]
     checks = fallbacks = 0
     start = None
     if lines:  # the coarse context's own doubt is where the episodes start from
