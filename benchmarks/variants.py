@@ -88,6 +88,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "Bi-Mem Eq. 9: joint top-40": {"theme_joint_k": 40},
     # Bi-Mem's Eq. 11: the reader gets the picked scenes as lines, out of the same budget
     "scene lines for the reader: 2 (Eq. 11)": {"scene_lines": 2},
+    # H-Mem's entity profiles (Table 5) and the tree walked up from the graph's events (§3.3 step 2)
+    "H-Mem entity profiles: 10 facts each": {"graph_profile_facts": 10},
+    "H-Mem tree walked up from the graph": {"graph_tree_walk": True},
+    # H-Mem's Eq. 3 on the events too: summaries, tree nodes and facts with T and R
+    "H-Mem Eq. 3 on events": {"event_fusion": "eq3"},
+    # xMemory's Stage II with its expansion of an admitted episode to its other messages
+    "themes + Eq. 4 + Stage II with expansion + spreading": {
+        **_THEMES,
+        "theme_select": "eq4",
+        "theme_stage2": True,
+        "theme_stage2_expand": True,
+        "theme_spread": 3,
+    },
     # H-Mem's Eq. 3 with its own S: the cosine of the query and the turn, no views, BM25, prior, boosts or neighbour
     "H-Mem's S (the turn's cosine) in Eq. 3": {
         "_cosine_s": True,

@@ -342,6 +342,15 @@ class Context:
     w_robustness: Annotated[float, _s("scoring", "H-Mem Eq. 3 weight of robustness (decay)")] = 0.15
     temporal_lambda: Annotated[float, _s("scoring", "H-Mem Eq. 1: overlap share against centre distance")] = 0.5
     decay_tau_days: Annotated[float, _s("scoring", "H-Mem Eq. 2 time constant of the decay, in days")] = 365.0
+    event_fusion: Annotated[
+        Literal["rank", "eq3"],
+        _s(
+            "scoring",
+            "how summaries, tree nodes and facts are scored: 'rank' (dense and BM25 fused by rank), or 'eq3' "
+            "(H-Mem's Eq. 3 on them too: that score as S, with T from their time span and R from their "
+            "reinforcement)",
+        ),
+    ] = "rank"
     decay_eta: Annotated[
         float,
         _s(
@@ -461,6 +470,22 @@ class Context:
         float, _s("entities", "the least cosine to the query of an entity that seeds by vector")
     ] = 0.35
     entity_recent_events: Annotated[int, _s("entities", "latest facts an entity's profile lists")] = 20
+    graph_profile_facts: Annotated[
+        int,
+        _s(
+            "entities",
+            "H-Mem's entity profiles in retrieval: up to this many facts of each named entity's profile (its "
+            "attributes, then its recent events) join the facts the graph reaches, best match first; 0: unused",
+        ),
+    ] = 0
+    graph_tree_walk: Annotated[
+        bool,
+        _s(
+            "entities",
+            "H-Mem §3.3: from the leaf summaries the graph reaches, walk up the temporal tree; their week, month "
+            "and year nodes join the deep module's coarse pool",
+        ),
+    ] = False
     superseded_weight: Annotated[
         float, _s("entities", "score factor of a superseded fact, unless the query asks about the past")
     ] = 0.8
@@ -583,6 +608,14 @@ class Context:
             "Stage II: admit the picked facts' episodes, in order of support, only while they lower "
             "the uncertainty: with a model, the reader's own (one self-check per episode offered); "
             "offline, a proxy (the share of the query's words no admitted episode says)",
+        ),
+    ] = False
+    theme_stage2_expand: Annotated[
+        bool,
+        _s(
+            "theme retrieval",
+            "xMemory Stage II: an admitted episode's other messages join it only when they lower the "
+            "uncertainty further (one more self-check each)",
         ),
     ] = False
     theme_stage2_checks: Annotated[
