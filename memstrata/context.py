@@ -787,9 +787,6 @@ class Context:
     ] = 120.0
     tier_alpha: Annotated[float, _s("tiers", "HMO Eq. 5: weight of the initial importance")] = 0.6
     tier_beta: Annotated[float, _s("tiers", "HMO Eq. 5: weight of the persona alignment")] = 0.4
-    tier_gamma: Annotated[
-        float, _s("tiers", "the weight of the recall gain ln(1+n) (memstrata's; HMO Eq. 5 has no such weight)")
-    ] = 0.2
     tier_decay_days: Annotated[
         float, _s("tiers", "HMO Eq. 5: the base decay constant tau in days (more recalls flatten it)")
     ] = 30.0

@@ -8,6 +8,7 @@ pivotal record (the cache) and two more (the buffer).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,17 @@ def test_eq5_more_recalls_decay_slower_and_score_higher(n: int, more: int, age: 
     assert priority(6, 0.3, recalls=n + more, age_days=age, weights=w) > priority(
         6, 0.3, recalls=n, age_days=age, weights=w
     )
+
+
+@given(st.integers(0, 50), st.integers(1, 10), st.floats(0.0, 1.0))
+def test_eq5_the_recall_gain_multiplies_any_base_alike_and_has_no_weight_of_its_own(
+    n: int, importance: int, align: float
+) -> None:
+    w = PriorityWeights()
+    assert not hasattr(w, "gamma")  # HMO names three hyperparameters: alpha, beta and tau
+    fresh = priority(importance, align, recalls=0, age_days=0, weights=w)
+    assert fresh == pytest.approx(w.alpha * importance / 10 + w.beta * align)
+    assert priority(importance, align, recalls=n, age_days=0, weights=w) == pytest.approx(fresh * (1 + math.log1p(n)))
 
 
 @given(st.integers(0, 20), st.floats(0, 200), st.floats(0.5, 200), st.floats(10, 365))

@@ -79,7 +79,7 @@ class NodeRun:
 
     @property
     def tier_weights(self) -> PriorityWeights:
-        """The coefficients of HMO's priority as read from its prose (Eq. 5; gamma is memstrata's), from ``Context``."""
+        """The coefficients of HMO's priority as read from its prose (Eq. 5), from ``Context``."""
         return search.tier_weights(self.ctx)
 
     @property

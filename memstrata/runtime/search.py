@@ -200,8 +200,8 @@ async def close_index(ctx: Context, store: MemoryStore, *, run: str | None) -> N
 
 
 def tier_weights(ctx: Context) -> PriorityWeights:
-    """The coefficients of HMO's priority as read from its prose (Eq. 5; gamma is memstrata's), from ``tier_*``."""
-    return PriorityWeights(alpha=ctx.tier_alpha, beta=ctx.tier_beta, gamma=ctx.tier_gamma, tau_days=ctx.tier_decay_days)
+    """The coefficients of HMO's priority as read from its prose (Eq. 5), from ``tier_*``."""
+    return PriorityWeights(alpha=ctx.tier_alpha, beta=ctx.tier_beta, tau_days=ctx.tier_decay_days)
 
 
 def bounds(ctx: Context) -> Bounds:

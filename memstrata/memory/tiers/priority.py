@@ -5,18 +5,20 @@ The seed's text lost both formulas. What the prose fixes, and the form we take:
 - Eq. 5 "integrates the initial importance I and the dynamic persona alignment A, weighted by coefficients α and
   β"; "the term ln(1+n) provides a logarithmic gain based on the cumulative recall count n, while simultaneously
   acting as a resistance factor in the exponential denominator to modulate the base decay constant τ"; "as
-  interaction frequency increases, the effective decay slope flattens". We read it as::
+  interaction frequency increases, the effective decay slope flattens". The prose names three hyperparameters (α,
+  β, τ) and one recall term that acts in two places, so we read it as::
 
-      P = (α·I/10 + β·A + γ·ln(1+n)) · exp(−Δt / (τ·(1 + ln(1+n))))
+      P = (α·I/10 + β·A) · (1 + ln(1+n)) · exp(−Δt / (τ·(1 + ln(1+n))))
 
   with ``I`` in 1-10 scaled to [0.1, 1], ``A`` the cosine between the record and its own conversation's persona
   (negative taken as 0; :mod:`memstrata.memory.tiers.persona`), ``n`` the recall count and ``Δt`` the memory time
-  since the record was last used (or written). The ``1 +`` keeps the decay finite for a record never recalled.
-  The gain's own weight ``γ`` is not named by the prose; we add it so that ten recalls (ln 11 ≈ 2.4) weigh about
-  as much as the top importance, not several times more.
-- Coefficients (``Context.tier_alpha``, ``tier_beta``, ``tier_gamma``, ``tier_decay_days``): α = 0.6 and β = 0.4,
+  since the record was last used (or written). The same factor ``1 + ln(1+n)`` is the gain and the decay's
+  resistance, and is 1 for a record never recalled, so the decay stays finite and a new record keeps its base. A
+  gain that multiplies needs no weight of its own: ten recalls (ln 11 ≈ 2.4) multiply a record's priority by 3.4
+  whatever its base, where an added term would need a fourth coefficient to be weighed against I and A.
+- Coefficients (``Context.tier_alpha``, ``tier_beta``, ``tier_decay_days``): α = 0.6 and β = 0.4,
   importance first because §3.1 prefers the evaluator's many-sided judgement to similarity alone, alignment second
-  as the cheap term that follows the persona; γ = 0.2; τ = 30 days, so a record untouched for a month keeps
+  as the cheap term that follows the persona; τ = 30 days, so a record untouched for a month keeps
   e^-1 of its priority when never recalled and more the more it was (H-Mem's τ of a year ranks relevance over the
   whole memory; tiers move over weeks).
 - Eq. 6: the drift of the persona from its anchor is the cosine distance ``1 − cos(p, p_anchor)`` between the
@@ -50,7 +52,6 @@ class PriorityWeights:
 
     alpha: float = 0.6
     beta: float = 0.4
-    gamma: float = 0.2
     tau_days: float = 30.0
 
 
@@ -60,13 +61,9 @@ def decay(recalls: int, age_days: float, *, tau_days: float) -> float:
 
 
 def priority(importance: float, alignment: float, *, recalls: int, age_days: float, weights: PriorityWeights) -> float:
-    """Eq. 5 as read above: ``(α·I/10 + β·A + γ·ln(1+n)) · decay``."""
-    base = (
-        weights.alpha * importance / 10.0
-        + weights.beta * max(0.0, alignment)
-        + weights.gamma * math.log1p(max(0, recalls))
-    )
-    return base * decay(recalls, age_days, tau_days=weights.tau_days)
+    """Eq. 5 as read above: ``(α·I/10 + β·A) · (1 + ln(1+n)) · decay``."""
+    base = weights.alpha * importance / 10.0 + weights.beta * max(0.0, alignment)
+    return base * (1.0 + math.log1p(max(0, recalls))) * decay(recalls, age_days, tau_days=weights.tau_days)
 
 
 def priority_at(stored: float | None, *, scored_at: float | None, now: float, recalls: int, tau_days: float) -> float:
