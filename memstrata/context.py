@@ -446,10 +446,12 @@ class Context:
     entity_typo_ratio: Annotated[
         float, _s("entities", "rapidfuzz ratio at or above which two names of compatible type are one entity")
     ] = 90.0
-    supersede_max_calls: Annotated[
+    supersede_pairs: Annotated[
         int,
         _s(
-            "entities", "with a model: supersession pairs put to the model per conversation (the rule decides the rest)"
+            "entities",
+            "with a model: supersession pairs put to the model per conversation and write, all in one call (the "
+            "rule decides the rest)",
         ),
     ] = 20
     fact_k: Annotated[int, _s("entities", "facts the light module reads per query, beside the Level-1 summaries")] = 20

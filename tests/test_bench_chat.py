@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from memstrata.bench.chat import chat_messages, run_chat
 from memstrata.bench.locomo import load_locomo
 from memstrata.cli import app
-from memstrata.nodes.ingest.entities import Replaces
+from memstrata.nodes.ingest.entities import Replacements
 from memstrata.nodes.ingest.episodes import Boundaries
 from memstrata.nodes.ingest.facts import EpisodeFacts
 from memstrata.nodes.ingest.summaries import KeyInformation
@@ -20,7 +20,7 @@ from memstrata.nodes.ingest.tree import Consolidation
 from memstrata.testing import CountingChatModel
 
 
-@pytest.mark.parametrize("schema", [Boundaries, EpisodeFacts, KeyInformation, Replaces, Consolidation])
+@pytest.mark.parametrize("schema", [Boundaries, EpisodeFacts, KeyInformation, Replacements, Consolidation])
 def test_the_counting_model_answers_every_ingestion_decision_with_a_valid_reply(schema) -> None:
     model = CountingChatModel()
     reply = model.bind_tools([schema], tool_choice=schema.__name__).invoke("<messages>\n[0] Ann: I moved to Porto.")

@@ -236,7 +236,7 @@ def test_an_open_episode_is_searchable_and_the_evidence_says_it_is_open(mem: Mem
 # ---- the model's cost per message ------------------------------------------------------------------------
 def test_with_a_model_each_message_costs_the_same_however_long_the_session(tmp_path: Path) -> None:
     model = ScriptedChatModel(
-        default=lambda messages: {"starts": [], "keywords": ["k"], "facts": [], "replaces": False, "summary": "s"}
+        default=lambda messages: {"starts": [], "keywords": ["k"], "facts": [], "replaced": [], "summary": "s"}
     )
     mem = Memstrata(path=tmp_path / "store", embeddings=HashEmbeddings(), model=model)
     start = datetime(2024, 3, 2, 10, 0)
@@ -451,7 +451,7 @@ def test_with_a_model_a_tree_window_still_receiving_messages_is_consolidated_onc
             "starts": [],
             "keywords": ["k"],
             "facts": [],
-            "replaces": False,
+            "replaced": [],
             "summary": "consolidated",
         }
     )

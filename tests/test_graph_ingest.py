@@ -271,7 +271,7 @@ def test_with_a_model_the_model_decides_supersession_and_garbage_keeps_the_rule(
 
         return ScriptedChatModel(default=reply)
 
-    mem = Memstrata(path=data_dir, embeddings=hash_embeddings, model=model_saying({"replaces": True}), llm_retries=0)
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings, model=model_saying({"replaced": [0]}), llm_retries=0)
     stats = mem.ingest(source, user_id="u", close=True)
     facts = {f.object: f for f in (Fact.model_validate(r.payload) for r in mem.store.get("fact", user_id="u"))}
     assert stats["facts_superseded"] == 1 and stats["llm"]["supersede"]["calls"] >= 1
@@ -279,3 +279,33 @@ def test_with_a_model_the_model_decides_supersession_and_garbage_keeps_the_rule(
 
     garbage = Memstrata(path=data_dir + "-2", embeddings=hash_embeddings, model=model_saying("{{{"), llm_retries=0)
     assert garbage.ingest(source, user_id="u")["facts_superseded"] == 0  # the rule's verdict: hobbies stay
+
+
+def test_with_a_model_every_supersession_pair_of_a_write_goes_in_one_call(data_dir, hash_embeddings) -> None:
+    source = conversation(
+        ["I live in Porto.", "I work at Acme.", "I love hiking in the hills."],
+        ["I moved to Lisbon.", "I work at Globex now.", "I love painting landscapes now."],
+    )
+    asked: list[str] = []
+
+    def reply(messages: list[BaseMessage]) -> Any:
+        if str(messages[0].content) != SUPERSEDE_PROMPT:
+            return "not json at all"  # every other stage falls back to its offline output
+        asked.append(str(messages[-1].content))
+        return {"replaced": [n for n, pair in enumerate(asked[-1].split("<pair ")[1:]) if "Lisbon" in pair]}
+
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings, model=ScriptedChatModel(default=reply), llm_retries=0)
+    stats = mem.ingest(source, user_id="u", close=True)
+    pairs = asked[0].count("<pair ") if asked else 0
+    assert len(asked) == stats["llm"]["supersede"]["calls"] == 1 and pairs >= 2  # one call for all the pairs
+    facts = {f.object: f for f in (Fact.model_validate(r.payload) for r in mem.store.get("fact", user_id="u"))}
+    assert facts["Porto"].superseded_by == facts["Lisbon"].id  # listed: replaced
+    assert not facts["Acme"].superseded_by  # not listed: stays current, though the rule would replace it
+
+    out_of_range = ScriptedChatModel(
+        default=lambda m: {"replaced": [99]} if str(m[0].content) == SUPERSEDE_PROMPT else "not json at all"
+    )
+    rule = Memstrata(path=data_dir + "-2", embeddings=hash_embeddings, model=out_of_range, llm_retries=0)
+    rule.ingest(source, user_id="u", close=True)
+    kept = {f.object: f for f in (Fact.model_validate(r.payload) for r in rule.store.get("fact", user_id="u"))}
+    assert kept["Acme"].superseded_by == kept["Globex"].id  # an invalid reply: the rule's verdicts stand

@@ -5,8 +5,8 @@ back, names are resolved to entities (:mod:`memstrata.memory.entity_graph.resolu
 relations and overlap edges are written to the edge store, entities (with their
 profiles) are written as units, and supersession is decided: offline by the
 conservative rule, with a model by the model on the rule's candidate pairs (at
-most ``Context.supersede_max_calls`` per conversation; the rule decides the rest
-and any garbage). Facts whose subject, entities or validity changed are
+most ``Context.supersede_pairs`` per conversation, all in one call; the rule
+decides the rest and any garbage). Facts whose subject, entities or validity changed are
 rewritten with their stored vectors (nothing is re-embedded); entities and edges
 the conversation no longer yields are deleted, so re-running adds nothing.
 """
@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 from memstrata.context import Context
 from memstrata.memory.entity_graph.resolution import Linked
 from memstrata.memory.entity_graph.resolution import link_entities as resolve
-from memstrata.memory.facts.supersession import apply_supersession, attribute_of, candidate_pairs, supersede
+from memstrata.memory.facts.supersession import apply_supersession, candidate_pairs, supersede
 from memstrata.memory.levels import Entity, Fact
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.store.reads import closed_facts, open_episodes
@@ -36,10 +36,12 @@ from memstrata.runtime.step import Step
 from memstrata.state import IngestState
 
 
-class Replaces(BaseModel):
-    """Whether the newer fact replaces the older one as the current value of one attribute."""
+class Replacements(BaseModel):
+    """The numbered pairs in which the newer fact replaces the older one as the current value of one attribute."""
 
-    replaces: bool = Field(description="true only if the newer fact makes the older one no longer current")
+    replaced: list[int] = Field(
+        default_factory=list, description="numbers of the pairs whose newer fact makes the older one no longer current"
+    )
 
 
 async def link_entities(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -67,7 +69,7 @@ async def link_entities(state: IngestState, runtime: Runtime[Context]) -> dict[s
             for f in facts
             if (conv_id, f.episode_id) in new_episodes or conv_id in missing or conv_id in state.get("repaired", [])
         }
-        replaced = await _supersession(step, linked.facts, fresh, ctx.supersede_max_calls)
+        replaced = await _supersession(step, linked.facts, fresh, ctx.supersede_pairs)
         counts = await asyncio.to_thread(_write, store, ctx.user_id, conv_id, facts, linked, replaced, vectors)
         totals = {k: totals[k] + counts[k] for k in totals}
     progress(
@@ -97,29 +99,49 @@ def _speakers(facts: list[Fact]) -> list[str]:
     return sorted({name for f in facts for name, kind in f.types.items() if kind == "speaker"})
 
 
-async def _supersession(step: Step, facts: list[Fact], fresh: set[str], max_calls: int) -> dict[str, str]:
+async def _supersession(step: Step, facts: list[Fact], fresh: set[str], max_pairs: int) -> dict[str, str]:
     """Fact id -> id of the fact that replaces it: the rule offline, the model's verdict on candidates otherwise.
 
     The model is asked only about pairs with a fact of this write (``fresh``): earlier pairs were
-    decided when their facts were written, so a write's calls do not grow with the conversation.
+    decided when their facts were written, so a write's calls do not grow with the conversation. Its first
+    ``max_pairs`` pairs go to the model in one call, numbered; a pair it does not list keeps its older fact current.
+    When the call fails, the rule's verdicts stand.
     """
     rule = {old.id: new for old, new in supersede(facts)}
     if step.model is None:
         return rule
-    pairs = [p for p in candidate_pairs(facts, by_label=True) if fresh & {p[0].id, p[1].id}]
+    pairs = [p for p in candidate_pairs(facts, by_label=True) if fresh & {p[0].id, p[1].id}][:max_pairs]
     # earlier facts keep the verdicts stored when they were written; the rule decides the new pairs the model does not
     decided = {f.id: f.superseded_by for f in facts if f.superseded_by and f.id not in fresh}
     decided |= {old: new for old, new in rule.items() if old in fresh or new in fresh}
-    for older, newer in pairs[:max_calls]:
-        user = f"<older>{older.text}</older>\n<newer>{newer.text}</newer>"
+    if not pairs:
+        return decided
+    listing = "\n".join(
+        f'<pair n="{i}"><older>{older.text}</older><newer>{newer.text}</newer></pair>'
+        for i, (older, newer) in enumerate(pairs)
+    )
 
-        def by_rule(o: Fact = older) -> Replaces:
-            return Replaces(replaces=o.id in rule)
+    def valid(value: Replacements) -> Replacements:
+        if any(i < 0 or i >= len(pairs) for i in value.replaced):
+            msg = f"pair numbers must be between 0 and {len(pairs) - 1}"
+            raise ValueError(msg)
+        return value
 
-        verdict, how = await step.decide(Replaces, "SUPERSEDE_PROMPT", user, node="supersede", fallback=by_rule)
-        if how in GOOD_OUTCOMES and verdict.replaces:
+    verdict, how = await step.decide(
+        Replacements,
+        "SUPERSEDE_PROMPT",
+        f"<pairs>\n{listing}\n</pairs>",
+        node="supersede",
+        fallback=lambda: Replacements(replaced=[i for i, (older, _) in enumerate(pairs) if older.id in rule]),
+        validate=valid,
+    )
+    if how not in GOOD_OUTCOMES:
+        return decided  # the rule's verdicts stand
+    said = set(verdict.replaced)
+    for i, (older, newer) in enumerate(pairs):
+        if i in said:
             decided[older.id] = newer.id
-        elif how in GOOD_OUTCOMES or attribute_of(older) is None:
+        else:
             decided.pop(older.id, None)
     return decided
 
