@@ -629,3 +629,46 @@ def test_a_message_updated_by_id_reopens_the_only_episode_of_a_grouped_conversat
         assert memory.store.count("theme", user_id="u") == 0  # its themes went with their facts
     finally:
         memory.close()
+
+
+def test_with_a_model_a_write_summarizes_its_themes_as_many_to_a_call_as_the_cap_holds(
+    tmp_path: Path, minilm: Any
+) -> None:
+    from langchain_core.messages import BaseMessage
+
+    from memstrata.prompts.ingestion import THEME_PROMPT
+    from memstrata.testing import ScriptedChatModel
+
+    def run(max_tokens: int, entries: Any) -> tuple[list[Theme], list[int], dict[str, Any]]:
+        asked: list[str] = []
+
+        def reply(messages: list[BaseMessage]) -> Any:
+            if not str(messages[0].content).startswith(THEME_PROMPT.split("\n")[0]):
+                return "not json at all"  # every other stage keeps its offline output
+            asked.append(str(messages[-1].content))
+            return {"entries": entries(len(asked), asked[-1].count("<theme n="))}
+
+        model = ScriptedChatModel(default=reply)
+        path = tmp_path / f"store-{max_tokens}"
+        mem = Memstrata(path=path, embeddings=minilm, model=model, llm_retries=0, llm_max_tokens=max_tokens)
+        stats = mem.ingest(conversation(ANN), user_id="ann", close=True)
+        themes = list(themes_of(mem, "ann").values())
+        mem.close()
+        return themes, [a.count("<theme n=") for a in asked], stats
+
+    # the default cap holds 1024 // (2 * 80) = 6 themes: one call for all of them, each summarized
+    themes, shown, stats = run(1024, lambda k, n: [{"theme": i, "summary": f"model {k}.{i}"} for i in range(n)])
+    due = [t for t in themes if len(t.fact_ids) > 1]
+    assert len(due) >= 2 and shown == [len(due)] and stats["llm"]["themes"]["calls"] == 1
+    assert sorted(t.text for t in themes if t.method == "llm") == [f"model 1.{i}" for i in range(len(due))]
+
+    # a cap of one theme a call: one call each; an unknown number is ignored, a repeated one keeps its first entry,
+    # and a theme the reply leaves out keeps its extractive text
+    def some(k: int, n: int) -> list[dict[str, Any]]:
+        said = [{"theme": 0, "summary": f"first {k}"}, {"theme": 0, "summary": "again"}, {"theme": 9, "summary": "x"}]
+        return said if k == 1 else []
+
+    themes, shown, stats = run(160, some)
+    assert shown == [1] * len(due) and stats["llm"]["themes"]["calls"] == len(due)
+    assert [t.text for t in themes if t.method == "llm"] == ["first 1"]
+    assert sum(t.method == "extractive" for t in themes) == len(themes) - 1

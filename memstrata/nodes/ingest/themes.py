@@ -6,7 +6,7 @@ guided by xMemory's f(P) (:mod:`memstrata.memory.themes`). A theme whose member 
 was built is stale and rebuilt too (its old text kept in ``history``). A changed theme's text is its most central
 current facts offline; with a model, a summary of them (Bi-Mem's aggregation operator, Eq. 6; at most
 ``Context.theme_llm_per_episode`` per newly closed episode and ``Context.theme_llm_calls`` per ingest, else the
-extractive text). The kNN graph over facts and
+extractive text), as many themes to a call as the completion cap holds. The kNN graph over facts and
 themes is kept in the edge store.
 """
 
@@ -35,10 +35,17 @@ from memstrata.runtime.step import Step
 from memstrata.state import IngestState
 
 
-class ThemeSummary(BaseModel):
-    """The model's entry for one theme."""
+class ThemeEntry(BaseModel):
+    """The model's entry for one numbered theme."""
 
+    theme: int = Field(description="the theme's number")
     summary: str = Field(description="what the theme is about and the facts it holds, as plain statements")
+
+
+class ThemeSummaries(BaseModel):
+    """The model's entries for the numbered themes of one call."""
+
+    entries: list[ThemeEntry] = Field(default_factory=list)
 
 
 async def group_themes(state: IngestState, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -80,10 +87,12 @@ async def group_themes(state: IngestState, runtime: Runtime[Context]) -> dict[st
         )
         before = {r.unit_id: Theme.model_validate(r.payload) for r in stored}
         stale = stale_themes(grouped, before, facts)
-        units = [
-            await _theme(step, ctx, conv_id, tid, grouped, facts, x, calls, before.get(tid))
-            for tid in sorted(grouped.changed | stale)
-        ]
+        changed = sorted(grouped.changed | stale)
+        by_id = {f.id: f for f in facts}
+        units = await _summarized(
+            step, ctx, [_theme(ctx, conv_id, t, grouped, facts, x) for t in changed], by_id, calls
+        )
+        units = [_with_history(unit, before.get(t), by_id) for t, unit in zip(changed, units, strict=True)]
         await asyncio.to_thread(_write, store, ctx, conv_id, grouped, units, facts, x)
         totals["themes_written"] += len(units)
         totals["themes_stale"] += len(stale)
@@ -124,19 +133,16 @@ def stale_themes(grouped: Regrouped, before: dict[str, Theme], facts: list[Fact]
     }
 
 
-async def _theme(
-    step: Step,
+def _theme(
     ctx: Context,
     conv_id: str,
     theme_id: str,
     grouped: Regrouped,
     facts: list[Fact],
     x: np.ndarray,
-    calls: dict[str, int],
-    old: Theme | None = None,
 ) -> Theme:
-    """One changed or stale theme: its members (current facts first, most central first), its text from its current
-    facts, its span, and what it said before (``history``) when the text changed.
+    """One changed or stale theme: its members (current facts first, most central first), its extractive text from
+    its current facts and its span. Its history and calibrations are added by :func:`_with_history`.
     """
     row = {f.id: i for i, f in enumerate(facts)}
     members = [facts[row[f]] for f in grouped.themes[theme_id]]
@@ -144,33 +150,7 @@ async def _theme(
     text, shown = theme_text([f.text for f in live], x[[row[f.id] for f in live]], words=ctx.theme_words)
     first = {live[i].id for i in shown}
     members = [live[i] for i in shown] + [f for f in members if f.id not in first]
-    method = "extractive"
-    if calls["left"] > 0 and len(members) > 1:
-        calls["left"] -= 1
-        listing = "\n".join(f"<fact>{f.text}</fact>" for f in live)
-        value, outcome = await step.decide(
-            ThemeSummary,
-            "THEME_PROMPT",
-            f"<facts>\n{listing}\n</facts>",
-            node="group_themes",
-            fallback=lambda: ThemeSummary(summary=""),
-            words=ctx.theme_words,
-        )
-        summary = " ".join(value.summary.split()[: ctx.theme_words]) if isinstance(value.summary, str) else ""
-        if outcome in GOOD_OUTCOMES and summary:
-            text, method = summary, "llm"
     times = sorted(t for f in members if (t := f.span()[0]) is not None)
-    end = times[-1] if times else None
-    history = list(old.history) if old else []
-    if old is not None and old.text != text:
-        by_id = {f.id: f for f in facts}
-        newly = [
-            by_id[f.superseded_by]
-            for f in members
-            if not f.current and f.id not in old.superseded_ids and f.superseded_by in by_id
-        ]
-        until = max((f.valid_from for f in newly if f.valid_from is not None), default=end)
-        history.append({"text": old.text, "valid_from": _iso(old.end or old.timestamp), "valid_to": _iso(until)})
     return Theme(
         user_id=ctx.user_id,
         conversation_id=conv_id,
@@ -179,12 +159,71 @@ async def _theme(
         fact_ids=[f.id for f in members],
         turn_ids=list(dict.fromkeys(t for f in members for t in f.turn_ids)),
         timestamp=times[0] if times else None,
-        end=end,
-        method=method,
+        end=times[-1] if times else None,
+        method="extractive",
         superseded_ids=[f.id for f in members if not f.current],
-        history=history,
-        calibrations=list(old.calibrations) if old else [],
     )
+
+
+def _with_history(theme: Theme, old: Theme | None, by_id: dict[str, Fact]) -> Theme:
+    """``theme`` with the history and calibrations of the theme it replaces, and what that one said appended to the
+    history when the text changed.
+    """
+    if old is None:
+        return theme
+    theme = theme.model_copy(update={"history": list(old.history), "calibrations": list(old.calibrations)})
+    if old.text == theme.text:
+        return theme
+    newly = [
+        by_id[by_id[f].superseded_by]
+        for f in theme.fact_ids
+        if f in by_id and not by_id[f].current and f not in old.superseded_ids and by_id[f].superseded_by in by_id
+    ]
+    until = max((f.valid_from for f in newly if f.valid_from is not None), default=theme.end)
+    entry = {"text": old.text, "valid_from": _iso(old.end or old.timestamp), "valid_to": _iso(until)}
+    return theme.model_copy(update={"history": [*theme.history, entry]})
+
+
+async def _summarized(
+    step: Step, ctx: Context, units: list[Theme], facts: dict[str, Fact], calls: dict[str, int]
+) -> list[Theme]:
+    """With a model, the first ``calls["left"]`` themes of more than one fact summarized by it, as many to a call as
+    ``llm_max_tokens`` holds at ``theme_words`` words each; a theme the reply leaves out keeps its extractive text.
+    """
+    due = [i for i, t in enumerate(units) if len(t.fact_ids) > 1][: max(0, calls["left"])]
+    calls["left"] -= len(due)
+    per_call = max(1, ctx.llm_max_tokens // (2 * ctx.theme_words))  # about two tokens a word, with the JSON around
+    out = list(units)
+    for start in range(0, len(due), per_call):
+        chunk = due[start : start + per_call]
+        listing = "\n".join(
+            f'<theme n="{n}">\n' + "\n".join(f"<fact>{f.text}</fact>" for f in _said(units[i], facts)) + "\n</theme>"
+            for n, i in enumerate(chunk)
+        )
+        value, outcome = await step.decide(
+            ThemeSummaries,
+            "THEME_PROMPT",
+            f"<themes>\n{listing}\n</themes>",
+            node="group_themes",
+            fallback=ThemeSummaries,
+            words=ctx.theme_words,
+        )
+        if outcome not in GOOD_OUTCOMES:
+            continue
+        said: dict[int, str] = {}
+        for entry in value.entries:  # the first entry of a number stands
+            summary = " ".join(entry.summary.split()[: ctx.theme_words])
+            if 0 <= entry.theme < len(chunk) and summary:
+                said.setdefault(entry.theme, summary)
+        for n, summary in said.items():
+            out[chunk[n]] = out[chunk[n]].model_copy(update={"text": summary, "method": "llm"})
+    return out
+
+
+def _said(theme: Theme, facts: dict[str, Fact]) -> list[Fact]:
+    """The facts a theme's text says: its current members, or all of them when none is current."""
+    members = [facts[f] for f in theme.fact_ids if f in facts]
+    return [f for f in members if f.current] or members
 
 
 def _iso(when: Any) -> str | None:
