@@ -477,7 +477,8 @@ class Context:
         _s(
             "entities",
             "H-Mem's entity profiles in retrieval: up to this many facts of each named entity's profile (its "
-            "attributes, then its recent events) join the facts the graph reaches, best match first; 0: unused",
+            "attributes, then its recent events, best match first) take the first of the graph_facts slots; 0: "
+            "unused",
         ),
     ] = 0
     graph_tree_walk: Annotated[

@@ -379,6 +379,8 @@ async def graph_search(ctx: Context, store: MemoryStore, index: MemoryIndex) -> 
         top=ctx.graph_facts,
         vector_seeds=ctx.graph_vector_seeds,
         seed_floor=ctx.graph_seed_floor,
+        profile=ctx.graph_profile_facts,
+        tree_walk=ctx.graph_tree_walk,
     )
 
 

@@ -11,6 +11,9 @@
 3. **Facts**: every fact that names a reached entity scores its own semantic
    match to the query times its entity's weight; the best ``top`` are returned
    with their path, and reach their raw turns.
+4. **Profiles** (H-Mem's entity profiles, Table 5), with ``profile`` k > 0: up to
+   k facts of each seed's profile come first among those ``top`` (see
+   :func:`profile_facts`).
 
 Example:
     >>> view = GraphView.build(entities, facts, edges)  # doctest: +SKIP
@@ -61,14 +64,17 @@ class GraphSearch:
     top: int = 30
     vector_seeds: int = 0  # entities nearest the query's vector that also seed (H-Mem §3.3 step 2); 0: names only
     seed_floor: float = 0.35  # the least cosine of such a seed
+    profile: int = 0  # facts of each seed's profile put first among the ``top`` (H-Mem Table 5); 0: unused
+    tree_walk: bool = False  # the reached leaves' week, month and year nodes join the coarse pool (§3.3 step 2)
 
 
 @dataclass
 class GraphPart:
-    """One conversation's entities: their relation graph, names, lookup keys and facts.
+    """One conversation's entities: their relation graph, names, lookup keys, facts and profiles.
 
     Entities of two conversations are never linked, so each conversation's part stands alone; ``rows``
-    holds the fact rows of the nodes a search has reached (see :meth:`GraphView.fact_rows`).
+    holds the fact rows of the nodes a search has reached (see :meth:`GraphView.fact_rows`); ``profiles``
+    each entity's profile, its attribute and its event fact ids.
     """
 
     graph: nx.MultiGraph
@@ -76,6 +82,7 @@ class GraphPart:
     aliases: list[tuple[str, Node]]
     fact_ids: dict[Node, list[str]]
     rows: dict[Node, np.ndarray] = field(default_factory=dict, repr=False)
+    profiles: dict[Node, tuple[list[str], list[str]]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, entities: Sequence[Entity], edges: Sequence[Edge]) -> GraphPart:
@@ -88,6 +95,7 @@ class GraphPart:
             part.graph.add_node(node)
             part.names[node] = e.name
             part.fact_ids[node] = e.fact_ids
+            part.profiles[node] = (e.attributes, e.events)
             part.aliases += [(k, node) for k in _alias_keys(e.name, tuple(e.aliases))]
         part.link(edges)
         return part
@@ -208,6 +216,15 @@ class GraphView:
             )
         return rows
 
+    def profile_rows(self, node: Node) -> tuple[list[int], list[int]]:
+        """The rows of the entity's profile facts: its attributes', then its events', each in the profile's order
+        (a fact the snapshot does not hold is left out).
+        """
+        part = self.parts.get(node[0])
+        attributes, events = part.profiles.get(node, ([], [])) if part else ([], [])
+        rows = [[r for f in ids if (r := self.fact_row.get((node[0], f))) is not None] for ids in (attributes, events)]
+        return rows[0], rows[1]
+
     def seeds(self, text: str) -> list[Node]:
         """Entities the text names (an alias as whole words, or a typo of a one-word alias of 5+ letters).
 
@@ -256,14 +273,51 @@ def graph_reach(
     search: GraphSearch, text: str, fact_scores: np.ndarray, near: Sequence[Node] = ()
 ) -> list[tuple[int, float, Reach]]:
     """Seeds of the text (and ``near``, the entities nearest the query's vector), expanded, and the best facts they
-    reach (empty when nothing is named or near).
+    reach (empty when nothing is named or near); with ``search.profile``, the seeds' profile facts first.
     """
     seeds = sorted(set(search.view.seeds(text)) | {n for n in near if search.view.name(n) is not None})
     if not seeds or search.hops < 0:
         return []
     search.view.link(sorted({conv for conv, _ in seeds}))  # the seeded conversations' edges, in one read
     reach = expand(search.view, seeds, hops=search.hops, decay=search.decay)
-    return reached_facts(search.view, reach, fact_scores, top=search.top)
+    ranked = reached_facts(search.view, reach, fact_scores, top=search.top)
+    if search.profile <= 0:
+        return ranked
+    first = profile_facts(search.view, {s: reach[s] for s in seeds}, fact_scores, k=search.profile)[: search.top]
+    taken = {row for row, _, _ in first}
+    return first + [found for found in ranked if found[0] not in taken][: search.top - len(first)]
+
+
+def profile_facts(
+    view: GraphView, seeds: Mapping[Node, Reach], fact_scores: np.ndarray, *, k: int
+) -> list[tuple[int, float, Reach]]:
+    """H-Mem's entity profiles in retrieval: up to ``k`` profile facts of each seed, as (row, score, how).
+
+    A seed's profile lists its attributes (persistent statements) first, then its recent events; within each,
+    the best match to the query comes first (``fact_scores``, ties in the profile's order), and the first ``k``
+    are taken. The seeds take turns, one fact each in seed order, so that when :func:`graph_reach` keeps fewer
+    than all of them (it keeps at most ``top``), every seed has its best facts kept. Each fact scores its
+    match times its seed's weight, like a reached fact, and its path names the profile:
+    ``"<seed> (profile attribute)"`` or ``"<seed> (profile event)"``.
+
+    They take slots of the graph's ``top`` rather than adding to them, so that ``graph_facts`` stays the one
+    bound on what the graph brings per query, whatever the number of seeds; the plain ranking fills the rest.
+    """
+    scores = np.asarray(fact_scores, dtype=np.float64)
+    per_seed = []
+    for node, how in seeds.items():
+        picked: list[tuple[int, float, Reach]] = []
+        for label, rows in zip(("attribute", "event"), view.profile_rows(node), strict=True):
+            order = sorted(rows, key=lambda r: -scores[r])  # stable: ties keep the profile's order
+            path = Reach(how.weight, [*how.path, f"(profile {label})"])
+            picked += [(r, float(scores[r]) * how.weight, path) for r in order]
+        per_seed.append(picked[:k])
+    out: dict[int, tuple[int, float, Reach]] = {}
+    for i in range(max(map(len, per_seed), default=0)):
+        for picked in per_seed:
+            if i < len(picked):
+                out.setdefault(picked[i][0], picked[i])
+    return list(out.values())
 
 
 def expand(view: GraphView, seeds: Sequence[Node], *, hops: int, decay: float) -> dict[Node, Reach]:

@@ -39,11 +39,13 @@ from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels.level1.persona import PERSONA
 from memstrata.memory.levels.level1.summary import SUMMARY
 from memstrata.memory.levels.level1.theme import THEME
+from memstrata.memory.levels.level1.tree_node import TREE_NODE
 from memstrata.memory.search.fusion import RRF_K, Weights
 from memstrata.memory.search.persona import PERSONA_FOUND_BY, PersonaMatch, persona_match, ranked_persona
 from memstrata.memory.search.query import Hit, Query
 from memstrata.memory.search.scoring import (
     event_hit,
+    graph_ancestors,
     graph_events,
     graph_hits,
     query_graph,
@@ -64,7 +66,7 @@ class LightResult:
     coarse: list[Hit] = field(default_factory=list)
     turns: list[Hit] = field(default_factory=list)
     kinds: dict[str, int] = field(default_factory=dict)  # hits per kind that found them, for the trace
-    graph_events: dict[str, bool] = field(default_factory=dict)  # summaries the entity seeds reached: newly coarse?
+    graph_events: dict[str, bool] = field(default_factory=dict)  # events the entity seeds reached: newly coarse?
     themes: dict[str, ThemeTrace] = field(default_factory=dict)  # per query: what the theme path did
     persona: dict[str, PersonaMatch] = field(default_factory=dict)  # per query: the persona dimension it takes
 
@@ -97,7 +99,9 @@ def light_lookup(
     how many turns each query brings at least: the best raw turns for scopes that search them
     directly, else the turns of further events beyond the top k. With ``graph``, the facts reached
     through the entity graph bring their turns too (``found_by="entity_graph"``), and the event summaries
-    holding those turns join the coarse pool (:func:`~memstrata.memory.search.scoring.graph_events`). ``level1_rank``
+    holding those turns join the coarse pool (:func:`~memstrata.memory.search.scoring.graph_events`), and with
+    ``graph.tree_walk``, for a query whose scope searches the tree nodes, the week, month and year nodes above them
+    (:func:`~memstrata.memory.search.scoring.graph_ancestors`). ``level1_rank``
     orders the summaries (see :func:`rerank_summaries`). A query whose time hint selects tree windows also
     brings its ``window_k`` best turns inside them, whatever its scope (``found_by="tree_window"``). With
     ``themes``, a query whose scope searches the theme kind takes the theme path: the facts it admits bring their
@@ -178,7 +182,10 @@ def light_lookup(
                 query=query,
                 via=match.unit_id,
             )
-        for hit in graph_events(index, query, reached, ranked):  # entity seeds -> fragments -> tree events
+        tree_events = graph_events(index, query, reached, ranked)  # entity seeds -> fragments -> tree events
+        if graph is not None and graph.tree_walk and TREE_NODE.kind in kinds:
+            tree_events += graph_ancestors(index, query, tree_events, ranked)  # and up the tree from them
+        for hit in tree_events:
             out.graph_events[hit.key] = coarse.setdefault(hit.key, hit) is hit
         if reads_raw and len(parts["score"]):
             found += turn_hits(

@@ -20,6 +20,7 @@ from memstrata.memory.index import MemoryIndex, tokenize
 from memstrata.memory.levels.entity import ENTITY
 from memstrata.memory.levels.level1.fact import FACT
 from memstrata.memory.levels.level1.summary import SUMMARY
+from memstrata.memory.levels.level1.tree_node import TREE_NODE, TreeNode
 from memstrata.memory.search.associative import JOINT_KINDS, joint_top
 from memstrata.memory.search.fusion import (
     Weights,
@@ -36,6 +37,7 @@ from memstrata.memory.timeparse import format_date
 
 FACT_KIND = FACT.kind
 SUMMARY_KIND = SUMMARY.kind
+TREE_KIND = TREE_NODE.kind
 
 
 def turn_hits(
@@ -222,7 +224,7 @@ def query_graph(
     """
     if graph is None or graph.hops < 0:
         return []
-    settings = (graph.hops, graph.decay, graph.top, graph.vector_seeds, graph.seed_floor)
+    settings = (graph.hops, graph.decay, graph.top, graph.vector_seeds, graph.seed_floor, graph.profile)
     key = "\x1f".join(["graph", query_key(query, superseded), *map(str, settings)])
     if key not in index.memo:
         if events is None or FACT_KIND not in events:
@@ -306,6 +308,40 @@ def graph_events(
                 out[row] = hit.with_(
                     found_by="entity_graph", via=f"{how.describe()} -> {facts.units[fact_row].id} -> {hit.unit_id}"
                 )
+    return list(out.values())
+
+
+def graph_ancestors(
+    index: MemoryIndex, query: Query, leaves: Sequence[Hit], ranked: Sequence[tuple[str, int, float]]
+) -> list[Hit]:
+    """H-Mem's bottom-up tree search (§3.3 step 2): the week, month and year nodes above the leaves the graph reached.
+
+    From each leaf summary in ``leaves`` (the hits of :func:`graph_events`), the walk climbs the temporal tree one
+    parent at a time (a node's parent is the node that lists it among its children) up to its root, and every
+    node it passes becomes a candidate for the deep module's coarse pool. Each node comes once per query: a walk
+    stops at a node an earlier walk passed, whose ancestors are already in, so there are at most as many as the
+    tree has nodes above those leaves (one per level above each). Each keeps its own score for the query as
+    :func:`graph_events` does (``ranked``, the tree nodes' fused scores; the lowest of them when it is not ranked),
+    and continues its leaf's path: ``<leaf's path> -up-> <week> -up-> <month> -up-> <year>``.
+    """
+    tree = index.events.get(TREE_KIND)
+    if not leaves or tree is None or not len(tree):
+        return []
+    key = "tree_parent_of"
+    if key not in index.memo:
+        nodes = tree.units_as(TreeNode)
+        index.remember(key, {(n.conversation_id, c): row for row, n in enumerate(nodes) for c in n.children})
+    parent: dict[tuple[str, str], int] = index.memo[key]
+    own = {row: score for kind, row, score in ranked if kind == TREE_KIND}
+    floor = min(own.values(), default=0.0)
+    out: dict[int, Hit] = {}
+    for leaf in leaves:
+        via, row = leaf.via, parent.get((leaf.conversation_id, leaf.unit_id))
+        while row is not None and row not in out:
+            hit = event_hit(index, TREE_KIND, row, own.get(row, floor) * query.weight, query)
+            via = f"{via} -up-> {hit.unit_id}"
+            out[row] = hit.with_(found_by="entity_graph", via=via)
+            row = parent.get((hit.conversation_id, hit.unit_id))
     return list(out.values())
 
 
