@@ -401,6 +401,8 @@ def scale(
         msg = f"--sizes must be comma-separated integers, got {sizes!r}"
         raise typer.BadParameter(msg) from exc
     console = Console()
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)  # a folder that does not exist yet is made
     root = Path(tempfile.mkdtemp(prefix="memstrata-scale-", dir=workdir))
     threshold = Context(user_id="-").snapshot_max_turns
     command = command_line()
@@ -476,6 +478,8 @@ def tenants(
     from memstrata.bench.tenants import NOTE, plot_tenants, run_tenants
 
     console = Console()
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)  # a folder that does not exist yet is made
     folder = Path(tempfile.mkdtemp(prefix="memstrata-tenants-", dir=workdir))
     chroma = start_chroma(folder / "chroma") if server else None
     try:
