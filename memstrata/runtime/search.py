@@ -26,7 +26,7 @@ from memstrata.memory.index.active import active_index
 from memstrata.memory.index.bounded import Bounds, release_run, working_set
 from memstrata.memory.index.held import PerConversation, moved
 from memstrata.memory.index.snapshot import cached_snapshot, forget_snapshot
-from memstrata.memory.levels import ENTITY, FACT, TREE_NODE, Entity, Fact, levels, scope_table
+from memstrata.memory.levels import ENTITY, FACT, SUMMARY, TREE_NODE, Entity, Fact, levels, scope_table
 from memstrata.memory.search.fusion import Weights
 from memstrata.memory.search.query import Query
 from memstrata.memory.search.themes import ThemeSearch
@@ -258,9 +258,14 @@ async def _is_large(store: MemoryStore, ctx: Context) -> bool:
 
 
 async def _reinforced(store: MemoryStore, ctx: Context, index: MemoryIndex) -> MemoryIndex:
-    """The snapshot with the temporal tree's reinforcement counts (read again only where they moved)."""
-    if not reinforcement_current(index, store.counters, ctx.user_id):
-        await asyncio.to_thread(load_reinforcement, index, store.counters, ctx.user_id, ctx.conversation_id)
+    """The snapshot with the temporal tree's reinforcement counts (read again only where they moved): the event
+    summaries', and with ``Context.event_fusion="eq3"`` the tree nodes' too.
+    """
+    for kind in (SUMMARY.kind, TREE_NODE.kind) if ctx.event_fusion == "eq3" else (SUMMARY.kind,):
+        if not reinforcement_current(index, store.counters, ctx.user_id, kind=kind):
+            await asyncio.to_thread(
+                load_reinforcement, index, store.counters, ctx.user_id, ctx.conversation_id, kind=kind
+            )
     return index
 
 
@@ -306,6 +311,7 @@ def weights(ctx: Context) -> Weights:
         speaker=ctx.speaker_prior,
         when=ctx.when_prior,
         lam=ctx.temporal_lambda,
+        events=ctx.event_fusion,
     )
 
 

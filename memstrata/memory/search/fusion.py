@@ -8,6 +8,10 @@ questions). H-Mem's Eq. 3 (:mod:`memstrata.memory.search.hmem_score`) then adds
 temporal relevance to the query's hint and Ebbinghaus robustness. A question that asks
 for a time ("When did...") also boosts the turns that tell one (:func:`when_match`).
 
+An event unit (a summary, a tree node, a fact) scores its dense and BM25 match fused by rank
+(:func:`score_events`); with ``Context.event_fusion="eq3"`` it is ranked by H-Mem's Eq. 3 as well, that score
+its S (:func:`fused_events`).
+
 Example:
     >>> ranks_to_unit(np.array([3.0, 1.0, 2.0])).round(2).tolist()
     [1.0, 0.97, 0.98]
@@ -19,7 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -28,14 +32,21 @@ from memstrata.memory.plan.temporal_hints import asks_when
 from memstrata.memory.search.hmem_score import Interval, fuse
 from memstrata.memory.search.query import Query
 from memstrata.memory.timeparse import mentions_time
-from memstrata.memory.tree.search import turn_event_times, turn_robustness, window_relevance
+from memstrata.memory.tree.search import (
+    event_relevance,
+    event_robustness,
+    turn_event_times,
+    turn_robustness,
+    window_relevance,
+)
 
 RRF_K = 60
 
 
 @dataclass(frozen=True)
 class Weights:
-    """Fusion settings (``eta`` weighs the reinforcement the temporal tree records).
+    """Fusion settings (``eta`` weighs the reinforcement the temporal tree records; ``events`` is how event units
+    are ranked, see :func:`fused_events`).
 
     No defaults here: :func:`memstrata.runtime.search.weights` builds them from the run's
     :class:`~memstrata.context.Context`, where each is described.
@@ -51,6 +62,7 @@ class Weights:
     speaker: float
     when: float
     lam: float
+    events: Literal["rank", "eq3"]
 
 
 def ranks_to_unit(scores: np.ndarray) -> np.ndarray:
@@ -80,6 +92,38 @@ def score_events(table: KindTable, qvec: np.ndarray, qtokens: list[str]) -> np.n
     if not len(table):
         return np.zeros(0)
     return hybrid_semantic(table.dense(qvec), table.bm25.scores(qtokens) if table.bm25 else np.zeros(len(table)))
+
+
+def fused_events(
+    index: MemoryIndex,
+    scores: dict[str, np.ndarray],
+    kinds: Sequence[str],
+    hint: Interval | None,
+    *,
+    weights: Weights,
+    now: datetime | None,
+) -> dict[str, np.ndarray]:
+    """The scores the query's event units are ranked by: ``scores`` as they are (``weights.events == "rank"``), or
+    H-Mem's Eq. 3 for each of the ``kinds`` (``"eq3"``).
+
+    Eq. 3 takes a unit's score in ``scores`` as its S (:func:`score_events`, already in [0, 1]), T from Eq. 1
+    between the unit's time window and the query's ``hint`` (0 without one,
+    :func:`~memstrata.memory.tree.search.event_relevance`) and R from Eq. 2 at ``now`` with the unit's own
+    reinforcement (:func:`~memstrata.memory.tree.search.event_robustness`), weighted as the turns are.
+    """
+    if weights.events == "rank":
+        return scores
+    theta = (weights.semantic, weights.temporal, weights.robustness)
+    return {
+        kind: fuse(
+            scores[kind],
+            event_relevance(index, kind, hint, weights.lam),
+            event_robustness(index, kind, now, tau_days=weights.tau_days, eta=weights.eta),
+            weights=theta,
+        )
+        for kind in kinds
+        if kind in scores
+    }
 
 
 def ranked_events(

@@ -9,6 +9,9 @@
 * ``R = exp(-(t - r) / (tau * (1 + eta * ln(1 + n))))`` is Ebbinghaus
   robustness with reinforcement count ``n`` (Eq. 2).
 
+Eq. 1 and Eq. 2 come for one item (:func:`temporal_relevance`, :func:`robustness`) and for many at once, as numpy
+arrays of epoch seconds (:func:`temporal_relevance_array`, :func:`robustness_array`).
+
 Example:
     >>> from datetime import datetime, timedelta
     >>> round(robustness(datetime(2024, 1, 1), datetime(2025, 1, 1), tau_days=366, eta=0.5), 3)
@@ -21,6 +24,8 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+import numpy as np
 
 DAY = 86400.0
 EPS = 1.0  # Eq. 1's small constant, in seconds: it only keeps the ratios defined for two instants
@@ -60,6 +65,29 @@ def temporal_relevance(unit: Interval | None, hint: Interval | None, *, lam: flo
     return lam * inter / (union + eps) + (1 - lam) * max(0.0, 1 - distance / (union + eps))
 
 
+def temporal_relevance_array(
+    starts: np.ndarray, ends: np.ndarray, hint: Interval | None, *, lam: float, eps: float = EPS
+) -> np.ndarray:
+    """H-Mem Eq. 1 for many intervals, given as their ``starts`` and ``ends`` in epoch seconds (NaN: no time, 0).
+
+    The same numbers as :func:`temporal_relevance`, one interval at a time:
+
+    >>> day = Interval(datetime(2024, 5, 1), datetime(2024, 5, 1, 23, 59, 59))
+    >>> s, e = np.array([day.start.timestamp(), np.nan]), np.array([day.end.timestamp(), np.nan])
+    >>> temporal_relevance_array(s, e, day, lam=0.5).round(4).tolist()
+    [1.0, 0.0]
+    """
+    starts, ends = np.asarray(starts, dtype=float), np.asarray(ends, dtype=float)
+    if hint is None:
+        return np.zeros(starts.shape)
+    s2, e2 = hint.start.timestamp(), hint.end.timestamp()
+    union = np.maximum(ends, e2) - np.minimum(starts, s2)
+    inter = np.clip(np.minimum(ends, e2) - np.maximum(starts, s2), 0.0, None)
+    distance = np.abs((starts + ends) / 2 - hint.center)
+    score = lam * inter / (union + eps) + (1 - lam) * np.clip(1 - distance / (union + eps), 0.0, None)
+    return np.nan_to_num(score, nan=0.0)
+
+
 def robustness(
     last: datetime | None, now: datetime | None, *, tau_days: float, eta: float, reinforcements: int = 0
 ) -> float:
@@ -68,6 +96,20 @@ def robustness(
         return 1.0
     elapsed = max(0.0, (now - last).total_seconds())
     return math.exp(-elapsed / (tau_days * DAY * (1 + eta * math.log1p(reinforcements))))
+
+
+def robustness_array(
+    last: np.ndarray, now: datetime, *, tau_days: float, eta: float, reinforcements: np.ndarray
+) -> np.ndarray:
+    """H-Mem Eq. 2 for many items: ``last`` (r_m, epoch seconds; NaN: untimed, 1.0) and their counts n_m.
+
+    >>> last = np.array([datetime(2024, 1, 1).timestamp(), np.nan])
+    >>> robustness_array(last, datetime(2025, 1, 1), tau_days=366, eta=0.5, reinforcements=np.zeros(2)).round(3)
+    array([0.368, 1.   ])
+    """
+    elapsed = np.clip(now.timestamp() - last, 0, None)
+    scale = tau_days * DAY * (1 + eta * np.log1p(reinforcements))
+    return np.where(np.isnan(elapsed), 1.0, np.exp(-elapsed / scale))
 
 
 def fuse(semantic: Any, temporal: Any, robust: Any, *, weights: tuple[float, float, float]) -> Any:

@@ -25,6 +25,7 @@ from memstrata.memory.search.associative import JOINT_KINDS, joint_top
 from memstrata.memory.search.fusion import (
     Weights,
     event_prior,
+    fused_events,
     link_prior,
     ranked_events,
     score_events,
@@ -157,7 +158,8 @@ def score_query(
     reach (H-Mem: an entity path gives its fragments relevance). Units that are no longer current (a
     superseded fact) score ``superseded`` times their match, unless the query asks about the past.
     With ``themes``, the facts the theme path admits (:mod:`~memstrata.memory.search.themes`) lend their turns
-    the same kind of prior.
+    the same kind of prior. Events are ranked as ``weights.events`` says (:func:`fused_events`: their own match, or
+    H-Mem's Eq. 3); the entity graph and the theme path seed from their own match.
     """
     key = query_key(query, superseded)
     if key not in index.memo:
@@ -169,7 +171,7 @@ def score_query(
         index.remember(key, (events, turn_semantic(index, qvec, tokens)))
     events, own = index.memo[key]
     ranked = ranked_events(
-        events,
+        fused_events(index, events, event_kinds, query.hint, weights=weights, now=now),
         event_kinds,
         None
         if depth is None

@@ -11,7 +11,9 @@
   from the best BM25 match among the event summaries;
 - :func:`tag_hits`: the scope, the tree level and the window that led to each evidence item;
 - :func:`turn_robustness`: H-Mem's Eq. 2 per turn with the reinforcement (n_m, r_m) of the event
-  summary that holds it, read from the counters store by :func:`load_reinforcement`.
+  summary that holds it, read from the counters store by :func:`load_reinforcement`;
+- :func:`event_relevance` and :func:`event_robustness`: Eq. 1 and Eq. 2 for the event units themselves
+  (summaries, tree nodes, facts), for H-Mem's Eq. 3 on them (``Context.event_fusion="eq3"``).
 
 Example:
     >>> windows = select_windows(index, query.hint)  # doctest: +SKIP
@@ -32,9 +34,15 @@ from memstrata.memory.index import MemoryIndex, tokenize
 from memstrata.memory.index.held import PerConversation
 from memstrata.memory.levels.level1.tree_node import TREE_NODE, TreeNode
 from memstrata.memory.plan.temporal_hints import parse_hint, resolve
-from memstrata.memory.search.hmem_score import DAY, Interval, temporal_relevance
+from memstrata.memory.search.hmem_score import (
+    DAY,
+    Interval,
+    robustness_array,
+    temporal_relevance,
+    temporal_relevance_array,
+)
 from memstrata.memory.search.query import Hit, Query, Scope
-from memstrata.memory.tree.windows import level_for_span, window_key, window_span, windows_between
+from memstrata.memory.tree.windows import level_for_span, window_key, window_level, window_span, windows_between
 
 SUMMARY_KIND = "summary"
 FACT_KIND = "fact"
@@ -229,14 +237,23 @@ def node_window(unit: Any) -> str:
     return f"{unit.level} {unit.window}" if isinstance(unit, TreeNode) else ""
 
 
-def reinforcement_current(index: MemoryIndex, counters: Any, user_id: str) -> bool:
-    """Whether the snapshot's copy of n_m and r_m is up to date with this process's counter writes."""
-    held = index.held.get(_REINFORCEMENT)
+def reinforcement_current(index: MemoryIndex, counters: Any, user_id: str, *, kind: str = SUMMARY_KIND) -> bool:
+    """Whether the snapshot's copy of the ``kind`` units' n_m and r_m is up to date with this process's counter
+    writes.
+    """
+    held = index.held.get(_held_key(kind))
     return held is not None and held.stamp == counters.reinforcements.get(user_id, {})
 
 
-def load_reinforcement(index: MemoryIndex, counters: Any, user_id: str, conversation_id: str | None = None) -> None:
-    """Read the event summaries' n_m and r_m from the counters store into the snapshot.
+def _held_key(kind: str) -> str:
+    return _REINFORCEMENT if kind == SUMMARY_KIND else f"{_REINFORCEMENT}\x1f{kind}"
+
+
+def load_reinforcement(
+    index: MemoryIndex, counters: Any, user_id: str, conversation_id: str | None = None, *, kind: str = SUMMARY_KIND
+) -> None:
+    """Read the n_m and r_m of the units of ``kind`` from the counters store into the snapshot: the event
+    summaries' (the tree's leaves, for :func:`turn_robustness`), or the tree nodes' (for :func:`event_robustness`).
 
     Kept through in-place updates (``index.held``): after this process's writes only the conversations
     whose reinforcement moved are read again (``CounterStore.reinforcements``). A snapshot rebuilt
@@ -246,20 +263,16 @@ def load_reinforcement(index: MemoryIndex, counters: Any, user_id: str, conversa
     """
 
     def read(conv: str | None) -> dict[str, dict[str, tuple[int, float | None]]]:
-        """Conversation -> summary id -> (n_m, r_m), for one conversation or (``None``) every one."""
+        """Conversation -> unit id -> (n_m, r_m), for one conversation or (``None``) every one."""
         if index.bounded is None:
-            found = counters.all(user_id, kind=SUMMARY_KIND, conversation_id=conv)
-        else:  # a bounded snapshot holds a few hundred of a large user's summaries: read those by key
-            table = index.events.get(SUMMARY_KIND)
+            found = counters.all(user_id, kind=kind, conversation_id=conv)
+        else:  # a bounded snapshot holds a few hundred of a large user's units of the kind: read those by key
+            table = index.events.get(kind)
             found = (
                 list(
                     counters.get(
                         user_id,
-                        [
-                            (u.conversation_id, SUMMARY_KIND, u.id)
-                            for u in table.units
-                            if conv in (None, u.conversation_id)
-                        ],
+                        [(u.conversation_id, kind, u.id) for u in table.units if conv in (None, u.conversation_id)],
                     ).values()
                 )
                 if table
@@ -272,11 +285,11 @@ def load_reinforcement(index: MemoryIndex, counters: Any, user_id: str, conversa
 
     with index.lock:  # one query at a time updates what the snapshot holds
         stamp = counters.reinforcements.get(user_id, {})
-        held = index.held.get(_REINFORCEMENT)
+        held = index.held.get(_held_key(kind))
         if held is None:
-            index.held[_REINFORCEMENT] = PerConversation.read(stamp, read, scope=conversation_id)
-        elif held.refresh(stamp, read, scope=conversation_id):
-            held.version += 1
+            index.held[_held_key(kind)] = PerConversation.read(stamp, read, scope=conversation_id)
+        elif (changed := held.refresh(stamp, read, scope=conversation_id)) is None or changed:
+            held.version += 1  # moved, or read again whole (None): what was computed from the counts is stale
 
 
 def turn_robustness(index: MemoryIndex, now: datetime | None, *, tau_days: float, eta: float) -> np.ndarray:
@@ -316,6 +329,76 @@ def _reinforced_turns(index: MemoryIndex) -> tuple[np.ndarray, np.ndarray]:
 
 def _robustness(index: MemoryIndex, now: datetime, tau_days: float, eta: float) -> np.ndarray:
     counts, last = _reinforced_turns(index)
-    elapsed = np.clip(now.timestamp() - last, 0, None)
-    scale = tau_days * DAY * (1 + eta * np.log1p(counts))
-    return np.where(np.isnan(elapsed), 1.0, np.exp(-elapsed / scale))
+    return robustness_array(last, now, tau_days=tau_days, eta=eta, reinforcements=counts)
+
+
+def event_relevance(index: MemoryIndex, kind: str, hint: Interval | None, lam: float) -> np.ndarray:
+    """Per unit of an event kind: H-Mem Eq. 1 between its time window (:func:`unit_window`) and the hint; 0
+    without a hint, and for a unit without a time.
+    """
+    if hint is None:
+        return np.zeros(len(index.events[kind]))
+    starts, ends = _unit_windows(index, kind)
+    return temporal_relevance_array(starts, ends, hint, lam=lam)
+
+
+def unit_window(unit: Any) -> tuple[float, float]:
+    """A unit's time as the tree windows it, in epoch seconds: a tree node's own window (its week, month or
+    year), else the whole days its span covers (a summary's session day, a fact's event date or the day it was
+    said: H-Mem's leaves sit in day windows); ``(nan, nan)`` without a time.
+    """
+    if isinstance(unit, TreeNode) and window_level(unit.window) is not None:
+        start, end = window_span(unit.window)
+        return start.timestamp(), end.timestamp()
+    first, last = unit.span()
+    if first is None:
+        return np.nan, np.nan
+    first, last = min(first, last or first), max(first, last or first)
+    return window_span(window_key("day", first))[0].timestamp(), window_span(window_key("day", last))[1].timestamp()
+
+
+def _unit_windows(index: MemoryIndex, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every unit's :func:`unit_window` as two arrays, once per snapshot (and per unit through writes)."""
+    key = f"tree\x1funit_windows\x1f{kind}"
+    if key not in index.memo:
+        spans = np.array(index.events[kind].column("time_window", unit_window), dtype=float).reshape(-1, 2)
+        index.remember(key, (spans[:, 0], spans[:, 1]))
+    return index.memo[key]
+
+
+def event_robustness(index: MemoryIndex, kind: str, now: datetime | None, *, tau_days: float, eta: float) -> np.ndarray:
+    """H-Mem Eq. 2 per unit of an event kind: with the unit's own n_m and r_m where the snapshot holds them
+    (:func:`load_reinforcement` of its kind: summaries, tree nodes; r_m never earlier than the unit's time), else
+    n_m = 0 and the unit's time (when it was said or consolidated, not a date it names); 1.0 where untimed.
+    """
+    if now is None:
+        return np.ones(len(index.events[kind]))
+    counts, last = _reinforced_units(index, kind)
+    return robustness_array(last, now, tau_days=tau_days, eta=eta, reinforcements=counts)
+
+
+def _reinforced_units(index: MemoryIndex, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per unit of ``kind``: its n_m and its latest time (r_m, else its own), once per snapshot and counters."""
+    held = index.held.get(_held_key(kind))
+    key = f"tree\x1freinforced_units\x1f{kind}\x1f{held.version if held else -1}"
+    if key not in index.memo:
+        table = index.events[kind]
+        last = np.array(table.column("time_seconds", _seconds), dtype=float)
+        counts = np.zeros(len(table))
+        parts = held.parts if held is not None else {}
+        found = [
+            (row, n, at)
+            for row, u in enumerate(table.units)
+            for n, at in [parts.get(u.conversation_id, {}).get(u.id, (0, None))]
+            if n
+        ]
+        if found:
+            rows = np.array([row for row, _, _ in found], dtype=int)
+            counts[rows] = [n for _, n, _ in found]
+            last[rows] = np.fmax(last[rows], [at or np.nan for _, _, at in found])  # 0 or None: untimed
+        index.remember(key, (counts, last))
+    return index.memo[key]
+
+
+def _seconds(unit: Any) -> float:
+    return unit.timestamp.timestamp() if unit.timestamp is not None else np.nan
