@@ -14,6 +14,7 @@ from conftest import EXAMPLE, REPO
 from memstrata import Memstrata
 from memstrata.context import Context
 from memstrata.memory.index import MemoryIndex
+from memstrata.memory.index.snapshot import _Frozen
 from memstrata.memory.search.query import Query
 from memstrata.memory.search.scoring import score_query
 from memstrata.runtime.search import weights as weights_of
@@ -276,14 +277,23 @@ def test_a_new_whole_memory_snapshot_is_frozen_out_of_gc_scans(data_dir, hash_em
         gc.unfreeze()
 
 
-def test_a_small_snapshot_beside_many_frozen_objects_skips_the_full_collection(data_dir, hash_embeddings) -> None:
+def test_a_small_snapshot_beside_many_frozen_objects_skips_the_full_collection(
+    data_dir, hash_embeddings, monkeypatch
+) -> None:
     """A server's many small users: the whole-process collection runs once in several of them, not at each."""
     import gc
 
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     mem.ingest({"conversation_id": "c", "messages": json.loads(EXAMPLE.read_text())["messages"]}, user_id="u")
     alive = _garbage_cycle()
-    gc.freeze()  # as if an earlier settle froze the process: far more than the new snapshot adds
+    gc.freeze()  # as if an earlier settle froze the process (the cycle with it): far more than the new snapshot adds
+    monkeypatch.setattr(_Frozen, "count", gc.get_freeze_count())  # the count that settle would have kept
+
+    def walks_every_frozen_object() -> int:  # 70 ms at 560k frozen objects, on every new user's first query
+        msg = "the settle check must not walk the frozen objects"
+        raise AssertionError(msg)
+
+    monkeypatch.setattr(gc, "get_freeze_count", walks_every_frozen_object)
     try:
         index = MemoryIndex.load(mem.store, user_id="u", freeze=True)
         assert alive() is not None  # no full collection ran
