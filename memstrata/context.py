@@ -700,7 +700,7 @@ class Context:
         ),
     ] = 2
     persona_calibration_batch: Annotated[
-        int, _s("persona", "with a model: scenes of one speaker that one calibration call checks, at most")
+        int, _s("persona", "with a model: scene checks one calibration call makes, at most (of one speaker or several)")
     ] = 8
     persona_search: Annotated[
         bool,

@@ -307,7 +307,7 @@ def _scripted(condition: str) -> Any:
                 "values": [{"text": "Made up", "fact_ids": ["fact:never-shown"]}] if "Oslo" in user else [],
             }
         if system.startswith(PROMPTS["CALIBRATE_PROMPT"][:40]):
-            shown = re.findall(r'<scene index="(\d+)">', user)
+            shown = re.findall(r'<scene index="(\d+)"', user)
             return {
                 "checks": [
                     {"scene": int(i), "needs_calibration": bool(condition), "condition": condition} for i in shown
@@ -386,7 +386,7 @@ def test_one_ingest_of_a_real_conversation_checks_every_scene_several_to_a_call(
     before = due_scenes([t.model_copy(update={"calibrations": []}) for t in themes], facts, speakers, lambda s: True)
     assert not due and sum(map(len, before.values())) > 8  # more scenes than one call checks
     calls = stats["llm"]["persona"]["per_node"]["calibrate"]["calls"]
-    assert calls == sum(math.ceil(len(v) / 8) for v in before.values())  # 8 scenes of one speaker to a call
+    assert calls == math.ceil(sum(map(len, before.values())) / 8)  # 8 checks to a call, whoever the speakers
     assert stats["scenes_checked"] == sum(map(len, before.values())) == stats["scenes_calibrated"]
     mem.close()
 

@@ -2,8 +2,9 @@
 
 A scene (theme) belongs to the speakers most of its current facts are about (every one of them on a tie, so a scene
 shared by two people is checked against both personas). With a model, the scenes whose present form (text and
-members) has not been checked against a speaker's persona yet are put to the model with that persona, several scenes
-to one call (:func:`due_scenes`, :func:`chunks`); for each scene that misses or contradicts the persona, the model
+members) has not been checked against a speaker's persona yet are put to the model with that persona, several checks
+to one call, of one speaker or several (:func:`due_scenes`, :func:`chunks`, :func:`checks_block`); for each scene
+that misses or contradicts the persona, the model
 writes a compensatory condition that is appended to the scene (s' = s + delta s). The scene's own text is never
 rewritten, and every check is recorded (with the persona basis it was checked against), an empty condition meaning
 "consistent". Bi-Mem calibrates every scene once, after the persona; written a message at a time, a scene is
@@ -84,9 +85,14 @@ def chunks(items: Sequence[T], size: int) -> list[Sequence[T]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def scenes_block(scenes: Sequence[Theme]) -> str:
-    """The scenes of one call as the prompt shows them, each with the index its verdict names."""
-    return "\n".join(f'<scene index="{i}">{t.text}</scene>' for i, t in enumerate(scenes))
+def checks_block(items: Sequence[tuple[str, Theme]], personas: Mapping[str, str]) -> str:
+    """One call's prompt body: the persona of each speaker its checks name, then the (speaker, scene) checks, each
+    with the index its verdict names.
+    """
+    shown = dict.fromkeys(speaker for speaker, _ in items)
+    block = "\n".join(f'<persona speaker="{s}">\n{personas[s]}\n</persona>' for s in shown)
+    scenes = "\n".join(f'<scene index="{i}" speaker="{s}">{t.text}</scene>' for i, (s, t) in enumerate(items))
+    return f"<personas>\n{block}\n</personas>\n<scenes>\n{scenes}\n</scenes>"
 
 
 def scene_form(theme: Theme) -> str:

@@ -28,7 +28,7 @@ from langgraph.runtime import Runtime
 
 from memstrata.context import Context
 from memstrata.memory.levels import DIMENSIONS, Fact, Persona, PersonaItem, Theme
-from memstrata.memory.persona.calibrate import Calibrations, appended, chunks, due_scenes, scenes_block
+from memstrata.memory.persona.calibrate import Calibrations, appended, checks_block, chunks, due_scenes
 from memstrata.memory.persona.distill import (
     PersonaDraft,
     basis,
@@ -266,7 +266,7 @@ async def _calibrate(
 ) -> list[Theme]:
     """With a model: the scenes not yet checked against their speakers' present persona, each with one more check
     recorded per speaker (and its condition appended when the model found the scene at odds with the persona).
-    One call checks up to ``persona_calibration_batch`` scenes of one speaker.
+    One call makes up to ``persona_calibration_batch`` checks, of one speaker's scenes or of several speakers'.
     """
     if calls["calibrate"] <= 0:
         return []
@@ -277,29 +277,27 @@ async def _calibrate(
     }
     checked: dict[str, Theme] = {}
     due = due_scenes(src.themes, {f.id: f for f in src.facts}, src.speakers, lambda s: bool(persona[s]))
-    for speaker, scenes in due.items():
-        profile = "\n".join(f"<{p.dimension}>{p.text}</{p.dimension}>" for p in persona[speaker])
-        for chunk in chunks(scenes, ctx.persona_calibration_batch):
-            if calls["calibrate"] <= 0:
-                return list(checked.values())
-            calls["calibrate"] -= 1
-            verdict, how = await step.decide(
-                Calibrations,
-                "CALIBRATE_PROMPT",
-                f"<persona>\n{profile}\n</persona>\n<scenes>\n{scenes_block(chunk)}\n</scenes>",
-                node="calibrate",
-                fallback=Calibrations,
-                speaker=speaker,
-            )
-            if how not in GOOD_OUTCOMES:
-                continue  # not checked: they stay due for the next write
-            said = {c.scene: c for c in reversed(verdict.checks) if 0 <= c.scene < len(chunk)}  # the first per scene
-            for i, check in sorted(said.items()):
-                scene = checked.get(chunk[i].id, chunk[i])  # a scene of two speakers is checked against both
-                condition = check.condition if check.needs_calibration else ""
-                totals["scenes_checked"] += 1
-                totals["scenes_calibrated"] += bool(condition.strip())
-                checked[scene.id] = appended(scene, speaker, persona[speaker][0].basis, condition)
+    profiles = {
+        speaker: "\n".join(f"<{p.dimension}>{p.text}</{p.dimension}>" for p in persona[speaker]) for speaker in due
+    }
+    items = [(speaker, scene) for speaker, scenes in due.items() for scene in scenes]
+    for chunk in chunks(items, ctx.persona_calibration_batch):
+        if calls["calibrate"] <= 0:
+            break
+        calls["calibrate"] -= 1
+        verdict, how = await step.decide(
+            Calibrations, "CALIBRATE_PROMPT", checks_block(chunk, profiles), node="calibrate", fallback=Calibrations
+        )
+        if how not in GOOD_OUTCOMES:
+            continue  # not checked: they stay due for the next write
+        said = {c.scene: c for c in reversed(verdict.checks) if 0 <= c.scene < len(chunk)}  # the first per scene
+        for i, check in sorted(said.items()):
+            speaker, shown = chunk[i]
+            scene = checked.get(shown.id, shown)  # a scene of two speakers is checked against both
+            condition = check.condition if check.needs_calibration else ""
+            totals["scenes_checked"] += 1
+            totals["scenes_calibrated"] += bool(condition.strip())
+            checked[scene.id] = appended(scene, speaker, persona[speaker][0].basis, condition)
     return list(checked.values())
 
 
