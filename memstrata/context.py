@@ -608,9 +608,10 @@ class Context:
         bool,
         _s(
             "theme retrieval",
-            "Stage II: admit the picked facts' episodes, in order of support, only while they lower "
-            "the uncertainty: with a model, the reader's own (one self-check per episode offered); "
-            "offline, a proxy (the share of the query's words no admitted episode says)",
+            "Stage II: from the picked themes' lines (the coarse context), admit the picked facts' episodes, in "
+            "order of support, only while they lower the uncertainty: with a model, the reader's own (one "
+            "self-check on the themes, then one per episode offered); offline, a proxy (the share of the query's "
+            "words neither the themes nor an admitted episode says)",
         ),
     ] = False
     theme_stage2_expand: Annotated[
@@ -618,7 +619,7 @@ class Context:
         _s(
             "theme retrieval",
             "xMemory Stage II: an admitted episode's other messages join it only when they lower the "
-            "uncertainty further (one more self-check each)",
+            "uncertainty further (with a model one more self-check each; offline the proxy)",
         ),
     ] = False
     theme_stage2_checks: Annotated[

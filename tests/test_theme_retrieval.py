@@ -214,7 +214,10 @@ def test_the_theme_path_is_off_at_zero_and_ablation_settings_change_what_it_pick
     )
     [(_, how)] = _theme_events(paper).items()
     assert len(how["themes"]) <= 3 and how["facts"] <= 8
-    assert 0 < how["episodes_admitted"] <= how["episodes_offered"] and how["uncertainty_measure"].startswith("offline")
+    assert how["episodes_offered"] >= 1 and how["uncertainty_measure"].startswith("offline")
+    # the proxy starts from the picked themes' lines: a theme's text is made of its facts, so the one episode offered
+    # (its fact and turn) says no query word the theme did not; from no coarse context it would have been admitted
+    assert how["episodes_admitted"] == 0 and how["uncertainty_left"] == how["coarse_uncertainty"] == 0.5
     # with Eq. 4 the themes facts evoke are candidates like the others: the pick cap holds for them too
     one = theme_mem.retrieve(
         question, user_id="ann", context_budget=400, theme_select="eq4", theme_pick=1, theme_search_k=1
@@ -270,15 +273,17 @@ def test_with_a_model_stage2_keeps_the_theme_turns_of_the_episodes_the_reader_ad
         question,
         user_id="ann",
         context_budget=400,
-        model=_scripted_reader([0.5] * 9),
+        model=_scripted_reader([0.4] + [0.5] * 9),
         theme_stage2=True,
         theme_patience=2,
         llm_depth=None,  # Stage II's self-checks are sequential calls: no bound, so they all run
     )
     lookup = next(e for e in result.trace["events"] if e["node"] == "lookup_level1")
     how = lookup["stage2"]
-    # the first episode lowers the doubt from 1 to 0.5; the next ones lower nothing: two more checks, then stop
-    assert how["admitted"] == 1 and how["checked"] == min(3, how["offered"]) and how["fallbacks"] == 0
+    # the picked themes leave a doubt of 0.6; the first episode lowers it to 0.5; the next ones lower nothing: two
+    # more checks, then stop
+    assert how["coarse_uncertainty"] == 0.6 and how["admitted"] == 1 and how["fallbacks"] == 0
+    assert how["checked"] == 1 + min(3, how["offered"])
     assert how["uncertainty_left"] == 0.5 and how["measure"].startswith("reader self-check")
     assert next(iter(lookup["themes"].values()))["episodes_offered"] == 0  # no offline proxy as well
     checks = result.trace["llm"]["per_node"]["stage2"]  # every check of every lookup round is metered
@@ -374,7 +379,7 @@ def test_scene_lines_open_the_context_within_their_share_and_cite_turns_of_the_c
 
 
 @pytest.mark.integration
-def test_with_scene_lines_stage2_starts_from_the_readers_doubt_on_the_coarse_context(theme_mem) -> None:
+def test_stage2_starts_from_the_readers_doubt_on_the_picked_themes_shown_or_not(theme_mem) -> None:
     question = "What do we know about Ann's cat Miso?"
     settings = {"theme_stage2": True, "theme_patience": 2, "llm_depth": None, "context_budget": 400}
     # the scenes alone leave a doubt of 0.4; the episodes offered after them say 0.5 and 0.5: none lowers it
@@ -384,7 +389,9 @@ def test_with_scene_lines_stage2_starts_from_the_readers_doubt_on_the_coarse_con
     how = next(e for e in coarse.trace["events"] if e["node"] == "lookup_level1")["stage2"]
     assert how["coarse_uncertainty"] == 0.4 and how["admitted"] == 0 and how["uncertainty_left"] == 0.4
     assert how["checked"] == 1 + min(2, how["offered"])  # the coarse check, then patience
-    # without scene lines there is no coarse context: the first episode offered is admitted from a doubt of 1.0
+    # without scene lines the reader is not shown the themes, but they are still Stage II's coarse context: the
+    # first episode offered (0.5) does not lower their doubt (0.5), so it is not admitted
     plain = theme_mem.retrieve(question, user_id="ann", model=_scripted_reader([0.5, 0.5, 0.5]), **settings)
     how = next(e for e in plain.trace["events"] if e["node"] == "lookup_level1")["stage2"]
-    assert how["coarse_uncertainty"] is None and how["admitted"] == 1
+    assert how["coarse_uncertainty"] == 0.5 and how["admitted"] == 0 and how["checked"] == 1 + min(2, how["offered"])
+    assert "[scenes]" not in plain.context

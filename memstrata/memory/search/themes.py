@@ -18,13 +18,15 @@ For one query (all on the search snapshot, memoized per query text):
    A selected theme induces all its facts, or with spreading its ``spread`` facts: those that best match the
    query (``fact_order="query"``), or those nearest the scene's centroid (``"scene"``, Bi-Mem's Eq. 10, with the
    paper's m).
-3. **Stage II** (offline proxy, :func:`~memstrata.memory.themes.select.admit_by_coverage`): the chosen facts,
-   grouped by the episode they come from, are admitted episode by episode in order of support (the summed
-   match of their facts) while they say query words nothing admitted before said; after ``patience``
-   episodes that say nothing new it stops. Without a model there is no reader whose uncertainty could be
-   measured, so the proxy is the query's words left unsaid; a trace names it so. With a model the path leaves
-   Stage II out and the lookup node asks the reader instead (:mod:`memstrata.nodes.retrieve.stage2`, over the
-   episodes :func:`episode_rounds` groups).
+3. **Stage II** (offline proxy, :func:`~memstrata.memory.themes.select.admit_by_coverage`): the coarse context
+   is the picked themes' lines (:func:`~memstrata.memory.search.scenes.scene_lines`, whether or not the reader is
+   shown them); the chosen facts, grouped by the episode they come from, are admitted episode by episode in
+   order of support (the summed match of their facts) while they say query words neither the coarse context nor
+   an episode admitted before said; after ``patience`` episodes that say nothing new it stops. Without a model
+   there is no reader whose uncertainty could be measured, so the proxy is the query's words left unsaid; a
+   trace names it so. With a model the path leaves Stage II out and the lookup node asks the reader instead
+   (:mod:`memstrata.nodes.retrieve.stage2`, over the episodes :func:`episode_rounds` groups). Expanding an
+   admitted episode to its other turns (:func:`episode_rest`) is the node's, with a model and offline.
 
 The admitted facts' raw turns become candidates (``found_by="theme"``, or ``"spread"`` when the theme was
 evoked by a fact), and lend the turns a prior like the entity graph's (:func:`theme_prior_rows`).
@@ -50,11 +52,15 @@ import numpy as np
 from memstrata.memory.index import MemoryIndex, tokenize
 from memstrata.memory.levels.level1.fact import FACT, Fact
 from memstrata.memory.levels.level1.persona import PERSONA
+from memstrata.memory.levels.level1.summary import SUMMARY
 from memstrata.memory.levels.level1.theme import THEME, Theme
+from memstrata.memory.levels.level2.episode import summary_id
 from memstrata.memory.search.query import Hit, Query
+from memstrata.memory.search.scenes import scene_lines
 from memstrata.memory.themes.graph import nearest_rows
 from memstrata.memory.themes.partition import unit_rows
-from memstrata.memory.themes.select import admit_by_coverage, representatives
+from memstrata.memory.themes.select import admit_by_coverage, representatives, unsaid
+from memstrata.memory.timeparse import format_date
 
 SELECTIONS = ("eq4", "top")
 FACT_ORDERS = ("query", "scene")
@@ -121,6 +127,7 @@ class ThemeTrace:
     episodes_offered: int = 0
     episodes_admitted: int = 0
     uncertainty_left: float | None = None
+    coarse_uncertainty: float | None = None  # Stage II's start: the proxy on the picked themes' lines alone
     uncertainty_measure: str | None = None  # what Stage II measured (offline: the proxy, named as such)
     persona: tuple[int, int] | None = None  # Eq. 9: the best persona dimension's (row, rank) in the joint top-k
     scenes: list[list[str]] | None = None  # [conversation_id, theme id] of the picked themes, best first
@@ -312,51 +319,95 @@ def _stage2(
     s: ThemeSearch,
     trace: ThemeTrace,
 ) -> list[int]:
-    """The chosen facts of the episodes admitted by the coverage proxy, episode by episode in support order."""
-    facts = index.events[FACT.kind]
-    units = facts.units_as(Fact)
+    """The chosen facts of the episodes admitted by the coverage proxy, episode by episode in support order,
+    from the coarse context of the picked themes' lines.
+    """
+    units = index.events[FACT.kind].units_as(Fact)
     groups: dict[str, list[int]] = {}
     for f in chosen:
         groups.setdefault(units[f].episode_id, []).append(f)
     order = sorted(groups, key=lambda e: (-sum(support[f] for f in groups[e]), e))
-    terms = [
-        set(
-            tokenize(
-                [
-                    " ".join(
-                        [
-                            *(units[f].text for f in groups[e]),
-                            *(index.turns[r].text for f in groups[e] for r in facts.turn_rows[f]),
-                        ]
-                    )
-                ]
-            )[0]
-        )
-        for e in order
-    ]
     words = set(tokenize([query.text])[0])
     if not words:  # nothing to lower: Stage II cannot judge, so it admits what Stage I chose
         trace.uncertainty_measure = "none: the query has no content words"
         return list(chosen)
-    admitted, left = admit_by_coverage(words, terms, patience=s.patience)
+    coarse = _terms([line.line() for line in scene_lines(index, trace.scenes or [])])
+    terms = [_terms(_episode_texts(index, groups[e])) for e in order]
+    admitted, left = admit_by_coverage(words, terms, patience=s.patience, said=coarse)
     trace.episodes_offered, trace.episodes_admitted, trace.uncertainty_left = len(order), len(admitted), left
-    trace.uncertainty_measure = "offline proxy: share of the query's words no admitted episode says"
+    trace.coarse_uncertainty = round(unsaid(words, coarse), 3)
+    trace.uncertainty_measure = (
+        "offline proxy: share of the query's words the themes and admitted episodes leave unsaid"
+    )
     return [f for i in admitted for f in groups[order[i]]]
+
+
+def _terms(texts: Sequence[str]) -> set[str]:
+    return set(tokenize([" ".join(texts)])[0])
+
+
+def _episode_texts(index: MemoryIndex, rows: Sequence[int]) -> list[str]:
+    """What an offered episode says: its chosen facts' texts and their raw turns'."""
+    facts = index.events[FACT.kind]
+    units = facts.units_as(Fact)
+    return [*(units[f].text for f in rows), *(index.turns[r].text for f in rows for r in facts.turn_rows[f])]
 
 
 def episode_rounds(index: MemoryIndex, hits: Sequence[Hit]) -> list[tuple[str, list[Hit]]]:
     """Stage II's offers with a model: the theme path's turn hits grouped by the episode of the fact that brought
-    each (named in its ``via``), the episodes in order of support (their hits' summed score), ties by id.
+    each (named in its ``via``; an episode id is its conversation's, so the conversation is part of the group), the
+    episodes in order of support (their hits' summed score), ties by id.
     """
     facts = index.events.get(FACT.kind)
-    groups: dict[str, list[Hit]] = {}
+    groups: dict[tuple[str, str], list[Hit]] = {}
     for hit in hits:
         if hit.found_by not in THEME_FINDERS or facts is None:
             continue
         row = facts.by_key.get((hit.conversation_id, hit.via.rsplit(" -> ", 1)[-1]))
         if row is not None:
-            groups.setdefault(facts.units_as(Fact)[row].episode_id, []).append(hit)
-    return sorted(groups.items(), key=lambda kv: (-sum(h.score for h in kv[1]), kv[0]))
+            groups.setdefault((facts.units_as(Fact)[row].episode_id, hit.conversation_id), []).append(hit)
+    ranked = sorted(groups.items(), key=lambda kv: (-sum(h.score for h in kv[1]), kv[0]))
+    return [(episode, group) for (episode, _), group in ranked]
+
+
+def episode_turn_rows(index: MemoryIndex, conversation_id: str, episode_id: str) -> list[int]:
+    """The rows of an episode's turns, in order: its Level-1 summary's (a summary links exactly its episode's turns;
+    the snapshot holds no episodes, which are read by id and never searched). Empty when the snapshot holds no
+    summary of it.
+    """
+    summaries = index.events.get(SUMMARY.kind)
+    row = None if summaries is None else summaries.by_key.get((conversation_id, summary_id(episode_id)))
+    return [] if summaries is None or row is None else list(summaries.turn_rows[row])
+
+
+def episode_rest(index: MemoryIndex, episode_id: str, hits: Sequence[Hit]) -> list[Hit]:
+    """Stage II's expansion of an admitted episode: its turns that ``hits`` (its theme turns) do not hold, in order,
+    as hits like its best one (same query, path and level) via the episode, each at the lowest score among
+    ``hits``: an expanded turn joins its episode, it was not ranked itself.
+    """
+    best = max(hits, key=lambda h: h.score)
+    held, floor = {h.unit_id for h in hits}, min(h.score for h in hits)
+    rest = []
+    for row in episode_turn_rows(index, best.conversation_id, episode_id):
+        t = index.turns[row]
+        if t.id not in held:
+            rest.append(
+                best.with_(
+                    unit_id=t.id,
+                    turn_ids=[t.id],
+                    score=floor,
+                    parts={},
+                    text=t.text,
+                    time=format_date(t.timestamp) or t.timestamp_raw,
+                    session_id=t.session_id,
+                    position=t.position,
+                    speaker=t.speaker,
+                    image_caption=t.image_caption,
+                    via=f"{best.via} -> {episode_id}",
+                    span=None,
+                )
+            )
+    return rest
 
 
 def theme_members(index: MemoryIndex) -> list[list[int]]:

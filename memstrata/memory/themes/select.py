@@ -17,11 +17,13 @@ things open; the readings taken here:
 
 Ties go to the earlier candidate (callers pass candidates best first).
 
-**Stage II** (xMemory §3.3): evidence is admitted in order of support while it lowers the reader's
-uncertainty, with early stopping. Offline there is no reader; :func:`admit_by_coverage` uses the share of the
-query's content words (and names) that the admitted evidence has not yet said as the uncertainty, so a unit is
-admitted when it says a query word nothing admitted so far said, and the stage stops after ``patience``
-units in a row that say nothing new. That is a proxy, not the paper's measure: it is said so wherever it is used.
+**Stage II** (xMemory §3.3): starting from a coarse context (the picked themes), evidence is admitted in order of
+support while it lowers the reader's uncertainty, with early stopping; an admitted unit may be refined (its episode
+expanded to its other messages) when that lowers the uncertainty further. Offline there is no reader;
+:func:`admit_by_coverage` uses the share of the query's content words (and names) that neither the coarse context
+nor the admitted evidence says as the uncertainty, so a unit is admitted when it says a query word nothing before it
+said, and the stage stops after ``patience`` units in a row that say nothing new. That is a proxy, not the paper's
+measure: it is said so wherever it is used.
 
 Example:
     >>> rel = np.array([1.0, 0.9, 0.2])
@@ -30,6 +32,8 @@ Example:
     [0, 2]
     >>> admit_by_coverage({"cat", "miso"}, [{"cat"}, {"cat"}, {"miso"}, {"dog"}], patience=2)
     ([0, 2], 0.0)
+    >>> admit_by_coverage({"cat", "miso"}, [{"cat"}, {"cat"}, {"miso"}, {"dog"}], patience=3, said={"cat"})
+    ([2], 0.0)
 """
 
 from __future__ import annotations
@@ -110,14 +114,17 @@ def objective(relevance: np.ndarray, sims: np.ndarray, chosen: Sequence[int], *,
 class UncertaintyGate:
     """xMemory's Stage II admission rule: a unit is admitted when the uncertainty it leaves is lower than the best so
     far; after ``patience`` units in a row that lower nothing, the stage stops (early stopping), as it does at 0.
+    ``start`` is the uncertainty of the coarse context alone (1.0 without one).
 
     The measure is the caller's: the reader's own doubt (1 - its stated confidence) with a model, the share of the
-    query's words no admitted unit says offline (:func:`admit_by_coverage`).
+    query's words nothing admitted says offline (:func:`admit_by_coverage`).
 
     Example:
         >>> gate = UncertaintyGate(1.0, patience=2)
         >>> [gate.offer(u) for u in (0.6, 0.6, 0.3)], gate.uncertainty, gate.done
         ([True, False, True], 0.3, False)
+        >>> gate.refine(0.3), gate.refine(0.1), gate.uncertainty, gate.idle
+        (False, True, 0.1, 0)
     """
 
     def __init__(self, start: float, *, patience: int) -> None:
@@ -136,6 +143,16 @@ class UncertaintyGate:
         self.idle += 1
         return False
 
+    def refine(self, uncertainty: float) -> bool:
+        """Whether a refinement of the unit just admitted (its episode's other messages) that would leave
+        ``uncertainty`` is taken: only when lower than the best so far. A refinement refused leaves early stopping's
+        count alone: the unit it would refine was admitted.
+        """
+        if uncertainty < self.uncertainty:
+            self.uncertainty = uncertainty
+            return True
+        return False
+
 
 def unsaid(query_terms: Set[str], said: Set[str]) -> float:
     """Stage II's offline uncertainty: the share of the query's terms not among ``said`` (1.0 with no query terms)."""
@@ -143,23 +160,23 @@ def unsaid(query_terms: Set[str], said: Set[str]) -> float:
 
 
 def admit_by_coverage(
-    query_terms: Set[str], unit_terms: Sequence[Set[str]], *, patience: int
+    query_terms: Set[str], unit_terms: Sequence[Set[str]], *, patience: int, said: Set[str] = frozenset()
 ) -> tuple[list[int], float]:
     """Stage II's offline proxy: the units (in support order) admitted while they lower the uncertainty.
 
-    The uncertainty is the share of ``query_terms`` no admitted unit holds; :class:`UncertaintyGate` admits and
-    stops. Returns the admitted positions and the uncertainty left. With no query terms there is nothing to
-    lower: nothing is admitted.
+    The uncertainty is the share of ``query_terms`` neither ``said`` (the coarse context's terms) nor an admitted
+    unit holds; :class:`UncertaintyGate` admits and stops. Returns the admitted positions and the uncertainty left.
+    With no query terms there is nothing to lower: nothing is admitted; nor is anything when the coarse context
+    says every query term.
     """
-    total = len(query_terms)
-    if not total:
+    if not query_terms:
         return [], 0.0
-    gate, said = UncertaintyGate(1.0, patience=patience), set[str]()
+    gate, known = UncertaintyGate(unsaid(query_terms, said), patience=patience), set(said)
     admitted: list[int] = []
     for i, terms in enumerate(unit_terms):
         if gate.done:
             break
-        if gate.offer(unsaid(query_terms, said | terms)):
+        if gate.offer(unsaid(query_terms, known | terms)):
             admitted.append(i)
-            said |= terms
+            known |= terms
     return admitted, gate.uncertainty

@@ -1,5 +1,6 @@
-"""Retrieval: HyMem's light module, the top-k lookup over Level-1 events (and direct raw turns by scope); with a model,
-xMemory's Stage II over the theme path's turns (:mod:`memstrata.nodes.retrieve.stage2`). A large user's lookup
+"""Retrieval: HyMem's light module, the top-k lookup over Level-1 events (and direct raw turns by scope); then
+xMemory's Stage II over the theme path's turns, with a model or, for its expansion, offline
+(:mod:`memstrata.nodes.retrieve.stage2`). A large user's lookup
 searches the HMO tier the query has reached (the cache first; :mod:`memstrata.nodes.retrieve.gate` goes deeper).
 """
 
