@@ -176,7 +176,10 @@ def resolve_relative(expression: str, anchor: datetime) -> datetime | None:
     ago = re.fullmatch(r"(.+?) (day|week|fortnight|month|year)s? (?:ago|back)", expr)
     if ago:
         count = int(ago.group(1)) if ago.group(1).isdigit() else NUMBER_WORDS.get(ago.group(1), 1)
-        return anchor - timedelta(days=count * _UNIT_DAYS[ago.group(2)])
+        try:
+            return anchor - timedelta(days=count * _UNIT_DAYS[ago.group(2)])
+        except OverflowError:  # "3000 years ago": before year 1, no date holds it
+            return None
     rel = re.fullmatch(r"(last|this|next|past) (\w+)", expr)
     if not rel:
         return None

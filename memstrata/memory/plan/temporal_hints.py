@@ -124,13 +124,10 @@ def parse_hint(text: str, *, now: datetime | None) -> TemporalHint | None:
         anchor = match[4].strip()
         dated = _absolute(anchor)
         if dated is not None:
-            return TemporalHint(
-                match[0].strip(" ?.!;,"),
-                apply_offset(offset, dated.interval.start),  # type: ignore[union-attr]
-                _granularity(offset.unit),
-                offset,
-                anchor,
-            )
+            shifted = apply_offset(offset, dated.interval.start)  # type: ignore[union-attr]
+            if shifted is None:
+                return None  # "5000 years before 2020": no date holds it
+            return TemporalHint(match[0].strip(" ?.!;,"), shifted, _granularity(offset.unit), offset, anchor)
         return TemporalHint(match[0].strip(" ?.!;,"), None, _granularity(offset.unit), offset, anchor)
     return _season(text, now) or _absolute(text) or _month_only(text, now) or _relative(text, now)
 
@@ -149,8 +146,17 @@ def hint_interval(text: str, *, now: datetime | None) -> Interval | None:
     return hint.interval if hint is not None else None
 
 
-def apply_offset(offset: Offset, anchor: datetime) -> Interval:
-    """The period ``offset`` away from ``anchor``: "the weekend before" is the last Saturday and Sunday before it."""
+def apply_offset(offset: Offset, anchor: datetime) -> Interval | None:
+    """The period ``offset`` away from ``anchor``: "the weekend before" is the last Saturday and Sunday before it;
+    ``None`` when it falls outside the dates Python holds (years 1 to 9999: "3000 years ago").
+    """
+    try:
+        return _offset_period(offset, anchor)
+    except (OverflowError, ValueError):
+        return None
+
+
+def _offset_period(offset: Offset, anchor: datetime) -> Interval:
     day = anchor.replace(hour=0, minute=0, second=0, microsecond=0)
     sign, n = offset.direction, offset.count
     if offset.unit == "weekend":
@@ -235,17 +241,19 @@ def _relative(text: str, now: datetime | None) -> TemporalHint | None:
     phrase = match[0].lower().replace("previous", "last").replace("past", "last")
     ago = re.fullmatch(rf"{_NUM} (day|week|month|year)s? (?:ago|back)", phrase)
     if ago:  # "three weeks ago": that day, week, month or year
-        return TemporalHint(match[0], apply_offset(Offset(-1, ago[2], _count(ago[1])), now), ago[2])
+        period = apply_offset(Offset(-1, ago[2], _count(ago[1])), now)
+        return TemporalHint(match[0], period, ago[2]) if period is not None else None
     words = phrase.split()
     if words[0] in ("last", "this") and words[1] in ("week", "weekend", "month", "year"):
         last = words[0] == "last"
         count = 1 if last or words[1] == "weekend" else 0  # "this week": the reference time's own week
-        offset = Offset(-1 if last else 1, words[1], count)
-        return TemporalHint(match[0], apply_offset(offset, now), _granularity(words[1]))
+        period = apply_offset(Offset(-1 if last else 1, words[1], count), now)
+        return TemporalHint(match[0], period, _granularity(words[1])) if period is not None else None
     when = resolve_relative(phrase, now)  # yesterday, today, last Friday
     if when is None:
         return None
-    return TemporalHint(match[0], apply_offset(Offset(1, "day", 0), when), "day")
+    day = apply_offset(Offset(1, "day", 0), when)
+    return TemporalHint(match[0], day, "day") if day is not None else None
 
 
 def _day(match: re.Match[str], order: str) -> datetime | None:
