@@ -43,10 +43,8 @@ def test_what_no_date_holds_is_none_and_what_one_does_is_kept() -> None:
 
 def test_a_conversation_that_says_it_is_written_and_asked_about(tmp_path: Path) -> None:
     mem = Memstrata(path=tmp_path / "store", embeddings=HashEmbeddings())
-    turns = [
-        {"speaker": "Ann", "text": "The pyramids were built about 4500 years ago, I read.", "timestamp": NOW.isoformat()},
-        {"speaker": "Bo", "text": "And I moved to Lisbon 3 years ago.", "timestamp": NOW.isoformat()},
-    ]
+    said = [("Ann", "The pyramids were built about 4500 years ago, I read."), ("Bo", "I moved to Lisbon 3 years ago.")]
+    turns = [{"speaker": who, "text": text, "timestamp": NOW.isoformat()} for who, text in said]
     mem.ingest(turns, user_id="u", conversation_id="c", close=True)
     facts = [r.payload for r in mem.store.get("fact", user_id="u")]
     assert any("4500 years ago" in f["text"] and not f.get("event_date") for f in facts)  # kept, with no date
