@@ -46,6 +46,7 @@ def test_the_bench_writes_both_ways_and_meters_each_call_site(locomo_path: Path)
     llm = result["llm"]
     assert llm["stream"]["calls"] > 0 and llm["batch"]["calls"] > 0
     assert set(llm["stream"]["per_site"]) >= {"segment", "facts", "summarize"}
+    assert sum(v["calls"] for v in llm["stream"]["per_site"].values()) == llm["stream"]["calls"]  # every site listed
     assert result["recall"]["stream"]["questions"] == result["recall"]["batch"]["questions"]
 
 

@@ -32,7 +32,14 @@ from memstrata.bench.metric import score_context
 from memstrata.memory.timeparse import parse_timestamp
 
 USER = "bench-chat"
-SITES = ("segment", "facts", "summarize", "supersede", "consolidate_tree")
+# the model's call sites in the order a write reaches them
+SITES = ("segment", "facts", "summarize", "supersede", "themes", "persona", "importance", "consolidate_tree")
+
+
+def _sites(per: list[dict[str, Any]]) -> list[str]:
+    """The call sites the writes metered: :data:`SITES` in write order, then any other, by name."""
+    seen = {s for p in per for s in p["llm"]}
+    return [s for s in SITES if s in seen] + sorted(seen - set(SITES))
 
 
 def chat_messages(conv: LocomoConversation, n: int, *, one_session: bool, ids: bool) -> list[dict[str, Any]]:
@@ -198,7 +205,7 @@ def run_chat(
                 "prompt_tokens": streamed,
                 "per_site": {
                     s: {k: sum(p["llm"].get(s, {}).get(k, 0) for p in per) for k in ("calls", "prompt_tokens")}
-                    for s in SITES
+                    for s in _sites(per)
                 },
             },
             "batch": {
@@ -236,7 +243,7 @@ def plot_chat(result: dict[str, Any], path: str | Path) -> None:
     if "llm" in result:
         ax = axes[0][0]
         bottom = [0] * len(per)
-        for site in SITES:
+        for site in _sites(per):
             values = [p["llm"].get(site, {}).get("prompt_tokens", 0) for p in per]
             if any(values):
                 ax.bar(x, values, bottom=bottom, label=site)
