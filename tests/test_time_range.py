@@ -28,8 +28,9 @@ def test_an_offset_of_any_size_resolves_to_a_date_or_to_none(count: int, unit: s
     hint = parse_hint(f"What did I do {count} {unit}s ago?", now=NOW)  # a count like 2024 reads as that year
     assert hint is None or hint.interval is None or hint.interval.start <= hint.interval.end
     anchored = parse_hint(f"What did I do {count} {unit}s before my wedding?", now=NOW)
-    if anchored is not None:
-        assert resolve(anchored, lambda _: NOW) is None or anchored.offset is not None
+    if anchored is not None:  # dated by the wedding's time: a period, or none where no date holds it
+        period = resolve(anchored, lambda _: NOW)
+        assert period is None or period.start <= period.end
 
 
 def test_what_no_date_holds_is_none_and_what_one_does_is_kept() -> None:
