@@ -315,12 +315,11 @@ def _reinforced_turns(index: MemoryIndex) -> tuple[np.ndarray, np.ndarray]:
     if held is None or summaries is None:
         return counts, last
     rows, ns, ats = [], [], []
-    for unit, turn_rows in zip(summaries.units, summaries.turn_rows, strict=True):
-        n, at = held.parts.get(unit.conversation_id, {}).get(unit.id, (0, None))
-        if n and turn_rows:
-            rows += turn_rows
-            ns += [n] * len(turn_rows)
-            ats += [at or np.nan] * len(turn_rows)  # 0 or None: an untimed consolidation
+    for row, n, at in _reinforced_rows(held, summaries.units):
+        turn_rows = summaries.turn_rows[row]
+        rows += turn_rows
+        ns += [n] * len(turn_rows)
+        ats += [at] * len(turn_rows)
     if rows:
         np.maximum.at(counts, rows, ns)
         np.fmax.at(last, rows, ats)
@@ -385,19 +384,25 @@ def _reinforced_units(index: MemoryIndex, kind: str) -> tuple[np.ndarray, np.nda
         table = index.events[kind]
         last = np.array(table.column("time_seconds", _seconds), dtype=float)
         counts = np.zeros(len(table))
-        parts = held.parts if held is not None else {}
-        found = [
-            (row, n, at)
-            for row, u in enumerate(table.units)
-            for n, at in [parts.get(u.conversation_id, {}).get(u.id, (0, None))]
-            if n
-        ]
+        found = _reinforced_rows(held, table.units) if held is not None else []
         if found:
             rows = np.array([row for row, _, _ in found], dtype=int)
             counts[rows] = [n for _, n, _ in found]
-            last[rows] = np.fmax(last[rows], [at or np.nan for _, _, at in found])  # 0 or None: untimed
+            last[rows] = np.fmax(last[rows], [at for _, _, at in found])
         index.remember(key, (counts, last))
     return index.memo[key]
+
+
+def _reinforced_rows(held: PerConversation, units: Sequence[Any]) -> list[tuple[int, int, float]]:
+    """(row, n_m, r_m in epoch seconds) of each unit the counters saw consolidated (n_m > 0); r_m is NaN for an
+    untimed consolidation (stored as 0 or None).
+    """
+    out = []
+    for row, unit in enumerate(units):
+        n, at = held.parts.get(unit.conversation_id, {}).get(unit.id, (0, None))
+        if n:
+            out.append((row, n, at or np.nan))
+    return out
 
 
 def _seconds(unit: Any) -> float:

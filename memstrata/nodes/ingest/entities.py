@@ -132,7 +132,7 @@ async def _supersession(step: Step, facts: list[Fact], fresh: set[str], max_pair
         "SUPERSEDE_PROMPT",
         f"<pairs>\n{listing}\n</pairs>",
         node="supersede",
-        fallback=lambda: Replacements(replaced=[i for i, (older, _) in enumerate(pairs) if older.id in rule]),
+        fallback=Replacements,  # not read: a failed call leaves the rule's verdicts
         validate=valid,
     )
     if how not in GOOD_OUTCOMES:

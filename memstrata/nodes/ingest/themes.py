@@ -146,7 +146,7 @@ def _theme(
     """
     row = {f.id: i for i, f in enumerate(facts)}
     members = [facts[row[f]] for f in grouped.themes[theme_id]]
-    live = [f for f in members if f.current] or members  # a theme of superseded facts only still says them
+    live = _live(members)
     text, shown = theme_text([f.text for f in live], x[[row[f.id] for f in live]], words=ctx.theme_words)
     first = {live[i].id for i in shown}
     members = [live[i] for i in shown] + [f for f in members if f.id not in first]
@@ -221,8 +221,12 @@ async def _summarized(
 
 
 def _said(theme: Theme, facts: dict[str, Fact]) -> list[Fact]:
-    """The facts a theme's text says: its current members, or all of them when none is current."""
-    members = [facts[f] for f in theme.fact_ids if f in facts]
+    """The facts a theme's text says (:func:`_live` of its members)."""
+    return _live([facts[f] for f in theme.fact_ids if f in facts])
+
+
+def _live(members: list[Fact]) -> list[Fact]:
+    """The current members, or all of them when none is current: a theme of superseded facts only still says them."""
     return [f for f in members if f.current] or members
 
 
