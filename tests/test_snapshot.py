@@ -136,12 +136,12 @@ def test_rewritten_and_deleted_graph_units_are_applied_in_place(data_dir, hash_e
 
 
 def test_large_reads_come_in_pages(data_dir, hash_embeddings, monkeypatch) -> None:
-    from memstrata.memory.store import vectors
+    from memstrata.memory.store import unit_collections
 
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     mem.ingest({"conversation_id": "c", "messages": json.loads(EXAMPLE.read_text())["messages"]}, user_id="u")
     whole = mem.store.get("turn", user_id="u", with_vectors=True)
-    monkeypatch.setattr(vectors, "_PAGE", 7)  # 36 turns: six pages, the last one short
+    monkeypatch.setattr(unit_collections, "PAGE", 7)  # 36 turns: six pages, the last one short
     paged = mem.store.get("turn", user_id="u", with_vectors=True)
     assert len(whole) == 36 and [r.unit_id for r in paged] == [r.unit_id for r in whole]
     assert all(np.array_equal(a.metadata["_vector"], b.metadata["_vector"]) for a, b in zip(paged, whole, strict=True))

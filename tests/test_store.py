@@ -53,11 +53,11 @@ def test_reads_by_scope_key_stay_in_the_tenant(data_dir, hash_embeddings) -> Non
     _write(store, _turns("alice"))
     _write(store, _turns("bob"))
     wheres: list = []
-    read = store._read
-    store._read = lambda kind, how, **ask: wheres.append(ask.get("where")) or read(kind, how, **ask)  # type: ignore[method-assign]
+    read = store.units.chroma.read
+    store.units.chroma.read = lambda kind, how, **ask: wheres.append(ask.get("where")) or read(kind, how, **ask)  # type: ignore[method-assign]
     assert len(store.get("turn", user_id="alice", conversation_id="c1")) == 3
     assert wheres == [{"scope": scope_key("alice", "c1")}] and scope_key("alice", "c1") != scope_key("bob", "c1")
-    store._read = read  # type: ignore[method-assign]
+    store.units.chroma.read = read  # type: ignore[method-assign]
     for user in ("alice", "bob"):
         seen = store.get("turn", user_id=user, conversation_id="c1", where={"session_id": "1"})
         assert len(seen) == 3 and {r.metadata["user_id"] for r in seen} == {user}

@@ -191,11 +191,11 @@ def test_a_server_store_ranks_lexical_reads_by_its_units_terms_within_the_tenant
     assert tenant.term_key("alice", "zeppelin") in stored["metadatas"][0]["terms"]  # tagged with its user
     assert tenant.term_key("bob", "zeppelin") not in stored["metadatas"][0]["terms"]
     wheres: list = []
-    read = store._read
-    store._read = lambda kind, how, **ask: wheres.append(ask.get("where")) or read(kind, how, **ask)  # type: ignore[method-assign]
+    read = store.units.chroma.read
+    store.units.chroma.read = lambda kind, how, **ask: wheres.append(ask.get("where")) or read(kind, how, **ask)  # type: ignore[method-assign]
     store.matching("turn", user_id="alice", words=["hangar"], limit=5)
     assert {"terms": {"$contains": tenant.term_key("alice", "hangar")}} in wheres  # one clause: no user clause
-    store._read = read  # type: ignore[method-assign]
+    store.units.chroma.read = read  # type: ignore[method-assign]
     bob = store.matching("turn", user_id="bob", words=["zeppelin", "hangar"], limit=10, conversation_id="c1")
     assert sorted(_ids(bob)) == ["s1:t0", "s1:t1"] and all("4471" not in r.document for r in bob)
     assert store.matching("turn", user_id="carol", words=["zeppelin"], limit=10) == []

@@ -1,9 +1,9 @@
 """The store: units with vectors, graph and tree edges, and per-unit counters, under one tenant scope.
 
-- :mod:`~memstrata.memory.store.vectors`: the units and their vectors (Chroma), built on the client and one collection
-  per kind (:mod:`~memstrata.memory.store.unit_collections`, :mod:`~memstrata.memory.store.chroma_client`), with
-  what a read returns (:mod:`~memstrata.memory.store.records`) and the write log search snapshots replay
-  (:mod:`~memstrata.memory.store.write_log`);
+- :mod:`~memstrata.memory.store.vectors`: the units and their vectors (Chroma), itself made of the client and one
+  collection per kind (:mod:`~memstrata.memory.store.unit_collections`, :mod:`~memstrata.memory.store.chroma_client`),
+  the lexical index (:mod:`~memstrata.memory.store.lexical`) and the write log search snapshots replay
+  (:mod:`~memstrata.memory.store.write_log`), with what a read returns (:mod:`~memstrata.memory.store.records`);
 - :mod:`~memstrata.memory.store.held_facts`: a conversation's closed facts, its theme graph's edges and its speakers,
   held by this process between writes and checked against the store;
 - :mod:`~memstrata.memory.store.edges`: edges between units (a SQLite file in the data folder in
@@ -34,9 +34,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from langchain_core.embeddings import Embeddings
 
@@ -50,10 +50,30 @@ from memstrata.memory.store.tables import Table, open_table
 from memstrata.memory.store.tenant import stable_hash
 from memstrata.memory.store.tombstones import Tombstones
 from memstrata.memory.store.vectors import Record, VectorStore
+from memstrata.memory.store.words import WordIndex
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-class MemoryStore(VectorStore):
-    """The vector store plus the edge and counter stores of the same location.
+def _of_units(method: Callable[Concatenate[VectorStore, P], R]) -> Callable[Concatenate[MemoryStore, P], R]:
+    """A :class:`VectorStore` method, as the same method of the memory store, called on its units part."""
+
+    def call(self: MemoryStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return method(self.units, *args, **kwargs)
+
+    call.__name__ = method.__name__
+    call.__qualname__ = f"MemoryStore.{method.__name__}"
+    call.__doc__ = method.__doc__
+    return call
+
+
+class MemoryStore:
+    """The units with their vectors, plus the edge, counter and record tables of the same location.
+
+    It is made of its parts: :attr:`units` (a :class:`VectorStore`, whose read and write methods it offers as its
+    own), :attr:`edges`, :attr:`counters`, :attr:`sequences`, :attr:`tombstones` and the other tables, and
+    :attr:`caches` (what this process's searches keep of it).
 
     Args:
         path: folder of the embedded store (Chroma files and the SQLite file of edges and counters).
@@ -74,7 +94,11 @@ class MemoryStore(VectorStore):
         embeddings: Embeddings | None = None,
         client: Any = None,
     ) -> None:
-        super().__init__(path=path, url=url, embeddings=embeddings, client=client)
+        self.units = VectorStore(path=path, url=url, embeddings=embeddings, client=client)
+        self.embeddings = self.units.embeddings
+        self.encoded = self.units.encoded  # a re-sent or unchanged text is never encoded twice
+        self.versions = self.units.versions  # the write log search snapshots replay
+        self.location = self.units.location
         folder = Path(path) if path is not None and not url else None
         # a question's graph reads the entity edges of the conversations it names: 1.5% of their rows at 1M turns
         self.edges = EdgeStore(open_table("edges", path=folder, client=self.client, scoped=("src_kind",)))
@@ -86,12 +110,40 @@ class MemoryStore(VectorStore):
         self.tier_state = open_table("tier_state", path=folder, client=self.client)  # HMO's persona anchors
         self.caches = SearchCaches()  # what this process's searches keep of it, per user (cleared by close)
 
+    # ---- the units part (memstrata.memory.store.vectors) ----------------------
+    upsert = _of_units(VectorStore.upsert)
+    get = _of_units(VectorStore.get)
+    get_keys = _of_units(VectorStore.get_keys)
+    recheck = _of_units(VectorStore.recheck)
+    query = _of_units(VectorStore.query)
+    nearest = _of_units(VectorStore.nearest)
+    matching = _of_units(VectorStore.matching)
+    holds_more_than = _of_units(VectorStore.holds_more_than)
+    count = _of_units(VectorStore.count)
+    users = _of_units(VectorStore.users)
+    collection = _of_units(VectorStore.collection)
+    stored_kinds = _of_units(VectorStore.stored_kinds)
+    index_words = _of_units(VectorStore.index_words)
+    terms_problems = _of_units(VectorStore.terms_problems)
+    reindex = _of_units(VectorStore.reindex)
+    storage_key = staticmethod(VectorStore.storage_key)
+
+    @property
+    def client(self) -> Any:
+        """The Chroma client (:attr:`VectorStore.client`)."""
+        return self.units.client
+
+    @property
+    def words(self) -> WordIndex | None:
+        """An embedded store's word index; ``None`` on a server (:attr:`VectorStore.words`)."""
+        return self.units.words
+
     def close(self) -> None:
         """Drop every search cache this process holds of the store (:class:`SearchCaches`), then hand back what an
         embedded store's Chroma client holds (:meth:`VectorStore.close`). A later use reads everything again.
         """
         self.caches.clear()
-        super().close()
+        self.units.close()
 
     def tables(self) -> dict[str, Table]:
         """Every record table of the store, by name."""
@@ -107,7 +159,7 @@ class MemoryStore(VectorStore):
 
     def delete(self, kind: str, *, user_id: str, conversation_id: str, unit_ids: Sequence[str]) -> None:
         """Remove units and their counters (a unit's reinforcement, recall and tier go with it)."""
-        super().delete(kind, user_id=user_id, conversation_id=conversation_id, unit_ids=unit_ids)
+        self.units.delete(kind, user_id=user_id, conversation_id=conversation_id, unit_ids=unit_ids)
         self.counters.delete(user_id, [(conversation_id, kind, unit_id) for unit_id in unit_ids])
 
     def drop_orphan_counters(self, user_id: str, items: Sequence[tuple[str, str, str]]) -> int:
@@ -217,7 +269,7 @@ class MemoryStore(VectorStore):
 
     def delete_user(self, user_id: str) -> dict[str, int]:
         """Remove every trace of a user: units of every kind, edges and counters; counts per part."""
-        removed = super().delete_user(user_id)
+        removed = self.units.delete_user(user_id)
         removed["edges"] = self.edges.delete_user(user_id)
         removed["counters"] = self.counters.delete_user(user_id)
         removed["items"] = self.items.delete(user_id=user_id)

@@ -1,8 +1,9 @@
 """The vector store's Chroma side: its client, and one collection per unit kind checked against its embedder.
 
-:class:`UnitCollections` is the base of :class:`~memstrata.memory.store.vectors.VectorStore`, which sets the
-attributes declared here when it opens. A collection is made only for a registered kind, and one built with
-another embedder is an :class:`EmbedderMismatchError`.
+:class:`UnitCollections` is a part of :class:`~memstrata.memory.store.vectors.VectorStore`: it holds the Chroma
+client, opens each kind's collection on first use, and repeats a read that met another process's write. A
+collection is made only for a registered kind, and one built with another embedder is an
+:class:`EmbedderMismatchError`.
 """
 
 from __future__ import annotations
@@ -18,24 +19,34 @@ from memstrata.errors import EmbedderMismatchError, StoreError
 from memstrata.memory import levels
 from memstrata.memory.embeddings import embedder_identity
 from memstrata.memory.store.chroma_client import _make_client
+from memstrata.memory.store.records import _concat
 from memstrata.memory.store.tables import COLLECTION_PREFIX
-from memstrata.memory.store.write_log import WriteLog
 
 logger = logging.getLogger(f"{__package__}.vectors")  # a logging setup naming the vector store's logger gets these
 
+PAGE = 10_000  # records per page of a large get
+
 
 class UnitCollections:
-    """The Chroma client of a vector store and its collections, one per unit kind, opened on first use."""
+    """The Chroma client of a vector store and its collections, one per unit kind, opened on first use.
 
-    embeddings: Embeddings
-    embedder_name: str | None
-    _dim: int | None
-    _client: Any
-    _path: str | Path | None
-    location: str
-    _collections: dict[str, Any]
-    _lock: threading.Lock
-    versions: WriteLog
+    Args:
+        embeddings: the store's embedder; a collection built with another is refused.
+        client: the Chroma client.
+        path: the embedded store's folder, or ``None`` (a server, or a client passed in): only an embedded client is
+            closed by :meth:`close` and reopened when another process wrote.
+        location: where the store is, for messages.
+    """
+
+    def __init__(self, *, embeddings: Embeddings, client: Any, path: str | Path | None, location: str) -> None:
+        self.embeddings = embeddings
+        self.embedder_name: str | None = getattr(embeddings, "name", None)
+        self._dim: int | None = getattr(embeddings, "dimension", None)
+        self._client = client
+        self.path = path
+        self.location = location
+        self._collections: dict[str, Any] = {}
+        self._lock = threading.Lock()
 
     def _identity(self) -> tuple[str, int]:
         if self.embedder_name is None or self._dim is None:
@@ -77,7 +88,7 @@ class UnitCollections:
         """The Chroma client. After :meth:`close`, an embedded store's next use opens a new one."""
         client = self._client
         if client is None:
-            client = self._client = _make_client(path=self._path, url=None)
+            client = self._client = _make_client(path=self.path, url=None)
         return client
 
     def close(self) -> None:
@@ -85,16 +96,16 @@ class UnitCollections:
         the first search: 10 GB for a 1M-turn user) once no other client of this process uses the same folder.
         A later use of the store opens a new client (a call already inside Chroma when it closes may fail). A server
         store, or a client passed in, is left open. A store that reopened its client because another process wrote
-        (:meth:`_reopen`) hands nothing back: chromadb still counts the client it replaced.
+        (:meth:`reopen`) hands nothing back: chromadb still counts the client it replaced.
         """
         close = getattr(self._client, "close", None)  # chromadb >= 1.5: Client.close() releases the shared system
-        if self._path is not None and close is not None:
+        if self.path is not None and close is not None:
             with self._lock:
                 close()
                 self._collections.clear()
                 self._client = None
 
-    def _reopen(self) -> None:
+    def reopen(self) -> None:
         """A new embedded client, whose index readers load what other processes wrote since.
 
         Embedded Chroma keeps each collection's HNSW index in memory and does not see another process's
@@ -109,18 +120,29 @@ class UnitCollections:
             identifier = getattr(self._client, "_identifier", None)
             if identifier is not None:  # a client without one has no cached system to drop
                 SharedSystemClient._identifier_to_system.pop(identifier, None)
-            self._client = _make_client(path=self._path, url=None)
+            self._client = _make_client(path=self.path, url=None)
             self._collections.clear()
 
-    def _read(self, kind: str, method: str, **ask: Any) -> dict[str, Any]:
+    def read(self, kind: str, method: str, **ask: Any) -> dict[str, Any]:
         """A Chroma read (``get`` or ``query``), repeated once on a fresh client when this one is stale."""
         try:
             return getattr(self.collection(kind), method)(**ask)
         except Exception as exc:
-            if self._path is None or "Error finding id" not in str(exc):
+            if self.path is None or "Error finding id" not in str(exc):
                 raise
-            self._reopen()  # another process wrote: this process's in-memory index readers are stale
+            self.reopen()  # another process wrote: this process's in-memory index readers are stale
             return getattr(self.collection(kind), method)(**ask)
+
+    def paged(self, kind: str, **ask: Any) -> dict[str, Any]:
+        """A ``get`` of any size, read in pages: Chroma 1.5 fails a single read of more than about 32k
+        records with metadata ("too many SQL variables", SQLite's limit; seen on 50k facts of one user).
+        """
+        parts: list[dict[str, Any]] = []
+        offset = 0
+        while not parts or len(parts[-1]["ids"]) == PAGE:
+            parts.append(self.read(kind, "get", **ask, limit=PAGE, offset=offset))
+            offset += PAGE
+        return _concat(parts)
 
     def stored_kinds(self) -> list[str]:
         """Every unit kind with a collection here: the registered ones and any a plugin left behind."""
@@ -130,7 +152,7 @@ class UnitCollections:
         return sorted(found | {lv.kind for lv in levels.levels()})
 
     def reindex(self, *, progress: Any = None) -> dict[str, int]:
-        """Re-embed every collection with this store's embedder (after a model change)."""
+        """Re-embed every collection with this store's embedder (after a model change); the count per kind."""
         name, dim = self._identity()
         counts = {}
         for kind in self.stored_kinds():
@@ -155,6 +177,5 @@ class UnitCollections:
                 if progress:
                     progress(kind, min(stop, len(texts)), len(texts))
             counts[kind] = len(texts)
-        self.versions.bump_all()
         logger.info("reindexed %s with %s (%d)", self.location, name, dim)
         return counts

@@ -5,11 +5,12 @@ and every write stamps ``user_id`` and derives the storage key from it with
 :func:`memstrata.memory.store.tenant.storage_key`. No public method accepts a
 query without a ``user_id``.
 
-:class:`VectorStore` writes and reads the units; it builds on
-:mod:`~memstrata.memory.store.unit_collections` (the Chroma client and the collection of each kind),
-:mod:`~memstrata.memory.store.chroma_client` (opening that client, a server's guarded),
-:mod:`~memstrata.memory.store.records` (the :class:`Record` a read gives back) and
-:mod:`~memstrata.memory.store.write_log` (the :class:`WriteLog` search snapshots replay).
+:class:`VectorStore` writes and reads the units. It is made of parts:
+:mod:`~memstrata.memory.store.unit_collections` (the Chroma client and the collection of each kind, opened by
+:mod:`~memstrata.memory.store.chroma_client`), :mod:`~memstrata.memory.store.lexical` (the lexical index, one
+back-end per mode), :mod:`~memstrata.memory.store.encoded` (texts already encoded) and
+:mod:`~memstrata.memory.store.write_log` (the :class:`WriteLog` search snapshots replay); a read gives back
+:class:`Record` (:mod:`~memstrata.memory.store.records`).
 
 Example:
     >>> store = VectorStore(path="/tmp/memstrata-doc")  # doctest: +SKIP
@@ -23,7 +24,6 @@ import dataclasses
 import json
 import threading
 from collections.abc import Callable, Collection, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +38,8 @@ from memstrata.memory.store import tenant
 from memstrata.memory.store.chroma_client import ServerGuard, _make_client
 from memstrata.memory.store.encoded import EncodedTexts
 from memstrata.memory.store.format import check_format
+from memstrata.memory.store.lexical import MAX_BATCH, Lexicon, TermLexicon, WordLexicon, indexes_words
 from memstrata.memory.store.records import Record, _concat, _owned, _records
-from memstrata.memory.store.terms import MAX_POSTINGS, TERMS, query_terms, rank, tagged_terms
 from memstrata.memory.store.unit_collections import UnitCollections
 from memstrata.memory.store.words import WordIndex
 from memstrata.memory.store.write_log import Change, WriteLog
@@ -55,11 +55,8 @@ __all__ = [
     "indexes_words",
 ]
 
-_MAX_BATCH = 2000
-_PAGE = 10_000  # records per page of a large get
 
-
-class VectorStore(UnitCollections):
+class VectorStore:
     """Chroma-backed storage for every memory unit and its vector.
 
     Args:
@@ -82,36 +79,57 @@ class VectorStore(UnitCollections):
     ) -> None:
         self.embeddings = embeddings or MiniLMEmbeddings()
         self.encoded = EncodedTexts(self.embeddings)  # a re-sent or unchanged text is never encoded twice
-        self.embedder_name, self._dim = (
-            getattr(self.embeddings, "name", None),
-            getattr(self.embeddings, "dimension", None),
-        )
-        self._client: Any = client or _make_client(path=path, url=url)
-        self._path = None if client is not None or url else path
+        built = client or _make_client(path=path, url=url)
         self.location = str(url or path or "<client>")
-        check_format(self._client, location=self.location, folder=Path(path) if path is not None and not url else None)
-        self._collections: dict[str, Any] = {}
-        self._lock = threading.Lock()
+        check_format(built, location=self.location, folder=Path(path) if path is not None and not url else None)
+        folder = None if client is not None or url else path
+        self.chroma = UnitCollections(embeddings=self.embeddings, client=built, path=folder, location=self.location)
         self._write_lock = threading.Lock()
         self.versions = WriteLog()
-        # the lexical index: an embedded store's word index (memstrata.memory.store.words); on a server, each unit's
-        # tagged terms (memstrata.memory.store.terms)
-        self.words = WordIndex(Path(self._path)) if self._path is not None else None  # ``path``, when it is used
+        # the lexical index: an embedded store's word index in ``path``; on a server, each unit's tagged terms
+        self.lexicon: Lexicon = (
+            WordLexicon(WordIndex(Path(folder)), self.chroma)
+            if folder is not None
+            else TermLexicon(self.chroma, self._write_lock)
+        )
+
+    # ---- the Chroma side (memstrata.memory.store.unit_collections) -------------
+    @property
+    def client(self) -> Any:
+        """The Chroma client. After :meth:`close`, an embedded store's next use opens a new one."""
+        return self.chroma.client
+
+    @property
+    def words(self) -> WordIndex | None:
+        """An embedded store's word index (:mod:`memstrata.memory.store.words`); ``None`` on a server."""
+        return self.lexicon.words
+
+    def collection(self, kind: str) -> Any:
+        """The Chroma collection of one unit kind, checked against this store's embedder."""
+        return self.chroma.collection(kind)
+
+    def stored_kinds(self) -> list[str]:
+        """Every unit kind with a collection here: the registered ones and any a plugin left behind."""
+        return self.chroma.stored_kinds()
+
+    def close(self) -> None:
+        """Hand back what an embedded store's Chroma client holds (:meth:`UnitCollections.close`)."""
+        self.chroma.close()
+
+    def reindex(self, *, progress: Any = None) -> dict[str, int]:
+        """Re-embed every collection with this store's embedder (after a model change)."""
+        counts = self.chroma.reindex(progress=progress)
+        self.versions.bump_all()
+        return counts
+
+    def _read(self, kind: str, method: str, **ask: Any) -> dict[str, Any]:
+        return self.chroma.read(kind, method, **ask)
 
     # ---- the tenant scope (memstrata.memory.store.tenant) ----------------------
     @staticmethod
     def storage_key(user_id: str, conversation_id: str, unit_id: str) -> str:
         """The Chroma id: derived from the tenant, so two users never share a record."""
         return tenant.storage_key(user_id, conversation_id, unit_id)
-
-    # ---- the lexical index (memstrata.memory.store.words, memstrata.memory.store.terms) ----
-    def _word_index(self, kind: str) -> WordIndex | None:
-        """The word index, when this store has one and it holds the kind."""
-        return self.words if self.words is not None and indexes_words(kind) else None
-
-    def _carries_terms(self, kind: str) -> bool:
-        """Whether each unit of the kind carries its tagged word terms: a searched kind of a server store."""
-        return self.words is None and indexes_words(kind)
 
     # ---- writes ----------------------------------------------------------------
     def upsert(
@@ -150,27 +168,17 @@ class VectorStore(UnitCollections):
             ids.append(self.storage_key(data["user_id"], data["conversation_id"], data["id"]))
             metas.append(meta)
         col = self.collection(kind)
-        if self._carries_terms(kind):
-            for meta, terms in zip(metas, tagged_terms([m["user_id"] for m in metas], documents), strict=True):
-                if terms:  # Chroma refuses an empty list
-                    meta[TERMS] = terms
+        self.lexicon.stamp(kind, metas, documents)
         with self._write_lock:  # parallel ingestion branches share one client
-            for start in range(0, len(ids), _MAX_BATCH):
-                stop = start + _MAX_BATCH
+            for start in range(0, len(ids), MAX_BATCH):
+                stop = start + MAX_BATCH
                 col.upsert(
                     ids=ids[start:stop],
                     embeddings=[np.asarray(v, dtype=np.float32) for v in vecs[start:stop]],
                     documents=list(documents[start:stop]),
                     metadatas=metas[start:stop],
                 )
-            if (words := self._word_index(kind)) is not None:
-                words.put(
-                    kind,
-                    [
-                        (m["user_id"], m["conversation_id"], m["unit_id"], doc)
-                        for m, doc in zip(metas, documents, strict=True)
-                    ],
-                )
+            self.lexicon.put(kind, metas, documents)
         for user in dict.fromkeys(m["user_id"] for m in metas):
             rows = [i for i, m in enumerate(metas) if m["user_id"] == user]
             # float32 arrays: the journal holds a vector in 1.5 kB instead of 12 kB of Python floats
@@ -190,8 +198,7 @@ class VectorStore(UnitCollections):
             # slow when ids and a where clause come together (tens of seconds on a 50k-record collection).
             keys = [self.storage_key(user_id, conversation_id, u) for u in unit_ids]
             self.collection(kind).delete(ids=keys)
-            if (words := self._word_index(kind)) is not None:
-                words.delete(kind, user_id=user_id, conversation_id=conversation_id, unit_ids=unit_ids)
+            self.lexicon.delete(kind, user_id=user_id, conversation_id=conversation_id, unit_ids=unit_ids)
             self.versions.record(user_id, kind, "delete", conversation_id=conversation_id, unit_ids=tuple(unit_ids))
 
     def delete_user(self, user_id: str) -> dict[str, int]:
@@ -202,11 +209,10 @@ class VectorStore(UnitCollections):
         for kind in kinds:
             col = self.collection(kind)
             keys = col.get(where=where, include=[])["ids"]
-            for start in range(0, len(keys), _MAX_BATCH):
-                col.delete(ids=keys[start : start + _MAX_BATCH])
+            for start in range(0, len(keys), MAX_BATCH):
+                col.delete(ids=keys[start : start + MAX_BATCH])
             removed[kind] = len(keys)
-        if self.words is not None:
-            self.words.delete_user(user_id, [k for k in kinds if indexes_words(k)])
+        self.lexicon.delete_user(user_id, kinds)
         self.versions.bump(user_id)
         return removed
 
@@ -243,19 +249,8 @@ class VectorStore(UnitCollections):
         elif selective and where:
             res = _owned(self._read(kind, "get", where=where, include=include), user_id, conversation_id)
         else:
-            res = _owned(self._paged(kind, where=scope, include=include), user_id, conversation_id)
+            res = _owned(self.chroma.paged(kind, where=scope, include=include), user_id, conversation_id)
         return _records(kind, res, with_vectors)
-
-    def _paged(self, kind: str, **ask: Any) -> dict[str, Any]:
-        """A ``get`` of any size, read in pages: Chroma 1.5 fails a single read of more than about 32k
-        records with metadata ("too many SQL variables", SQLite's limit; seen on 50k facts of one user).
-        """
-        parts: list[dict[str, Any]] = []
-        offset = 0
-        while not parts or len(parts[-1]["ids"]) == _PAGE:
-            parts.append(self._read(kind, "get", **ask, limit=_PAGE, offset=offset))
-            offset += _PAGE
-        return _concat(parts)
 
     def get_keys(
         self, kind: str, *, user_id: str, keys: Sequence[tuple[str, str]], with_vectors: bool = False
@@ -266,8 +261,8 @@ class VectorStore(UnitCollections):
             return []
         include = ["documents", "metadatas"] + (["embeddings"] if with_vectors else [])
         found = _concat(
-            _owned(self._read(kind, "get", ids=ids[start : start + _MAX_BATCH], include=include), user_id, None)
-            for start in range(0, len(ids), _MAX_BATCH)
+            _owned(self._read(kind, "get", ids=ids[start : start + MAX_BATCH], include=include), user_id, None)
+            for start in range(0, len(ids), MAX_BATCH)
         )
         return _records(kind, found, with_vectors)
 
@@ -291,11 +286,11 @@ class VectorStore(UnitCollections):
         known = set(known)
         new = sorted(now - known)
         found: list[Record] = []
-        for start in range(0, len(new), _MAX_BATCH):
+        for start in range(0, len(new), MAX_BATCH):
             found += _records(
                 kind,
                 _owned(
-                    self._read(kind, "get", ids=new[start : start + _MAX_BATCH], include=["documents", "metadatas"]),
+                    self._read(kind, "get", ids=new[start : start + MAX_BATCH], include=["documents", "metadatas"]),
                     user_id,
                     conversation_id,
                 ),
@@ -412,45 +407,17 @@ class VectorStore(UnitCollections):
     ) -> list[Record]:
         """Up to ``limit`` of one user's units holding the words, best BM25 match first, vectors included.
 
-        The lexical index ranks them: an embedded store's word index (:mod:`memstrata.memory.store.words`), a server
-        store's tagged terms (:meth:`_matching_terms`). Their records are then read from Chroma by key in one call
-        and checked against the tenant like every read by key.
+        The lexical index ranks them (:mod:`memstrata.memory.store.lexical`: an embedded store's word index, a server
+        store's tagged terms). Their records are then read from Chroma by key and checked against the tenant like
+        every read by key.
         """
-        if self.words is None:
-            return self._matching_terms(
-                kind, words=words, limit=limit, user_id=user_id, conversation_id=conversation_id
-            )
-        pairs = self.words.search(kind, words, user_id=user_id, limit=limit, conversation_id=conversation_id)
-        records = {
-            (r.metadata["conversation_id"], r.unit_id): r
-            for r in self.get_keys(kind, user_id=user_id, keys=pairs, with_vectors=True)
-        }
-        return [records[p] for p in pairs if p in records]
-
-    def _matching_terms(
-        self, kind: str, *, user_id: str, words: Sequence[str], limit: int, conversation_id: str | None
-    ) -> list[Record]:
-        """:meth:`matching` on a server store: each term's postings (ids only) read under the tenant filter,
-        ranked by :func:`memstrata.memory.store.terms.rank`, then the best ``limit`` records read by key.
-        """
-        # the user is named by the tag in each term, a conversation by its scope clause (terms.py says why)
-        scope = tenant.where(user_id, conversation_id) if conversation_id is not None else None
-        terms = query_terms(words)
-
-        def ids(term: str) -> list[str]:
-            holds = {TERMS: {"$contains": tenant.term_key(user_id, term)}}
-            where = {"$and": [scope, holds]} if scope else holds
-            return self._read(kind, "get", where=where, include=[], limit=MAX_POSTINGS)["ids"]
-
-        with ThreadPoolExecutor(max_workers=min(4, max(1, len(terms)))) as pool:  # one HTTP read per term
-            postings = dict(zip(terms, pool.map(ids, terms), strict=True))
-        best = rank(postings, total=self.collection(kind).count(), limit=limit)
+        best = self.lexicon.ranked(kind, user_id=user_id, words=words, limit=limit, conversation_id=conversation_id)
         if not best:
             return []
-        found = _owned(
-            self._read(kind, "get", ids=best, include=["documents", "metadatas", "embeddings"]),
-            user_id,
-            conversation_id,
+        include = ["documents", "metadatas", "embeddings"]
+        found = _concat(
+            _owned(self._read(kind, "get", ids=best[i : i + MAX_BATCH], include=include), user_id, conversation_id)
+            for i in range(0, len(best), MAX_BATCH)
         )
         order = {key: i for i, key in enumerate(best)}
         records = sorted(zip(found["ids"], _records(kind, found, True), strict=True), key=lambda p: order[p[0]])
@@ -463,55 +430,13 @@ class VectorStore(UnitCollections):
         On a server store the index is each unit's ``terms`` metadata (:mod:`memstrata.memory.store.terms`): every
         unit gets them again.
         """
-        if self.words is None:
-            return self._index_terms(progress=progress)
-        counts = {}
-        for kind in (k for k in self.stored_kinds() if indexes_words(k)):
-            self.words.clear(kind)
-            data = self._paged(kind, include=["documents", "metadatas"])
-            rows = [
-                (m["user_id"], m["conversation_id"], m["unit_id"], d or "")
-                for d, m in zip(data["documents"], data["metadatas"], strict=True)
-            ]
-            for start in range(0, len(rows), _MAX_BATCH):
-                self.words.put(kind, rows[start : start + _MAX_BATCH])
-                if progress:
-                    progress(kind, min(start + _MAX_BATCH, len(rows)), len(rows))
-            counts[kind] = len(rows)
-        return counts
+        return self.lexicon.rebuild(progress=progress)
 
     def terms_problems(self, kind: str, *, user_id: str, conversation_id: str | None = None) -> list[tuple[str, str]]:
         """On a server store: the ``(conversation, unit)`` keys of a searched kind whose terms are not those of their
         stored text (``memstrata check``); ``[]`` otherwise.
         """
-        if not self._carries_terms(kind):
-            return []
-        data = self._paged(kind, where=tenant.where(user_id, conversation_id), include=["documents", "metadatas"])
-        expected = tagged_terms([m["user_id"] for m in data["metadatas"]], [d or "" for d in data["documents"]])
-        return [
-            (m["conversation_id"], m["unit_id"])
-            for m, want in zip(data["metadatas"], expected, strict=True)
-            if list(m.get(TERMS) or []) != want
-        ]
-
-    def _index_terms(self, *, progress: Any = None) -> dict[str, int]:
-        counts = {}
-        for kind in (k for k in self.stored_kinds() if indexes_words(k)):
-            col = self.collection(kind)
-            data = self._paged(kind, include=["documents", "metadatas"])
-            metas = [dict(m) for m in data["metadatas"]]
-            users = [m["user_id"] for m in metas]
-            for meta, terms in zip(metas, tagged_terms(users, [d or "" for d in data["documents"]]), strict=True):
-                meta.pop(TERMS, None)
-                if terms:
-                    meta[TERMS] = terms
-            with self._write_lock:
-                for start in range(0, len(metas), _MAX_BATCH):
-                    col.update(ids=data["ids"][start : start + _MAX_BATCH], metadatas=metas[start : start + _MAX_BATCH])
-                    if progress:
-                        progress(kind, min(start + _MAX_BATCH, len(metas)), len(metas))
-            counts[kind] = len(metas)
-        return counts
+        return self.lexicon.problems(kind, user_id=user_id, conversation_id=conversation_id)
 
     def holds_more_than(self, kind: str, n: int, *, user_id: str, conversation_id: str | None = None) -> bool:
         """Whether one user has more than ``n`` units of a kind (reads at most ``n + 1`` ids).
@@ -520,8 +445,9 @@ class VectorStore(UnitCollections):
         and its tag posting list is read in milliseconds where Chroma's filtered read of the same ids took
         minutes on a cold 1M-turn store (the first query's size check, :mod:`memstrata.runtime.search`).
         """
-        if (words := self._word_index(kind)) is not None:
-            return words.holds_more_than(kind, n, user_id=user_id, conversation_id=conversation_id)
+        known = self.lexicon.holds_more_than(kind, n, user_id=user_id, conversation_id=conversation_id)
+        if known is not None:
+            return known
         found = self.collection(kind).get(where=tenant.where(user_id, conversation_id), limit=n + 1, include=[])
         return len(found["ids"]) > n
 
@@ -531,14 +457,5 @@ class VectorStore(UnitCollections):
 
     def users(self) -> list[str]:
         """Every user id with at least one turn (an operator view, for the CLI)."""
-        metas = self._paged(levels.raw_kind(), include=["metadatas"])["metadatas"]
+        metas = self.chroma.paged(levels.raw_kind(), include=["metadatas"])["metadatas"]
         return sorted({m["user_id"] for m in metas})
-
-
-def indexes_words(kind: str) -> bool:
-    """Whether the word index holds a kind: the raw turns and every searched event kind."""
-    try:
-        level = levels.get_level(kind)
-    except KeyError:  # an unregistered kind left behind by a plugin
-        return False
-    return level.searched and level.role in ("raw", "event")
