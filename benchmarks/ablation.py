@@ -30,7 +30,7 @@ from memstrata.memory.search.fusion import ranks_to_unit, standardize
 from memstrata.memory.timeparse import format_date, parse_timestamp
 from memstrata.memory.tokens import TokenCounter
 
-WINDOW_WIDTHS = default("window_widths")
+WINDOW_WIDTHS = default("retrieval.window_widths")
 
 BUDGETS = (500, 1000, 1500, 2000, 4000)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'])")

@@ -3,7 +3,8 @@
 Each conversation is ingested once with encoded contexts (the window's text through MiniLM) into
 ``<cache>/encoded/<id>``; a copy gets every ``turn_context`` vector replaced by
 :func:`memstrata.memory.levels.level2.turn_context.pooled_vectors` of its turns (what ingestion writes with
-``context_vectors="pooled"``). Both answer categories 1-4 at the given budgets, scored as ``shared/docs/EVAL.md``
+``episodes.context_vectors="pooled"``). Both answer categories 1-4 at the given budgets, scored as
+``shared/docs/EVAL.md``
 says (recall_all).
 
     python benchmarks/context_vectors.py ../shared/data/locomo/locomo10.json --conversations conv-26,conv-30,conv-42
@@ -60,7 +61,11 @@ def main() -> None:
     totals: dict[str, dict[int, list[bool]]] = {}
     for conv in load_locomo(args.path, conversations=args.conversations.split(",")):
         encoded = cache / "encoded" / conv.sample_id
-        mem = Memstrata(path=encoded, embeddings=emb, context_vectors="encoded")
+        mem = Memstrata(
+            path=encoded,
+            embeddings=emb,
+            episodes={"context_vectors": "encoded"},
+        )
         if not mem.store.count("turn", user_id="bench"):
             mem.ingest(conv.raw, user_id="bench")
         mem.close()

@@ -43,71 +43,93 @@ from memstrata.runtime.search import pool_size
 
 NO_FACTS = {scope: [k for k in kinds if k != FACT.kind] for scope, kinds in scope_table().items()}
 NO_TREE_NODES = {scope: [k for k in kinds if k != TREE_NODE.kind] for scope, kinds in scope_table().items()}
-_THEMES = {"theme_search_k": 8, "theme_pick": 8, "theme_fact_pick": 24, "theme_share": 0.0}
+_THEMES = {"themes.search_k": 8, "themes.pick": 8, "themes.fact_pick": 24, "themes.share": 0.0}
 VARIANTS: dict[str, dict[str, Any]] = {
     "memstrata (all)": {},
-    "no tree nodes searched": {"scope_kinds": NO_TREE_NODES},
-    "no temporal relevance (tree windows unused)": {"w_temporal": 0.0},
+    "no tree nodes searched": {"retrieval.scope_kinds": NO_TREE_NODES},
+    "no temporal relevance (tree windows unused)": {"weights.temporal": 0.0},
     "no offline rewrite round": {"max_iterations": 0},
     "facts lend no prior": {"_fact_prior": False},
     "facts lend the prior": {"_fact_prior": True},
-    "no entity graph": {"graph_hops": -1},
+    "no entity graph": {"graph.hops": -1},
     # H-Mem's seeds by vector: the entities nearest the query's vector seed the expansion too
-    "entity seeds also by vector: 2 above 0.35": {"graph_vector_seeds": 2, "graph_seed_floor": 0.35},
-    "entity seeds also by vector: 5 above 0.25": {"graph_vector_seeds": 5, "graph_seed_floor": 0.25},
-    "no facts and no graph": {"graph_hops": -1, "scope_kinds": NO_FACTS},
+    "entity seeds also by vector: 2 above 0.35": {"graph.vector_seeds": 2, "graph.seed_floor": 0.35},
+    "entity seeds also by vector: 5 above 0.25": {"graph.vector_seeds": 5, "graph.seed_floor": 0.25},
+    "no facts and no graph": {"graph.hops": -1, "retrieval.scope_kinds": NO_FACTS},
     "fixed pool (before)": {"_pool": "fixed"},
-    "no facts/graph and fixed pool (as before)": {"graph_hops": -1, "scope_kinds": NO_FACTS, "_pool": "fixed"},
+    "no facts/graph and fixed pool (as before)": {
+        "graph.hops": -1,
+        "retrieval.scope_kinds": NO_FACTS,
+        "_pool": "fixed",
+    },
     # the theme path (xMemory's Stage I and II, Bi-Mem's spreading), stage by stage; each row names every setting
-    "no theme path": {"theme_search_k": 0},
-    "themes alone": {**_THEMES, "theme_select": "top", "theme_stage2": False, "theme_spread": 0},
-    "themes + Eq. 4": {**_THEMES, "theme_select": "eq4", "theme_stage2": False, "theme_spread": 0},
-    "themes + Eq. 4 + Stage II": {**_THEMES, "theme_select": "eq4", "theme_stage2": True, "theme_spread": 0},
+    "no theme path": {"themes.search_k": 0},
+    "themes alone": {**_THEMES, "themes.select": "top", "experimental.theme_stage2": False, "themes.spread": 0},
+    "themes + Eq. 4": {**_THEMES, "themes.select": "eq4", "experimental.theme_stage2": False, "themes.spread": 0},
+    "themes + Eq. 4 + Stage II": {
+        **_THEMES,
+        "themes.select": "eq4",
+        "experimental.theme_stage2": True,
+        "themes.spread": 0,
+    },
     "themes + Eq. 4 + Stage II + spreading": {
         **_THEMES,
-        "theme_select": "eq4",
-        "theme_stage2": True,
-        "theme_spread": 3,
+        "themes.select": "eq4",
+        "experimental.theme_stage2": True,
+        "themes.spread": 3,
     },
-    "themes + spreading (the default)": {**_THEMES, "theme_select": "top", "theme_stage2": False, "theme_spread": 3},
-    "themes + Eq. 4 + spreading": {**_THEMES, "theme_select": "eq4", "theme_stage2": False, "theme_spread": 3},
+    "themes + spreading (the default)": {
+        **_THEMES,
+        "themes.select": "top",
+        "experimental.theme_stage2": False,
+        "themes.spread": 3,
+    },
+    "themes + Eq. 4 + spreading": {
+        **_THEMES,
+        "themes.select": "eq4",
+        "experimental.theme_stage2": False,
+        "themes.spread": 3,
+    },
     "themes + spreading + first 20% of the budget": {
         **_THEMES,
-        "theme_select": "top",
-        "theme_stage2": False,
-        "theme_spread": 3,
-        "theme_share": 0.2,
+        "themes.select": "top",
+        "experimental.theme_stage2": False,
+        "themes.spread": 3,
+        "themes.share": 0.2,
     },
     # Bi-Mem's persona: the line and its items' turns for questions that ask to infer about a named speaker
-    "no persona path": {"persona_search": False},
+    "no persona path": {"persona.search": False},
     # Bi-Mem's Eq. 10: a picked scene brings its m facts nearest the scene, not those nearest the query
-    "spreading: facts nearest their scene (Eq. 10)": {"theme_fact_order": "scene"},
+    "spreading: facts nearest their scene (Eq. 10)": {"themes.fact_order": "scene"},
     # Bi-Mem's Eq. 9: facts, themes and persona ranked together (k of the paper's 15-40), then its spreading
-    "Bi-Mem Eq. 9: joint top-20": {"theme_joint_k": 20},
-    "Bi-Mem Eq. 9 + Eq. 10: joint top-20 and scene order": {"theme_joint_k": 20, "theme_fact_order": "scene"},
-    "Bi-Mem Eq. 9: joint top-40": {"theme_joint_k": 40},
+    "Bi-Mem Eq. 9: joint top-20": {"experimental.theme_joint_k": 20},
+    "Bi-Mem Eq. 9 + Eq. 10: joint top-20 and scene order": {
+        "experimental.theme_joint_k": 20,
+        "themes.fact_order": "scene",
+    },
+    "Bi-Mem Eq. 9: joint top-40": {"experimental.theme_joint_k": 40},
     # Bi-Mem's Eq. 11: the reader gets the picked scenes as lines, out of the same budget
-    "scene lines for the reader: 2 (Eq. 11)": {"scene_lines": 2},
+    "scene lines for the reader: 2 (Eq. 11)": {"experimental.scene_lines": 2},
     # H-Mem's entity profiles (Table 5) and the tree walked up from the graph's events (§3.3 step 2)
-    "H-Mem entity profiles: 10 facts each": {"graph_profile_facts": 10},
-    "H-Mem tree walked up from the graph": {"graph_tree_walk": True},
+    "H-Mem entity profiles: 10 facts each": {"experimental.graph_profile_facts": 10},
+    "H-Mem tree walked up from the graph": {"experimental.graph_tree_walk": True},
     # H-Mem's Eq. 3 on the events too: summaries, tree nodes and facts with T and R
-    "H-Mem Eq. 3 on events": {"event_fusion": "eq3"},
+    "H-Mem Eq. 3 on events": {"weights.events": "eq3"},
     # xMemory's Stage II with its expansion of an admitted episode to its other messages
     "themes + Eq. 4 + Stage II with expansion + spreading": {
         **_THEMES,
-        "theme_select": "eq4",
-        "theme_stage2": True,
-        "theme_stage2_expand": True,
-        "theme_spread": 3,
+        "themes.select": "eq4",
+        "experimental.theme_stage2": True,
+        "experimental.theme_stage2_expand": True,
+        "themes.spread": 3,
     },
     # H-Mem's Eq. 3 with its own S: the cosine of the query and the turn, no views, BM25, prior, boosts or neighbour
     "H-Mem's S (the turn's cosine) in Eq. 3": {
         "_cosine_s": True,
-        "episode_prior": 0.0,
-        "speaker_prior": 0.0,
-        "when_prior": 0.0,
-        "neighbour_share": 0.0,
+        "weights.episode_prior": 0.0,
+        "weights.speaker": 0.0,
+        "weights.when": 0.0,
+        "weights.neighbour": 0.0,
     },
 }
 
@@ -214,7 +236,7 @@ def _cosine(index: Any, qvec: Any, qtokens: list[str]) -> Any:
 
 
 def _pool(kind: str | None) -> Callable[[Any], int]:
-    return (lambda ctx: ctx.direct_turns) if kind == "fixed" else pool_size
+    return (lambda ctx: ctx.retrieval.direct_turns) if kind == "fixed" else pool_size
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import fields, replace
+from dataclasses import fields
 from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -26,7 +26,7 @@ from langchain_core.language_models import BaseChatModel
 
 from memstrata import memories
 from memstrata.backlog import Backlog
-from memstrata.context import Context
+from memstrata.context import Context, nested, with_settings
 from memstrata.errors import AnswerError
 from memstrata.memory.levels import DIMENSIONS, Persona
 from memstrata.memory.persona.versions import valid_at
@@ -68,6 +68,7 @@ class Memstrata:
         model: BaseChatModel | str | None = None,
         **settings: Any,
     ) -> None:
+        settings = nested(settings)  # "themes.search_k": 0 is themes={"search_k": 0}
         known = {f.name for f in fields(Context)} - {"user_id"}
         unknown = set(settings) - known
         if unknown:
@@ -90,11 +91,8 @@ class Memstrata:
     def context(self, *, user_id: str, **overrides: Any) -> Context:
         """The run context for one user, with per-call overrides."""
         self._hold()
-        return (
-            replace(Context(user_id=user_id, **self._base), **overrides)
-            if overrides
-            else Context(user_id=user_id, **self._base)
-        )
+        ctx = Context(user_id=user_id, **self._base)
+        return with_settings(ctx, **nested(overrides)) if overrides else ctx
 
     @property
     def store(self) -> MemoryStore:
@@ -128,7 +126,7 @@ class Memstrata:
         A message with an id is stored once however often it is sent; one without an id is appended
         after the turns already stored (or, when it has a time, recognised as the stored turn of the same
         speaker, text and time). A session's newest episode stays open while messages may still join it
-        (see ``Context.episode_quiet_minutes``); ``close=True`` closes it now (a finished record).
+        (see ``Context.episodes.quiet_minutes``); ``close=True`` closes it now (a finished record).
         ``metadata`` (names to strings, numbers or booleans) is attached to every message written, under a
         message's own ``metadata``; :meth:`memories` filters on it.
         ``defer=True`` stores the raw turns and their views and returns: the episodes, summaries, facts and what

@@ -77,21 +77,16 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def context_fields() -> list[dict[str, str]]:
-    """Every ``Context`` field, in declaration order, with its section, type, default and description."""
-    from pydantic import TypeAdapter
-
-    from memstrata.context import Context
-
-    hints = typing.get_type_hints(Context, include_extras=True)
-    required = set(TypeAdapter(Context).json_schema().get("required", []))  # user_id: an empty default, yet required
+def _rows(kind: type, prefix: str, required: set[str]) -> list[dict[str, str]]:
+    """One row per field of a dataclass of settings (``prefix``: its group's name and a dot, or nothing)."""
+    hints = typing.get_type_hints(kind, include_extras=True)
     rows = []
-    for f in dataclasses.fields(Context):
+    for f in dataclasses.fields(kind):
         section, description = _field_info(hints[f.name])
         skipped = "SkipJsonSchema" in repr(hints[f.name])
         rows.append(
             {
-                "name": f.name,
+                "name": prefix + f.name,
                 "section": section or ("python only" if skipped else "unsectioned"),
                 "type": _type_name(hints[f.name]).replace("pydantic.json_schema.SkipJsonSchema[", "").rstrip("]")
                 if skipped
@@ -103,16 +98,39 @@ def context_fields() -> list[dict[str, str]]:
     return rows
 
 
+def context_fields() -> list[dict[str, str]]:
+    """Every ``Context`` field, in declaration order, with its section, type, default and description; then each
+    group's fields (``themes.search_k``), in a section named after the group.
+    """
+    from pydantic import TypeAdapter
+
+    from memstrata.context import GROUPS, Context
+
+    required = set(TypeAdapter(Context).json_schema().get("required", []))  # user_id: an empty default, yet required
+    rows = [row for row in _rows(Context, "", required) if row["name"] not in GROUPS]
+    for name, kind in GROUPS.items():
+        rows += [{**row, "section": f"{name} ({kind.__name__})"} for row in _rows(kind, f"{name}.", set())]
+    return rows
+
+
 def context_tables() -> str:
-    """Markdown tables of every ``Context`` field (type, default, description), one per section."""
+    """Markdown tables of every ``Context`` setting (type, default, description), one per section; a group's
+    section starts with what the group is for.
+    """
+    from memstrata.context import GROUPS
+
     rows = context_fields()
     sections: dict[str, list[dict[str, str]]] = {}
     for row in rows:
         sections.setdefault(row["section"], []).append(row)
-    out = [f"`Context` has {len(rows)} fields in {len(sections)} sections.\n"]
+    flat = sum(1 for row in rows if "." not in row["name"])
+    out = [f"`Context` has {flat} settings of its own and {len(GROUPS)} groups ({len(rows) - flat} settings in all).\n"]
     for section, members in sections.items():
         out.append(f"### {section}\n")
-        out.append("| field | type | default | description |\n|---|---|---|---|")
+        group = GROUPS.get(section.split(" ")[0])
+        if group is not None and group.__doc__:
+            out.append(" ".join(group.__doc__.split()) + "\n")
+        out.append("| setting | type | default | description |\n|---|---|---|---|")
         # a pipe inside a code span does not split a cell; elsewhere it must be escaped
         out.extend(
             f"| `{row['name']}` | `{row['type']}` | {row['default']} | {_cell(row['description'])} |" for row in members

@@ -500,12 +500,12 @@ def test_bench_set_reads_context_fields_and_refuses_unknown_ones() -> None:
 
     from memstrata.bench.cli import _settings
 
-    assert _settings(["theme_search_k=0", "theme_select=top", "theme_stage2=true"]) == {
-        "theme_search_k": 0,
-        "theme_select": "top",
-        "theme_stage2": True,
+    assert _settings(["themes.search_k=0", "themes.select=top", "experimental.theme_stage2=true", "level1_k=5"]) == {
+        "themes": {"search_k": 0, "select": "top"},
+        "experimental": {"theme_stage2": True},
+        "level1_k": 5,
     }
-    for bad in (["no_such_field=1"], ["theme_search_k"]):
+    for bad in (["no_such_field=1"], ["themes.search_k"], ["theme_search_k=0"], ["themes.serch_k=0"], ["themes=1"]):
         with pytest.raises(typer.BadParameter):
             _settings(bad)
 

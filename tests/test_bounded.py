@@ -68,7 +68,12 @@ def test_candidates_covering_a_small_store_score_exactly_like_the_full_snapshot(
     ws = WorkingSet(
         mem.store,
         user_id="u",
-        bounds=bounds_of(Context(user_id="u", bounded_dense_k=500, bounded_event_k=500, bounded_sessions=500)),
+        bounds=bounds_of(
+            Context(
+                user_id="u",
+                scale={"dense_k": 500, "event_k": 500, "sessions": 500},
+            )
+        ),
     )
     bounded = ws.ensure(QUERIES, vecs)
     assert bounded.bounded is not None and full.bounded is None
@@ -91,7 +96,10 @@ def test_small_bounds_load_whole_sessions_of_the_best_candidates_only(data_dir, 
         mem.store,
         user_id="u",
         bounds=bounds_of(
-            Context(user_id="u", bounded_dense_k=3, bounded_event_k=3, bounded_lexical_k=2, bounded_sessions=1)
+            Context(
+                user_id="u",
+                scale={"dense_k": 3, "event_k": 3, "lexical_k": 2, "sessions": 1},
+            )
         ),
     ).ensure(QUERIES[:1], vec)
     sessions = {(t.conversation_id, t.session_id) for t in index.turns}
@@ -114,7 +122,7 @@ def test_retrieval_on_the_bounded_path_matches_the_snapshot_path(data_dir, hash_
     for query in QUERIES:
         snapshot = mem.retrieve(query, user_id="u")
         assert snapshot.evidence and not ensured, query  # something to compare, found on the snapshot path
-        bounded = mem.retrieve(query, user_id="u", snapshot_max_turns=0, tiers=False)  # the archive alone
+        bounded = mem.retrieve(query, user_id="u", scale={"max_turns": 0}, tiers=False)  # the archive alone
         assert ensured, query  # the bounded path did run
         ensured.clear()
         assert [(e.turn_id, round(e.score, 6)) for e in bounded.evidence] == [
@@ -134,7 +142,10 @@ def test_a_bounded_snapshot_reads_the_reinforcement_of_its_own_summaries_only(
         mem.store,
         user_id="u",
         bounds=bounds_of(
-            Context(user_id="u", bounded_dense_k=3, bounded_event_k=3, bounded_lexical_k=2, bounded_sessions=1)
+            Context(
+                user_id="u",
+                scale={"dense_k": 3, "event_k": 3, "lexical_k": 2, "sessions": 1},
+            )
         ),
     ).ensure(QUERIES[:1], vec)
     held = {(u.conversation_id, u.id) for u in index.events["summary"].units}
@@ -168,7 +179,7 @@ def test_a_finished_retrieval_leaves_no_working_set_behind(data_dir, hash_embedd
 
     monkeypatch.setattr(bounded.WorkingSet, "_build", spy)
     for query in QUERIES:
-        assert mem.retrieve(query, user_id="u", snapshot_max_turns=0, tiers=False).evidence  # the archive alone
+        assert mem.retrieve(query, user_id="u", scale={"max_turns": 0}, tiers=False).evidence  # the archive alone
     assert len({id(ws) for ws in built}) == len(QUERIES)  # each retrieval built its own working set...
     assert not any(ws in mem.store.caches.runs.values() for ws in built)  # ...and dropped it at its answer
 
@@ -181,11 +192,20 @@ def test_the_bounded_path_stays_in_its_tenant_and_sees_other_processes_writes(da
     secret = [{**m, "text": m["text"] + " Bob's zeppelin hangar code is 4471."} for m in messages[:6]]
     mem.ingest({"conversation_id": "shared", "messages": secret}, user_id="bob")
     for query in ["zeppelin hangar code", *QUERIES]:
-        result = mem.retrieve(query, user_id="alice", snapshot_max_turns=0)
+        result = mem.retrieve(
+            query,
+            user_id="alice",
+            scale={"max_turns": 0},
+        )
         assert result.evidence
         assert all("zeppelin" not in e.text for e in result.evidence)
     assert any(
-        "zeppelin" in e.text for e in mem.retrieve("zeppelin hangar code", user_id="bob", snapshot_max_turns=0).evidence
+        "zeppelin" in e.text
+        for e in mem.retrieve(
+            "zeppelin hangar code",
+            user_id="bob",
+            scale={"max_turns": 0},
+        ).evidence
     )
     script = (
         "import sys, json; sys.path.insert(0, 'tests'); from conftest import HashEmbeddings; "
@@ -198,11 +218,19 @@ def test_the_bounded_path_stays_in_its_tenant_and_sees_other_processes_writes(da
     subprocess.run(
         [sys.executable, "-c", script], cwd=REPO, check=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"}
     )
-    found = mem.retrieve("What is the tortoise called?", user_id="alice", snapshot_max_turns=0)
+    found = mem.retrieve(
+        "What is the tortoise called?",
+        user_id="alice",
+        scale={"max_turns": 0},
+    )
     assert any("Ferdinand" in e.text for e in found.evidence)
     assert not any(
         "Ferdinand" in e.text
-        for e in mem.retrieve("What is the tortoise called?", user_id="bob", snapshot_max_turns=0).evidence
+        for e in mem.retrieve(
+            "What is the tortoise called?",
+            user_id="bob",
+            scale={"max_turns": 0},
+        ).evidence
     )
 
 
@@ -210,7 +238,16 @@ def test_a_follow_up_reads_only_its_new_vector_and_words(data_dir, hash_embeddin
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")
     vec = np.asarray(hash_embeddings.embed_documents(QUERIES[:1]), dtype=np.float32)
-    ws = WorkingSet(mem.store, user_id="u", bounds=bounds_of(Context(user_id="u", bounded_sessions=1)))
+    ws = WorkingSet(
+        mem.store,
+        user_id="u",
+        bounds=bounds_of(
+            Context(
+                user_id="u",
+                scale={"sessions": 1},
+            )
+        ),
+    )
     ws.ensure(QUERIES[:1], vec)
     reads = ws.reads
     # an offline rewrite: the question's vector again, its words in another order and case
@@ -238,7 +275,12 @@ def test_sessions_come_from_the_cache_until_the_store_changes_under_them(
     mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="u")
     mem.ingest({"conversation_id": "priya-tom", "messages": _messages()}, user_id="v")  # same ids, another user
     vecs = np.asarray(hash_embeddings.embed_documents(QUERIES), dtype=np.float32)
-    bounds = bounds_of(Context(user_id="u", bounded_dense_k=500, bounded_event_k=500, bounded_sessions=500))
+    bounds = bounds_of(
+        Context(
+            user_id="u",
+            scale={"dense_k": 500, "event_k": 500, "sessions": 500},
+        )
+    )
     first = WorkingSet(mem.store, user_id="u", bounds=bounds)
     cold = first.ensure(QUERIES, vecs)
     cache = mem.store.caches.sessions
@@ -273,7 +315,10 @@ def test_sessions_come_from_the_cache_until_the_store_changes_under_them(
         embeddings=hash_embeddings.embed_documents([text]),
     )
     small = bounds_of(
-        Context(user_id="u", bounded_dense_k=1, bounded_event_k=1, bounded_lexical_k=1, bounded_sessions=500)
+        Context(
+            user_id="u",
+            scale={"dense_k": 1, "event_k": 1, "lexical_k": 1, "sessions": 500},
+        )
     )
     later = WorkingSet(mem.store, user_id="u", bounds=small).ensure(QUERIES, vecs)
     assert "late-turn" in {t.id for t in later.turns}
@@ -301,7 +346,7 @@ def test_the_bounded_path_reads_entity_edges_only_of_conversations_its_query_nam
     monkeypatch.setattr(WorkingSet, "_build", lambda ws: named.extend(ws.named_conversations) or build(ws))
     query = "What did Tom's teacher say about the bowing?"
     mem.store.edges.get = spy
-    bounded = mem.retrieve(query, user_id="u", snapshot_max_turns=0, tiers=False, max_iterations=0)  # no follow-up
+    bounded = mem.retrieve(query, user_id="u", scale={"max_turns": 0}, tiers=False, max_iterations=0)  # no follow-up
     mem.store.edges.get = get
     # both conversations hold a candidate entity sharing a word with the query ("Omar's teacher" too) ...
     assert set(named) == {"priya-tom", "lena-omar"}

@@ -123,7 +123,7 @@ async def test_without_a_depth_bound_the_deep_path_follows_up_and_reflects(mem: 
 
 async def test_the_published_algorithms_light_answer_streams_too(mem: Memstrata) -> None:
     chat = Chat(light=True)
-    tokens, at_first, result = await _turn(mem, chat, light_check="structured", llm_depth=None)
+    tokens, at_first, result = await _turn(mem, chat, retrieval={"light_check": "structured"}, llm_depth=None)
     assert chat.order == ["decompose", "gate", "reflect"] and at_first == 3  # reflection grades it first
     assert "".join(tokens) == ANSWER and len(tokens) > 1 and result.answer == ANSWER
 

@@ -204,12 +204,12 @@ def test_a_batch_gives_the_same_episodes_as_cutting_the_whole_session(mem: Memst
         spans = segment_session(
             [r.metadata["_vector"] for r in recs],
             [datetime.fromisoformat(r.payload["timestamp"]) for r in recs],
-            max_turns=ctx.max_episode_turns,
-            min_turns=ctx.min_episode_turns,
-            overlap=ctx.episode_overlap,
-            max_gap=timedelta(minutes=ctx.episode_max_gap_minutes),
-            window=ctx.segment_window,
-            depth=ctx.segment_depth,
+            max_turns=ctx.episodes.max_turns,
+            min_turns=ctx.episodes.min_turns,
+            overlap=ctx.episodes.overlap,
+            max_gap=timedelta(minutes=ctx.episodes.max_gap_minutes),
+            window=ctx.episodes.window,
+            depth=ctx.episodes.depth,
         )
         stored = sorted(
             (r.payload["start_position"], r.payload["end_position"])

@@ -304,7 +304,11 @@ def reader_views(chroma_server: ChromaServer, tmp_path_factory: pytest.TempPathF
     """
     folder, user = tmp_path_factory.mktemp("reader"), "cc-reader"
     first = write(folder, "first", conversation("chat", "rdx", sessions=1))
-    mem = Memstrata(url=chroma_server.url, embeddings=HashEmbeddings(), snapshot_refresh_s=0.0)
+    mem = Memstrata(
+        url=chroma_server.url,
+        embeddings=HashEmbeddings(),
+        scale={"refresh_s": 0.0},
+    )
     mem.ingest(first, user_id=user)
     source = write(folder, "all", conversation("chat", "rdx", sessions=4))
     proc = subprocess.Popen(

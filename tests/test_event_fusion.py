@@ -1,4 +1,4 @@
-"""H-Mem's Eq. 3 on the event units (``Context.event_fusion="eq3"``): summaries, tree nodes and facts get T and R."""
+"""H-Mem's Eq. 3 on the event units (``Context.weights.events="eq3"``): summaries, tree nodes and facts get T and R."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ NOW = datetime(2023, 9, 1)
 
 
 def _weights(mode: str = "eq3", /, **settings: float) -> Weights:
-    return weights_of(Context(user_id="u", event_fusion=mode, **settings))  # type: ignore[arg-type]
+    return weights_of(Context(user_id="u", weights={"events": mode, **settings}))
 
 
 def _summary(session: int, when: datetime) -> EventSummary:
@@ -150,10 +150,16 @@ def test_the_weights_are_the_turns_weights() -> None:
             SUMMARY.kind
         ]
 
-    assert np.allclose(f(w_semantic=0.5, w_temporal=0.3, w_robustness=0.2), 0.5 * s + 0.3 * t + 0.2 * r)
-    assert _order(f(w_semantic=1.0, w_temporal=0.0, w_robustness=0.0)) == [0, 1]
-    assert _order(f(w_semantic=0.0, w_temporal=1.0, w_robustness=0.0)) == [1, 0]
-    assert np.allclose(f(w_semantic=0.0, w_temporal=0.0, w_robustness=1.0), r)
+    assert np.allclose(
+        f(semantic=0.5, temporal=0.3, robustness=0.2),
+        0.5 * s + 0.3 * t + 0.2 * r,
+    )
+    assert _order(f(semantic=1.0, temporal=0.0, robustness=0.0)) == [0, 1]
+    assert _order(f(semantic=0.0, temporal=1.0, robustness=0.0)) == [1, 0]
+    assert np.allclose(
+        f(semantic=0.0, temporal=0.0, robustness=1.0),
+        r,
+    )
 
 
 # ---- a real store ---------------------------------------------------------------------------------------------
@@ -211,4 +217,11 @@ def test_an_empty_user_scores_no_events_and_retrieves_nothing(hikes: Memstrata) 
     scores = {k: np.zeros(0) for k in empty.events}
     fused = fused_events(empty, scores, list(empty.events), MAY_8, weights=_weights(), now=None)
     assert fused.keys() == scores.keys() and all(len(v) == 0 for v in fused.values())
-    assert hikes.retrieve(QUESTION, user_id="nobody", event_fusion="eq3").evidence == []
+    assert (
+        hikes.retrieve(
+            QUESTION,
+            user_id="nobody",
+            weights={"events": "eq3"},
+        ).evidence
+        == []
+    )

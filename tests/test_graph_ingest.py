@@ -189,7 +189,11 @@ def conversation(*sessions: list[str], speaker: str = "Ann") -> dict[str, Any]:
 
 
 def test_a_move_supersedes_the_old_home_which_stays_as_history(data_dir, hash_embeddings) -> None:
-    mem = Memstrata(path=data_dir, embeddings=hash_embeddings, session_gap_hours=6)
+    mem = Memstrata(
+        path=data_dir,
+        embeddings=hash_embeddings,
+        episodes={"session_gap_hours": 6},
+    )
     source = conversation(
         ["I live in Porto with my cat Miso.", "Porto is lovely."],
         ["I moved to Lisbon last week, the flat is great.", "Lisbon, wow!"],

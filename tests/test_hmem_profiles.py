@@ -1,7 +1,8 @@
 """H-Mem's entity profiles in retrieval (Table 5) and its tree searched bottom-up from the graph (§3.3 step 2).
 
-``graph_profile_facts`` puts each seed's profile facts first among the facts the graph brings;
-``graph_tree_walk`` adds the week, month and year nodes above the leaves the graph reached to the coarse pool.
+``experimental.graph_profile_facts`` puts each seed's profile facts first among the facts the graph brings;
+``experimental.graph_tree_walk`` adds the week, month and year nodes above the leaves the graph reached to the coarse
+pool.
 Both run on a real store of the bundled example (Priya and Tom, three sessions, a full temporal tree).
 """
 
@@ -92,7 +93,14 @@ def test_the_run_context_sets_both_and_both_are_off_by_default(demo) -> None:
     mem, index, _ = demo
     off = asyncio.run(search.graph_search(Context(user_id="demo"), mem.store, index))
     on = asyncio.run(
-        search.graph_search(Context(user_id="demo", graph_profile_facts=10, graph_tree_walk=True), mem.store, index)
+        search.graph_search(
+            Context(
+                user_id="demo",
+                experimental={"graph_profile_facts": 10, "graph_tree_walk": True},
+            ),
+            mem.store,
+            index,
+        )
     )
     assert off is not None and (off.profile, off.tree_walk) == (0, False)
     assert on is not None and (on.profile, on.tree_walk) == (10, True)
@@ -156,7 +164,12 @@ def test_profile_facts_bring_their_turns_with_the_profile_in_their_path(demo) ->
     for row, path in profile:
         for turn in facts.turn_rows[row]:
             assert (index.turns[turn].id, f"{path} -> {facts.units[row].id}") in graph_turns
-    result = mem.retrieve(text, user_id="demo", context_budget=2000, graph_profile_facts=3)
+    result = mem.retrieve(
+        text,
+        user_id="demo",
+        context_budget=2000,
+        experimental={"graph_profile_facts": 3},
+    )
     assert any("(profile attribute)" in e.via for e in result.evidence)  # through the graph, from the run's context
 
 
@@ -199,7 +212,10 @@ def test_the_walk_adds_nothing_where_the_scope_reads_no_tree_or_the_pool_holds_i
 def test_an_empty_user_and_entities_without_profiles_break_nothing(demo, tmp_path: Path) -> None:
     mem, index, _ = demo
     result = mem.retrieve(
-        "What does Tom like?", user_id="nobody", context_budget=500, graph_profile_facts=10, graph_tree_walk=True
+        "What does Tom like?",
+        user_id="nobody",
+        context_budget=500,
+        experimental={"graph_profile_facts": 10, "graph_tree_walk": True},
     )
     assert result.evidence == []
     empty = MemoryIndex.load(mem.store, user_id="nobody")

@@ -159,7 +159,11 @@ def test_turn_context_vectors_are_pooled_or_encoded(tmp_path: Path, hash_embeddi
 
     from memstrata.memory.levels.level2.turn_context import pooled_vectors
 
-    mem = Memstrata(path=tmp_path / mode, embeddings=hash_embeddings, context_vectors=mode)
+    mem = Memstrata(
+        path=tmp_path / mode,
+        embeddings=hash_embeddings,
+        episodes={"context_vectors": mode},
+    )
     mem.ingest(EXAMPLE, user_id="u")
     turns = mem.store.get("turn", user_id="u", with_vectors=True)
     views = {r.payload["turn_id"]: r for r in mem.store.get("turn_context", user_id="u", with_vectors=True)}

@@ -92,7 +92,11 @@ def memory(tmp_path_factory: pytest.TempPathFactory, minilm: Any) -> Iterator[tu
     folder = tmp_path_factory.mktemp("iso")
     # persona_floor 0: every fact of a speaker joins some dimension, so both users surely hold persona rows
     # (the marker words move facts around the default floor, and forget must be proven on every kind)
-    mem = Memstrata(path=folder / "store", embeddings=minilm, persona_floor=0.0)
+    mem = Memstrata(
+        path=folder / "store",
+        embeddings=minilm,
+        persona={"floor": 0.0},
+    )
     for user, marker in USERS.items():
         mem.ingest(write(folder, user, conversation("shared", marker, sessions=3)), user_id=user)
     yield mem, folder / "store"

@@ -121,7 +121,13 @@ def test_pooled_ingestion_pools_where_the_turns_tokens_are_at_hand_and_encodes_e
         for i, t in enumerate(said)
     ]
     mem = Memstrata(path=tmp_path / "s", embeddings=minilm)
-    out = mem.ingest(messages, user_id="u", conversation_id="c", close=True, span_vectors="pooled")
+    out = mem.ingest(
+        messages,
+        user_id="u",
+        conversation_id="c",
+        close=True,
+        episodes={"span_vectors": "pooled"},
+    )
     facts = mem.store.get("fact", user_id="u", with_vectors=True)
     summaries = mem.store.get("summary", user_id="u", with_vectors=True)
     assert facts and out["vectors_pooled"] == len(facts) + len(summaries)
@@ -129,7 +135,13 @@ def test_pooled_ingestion_pools_where_the_turns_tokens_are_at_hand_and_encodes_e
         encoded = np.asarray(minilm.embed_documents([row.document])[0])
         cosine = float(np.dot(encoded, row.metadata["_vector"]))
         assert 0.5 < cosine < 0.9999  # close to its text's own vector, but pooled in context, not re-encoded
-    facts_only = mem.ingest(messages, user_id="v", conversation_id="c", close=True, span_vectors="facts")
+    facts_only = mem.ingest(
+        messages,
+        user_id="v",
+        conversation_id="c",
+        close=True,
+        episodes={"span_vectors": "facts"},
+    )
     assert facts_only["vectors_pooled"] == facts_only["facts_written"]  # its summaries were encoded
     assert (
         mem.ingest(messages, user_id="w", conversation_id="c", close=True)["vectors_pooled"]  # the default: encoded
@@ -152,7 +164,7 @@ def test_pooled_ingestion_pools_where_the_turns_tokens_are_at_hand_and_encodes_e
         user_id="u",
         conversation_id="c",
         close=True,
-        span_vectors="pooled",
+        episodes={"span_vectors": "pooled"},
     )
     assert out["facts_written"] >= 1
     assert_store_ok(again.store, "u")

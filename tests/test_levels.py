@@ -67,7 +67,11 @@ def test_a_registered_kind_is_ingested_searched_traced_and_forgotten(toy_kind, d
 
     assert "speaker_digest" in scope_table()["Long"] and "speaker_digest" not in scope_table()["Short"]
     only_toy = {scope: ["speaker_digest"] for scope in ("Short", "Long", "Mixed")}
-    result = mem.retrieve("What does Tom like doing?", user_id="u", scope_kinds=only_toy)
+    result = mem.retrieve(
+        "What does Tom like doing?",
+        user_id="u",
+        retrieval={"scope_kinds": only_toy},
+    )
     lookup = next(e for e in result.trace["events"] if e["node"] == "lookup_level1")
     assert lookup["found_by"].get("speaker_digest", 0) > 0
     assert any(e.found_by == "speaker_digest" and e.level == "level1" for e in result.evidence)
@@ -101,7 +105,12 @@ def test_scope_routing_is_a_table() -> None:
     assert table["Short"][:4] == both and table["Mixed"][:4] == both
     assert "passage" not in table["Long"]
     assert table["Long"][:2] == ["summary", "fact"] and "turn" not in table["Long"]
-    assert scope_kinds(Context(user_id="u", scope_kinds={"Long": ["turn"]})) == {"Long": ["turn"]}
+    assert scope_kinds(
+        Context(
+            user_id="u",
+            retrieval={"scope_kinds": {"Long": ["turn"]}},
+        )
+    ) == {"Long": ["turn"]}
 
 
 @pytest.fixture(params=["embedded", "server"])

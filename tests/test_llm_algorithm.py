@@ -71,7 +71,7 @@ def mem(data_dir: str, hash_embeddings: Any) -> Memstrata:
 
 async def _ask(mem: Memstrata, script: Script, question: str = QUESTION, **overrides: Any) -> Any:
     # HyMem's Algorithm 1 as published: every step may ask the model, and reflection grades the light answer.
-    paper = {"llm_depth": None, "light_check": "structured", **overrides}
+    paper = {"llm_depth": None, "retrieval.light_check": "structured", **overrides}
     return await mem.aask(question, user_id="u", model=ScriptedChatModel(default=script), **paper)
 
 
@@ -99,7 +99,7 @@ async def test_light_accept_answers_from_the_summaries_and_cites_raw_turns(mem: 
 
 async def test_light_reject_goes_deep_and_the_deep_answer_is_graded(mem: Memstrata) -> None:
     script = Script()
-    result = await _ask(mem, script, llm_batch_size=3, max_fanout=3)
+    result = await _ask(mem, script, retrieval={"llm_batch_size": 3}, max_fanout=3)
     assert result.trace["path"] == "deep" and script.seen("select_level1") >= 2
     back = _events(result, "backtrack_level2")[0]
     assert back["how"] == "llm-selection" and back["episodes"] == script.seen("select_level1")  # one id per batch
@@ -120,7 +120,12 @@ async def test_reflection_rewrites_with_the_pool_carried_and_selection_reads_q_i
             {"answer": "second round: Tidewater Labs [s1:t6]", "missing": False},
         ],
     )
-    result = await _ask(mem, script, max_iterations=2, llm_batch_size=30)
+    result = await _ask(
+        mem,
+        script,
+        max_iterations=2,
+        retrieval={"llm_batch_size": 30},
+    )
     assert script.seen("gate") == 2 and script.seen("reflect") == 2
     assert "<question>Where does Priya work?</question>" in script.prompts["select_level1"][0]
     assert "<question>Priya employer office Tidewater</question>" in script.prompts["select_level1"][-1]
@@ -132,7 +137,11 @@ async def test_reflection_rewrites_with_the_pool_carried_and_selection_reads_q_i
 
 async def test_selecting_nothing_falls_back_explicitly(mem: Memstrata) -> None:
     script = Script(select_level1=[{"ids": []}])
-    result = await _ask(mem, script, select_fallback=2)
+    result = await _ask(
+        mem,
+        script,
+        retrieval={"select_fallback": 2},
+    )
     back = _events(result, "backtrack_level2")[0]
     assert back["fallback"] is True and back["how"] == "selection-empty: fallback to coarse top-2"
     assert back["episodes"] == 2
@@ -200,7 +209,7 @@ def test_branch_budgets_never_sum_above_what_is_left() -> None:
                 assert ways * (ceiling - spent) <= max(0, budget - spent), (budget, spent, ways)
 
 
-SHARED = {"llm_max_tokens": 60, "llm_batch_size": 3, "max_fanout": 3}  # three selection branches
+SHARED = {"llm_max_tokens": 60, "retrieval.llm_batch_size": 3, "max_fanout": 3}  # three selection branches
 
 
 @pytest.mark.parametrize("room", ["for one call", "for every call"])

@@ -349,7 +349,7 @@ async def test_stage2_self_checks_with_the_real_server(chat_model: Any, minilm: 
         user_id="ann",
         context_budget=400,
         model=chat_model,
-        theme_stage2=True,
+        experimental={"theme_stage2": True},
         max_iterations=0,
         llm_depth=None,  # Stage II's self-checks are sequential calls: no bound, so they all run
     )
@@ -385,10 +385,9 @@ async def test_persona_calibration_and_the_persona_line_with_the_real_server(
         path=tmp_path / "chroma",
         embeddings=minilm,
         model=chat_model,
-        persona_calibrations=2,
-        theme_llm_calls=1,
-        tree_llm_calls=1,
-        persona_llm_growth=1.0,
+        persona={"calibrations": 2, "llm_growth": 1.0},
+        themes={"llm_calls": 1},
+        tree={"llm_calls": 1},
     )  # rebuild at any new fact
     stats = await mem.aingest(
         {"conversation_id": "c", "messages": session_messages(2, "2024-03-05T10:00:00", LISBON)},

@@ -12,6 +12,7 @@ starts with an equation label ("Eq. 3: ...") is that equation's row:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import re
@@ -103,9 +104,14 @@ def resolve(path: str) -> tuple[ModuleType, Any]:
 
 
 def attribute(obj: Any, name: str, path: str) -> Any:
-    """``obj.name``, counting a dataclass or pydantic field without a class-level default as an attribute."""
+    """``obj.name``, counting a dataclass or pydantic field without a class-level default as an attribute (a group
+    of settings, made by its factory, is its default: ``Context.themes.search_k``).
+    """
     if hasattr(obj, name):
         return getattr(obj, name)
+    made = getattr(obj, "__dataclass_fields__", {}).get(name)
+    if made is not None and made.default_factory is not dataclasses.MISSING:
+        return made.default_factory()
     fields = {*getattr(obj, "__dataclass_fields__", {}), *getattr(obj, "model_fields", {})}
     assert name in fields, f"{path}: {name!r} is not defined in {getattr(obj, '__name__', obj)!r}"
     return None

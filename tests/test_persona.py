@@ -286,7 +286,10 @@ def test_an_inference_question_gets_one_cited_persona_line_inside_the_budget(mov
     recall = mem.retrieve("When did Ann move to Lisbon?", user_id="ann", context_budget=300)
     assert recall.trace["persona"] is None and not recall.context.startswith("[persona")
     off = mem.retrieve(
-        "Would Ann likely enjoy a landscape painting class?", user_id="ann", context_budget=300, persona_search=False
+        "Would Ann likely enjoy a landscape painting class?",
+        user_id="ann",
+        context_budget=300,
+        persona={"search": False},
     )
     assert off.trace["persona"] is None
     tiny = mem.retrieve("Would Ann likely enjoy a landscape painting class?", user_id="ann", context_budget=60)
@@ -376,7 +379,12 @@ def test_one_ingest_of_a_real_conversation_checks_every_scene_several_to_a_call(
 
     item = json.loads(locomo_path.read_text())[0]  # conv-26's first four sessions, in one write
     raw = {**item, "conversation": {k: v for k, v in item["conversation"].items() if k.split("_")[1] in "1234"}}
-    mem = Memstrata(path=tmp_path / "store", embeddings=minilm, model=_scripted("It fits."), persona_calibrations=40)
+    mem = Memstrata(
+        path=tmp_path / "store",
+        embeddings=minilm,
+        model=_scripted("It fits."),
+        persona={"calibrations": 40},
+    )
     stats = mem.ingest(raw, user_id="u", close=True)
     themes = [Theme.model_validate(r.payload) for r in mem.store.get("theme", user_id="u")]
     facts = {r.unit_id: Fact.model_validate(r.payload) for r in mem.store.get("fact", user_id="u")}

@@ -158,7 +158,7 @@ def test_window_views_of_the_search_snapshot() -> None:
 
 def test_a_turn_deep_in_a_scene_is_lifted_by_the_wide_windows() -> None:
     """Six turns after "camping" was said, a reply that never names it still outranks an unrelated session."""
-    assert max(default("window_widths")) >= 6
+    assert max(default("retrieval.window_widths")) >= 6
     scene = [
         "We went camping in the Rockies last week",
         "Oh nice, how was it?",
@@ -206,7 +206,12 @@ def test_a_question_asking_when_prefers_the_turn_that_tells_a_time() -> None:
         Query(id="q", text="When did Evan meet his wife?"),
         own,
         np.zeros(4),
-        weights=weights_of(Context(user_id="t", when_prior=0.0)),
+        weights=weights_of(
+            Context(
+                user_id="t",
+                weights={"when": 0.0},
+            )
+        ),
         now=None,
     )["score"]
     assert int(np.argmax(flat)) == 1  # the boost, not the words, made the difference

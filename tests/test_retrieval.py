@@ -67,7 +67,7 @@ def test_offline_rewrites_embed_no_new_text(data_dir, hash_embeddings) -> None:
             embedded.extend(texts)
             return super().embed_documents(texts)
 
-    m = Memstrata(path=data_dir, embeddings=Recording(), reflect_coverage=1.0, max_iterations=1)
+    m = Memstrata(path=data_dir, embeddings=Recording(), retrieval={"reflect_coverage": 1.0}, max_iterations=1)
     m.ingest(EXAMPLE, user_id="u")
     embedded.clear()
     question = "Which violin concerto did Priya rehearse with the orchestra in Vienna?"
@@ -145,7 +145,7 @@ def scripted(**replies: list[Any]) -> tuple[ScriptedChatModel, Script]:
 
 async def _ask(mem: Memstrata, model: ScriptedChatModel, **overrides: Any):
     # HyMem's Algorithm 1 as published: every step may ask the model, and reflection grades the light answer.
-    paper = {"llm_depth": None, "light_check": "structured", **overrides}
+    paper = {"llm_depth": None, "retrieval.light_check": "structured", **overrides}
     return await mem.aask("Where does Priya work?", user_id="u", model=model, **paper)
 
 
@@ -164,7 +164,7 @@ async def test_light_answer_accepted(mem: Memstrata) -> None:
 
 async def test_gate_goes_deep_with_parallel_selection(mem: Memstrata) -> None:
     model, script = scripted(gate=[{"finished": 2, "answer": ""}])
-    result = await _ask(mem, model, llm_batch_size=3, max_fanout=3)
+    result = await _ask(mem, model, retrieval={"llm_batch_size": 3}, max_fanout=3)
     assert result.trace["path"] == "deep" and result.trace["gate"][0]["reason"] == "model self-check: finished=2"
     assert script.seen["select_level1"] >= 2  # fanned out with Send
     back = [e for e in result.trace["events"] if e["node"] == "backtrack_level2"]

@@ -52,7 +52,12 @@ def _one_open_per_node_run(opens: dict[str, int], runs: Counter[str]) -> None:
 async def test_every_node_run_opens_the_runtime_exactly_once_offline(data_dir, hash_embeddings, question: str) -> None:
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     await mem.aingest(EXAMPLE, user_id="u")
-    runs, trace = await _node_runs(mem, question, max_iterations=1, reflect_coverage=1.0)
+    runs, trace = await _node_runs(
+        mem,
+        question,
+        max_iterations=1,
+        retrieval={"reflect_coverage": 1.0},
+    )
     assert runs["decompose"] == runs["answer"] == 1 and runs["lookup_level1"] >= 1
     _one_open_per_node_run(trace["runtime_opens"], runs)
 
@@ -66,8 +71,8 @@ async def test_with_a_model_the_fan_out_branches_open_once_each(data_dir, hash_e
         gate=[{"finished": 2, "answer": ""}],
         follow_up=[{"missing": True, "query": "Priya manager Rui"}, {"missing": False}],
     )
-    paper = {"llm_depth": None, "light_check": "structured"}  # every step may ask the model
-    runs, trace = await _node_runs(mem, "Where does Priya work?", model=model, llm_batch_size=5, **paper)
+    paper = {"llm_depth": None, "retrieval.light_check": "structured"}  # every step may ask the model
+    runs, trace = await _node_runs(mem, "Where does Priya work?", model=model, retrieval={"llm_batch_size": 5}, **paper)
     assert runs["select_level1"] >= 2 and runs["follow_up"] >= 1 and runs["search_missing"] >= 1
     _one_open_per_node_run(trace["runtime_opens"], runs)
 

@@ -310,9 +310,17 @@ def test_the_size_check_reads_the_store_only_while_no_snapshot_is_held(data_dir,
     check = mem.store.holds_more_than
     monkeypatch.setattr(mem.store, "holds_more_than", lambda *a, **kw: calls.append(a[1]) or check(*a, **kw))
     for query in ("Where is Priya moving?", "Who is Rui?", "What is the cat called?"):
-        assert mem.retrieve(query, user_id="u", snapshot_refresh_s=0).evidence
+        assert mem.retrieve(
+            query,
+            user_id="u",
+            scale={"refresh_s": 0},
+        ).evidence
     assert calls == [20000]  # the held snapshot (36 turns, kept up to date) answers the later checks
-    assert mem.retrieve("Who is Rui?", user_id="u", snapshot_max_turns=10).evidence  # another threshold: checked
+    assert mem.retrieve(
+        "Who is Rui?",
+        user_id="u",
+        scale={"max_turns": 10},
+    ).evidence  # another threshold: checked
     assert calls == [20000, 10]
 
 
@@ -320,7 +328,11 @@ def test_closing_forgets_the_sizes_and_latest_times_checked_on_the_store(data_di
     """Nothing a store's searches cached may outlive its close."""
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     mem.ingest({"conversation_id": "c", "messages": json.loads(EXAMPLE.read_text())["messages"]}, user_id="u")
-    assert mem.retrieve("Where is Priya moving?", user_id="u", snapshot_max_turns=0).evidence  # the bounded path
+    assert mem.retrieve(
+        "Where is Priya moving?",
+        user_id="u",
+        scale={"max_turns": 0},
+    ).evidence  # the bounded path
     caches = mem.store.caches
     assert any(k[0] == "u" for k in caches.sizes) and any(k[0] == "u" for k in caches.latest)
     mem.close()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from test_theme_retrieval import _scripted_reader, theme_mem  # noqa: F401 - the real store fixture
 
-from memstrata.context import Context
+from memstrata.context import Context, with_settings
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.search.query import Hit
 from memstrata.memory.search.themes import episode_rest, episode_turn_rows
@@ -64,7 +64,8 @@ def _run(
 ) -> tuple[list[Hit], dict[str, Any] | None, Any]:
     """Stage II over :func:`_theme_turns` with the scripted reader saying ``confidences`` (``None``: offline)."""
     model = None if confidences is None else _scripted_reader(confidences)
-    ctx = Context(user_id="ann", model=model, theme_stage2=True, theme_patience=2, **settings)
+    base = Context(user_id="ann", model=model, experimental={"theme_stage2": True}, themes={"patience": 2})
+    ctx = with_settings(base, **settings)
     kept, trace = asyncio.run(reader_stage2(Step.for_query(ctx), index, QUESTION, _theme_turns(index), scenes=scenes))
     return kept, trace, model
 
@@ -117,7 +118,12 @@ def test_the_first_check_is_on_the_themes_even_when_the_reader_is_not_shown_them
 @pytest.mark.integration
 def test_an_admitted_episodes_other_turns_join_when_they_lower_the_doubt(index) -> None:
     # coarse 0.6; episode 1 0.5 (admitted); its whole episode 0.3 (joins); episodes 2 and 3 leave 0.4: patience
-    kept, how, model = _run(index, [0.4, 0.5, 0.7, 0.6, 0.6], theme_stage2_expand=True, theme_stage2_checks=8)
+    kept, how, model = _run(
+        index,
+        [0.4, 0.5, 0.7, 0.6, 0.6],
+        experimental={"theme_stage2_expand": True},
+        themes={"stage2_checks": 8},
+    )
     assert how is not None and how["admitted"] == 1 and how["checked"] == 5 and how["uncertainty_left"] == 0.3
     assert how["expanded"] == [
         {
@@ -139,7 +145,12 @@ def test_an_admitted_episodes_other_turns_join_when_they_lower_the_doubt(index) 
 @pytest.mark.integration
 def test_an_expansion_that_lowers_nothing_is_refused_and_does_not_count_towards_early_stopping(index) -> None:
     # coarse 0.6; episode 1 0.5 (admitted); its whole episode 0.5 (refused); episodes 2, 3 leave 0.5; episode 4 0.4
-    kept, how, _ = _run(index, [0.4, 0.5, 0.5, 0.5, 0.5, 0.6, 0.6], theme_stage2_expand=True, theme_stage2_checks=8)
+    kept, how, _ = _run(
+        index,
+        [0.4, 0.5, 0.5, 0.5, 0.5, 0.6, 0.6],
+        experimental={"theme_stage2_expand": True},
+        themes={"stage2_checks": 8},
+    )
     assert how is not None and how["expanded"][0]["joined"] is False and how["expanded"][0]["expanded"] == 0.5
     # a refused expansion is not an episode that said nothing new: patience (2) stops after episodes 2 and 3
     assert how["checked"] == 5 and how["admitted"] == 1 and how["added"] == 0
@@ -149,18 +160,32 @@ def test_an_expansion_that_lowers_nothing_is_refused_and_does_not_count_towards_
 @pytest.mark.integration
 def test_expansions_take_their_checks_from_stage2s_budget(index) -> None:
     # 3 checks: the coarse one, episode 1 (admitted), its expansion (joined); no episode after is offered
-    kept, how, model = _run(index, [0.4, 0.5, 0.7, 0.9, 0.9], theme_stage2_expand=True, theme_stage2_checks=3)
+    kept, how, model = _run(
+        index,
+        [0.4, 0.5, 0.7, 0.9, 0.9],
+        experimental={"theme_stage2_expand": True},
+        themes={"stage2_checks": 3},
+    )
     assert how is not None and how["checked"] == 3 == len(_checks(model)) and how["admitted"] == 1
     assert _ids(kept) == ["s1:0", "s2:2", "s1:1", "s1:2", "s1:3"]
     # 2 checks: the coarse one and episode 1; no check is left for its expansion
-    kept, how, model = _run(index, [0.4, 0.5, 0.9], theme_stage2_expand=True, theme_stage2_checks=2)
+    kept, how, model = _run(
+        index,
+        [0.4, 0.5, 0.9],
+        experimental={"theme_stage2_expand": True},
+        themes={"stage2_checks": 2},
+    )
     assert how is not None and how["checked"] == 2 == len(_checks(model)) and how["expanded"] == []
     assert _ids(kept) == ["s1:0", "s2:2"]
 
 
 @pytest.mark.integration
 def test_without_expansion_stage2_is_what_it_was(index) -> None:
-    kept, how, _ = _run(index, [0.4, 0.5, 0.7, 0.6, 0.6], theme_stage2_checks=8)
+    kept, how, _ = _run(
+        index,
+        [0.4, 0.5, 0.7, 0.6, 0.6],
+        themes={"stage2_checks": 8},
+    )
     # the same confidences as the expansion test: 0.7 is now episode 2's, which is admitted; 3 and 4 are not
     assert how is not None and "expanded" not in how and "added" not in how
     assert how["admitted"] == 2 and how["checked"] == 5 and _ids(kept) == ["s1:0", "s1:4", "s2:2"]
@@ -170,7 +195,11 @@ def test_without_expansion_stage2_is_what_it_was(index) -> None:
 
 @pytest.mark.integration
 def test_offline_an_admitted_episode_is_expanded_only_when_its_other_turns_say_a_query_word(index) -> None:
-    kept, how, _ = _run(index, None, theme_stage2_expand=True)
+    kept, how, _ = _run(
+        index,
+        None,
+        experimental={"theme_stage2_expand": True},
+    )
     assert how is not None and how["checked"] == 0 and how["measure"].startswith("offline proxy")
     assert how["admitted"] == 4 and how["removed"] == 0  # the theme path admitted them: the proxy only follows
     # the query's words: what do we know about ann cat miso; the theme says ann, cat and miso (0.625 unsaid)
@@ -186,7 +215,10 @@ def test_offline_an_admitted_episode_is_expanded_only_when_its_other_turns_say_a
 
 @pytest.mark.integration
 def test_offline_an_expansion_joins_when_its_turns_say_a_word_nothing_else_said(index) -> None:
-    ctx = Context(user_id="ann", theme_stage2=True, theme_stage2_expand=True)
+    ctx = Context(
+        user_id="ann",
+        experimental={"theme_stage2": True, "theme_stage2_expand": True},
+    )
     question = "Is Miso settling in?"  # "settling" is said only by s1:1, a turn no fact was drawn from
     kept, how = asyncio.run(reader_stage2(Step.for_query(ctx), index, question, _theme_turns(index), scenes=THEMES))
     assert how is not None
@@ -199,15 +231,18 @@ def test_offline_an_expansion_joins_when_its_turns_say_a_word_nothing_else_said(
 @pytest.mark.integration
 def test_an_empty_user_has_no_stage2(theme_mem) -> None:  # noqa: F811 - the fixture imported above
     empty = MemoryIndex.load(theme_mem.store, user_id="nobody")
-    ctx = Context(user_id="nobody", model=_scripted_reader([]), theme_stage2=True, theme_stage2_expand=True)
+    ctx = Context(
+        user_id="nobody",
+        model=_scripted_reader([]),
+        experimental={"theme_stage2": True, "theme_stage2_expand": True},
+    )
     assert asyncio.run(reader_stage2(Step.for_query(ctx), empty, QUESTION, [], scenes=[])) == ([], None)
     result = theme_mem.retrieve(
         QUESTION,
         user_id="nobody",
         context_budget=400,
         model=_scripted_reader([0.9] * 9),
-        theme_stage2=True,
-        theme_stage2_expand=True,
+        experimental={"theme_stage2": True, "theme_stage2_expand": True},
         llm_depth=None,
     )
     assert result.evidence == [] and "stage2" not in result.trace["llm"]["per_node"]
@@ -221,9 +256,8 @@ def test_a_retrieval_with_expansion_meters_every_check_and_traces_what_was_expan
         user_id="ann",
         context_budget=400,
         model=_scripted_reader([0.4, 0.5, 0.7] + [0.6] * 9),
-        theme_stage2=True,
-        theme_stage2_expand=True,
-        theme_stage2_checks=6,
+        experimental={"theme_stage2": True, "theme_stage2_expand": True},
+        themes={"stage2_checks": 6},
         llm_depth=None,
     )
     rounds = [e["stage2"] for e in result.trace["events"] if e["node"] == "lookup_level1" and "stage2" in e]

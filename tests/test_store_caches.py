@@ -44,8 +44,12 @@ def test_closing_a_store_leaves_nothing_of_it_in_the_process(data_dir, hash_embe
     _ingest(mem, "ann", CODES["ann"])
     _ingest(mem, "bob", CODES["bob"])
     assert _codes_seen(mem, "ann", gc_freeze=False) == {CODES["ann"]}  # the whole-memory snapshot
-    assert _codes_seen(mem, "bob", snapshot_max_turns=0) == {CODES["bob"]}  # the bounded path (sessions, latest)
-    assert _codes_seen(mem, "bob", snapshot_max_turns=0, tiers=True) == {CODES["bob"]}  # HMO's tiers
+    assert _codes_seen(
+        mem,
+        "bob",
+        scale={"max_turns": 0},
+    ) == {CODES["bob"]}  # the bounded path (sessions, latest)
+    assert _codes_seen(mem, "bob", scale={"max_turns": 0}, tiers=True) == {CODES["bob"]}  # HMO's tiers
     caches = mem.store.caches
     held = weakref.ref(caches.snapshots[("ann", None)])
     assert caches.users() == ["ann", "bob"] and caches.sessions.units and caches.tiers and caches.vectors
@@ -121,7 +125,7 @@ def test_two_stores_in_one_process_keep_and_drop_only_their_own(tmp_path, hash_e
 def test_a_user_with_no_memory_is_queried_and_cached_without_error(data_dir, hash_embeddings, large: bool) -> None:
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     _ingest(mem, "ann", CODES["ann"])  # the store exists; "nobody" never wrote
-    settings = {"snapshot_max_turns": 0} if large else {}
+    settings = {"scale.max_turns": 0} if large else {}
     found = mem.retrieve(QUESTION, user_id="nobody", **settings)
     assert found.evidence == []
     caches = mem.store.caches

@@ -197,9 +197,23 @@ def test_the_theme_path_is_off_at_zero_and_ablation_settings_change_what_it_pick
     question = "How is Ann's running going?"
     base = theme_mem.retrieve(question, user_id="ann", context_budget=400)
     assert _theme_events(base)
-    assert _theme_events(theme_mem.retrieve(question, user_id="ann", context_budget=400, theme_search_k=0)) == {}
+    assert (
+        _theme_events(
+            theme_mem.retrieve(
+                question,
+                user_id="ann",
+                context_budget=400,
+                themes={"search_k": 0},
+            )
+        )
+        == {}
+    )
     top = theme_mem.retrieve(
-        question, user_id="ann", context_budget=400, theme_select="top", theme_stage2=False, theme_spread=0
+        question,
+        user_id="ann",
+        context_budget=400,
+        themes={"select": "top", "spread": 0},
+        experimental={"theme_stage2": False},
     )
     [(_, how)] = _theme_events(top).items()
     assert how["evoked"] == 0 and how["episodes_offered"] == 0  # no spreading, no Stage II
@@ -207,10 +221,8 @@ def test_the_theme_path_is_off_at_zero_and_ablation_settings_change_what_it_pick
         question,
         user_id="ann",
         context_budget=400,
-        theme_select="eq4",
-        theme_stage2=True,
-        theme_pick=3,
-        theme_fact_pick=8,
+        themes={"select": "eq4", "pick": 3, "fact_pick": 8},
+        experimental={"theme_stage2": True},
     )
     [(_, how)] = _theme_events(paper).items()
     assert len(how["themes"]) <= 3 and how["facts"] <= 8
@@ -220,11 +232,19 @@ def test_the_theme_path_is_off_at_zero_and_ablation_settings_change_what_it_pick
     assert how["episodes_admitted"] == 0 and how["uncertainty_left"] == how["coarse_uncertainty"] == 0.5
     # with Eq. 4 the themes facts evoke are candidates like the others: the pick cap holds for them too
     one = theme_mem.retrieve(
-        question, user_id="ann", context_budget=400, theme_select="eq4", theme_pick=1, theme_search_k=1
+        question,
+        user_id="ann",
+        context_budget=400,
+        themes={"select": "eq4", "pick": 1, "search_k": 1},
     )
     [(_, how)] = _theme_events(one).items()
     assert how["evoked"] >= 1 and len(how["themes"]) == 1
-    top = theme_mem.retrieve(question, user_id="ann", context_budget=400, theme_pick=1, theme_search_k=1)
+    top = theme_mem.retrieve(
+        question,
+        user_id="ann",
+        context_budget=400,
+        themes={"pick": 1, "search_k": 1},
+    )
     [(_, how)] = _theme_events(top).items()
     assert len(how["themes"]) == 1 + how["evoked"]  # best match: evoked themes join by association
     # the scope table decides: a scope that does not list the theme kind never takes the theme path
@@ -233,7 +253,17 @@ def test_the_theme_path_is_off_at_zero_and_ablation_settings_change_what_it_pick
         "Long": ["summary", "fact"],
         "Mixed": ["summary", "fact", "turn"],
     }
-    assert _theme_events(theme_mem.retrieve(question, user_id="ann", context_budget=400, scope_kinds=no_themes)) == {}
+    assert (
+        _theme_events(
+            theme_mem.retrieve(
+                question,
+                user_id="ann",
+                context_budget=400,
+                retrieval={"scope_kinds": no_themes},
+            )
+        )
+        == {}
+    )
 
 
 def test_the_uncertainty_gate_admits_only_what_lowers_the_doubt_and_stops_after_patience() -> None:
@@ -263,7 +293,11 @@ def _scripted_reader(confidences: list[float]):
 def test_with_a_model_stage2_keeps_the_theme_turns_of_the_episodes_the_reader_admitted(theme_mem) -> None:
     question = "What do we know about Ann's cat Miso?"
     plain = theme_mem.retrieve(
-        question, user_id="ann", context_budget=400, model=_scripted_reader([]), theme_stage2=False
+        question,
+        user_id="ann",
+        context_budget=400,
+        model=_scripted_reader([]),
+        experimental={"theme_stage2": False},
     )
     lookup = next(e for e in plain.trace["events"] if e["node"] == "lookup_level1")
     assert "stage2" not in lookup  # Stage II off: the model is never asked
@@ -274,8 +308,8 @@ def test_with_a_model_stage2_keeps_the_theme_turns_of_the_episodes_the_reader_ad
         user_id="ann",
         context_budget=400,
         model=_scripted_reader([0.4] + [0.5] * 9),
-        theme_stage2=True,
-        theme_patience=2,
+        experimental={"theme_stage2": True},
+        themes={"patience": 2},
         llm_depth=None,  # Stage II's self-checks are sequential calls: no bound, so they all run
     )
     lookup = next(e for e in result.trace["events"] if e["node"] == "lookup_level1")
@@ -342,7 +376,12 @@ def test_eq9_ranks_facts_themes_and_current_persona_in_one_list_with_bm25_scaled
 def test_eq9_admits_its_facts_and_evokes_their_themes_on_a_real_store(theme_mem) -> None:
     question = "What do we know about Ann's cat Miso?"
     base = theme_mem.retrieve(question, user_id="ann", context_budget=400)
-    joint = theme_mem.retrieve(question, user_id="ann", context_budget=400, theme_joint_k=15)
+    joint = theme_mem.retrieve(
+        question,
+        user_id="ann",
+        context_budget=400,
+        experimental={"theme_joint_k": 15},
+    )
     [(_, how)] = _theme_events(joint).items()
     assert how["themes"] and how["facts"] > 0
     assert how["persona"] is None or isinstance(how["persona"][0], int)
@@ -364,7 +403,12 @@ def test_scene_lines_open_the_context_within_their_share_and_cite_turns_of_the_c
     question = "What do we know about Ann's cat Miso?"
     plain = theme_mem.retrieve(question, user_id="ann", context_budget=400)
     assert "[scenes]" not in plain.context and "scenes" not in plain.trace  # off by default: the context is turns
-    result = theme_mem.retrieve(question, user_id="ann", context_budget=400, scene_lines=2)
+    result = theme_mem.retrieve(
+        question,
+        user_id="ann",
+        context_budget=400,
+        experimental={"scene_lines": 2},
+    )
     head, *_ = result.context.split("\n[")
     lines = head.splitlines()
     assert lines[0] == "[scenes]" and 1 <= len(lines) - 1 <= 2
@@ -374,17 +418,27 @@ def test_scene_lines_open_the_context_within_their_share_and_cite_turns_of_the_c
     assert parse_context(result.context) == parse_context(result.context[len(head) + 1 :])  # not read as turns
     assert all(e.conversation_id == "ann-bo" for e in result.evidence)
     # a share too small for one line: no scene block at all
-    tight = theme_mem.retrieve(question, user_id="ann", context_budget=400, scene_lines=2, scene_share=0.01)
+    tight = theme_mem.retrieve(
+        question,
+        user_id="ann",
+        context_budget=400,
+        experimental={"scene_lines": 2},
+        persona={"scene_share": 0.01},
+    )
     assert "[scenes]" not in tight.context and tight.trace["scenes"]["lines"] == 0
 
 
 @pytest.mark.integration
 def test_stage2_starts_from_the_readers_doubt_on_the_picked_themes_shown_or_not(theme_mem) -> None:
     question = "What do we know about Ann's cat Miso?"
-    settings = {"theme_stage2": True, "theme_patience": 2, "llm_depth": None, "context_budget": 400}
+    settings = {"experimental.theme_stage2": True, "themes.patience": 2, "llm_depth": None, "context_budget": 400}
     # the scenes alone leave a doubt of 0.4; the episodes offered after them say 0.5 and 0.5: none lowers it
     coarse = theme_mem.retrieve(
-        question, user_id="ann", model=_scripted_reader([0.6, 0.5, 0.5, 0.5]), scene_lines=2, **settings
+        question,
+        user_id="ann",
+        model=_scripted_reader([0.6, 0.5, 0.5, 0.5]),
+        experimental={"scene_lines": 2},
+        **settings,
     )
     how = next(e for e in coarse.trace["events"] if e["node"] == "lookup_level1")["stage2"]
     assert how["coarse_uncertainty"] == 0.4 and how["admitted"] == 0 and how["uncertainty_left"] == 0.4

@@ -26,8 +26,8 @@ from memstrata.memory.tiers.persona import (
 from memstrata.memory.tiers.priority import DAY, PriorityWeights, alignment, persona_vector, priority
 
 # both conversations' records stay in the active tiers; a threshold this low re-ranks on any real change
-TIERS = {"snapshot_max_turns": 5, "tiers": True, "tier_recent_sessions": 1, "tier_pivotal": 2, "tier_buffer": 4}
-SENSITIVE = {**TIERS, "tier_drift": 1e-4}
+TIERS = {"scale.max_turns": 5, "tiers": True, "tier.recent_sessions": 1, "tier.pivotal": 2, "tier.buffer": 4}
+SENSITIVE = {**TIERS, "tier.drift": 1e-4}
 
 
 def _session(conv: str, n: int, when: str, lines: list[tuple[str, str]]) -> dict[str, Any]:
@@ -104,7 +104,13 @@ def test_the_importance_call_hears_the_current_persona_once_there_is_one(tmp_pat
     (alone,) = importance_prompts()
     assert alone.startswith("<persona>none yet</persona>\n") and '<record index="0">' in alone
     model.calls.clear()
-    mem.ingest(EXAMPLE, user_id="ann", close=True, **TIERS, importance_batch=4)
+    mem.ingest(
+        EXAMPLE,
+        user_id="ann",
+        close=True,
+        **TIERS,
+        tier={"importance_batch": 4},
+    )
     prompts = importance_prompts()
     current = [
         r.payload for r in mem.store.get("persona", user_id="ann", conversation_id="priya-tom", where={"current": True})
@@ -170,7 +176,7 @@ def test_alternating_writes_to_two_stable_conversations_rerank_nothing_and_a_cha
         ("Priya", "I believe the ocean heals everything, and I volunteer at the beach clean-up every Sunday."),
     ]
     moved = mem.ingest(_session("priya-tom", 30, "2024-09-01T10:00:00", news), user_id="ann", close=True, **SENSITIVE)
-    assert moved["tiers_reranked"] is True and moved["persona_drift"] > SENSITIVE["tier_drift"]
+    assert moved["tiers_reranked"] is True and moved["persona_drift"] > SENSITIVE["tier.drift"]
     after = {c: _scores(mem, c) for c in ("priya-tom", "ann-bo")}
     assert active and all(after["priya-tom"][k][1] != before["priya-tom"][k][1] for k in active)  # scored anew
     assert after["ann-bo"] == before["ann-bo"]  # the other conversation's persona did not move

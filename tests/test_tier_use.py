@@ -1,5 +1,5 @@
 """HMO's use below the tiers' threshold: with tiers on, every query counts its cited records' recalls (Eq. 5's n),
-so a user who grows past ``snapshot_max_turns`` brings that history into the tiers; with tiers off nothing is written.
+so a user who grows past ``scale.max_turns`` brings that history into the tiers; with tiers off nothing is written.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from conftest import EXAMPLE, HashEmbeddings, assert_store_ok
 
 from memstrata import Memstrata
 
-ON = {"tiers": True, "tier_recent_sessions": 1, "tier_pivotal": 1, "tier_buffer": 2}  # snapshot_max_turns: default
+ON = {"tiers": True, "tier.recent_sessions": 1, "tier.pivotal": 1, "tier.buffer": 2}  # snapshot_max_turns: default
 
 
 def test_with_tiers_on_a_query_below_the_threshold_counts_its_records_use(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """HMO's tiers: importance, Eq. 5, the drift gate, tiered search, lazy scoring, promotion, isolation and forget.
 
-The tiered search runs on users past ``snapshot_max_turns`` when ``tiers`` is on; these tests turn it on and set
+The tiered search runs on users past ``scale.max_turns`` when ``tiers`` is on; these tests turn it on and set
 that threshold low, so the bundled
 example (36 turns, three sessions, six episodes) is a "large" user whose tiers are one session (recent) plus one
 pivotal record (the cache) and two more (the buffer).
@@ -23,7 +23,7 @@ from memstrata.memory.tiers.assign import ARCHIVE, BUFFER, CACHE, Record, assign
 from memstrata.memory.tiers.importance import offline_importance, signals
 from memstrata.memory.tiers.priority import PriorityWeights, decay, drift, priority, priority_at
 
-SMALL = {"snapshot_max_turns": 5, "tiers": True, "tier_recent_sessions": 1, "tier_pivotal": 1, "tier_buffer": 2}
+SMALL = {"scale.max_turns": 5, "tiers": True, "tier.recent_sessions": 1, "tier.pivotal": 1, "tier.buffer": 2}
 
 
 @pytest.fixture
@@ -155,7 +155,14 @@ def test_the_drift_gate_reranks_the_active_tiers_only_past_its_threshold(mem: Me
             "timestamp": "2024-06-01T10:00:00",
         }
     ]
-    calm = mem.ingest(more, user_id="ann", conversation_id="priya-tom", close=True, **SMALL, tier_drift=2.0)
+    calm = mem.ingest(
+        more,
+        user_id="ann",
+        conversation_id="priya-tom",
+        close=True,
+        **SMALL,
+        tier={"drift": 2.0},
+    )
     assert calm["tiers_reranked"] is False and calm["persona_drift"] <= 2.0
     after = {c.unit_id: c.priority for c in mem.store.counters.active("ann")}
     assert all(after[k] == p for k, p in before.items() if k in after)  # stored priorities, untouched
@@ -166,7 +173,14 @@ def test_the_drift_gate_reranks_the_active_tiers_only_past_its_threshold(mem: Me
             "timestamp": "2024-07-01T10:00:00",
         }
     ]
-    moved = mem.ingest(again, user_id="ann", conversation_id="priya-tom", close=True, **SMALL, tier_drift=0.0)
+    moved = mem.ingest(
+        again,
+        user_id="ann",
+        conversation_id="priya-tom",
+        close=True,
+        **SMALL,
+        tier={"drift": 0.0},
+    )
     assert moved["tiers_reranked"] is True and moved["persona_drift"] > 0.0
     rescored = {c.unit_id: (c.priority, c.scored_at) for c in mem.store.counters.active("ann")}
     assert any(rescored[k][0] != p for k, p in after.items() if k in rescored)
@@ -186,7 +200,13 @@ def test_with_a_model_importance_is_the_models_score_and_garbage_falls_back(tmp_
 
     model = ScriptedChatModel(default=reply)
     mem = Memstrata(path=tmp_path / "llm", embeddings=HashEmbeddings(), model=model)
-    stats = mem.ingest(EXAMPLE, user_id="ann", close=True, **SMALL, importance_batch=4)
+    stats = mem.ingest(
+        EXAMPLE,
+        user_id="ann",
+        close=True,
+        **SMALL,
+        tier={"importance_batch": 4},
+    )
     rows = mem.store.counters.all("ann", kind="summary")
     assert rows and all(c.importance == 9.0 for c in rows) and stats["importance_fallbacks"] == 0
     assert stats["llm"]["importance"]["calls"] == -(-len(rows) // 4)  # one call per batch of four
@@ -267,22 +287,32 @@ def test_tiers_and_counters_stay_with_their_user_and_forget_takes_them(mem: Mems
 def test_offline_a_tier_answers_only_if_it_holds_the_archives_nearest_summaries(mem: Memstrata) -> None:
     mem.ingest(EXAMPLE, user_id="ann", close=True, **SMALL)
     # every summary of the user is among the "nearest": the cache (one session and one record) lacks some of them
-    every = mem.retrieve("Where does Priya work?", user_id="ann", **SMALL, tier_probe_k=50)
+    every = mem.retrieve(
+        "Where does Priya work?",
+        user_id="ann",
+        **SMALL,
+        tier={"probe_k": 50},
+    )
     steps = every.trace["tiers"]["steps"]
     held, of = (int(n) for n in steps[0]["why"].rpartition("held ")[2].split("/"))
     assert steps[0]["tier"] == 1 and steps[0]["deeper"] and held < of == 6
     assert all("archive's nearest summaries held" in s["why"] for s in steps if s["tier"] < 3)
-    unprobed = mem.retrieve("Where does Priya work?", user_id="ann", **SMALL, tier_probe_k=0)
+    unprobed = mem.retrieve(
+        "Where does Priya work?",
+        user_id="ann",
+        **SMALL,
+        tier={"probe_k": 0},
+    )
     assert all("archive's nearest" not in s["why"] for s in unprobed.trace["tiers"]["steps"])
 
 
 def test_use_moves_records_at_once_and_a_held_tier_takes_them_at_its_refresh(mem: Memstrata) -> None:
-    from memstrata.context import Context
+    from memstrata.context import Context, nested
     from memstrata.memory.index.active import active_index, active_sessions, refresh_tiers
     from memstrata.runtime.search import bounds
 
     mem.ingest(EXAMPLE, user_id="ann", close=True, **SMALL)
-    ctx = Context(user_id="ann", **SMALL)
+    ctx = Context(user_id="ann", **nested(SMALL))
     held = active_index(mem.store, user_id="ann", conversation_id=None, depth=2, bounds=bounds(ctx))
     before = {c.item: c.tier for c in mem.store.counters.active("ann")}
     moved = mem.retrieve("When did Tom run the Brighton half marathon?", user_id="ann", **SMALL)
@@ -318,7 +348,7 @@ def test_use_ranks_against_the_held_active_records_and_keeps_them_equal_to_the_s
     mem.store.counters.active = lambda *a, **k: reads.append(a) or active(*a, **k)
     questions = ["Which neighbourhood did Priya pick, close to the castle?", "Cello teacher, Bach suite", "Alfama"]
     uses = [
-        mem.retrieve(q, user_id="ann", **SMALL, tier_refresh_s=3600.0, context_budget=60).trace["tiers"]["use"]
+        mem.retrieve(q, user_id="ann", **SMALL, tier={"refresh_s": 3600.0}, context_budget=60).trace["tiers"]["use"]
         for q in questions
     ]
     assert uses[0]["promoted"] == uses[0]["demoted"] == 1  # an archive record rose into the active tiers

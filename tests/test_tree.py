@@ -325,7 +325,12 @@ def test_scopes_route_short_to_leaves_and_long_and_mixed_to_the_tree() -> None:
 
 def test_evidence_found_through_a_tree_node_names_that_nodes_window(demo: Memstrata) -> None:
     only_tree = {scope: ["tree_node"] for scope in ("Short", "Long", "Mixed")}
-    result = demo.retrieve("How did Priya's life change?", user_id="demo", context_budget=800, scope_kinds=only_tree)
+    result = demo.retrieve(
+        "How did Priya's life change?",
+        user_id="demo",
+        context_budget=800,
+        retrieval={"scope_kinds": only_tree},
+    )
     holds: dict[str, set[str]] = {}  # "<level> <window>" -> the turns its nodes reach
     for r in demo.store.get("tree_node", user_id="demo"):
         holds.setdefault(f"{r.payload['level']} {r.payload['window']}", set()).update(r.payload["turn_ids"])
@@ -416,7 +421,12 @@ def test_a_window_holding_few_turns_brings_its_best_first_though_others_match_be
     mem = Memstrata(path=data_dir, embeddings=HashEmbeddings())
     mem.ingest({"conversation_id": "c", "messages": messages}, user_id="u")
     question, told = "What did Sam do at the meeting on December 4, 2023?", "Yesterday I tried a weight class downtown."
-    alone = mem.retrieve(question, user_id="u", context_budget=120, window_turns=0)
+    alone = mem.retrieve(
+        question,
+        user_id="u",
+        context_budget=120,
+        retrieval={"window_turns": 0},
+    )
     assert alone.evidence[0].text != told  # on scores alone the meetings come first, and may fill the budget
     found = mem.retrieve(question, user_id="u", context_budget=120)
     assert found.evidence[0].text == told and found.evidence[0].window == "day 2023-12-04"
@@ -442,7 +452,7 @@ def test_reinforcement_counts_live_in_the_counters_and_decay_eta_changes_robustn
     reinforced = turn_robustness(index, later, tau_days=365, eta=2.0)
     assert (reinforced > plain + 1e-6).all()  # every turn sits under a consolidated summary
     hits = [
-        demo.retrieve("Where does Priya work?", user_id="demo", context_budget=200, decay_eta=eta, now=later)
+        demo.retrieve("Where does Priya work?", user_id="demo", context_budget=200, weights={"eta": eta}, now=later)
         for eta in (0.0, 2.0)
     ]
     robust = [{e.turn_id: e.score_parts["robustness"] for e in r.evidence} for r in hits]
@@ -534,8 +544,8 @@ def test_model_consolidation_has_a_schema_a_fallback_and_a_budget() -> None:
     update = _two_stale_weeks()
     weeks = [n for n in update.stale() if update.forest.nodes[n].level == "week"]
     model = ScriptedChatModel(script=[{"summary": "Ann noted Porto on 8 May 2023."}], default="not json at all")
-    ctx = Context(user_id="u", model=model, tree_llm_calls=2, llm_retries=0)
-    calls = {"left": ctx.tree_llm_calls}
+    ctx = Context(user_id="u", model=model, tree={"llm_calls": 2}, llm_retries=0)
+    calls = {"left": ctx.tree.llm_calls}
     step = Step.for_ingestion(ctx)
     first, second = (asyncio.run(_recompute(step, ctx, update, n, calls)) for n in weeks)
     assert first.method == "llm" and first.text.endswith("Ann noted Porto on 8 May 2023.")

@@ -40,7 +40,12 @@ def _spy_word_reads(store: MemoryStore, monkeypatch) -> list[str]:
 def _marathon_run(store: MemoryStore, embeddings):
     """One bounded run of the query "marathon Priya" over user ``u``'s six marathon turns."""
     vec = np.asarray(embeddings.embed_documents(["marathon"]), dtype=np.float32)
-    bounds = bounds_of(Context(user_id="u", bounded_sessions=10))
+    bounds = bounds_of(
+        Context(
+            user_id="u",
+            scale={"sessions": 10},
+        )
+    )
     return WorkingSet(store, user_id="u", bounds=bounds).ensure(["marathon Priya"], vec)
 
 

@@ -6,7 +6,7 @@ The bundled example conversation is written to a fresh store (offline), then eac
 - ``light``: the default pipeline, the model's self-check answering from the summaries;
 - ``deep``: the default pipeline, the self-check asking to search deeper;
 - ``chat``: the chat preset (``llm_retrieval="chat"``): offline retrieval, one streamed answer call;
-- ``paper-light`` / ``paper-deep``: HyMem's Algorithm 1 as published (``light_check="structured"``,
+- ``paper-light`` / ``paper-deep``: HyMem's Algorithm 1 as published (``retrieval.light_check="structured"``,
   ``llm_depth=None``): every step may ask the model, reflection grades the light answer.
 
 Each model call waits ``latency_ms`` before its reply (or its first token) starts, as a hosted model's would: the
@@ -43,8 +43,8 @@ MODES: dict[str, dict[str, Any]] = {
     "light": {},
     "deep": {},
     "chat": {"llm_retrieval": "chat"},
-    "paper-light": {"light_check": "structured", "llm_depth": None},
-    "paper-deep": {"light_check": "structured", "llm_depth": None},
+    "paper-light": {"retrieval.light_check": "structured", "llm_depth": None},
+    "paper-deep": {"retrieval.light_check": "structured", "llm_depth": None},
 }
 ANSWER = (
     "Priya's manager at Tidewater Labs is Rui, who gave her the shipping-data pipeline on her second day "

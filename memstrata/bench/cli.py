@@ -21,7 +21,7 @@ from rich.console import Console
 from memstrata.bench.provenance import provenance
 from memstrata.bench.report import plot_recall, results_tables
 from memstrata.bench.runner import DEFAULT_BUDGETS, METHOD_NAMES, run_locomo
-from memstrata.context import Context
+from memstrata.context import GROUPS, Context, nested
 from memstrata.runtime.process import limit_blas
 
 BLAS_THREADS = Context.blas_threads  # memstrata's default cap, applied to every method of a bench run
@@ -48,19 +48,27 @@ def _budgets(value: str) -> tuple[int, ...]:
 
 
 def _settings(pairs: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs as Context fields (a VALUE that reads as JSON is taken as such, else as text)."""
+    """``KEY=VALUE`` pairs as Context settings, KEY a field or ``group.field`` (``themes.search_k=0``); a VALUE that
+    reads as JSON is taken as such, else as text.
+    """
     known = {f.name for f in dataclasses.fields(Context)}
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
-        if not sep or key not in known:
-            msg = f"{pair!r}: expected KEY=VALUE with KEY a Context field"
+        group, dot, name = key.partition(".")
+        fine = (key in known and group not in GROUPS) or (dot and group in GROUPS and name in _fields(GROUPS[group]))
+        if not sep or not fine:
+            msg = f"{pair!r}: expected KEY=VALUE with KEY a Context field or group.field (themes.search_k)"
             raise typer.BadParameter(msg, param_hint="--set")
         try:
             out[key] = json.loads(raw)
         except json.JSONDecodeError:
             out[key] = raw
-    return out
+    return nested(out)
+
+
+def _fields(kind: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(kind)}
 
 
 def _methods(value: str | None) -> list[str] | None:
@@ -112,7 +120,7 @@ def locomo(
             "--set",
             help=(
                 "a Context setting memstrata runs with, as KEY=VALUE (repeatable), for an ablation row; e.g. "
-                "--set theme_search_k=0"
+                "--set themes.search_k=0"
             ),
         ),
     ] = None,
@@ -404,7 +412,7 @@ def scale(
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)  # a folder that does not exist yet is made
     root = Path(tempfile.mkdtemp(prefix="memstrata-scale-", dir=workdir))
-    threshold = Context(user_id="-").snapshot_max_turns
+    threshold = Context(user_id="-").scale.max_turns
     command = command_line()
     result: dict = {
         "provenance": provenance(command),

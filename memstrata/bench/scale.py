@@ -17,7 +17,7 @@ conversation, by a separate query process (so its peak memory is that of
 querying alone); a gold turn counts only when the evidence cites it in its
 original conversation. Each size is queried on the bounded path alone (the
 archive) and with HMO's tiers (cache, then buffer, then the bounded path), and
-sizes under ``snapshot_max_turns`` also on the whole-memory snapshot. The
+sizes under ``scale.max_turns`` also on the whole-memory snapshot. The
 originals are the newest memory, so they are the recent sessions HMO's cache
 holds; each copy's records keep the originals' scores but start in the archive.
 

@@ -107,7 +107,7 @@ def child_main() -> None:
     """The query process: reads a job on stdin, prints one JSON line of results.
 
     Revisits are asked after the first pass, once the active tiers have taken that pass's promotions (they are
-    re-read every ``tier_refresh_s`` seconds; here at once, as after a pause): HMO's premise that what was recalled is
+    re-read every ``tier.refresh_s`` seconds; here at once, as after a pause): HMO's premise that what was recalled is
     asked for again. The archive-only path asks them too, with its session cache as warm as the first pass left it.
     """
     from memstrata import Memstrata
@@ -148,6 +148,6 @@ def own_peak_mb() -> float:
 
 SEARCH_PATHS: dict[str, dict[str, Any]] = {
     "snapshot": {"tiers": False},  # the whole memory in the query process (the default up to snapshot_max_turns)
-    "bounded": {"snapshot_max_turns": 0, "tiers": False},  # archive only: the bounded path for every question
-    "tiered": {"snapshot_max_turns": 0, "tiers": True},  # HMO: cache, then buffer, then the bounded path
+    "bounded": {"scale.max_turns": 0, "tiers": False},  # archive only: the bounded path for every question
+    "tiered": {"scale.max_turns": 0, "tiers": True},  # HMO: cache, then buffer, then the bounded path
 }

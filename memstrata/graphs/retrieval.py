@@ -8,7 +8,8 @@ deep module's LLM selection (LLM mode only); ``follow_up`` is one ``Send`` branc
 active sub-query; ``search_missing`` then searches the missing-info queries they asked for. With a model,
 ``decompose`` plans the query in one call (sub-queries with their scopes and time windows; ``predict_scope`` makes
 no call), and a light answer skips the deep module and the follow-up: streamed by the gate's self-check, it ends
-the query (``light_check="structured"``: it goes on to reflection, HyMem's Algorithm 1). ``llm_depth`` bounds the
+the query (``retrieval.light_check="structured"``: it goes on to reflection, HyMem's Algorithm 1). ``llm_depth``
+bounds the
 model calls made one after another before the answer (:mod:`memstrata.nodes.retrieve.depth`).
 """
 

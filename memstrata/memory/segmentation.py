@@ -17,16 +17,72 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import pairwise
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 
-from memstrata.context import default
+from memstrata.memory.setting import setting
 
 
-def boundary_scores(vectors: np.ndarray, window: int = default("segment_window")) -> np.ndarray:
+@dataclass(frozen=True, kw_only=True)
+class EpisodeSettings:
+    """How turns become episodes (HyMem's event segmentation), and what each episode and turn view is written with."""
+
+    max_turns: Annotated[int, setting("offline segmentation: longest episode")] = 12
+    min_turns: Annotated[int, setting("offline segmentation: shortest episode")] = 3
+    overlap: Annotated[int, setting("turns an episode repeats from its predecessor")] = 1
+    max_gap_minutes: Annotated[float, setting("a longer silence always starts an episode")] = 30.0
+    window: Annotated[int, setting("turns each side of a gap the topic-shift score compares")] = 2
+    depth: Annotated[float, setting("a topic cut needs similarity this many std below the session mean")] = 0.5
+    session_gap_hours: Annotated[
+        float,
+        setting(
+            "messages without a session: a longer silence since the conversation's latest message starts a new "
+            "session (across calls too)"
+        ),
+    ] = 6.0
+    quiet_minutes: Annotated[
+        float,
+        setting(
+            "a session's open tail closes into episodes once its latest message is this much older than the "
+            "write's present (Context.now, else the write's newest message time, else the clock); messages "
+            "without a time never go quiet. Closing also happens at a boundary, at max_episode_turns, when a "
+            "later session starts, or on request"
+        ),
+    ] = 30.0
+    context_width: Annotated[int, setting("neighbours each side in a turn's contextual view")] = 1
+    context_vectors: Annotated[
+        Literal["encoded", "pooled"],
+        setting(
+            "a contextual view's vector: its text encoded by the embedder, or its turns' vectors pooled (no model "
+            "call; neighbours weigh half)"
+        ),
+    ] = "pooled"
+    span_vectors: Annotated[
+        Literal["encoded", "facts", "pooled"],
+        setting(
+            "the vector of an offline fact or extractive summary (a quote of its turns): 'pooled' from the token "
+            "vectors of the pass that encoded its turns (late chunking; no encoder call) for both, 'facts' for "
+            "facts only (summaries encoded), 'encoded' for neither. Off by default: the cosine floors that build "
+            "the persona, supersessions, themes and the tree were set on encoded vectors, and pooled ones move "
+            "them"
+        ),
+    ] = "encoded"
+    summary_sentences: Annotated[int, setting("extractive summary: sentences at most")] = 5
+    summary_words: Annotated[int, setting("extractive summary: words at most")] = 90
+    embed_batch: Annotated[int, setting("units embedded and written per batch")] = 256
+
+    def __post_init__(self) -> None:
+        for name in ("max_turns", "min_turns", "embed_batch"):
+            if getattr(self, name) < 1:
+                msg = f"Context.episodes.{name} must be >= 1, got {getattr(self, name)}"
+                raise ValueError(msg)
+
+
+def boundary_scores(vectors: np.ndarray, window: int = EpisodeSettings.window) -> np.ndarray:
     """Similarity across each gap ``i`` (between turn ``i-1`` and ``i``); index 0 is unused."""
     n = len(vectors)
     sims = np.ones(n)
@@ -38,7 +94,7 @@ def boundary_scores(vectors: np.ndarray, window: int = default("segment_window")
     return sims
 
 
-def depth_cuts(sims: np.ndarray, depth: float = default("segment_depth")) -> set[int]:
+def depth_cuts(sims: np.ndarray, depth: float = EpisodeSettings.depth) -> set[int]:
     """Gaps whose similarity is a local minimum well below the session's mean."""
     if len(sims) < 3:
         return set()
@@ -63,7 +119,7 @@ def segment_session(
     vectors: np.ndarray,
     times: Sequence[datetime | None] | None = None,
     *,
-    overlap: int = default("episode_overlap"),
+    overlap: int = EpisodeSettings.overlap,
     **options: Any,
 ) -> list[tuple[int, int]]:
     """Inclusive (start, end) positions of each episode in one session: :func:`segment_cores` (``options`` are
@@ -80,11 +136,11 @@ def segment_cores(
     vectors: np.ndarray,
     times: Sequence[datetime | None] | None = None,
     *,
-    max_turns: int = default("max_episode_turns"),
-    min_turns: int = default("min_episode_turns"),
-    window: int = default("segment_window"),
-    depth: float = default("segment_depth"),
-    max_gap: timedelta = timedelta(minutes=default("episode_max_gap_minutes")),  # noqa: B008 - immutable, read once
+    max_turns: int = EpisodeSettings.max_turns,
+    min_turns: int = EpisodeSettings.min_turns,
+    window: int = EpisodeSettings.window,
+    depth: float = EpisodeSettings.depth,
+    max_gap: timedelta = timedelta(minutes=EpisodeSettings.max_gap_minutes),
     forced: set[int] | None = None,
 ) -> list[tuple[int, int]]:
     """The episodes of :func:`segment_session` before any overlap: they tile the turns exactly."""
@@ -117,8 +173,8 @@ def cut_tail(
     *,
     start: int,
     closing: bool,
-    overlap: int = default("episode_overlap"),
-    max_turns: int = default("max_episode_turns"),
+    overlap: int = EpisodeSettings.overlap,
+    max_turns: int = EpisodeSettings.max_turns,
     quiet: timedelta | None = None,
     **options: Any,
 ) -> list[tuple[int, int, bool]]:
@@ -158,7 +214,7 @@ def stays_open(
     core_turns: int,
     times: Sequence[datetime | None],
     present: datetime | None,
-    max_turns: int = default("max_episode_turns"),
+    max_turns: int = EpisodeSettings.max_turns,
     quiet: timedelta,
     max_gap: timedelta,
 ) -> bool:
@@ -199,7 +255,7 @@ async def replay_tail(
     open_span: tuple[int, int] | None,
     present: datetime | None,
     closing: bool,
-    max_turns: int = default("max_episode_turns"),
+    max_turns: int = EpisodeSettings.max_turns,
     quiet: timedelta,
     model_cuts: ModelCuts | None = None,
     **options: Any,

@@ -47,7 +47,7 @@ async def open_index(
 ) -> MemoryIndex:
     """The search snapshot a node reads.
 
-    Up to ``Context.snapshot_max_turns`` raw turns: the user's whole memory, loaded once per
+    Up to ``Context.scale.max_turns`` raw turns: the user's whole memory, loaded once per
     process and updated after writes. Above it: with ``tier`` 1 or 2, HMO's active tiers (the cache, or the
     cache and the buffer, :mod:`memstrata.memory.index.active`); else (the archive) the bounded snapshot of one
     retrieval ``run`` (:mod:`memstrata.memory.index.bounded`), grown with the candidates of ``queries`` the run
@@ -85,28 +85,28 @@ async def _open(
             conversation_id=ctx.conversation_id,
             run=run or "",
             bounds=bounds(ctx),
-            window_widths=ctx.window_widths,
+            window_widths=ctx.retrieval.window_widths,
         )
         vectors = await query_vectors(ctx, store, list(queries)) if queries else None
         return await asyncio.to_thread(ws.ensure, [q.text for q in queries], vectors)
     cached = MemoryIndex.fresh(
-        store, user_id=ctx.user_id, conversation_id=ctx.conversation_id, refresh_seconds=ctx.snapshot_refresh_s
+        store, user_id=ctx.user_id, conversation_id=ctx.conversation_id, refresh_seconds=ctx.scale.refresh_s
     )
-    if cached is not None and cached.window_widths == ctx.window_widths:
+    if cached is not None and cached.window_widths == ctx.retrieval.window_widths:
         return cached
     return await asyncio.to_thread(
         MemoryIndex.load,
         store,
         user_id=ctx.user_id,
         conversation_id=ctx.conversation_id,
-        refresh_seconds=ctx.snapshot_refresh_s,
-        window_widths=ctx.window_widths,
+        refresh_seconds=ctx.scale.refresh_s,
+        window_widths=ctx.retrieval.window_widths,
         freeze=ctx.gc_freeze,
     )
 
 
 async def first_tier(ctx: Context, store: MemoryStore) -> tuple[int, bool]:
-    """Where a query starts, and whether the scope is past ``snapshot_max_turns``: the cache (1) for such a user
+    """Where a query starts, and whether the scope is past ``scale.max_turns``: the cache (1) for such a user
     with records in it and ``Context.tiers`` on; else 0, no tiers (the whole-memory snapshot holds everything the
     cache would).
     """
@@ -124,24 +124,24 @@ async def _active(ctx: Context, store: MemoryStore, depth: int) -> MemoryIndex |
         conversation_id=ctx.conversation_id,
         depth=depth,
         bounds=bounds(ctx),
-        refresh_seconds=ctx.tier_refresh_s,
-        window_widths=ctx.window_widths,
+        refresh_seconds=ctx.tier.refresh_s,
+        window_widths=ctx.retrieval.window_widths,
     )
 
 
 async def archive_probe(ctx: Context, store: MemoryStore, index: MemoryIndex, vectors: np.ndarray) -> tuple[int, int]:
-    """Of the archive's ``tier_probe_k`` nearest summaries to each query vector (Chroma's HNSW, under the tenant
+    """Of the archive's ``tier.probe_k`` nearest summaries to each query vector (Chroma's HNSW, under the tenant
     filter), how many the tier's snapshot ``index`` holds, and of how many: the offline check that a tier holds
     what the archive would rank first (:func:`memstrata.nodes.retrieve.gate.offline_confidence`).
     """
-    if ctx.tier_probe_k <= 0 or not len(vectors):
+    if ctx.tier.probe_k <= 0 or not len(vectors):
         return 0, 0
     found = await asyncio.to_thread(
         store.nearest,
         "summary",
         user_id=ctx.user_id,
         vectors=list(vectors),
-        k=ctx.tier_probe_k,
+        k=ctx.tier.probe_k,
         conversation_id=ctx.conversation_id,
     )
     keys = {(r.metadata["conversation_id"], r.unit_id) for hits in found for r in hits}
@@ -169,14 +169,14 @@ async def record_use(
             items,
             # as this process holds them: read every tier_refresh_s, with its own moves since
             active=held_active(
-                store, user_id=ctx.user_id, conversation_id=ctx.conversation_id, refresh_seconds=ctx.tier_refresh_s
+                store, user_id=ctx.user_id, conversation_id=ctx.conversation_id, refresh_seconds=ctx.tier.refresh_s
             ),
             persona=read_anchor(store, ctx.user_id, sorted({conv for conv, _, _ in items})),
             now=now.timestamp() if now else time.time(),
             weights=tier_weights(ctx),
-            recent_sessions=ctx.tier_recent_sessions,
-            pivotal=ctx.tier_pivotal,
-            buffer=ctx.tier_buffer,
+            recent_sessions=ctx.tier.recent_sessions,
+            pivotal=ctx.tier.pivotal,
+            buffer=ctx.tier.buffer,
         )
         written = done.pop("written")
         if written:  # the counters as use() wrote them, not read back from the store
@@ -201,43 +201,39 @@ async def close_index(ctx: Context, store: MemoryStore, *, run: str | None) -> N
 
 def tier_weights(ctx: Context) -> PriorityWeights:
     """The coefficients of HMO's priority as read from its prose (Eq. 5), from ``tier_*``."""
-    return PriorityWeights(alpha=ctx.tier_alpha, beta=ctx.tier_beta, tau_days=ctx.tier_decay_days)
+    return PriorityWeights(alpha=ctx.tier.alpha, beta=ctx.tier.beta, tau_days=ctx.tier.decay_days)
 
 
 def bounds(ctx: Context) -> Bounds:
     """The bounded path's candidate counts, from the ``bounded_*`` settings."""
     return Bounds(
-        dense_k=ctx.bounded_dense_k,
-        event_k=ctx.bounded_event_k,
-        lexical_k=ctx.bounded_lexical_k,
-        lexical_terms=ctx.bounded_lexical_terms,
-        sessions=ctx.bounded_sessions,
-        entity_facts=ctx.bounded_entity_facts,
-        cached_units=ctx.bounded_cache_units,
+        dense_k=ctx.scale.dense_k,
+        event_k=ctx.scale.event_k,
+        lexical_k=ctx.scale.lexical_k,
+        lexical_terms=ctx.scale.lexical_terms,
+        sessions=ctx.scale.sessions,
+        entity_facts=ctx.scale.entity_facts,
+        cached_units=ctx.scale.cache_units,
         # the bounded path serves large scopes only: their latest time is trusted as long as their size is
-        latest_seconds=max(ctx.snapshot_refresh_s, ctx.snapshot_large_recheck_s),
+        latest_seconds=max(ctx.scale.refresh_s, ctx.scale.large_recheck_s),
     )
 
 
 async def _is_large(store: MemoryStore, ctx: Context) -> bool:
-    """Whether the searched scope holds more than ``snapshot_max_turns`` raw turns (re-checked every
-    ``snapshot_refresh_s``); a scope that grew past it drops its whole-memory snapshot.
+    """Whether the searched scope holds more than ``scale.max_turns`` raw turns (re-checked every
+    ``scale.refresh_s``); a scope that grew past it drops its whole-memory snapshot.
     """
-    caches, key = store.caches, (ctx.user_id, ctx.conversation_id, ctx.snapshot_max_turns)
+    caches, key = store.caches, (ctx.user_id, ctx.conversation_id, ctx.scale.max_turns)
     with caches.sizes_lock:
         seen = caches.sizes.get(key)
     # A large scope is re-checked less often: the check reads up to snapshot_max_turns ids (from the word index
     # when embedded, 25 ms at 1M turns; from Chroma on a server, 12 s at 100k),
     # and the bounded path is correct at any size, so a scope that shrank only costs speed for a while.
-    trust = (
-        max(ctx.snapshot_refresh_s, ctx.snapshot_large_recheck_s)
-        if seen is not None and seen[1]
-        else ctx.snapshot_refresh_s
-    )
+    trust = max(ctx.scale.refresh_s, ctx.scale.large_recheck_s) if seen is not None and seen[1] else ctx.scale.refresh_s
     if seen is not None and time.monotonic() - seen[0] < trust:
         return seen[1]
     held = cached_snapshot(store, ctx.user_id, ctx.conversation_id)
-    if seen is not None and not seen[1] and held is not None and len(held.turns) <= ctx.snapshot_max_turns:
+    if seen is not None and not seen[1] and held is not None and len(held.turns) <= ctx.scale.max_turns:
         # the whole-memory snapshot is kept up to date (this process's writes in place, other processes'
         # by its own count check), so its size answers without reading ids from the store
         with caches.sizes_lock:
@@ -246,7 +242,7 @@ async def _is_large(store: MemoryStore, ctx: Context) -> bool:
     large = await asyncio.to_thread(
         store.holds_more_than,
         levels(role="raw")[0].kind,
-        ctx.snapshot_max_turns,
+        ctx.scale.max_turns,
         user_id=ctx.user_id,
         conversation_id=ctx.conversation_id,
     )
@@ -259,9 +255,9 @@ async def _is_large(store: MemoryStore, ctx: Context) -> bool:
 
 async def _reinforced(store: MemoryStore, ctx: Context, index: MemoryIndex) -> MemoryIndex:
     """The snapshot with the temporal tree's reinforcement counts (read again only where they moved): the event
-    summaries', and with ``Context.event_fusion="eq3"`` the tree nodes' too.
+    summaries', and with ``Context.weights.events="eq3"`` the tree nodes' too.
     """
-    for kind in (SUMMARY.kind, TREE_NODE.kind) if ctx.event_fusion == "eq3" else (SUMMARY.kind,):
+    for kind in (SUMMARY.kind, TREE_NODE.kind) if ctx.weights.events == "eq3" else (SUMMARY.kind,):
         if not reinforcement_current(index, store.counters, ctx.user_id, kind=kind):
             await asyncio.to_thread(
                 load_reinforcement, index, store.counters, ctx.user_id, ctx.conversation_id, kind=kind
@@ -295,52 +291,42 @@ async def query_vectors(ctx: Context, store: MemoryStore, queries: list[Query]) 
     with the question they came from, whose vector is already cached. That saves a
     model call per rewrite without losing what the rewrite adds.
     """
-    return await embed_texts(store, [q.embed_text for q in queries], keep=ctx.query_vector_cache)
+    return await embed_texts(store, [q.embed_text for q in queries], keep=ctx.scale.query_vectors)
 
 
 def weights(ctx: Context) -> Weights:
-    """The fusion settings of a run."""
-    return Weights(
-        semantic=ctx.w_semantic,
-        temporal=ctx.w_temporal,
-        robustness=ctx.w_robustness,
-        tau_days=ctx.decay_tau_days,
-        eta=ctx.decay_eta,
-        episode_prior=ctx.episode_prior,
-        neighbour=ctx.neighbour_share,
-        speaker=ctx.speaker_prior,
-        when=ctx.when_prior,
-        lam=ctx.temporal_lambda,
-        events=ctx.event_fusion,
-    )
+    """The fusion settings of a run (``Context.weights``)."""
+    return ctx.weights
 
 
 def theme_search(ctx: Context, *, reader: bool = False) -> ThemeSearch | None:
-    """The theme path's settings of a run (``None`` when ``theme_search_k`` is 0). With a ``reader`` (a model),
+    """The theme path's settings of a run (``None`` when ``themes.search_k`` is 0). With a ``reader`` (a model),
     Stage II is the reader's own (:mod:`memstrata.nodes.retrieve.stage2`), so the path leaves out its offline proxy.
     """
-    if ctx.theme_search_k <= 0:
+    if ctx.themes.search_k <= 0:
         return None
     return ThemeSearch(
-        themes=ctx.theme_search_k,
-        facts=ctx.theme_fact_seeds,
-        select=ctx.theme_select,
-        alpha=ctx.theme_alpha,
-        coverage=ctx.theme_coverage,
-        theme_budget=ctx.theme_pick,
-        fact_budget=ctx.theme_fact_pick,
-        spread=ctx.theme_spread,
-        stage2=ctx.theme_stage2 and not reader,
-        patience=ctx.theme_patience,
-        knn=ctx.theme_knn,
-        fact_order=ctx.theme_fact_order,
-        joint_k=ctx.theme_joint_k,
+        themes=ctx.themes.search_k,
+        facts=ctx.themes.fact_seeds,
+        select=ctx.themes.select,
+        alpha=ctx.themes.alpha,
+        coverage=ctx.themes.coverage,
+        theme_budget=ctx.themes.pick,
+        fact_budget=ctx.themes.fact_pick,
+        spread=ctx.themes.spread,
+        stage2=ctx.experimental.theme_stage2 and not reader,
+        patience=ctx.themes.patience,
+        knn=ctx.themes.knn,
+        fact_order=ctx.themes.fact_order,
+        joint_k=ctx.experimental.theme_joint_k,
     )
 
 
 def scope_kinds(ctx: Context) -> dict[str, list[str]]:
-    """Scope -> the unit kinds it searches directly (``Context.scope_kinds``, else each kind's declaration)."""
-    return {k: list(v) for k, v in ctx.scope_kinds.items()} if ctx.scope_kinds else scope_table()
+    """Scope -> the unit kinds it searches directly (``Context.retrieval.scope_kinds``, else each kind's
+    declaration).
+    """
+    return {k: list(v) for k, v in ctx.retrieval.scope_kinds.items()} if ctx.retrieval.scope_kinds else scope_table()
 
 
 def reference_now(ctx: Context, index: MemoryIndex) -> datetime | None:
@@ -349,11 +335,11 @@ def reference_now(ctx: Context, index: MemoryIndex) -> datetime | None:
 
 
 def event_k(ctx: Context) -> dict[str, int]:
-    """How many of each event kind's best units the light module reads: ``fact_k`` for facts, ``tree_k`` for
+    """How many of each event kind's best units the light module reads: ``graph.fact_k`` for facts, ``tree.k`` for
     tree nodes, else ``level1_k``.
     """
     return {
-        lv.kind: ctx.fact_k if lv.kind == FACT.kind else ctx.tree_k if lv.kind == TREE_NODE.kind else ctx.level1_k
+        lv.kind: ctx.graph.fact_k if lv.kind == FACT.kind else ctx.tree.k if lv.kind == TREE_NODE.kind else ctx.level1_k
         for lv in levels(role="event")
     }
 
@@ -361,18 +347,18 @@ def event_k(ctx: Context) -> dict[str, int]:
 def pool_size(ctx: Context) -> int:
     """Turns each query brings to the candidates at least: enough to fill the context budget.
 
-    A turn costs about ``mmr_tokens_per_pick`` tokens at least, so a pool of
+    A turn costs about ``retrieval.mmr_tokens_per_pick`` tokens at least, so a pool of
     ``context_budget / mmr_tokens_per_pick`` turns can fill the budget; a fixed pool
     runs dry at large budgets and leaves context unused.
     """
-    return max(ctx.direct_turns, ctx.context_budget // ctx.mmr_tokens_per_pick)
+    return max(ctx.retrieval.direct_turns, ctx.context_budget // ctx.retrieval.mmr_tokens_per_pick)
 
 
 async def graph_search(ctx: Context, store: MemoryStore, index: MemoryIndex) -> GraphSearch | None:
     """The entity graph of the snapshot's scope, for expansion (``None`` when it is off or empty)."""
     facts = index.events.get(FACT.kind)
     entities = index.tables.get(ENTITY.kind)
-    if ctx.graph_hops < 0 or facts is None or entities is None or not len(entities):
+    if ctx.graph.hops < 0 or facts is None or entities is None or not len(entities):
         return None
     view: GraphView | None = index.memo.get("graph_view")
     if view is None:
@@ -380,13 +366,13 @@ async def graph_search(ctx: Context, store: MemoryStore, index: MemoryIndex) -> 
         index.remember("graph_view", view)
     return GraphSearch(
         view,
-        hops=ctx.graph_hops,
-        decay=ctx.graph_hop_decay,
-        top=ctx.graph_facts,
-        vector_seeds=ctx.graph_vector_seeds,
-        seed_floor=ctx.graph_seed_floor,
-        profile=ctx.graph_profile_facts,
-        tree_walk=ctx.graph_tree_walk,
+        hops=ctx.graph.hops,
+        decay=ctx.graph.hop_decay,
+        top=ctx.graph.facts,
+        vector_seeds=ctx.graph.vector_seeds,
+        seed_floor=ctx.graph.seed_floor,
+        profile=ctx.experimental.graph_profile_facts,
+        tree_walk=ctx.experimental.graph_tree_walk,
     )
 
 

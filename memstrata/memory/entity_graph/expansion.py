@@ -300,7 +300,7 @@ def profile_facts(
     match times its seed's weight, like a reached fact, and its path names the profile:
     ``"<seed> (profile attribute)"`` or ``"<seed> (profile event)"``.
 
-    They take slots of the graph's ``top`` rather than adding to them, so that ``graph_facts`` stays the one
+    They take slots of the graph's ``top`` rather than adding to them, so that ``graph.facts`` stays the one
     bound on what the graph brings per query, whatever the number of seeds; the plain ranking fills the rest.
     """
     scores = np.asarray(fact_scores, dtype=np.float64)

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 
 from rapidfuzz import fuzz
 
-from memstrata.context import default
+from memstrata.memory.entity_graph.settings import GraphSettings
 from memstrata.memory.levels.entity import Entity, entity_id
 from memstrata.memory.levels.level1.fact import Fact
 from memstrata.memory.store.edges import Edge
@@ -95,7 +95,7 @@ def compatible(a: str, b: str) -> bool:
     return a in PEOPLE and b in PEOPLE
 
 
-def same_entity(a: str, b: str, *, typo_ratio: float = default("entity_typo_ratio")) -> bool:
+def same_entity(a: str, b: str, *, typo_ratio: float = GraphSettings.typo_ratio) -> bool:
     """Identity between two names: equal up to case, or a typo of each other (never differing full names)."""
     x, y = a.casefold().strip(), b.casefold().strip()
     if x == y:
@@ -121,8 +121,8 @@ def link_entities(
     facts: Sequence[Fact],
     *,
     speakers: Sequence[str],
-    typo_ratio: float = default("entity_typo_ratio"),
-    recent_events: int = default("entity_recent_events"),
+    typo_ratio: float = GraphSettings.typo_ratio,
+    recent_events: int = GraphSettings.recent_events,
 ) -> Linked:
     """Resolve the names of one conversation's facts and build entities, relations and profiles."""
     canon = _resolve(_names(facts, speakers), speakers, typo_ratio)

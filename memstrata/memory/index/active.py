@@ -3,11 +3,11 @@
 Each is a :class:`~memstrata.memory.index.snapshot.MemoryIndex` over every searched unit of the whole sessions
 that hold the tier's records, and the entities, tree nodes, themes and personas of their conversations
 (:meth:`WorkingSet.hold_sessions`), so a search of it scores as the whole-memory snapshot would score that part.
-They are small (``tier_recent_sessions`` sessions plus at most ``tier_pivotal + tier_buffer`` records' sessions)
+They are small (``tier.recent_sessions`` sessions plus at most ``tier.pivotal + tier_buffer`` records' sessions)
 and held per process on the store (``store.caches.tiers``, within ``Context.cache_mb``); the archive is searched
 through the bounded path (:mod:`memstrata.memory.index.bounded`).
 
-Which records are active is read from the counters store every ``refresh_seconds`` at most (``Context.tier_refresh_s``):
+Which records are active is read from the counters store every ``refresh_seconds`` at most (``Context.tier.refresh_s``):
 a query's promotions and demotions are written at once, but the held snapshots take them at that refresh, not after
 every query, since a query moves a few records and adding a session rebuilds the tier's snapshot (a promoted record
 stays findable in the archive meanwhile). A snapshot is built again at once when this process wrote units of the
@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memstrata.context import default
 from memstrata.memory.index.bounded import Bounds, WorkingSet
 from memstrata.memory.index.snapshot import MemoryIndex
+from memstrata.memory.search.settings import RetrievalSettings
 
 CACHE, BUFFER = "cache", "buffer"
 
@@ -58,7 +58,7 @@ def active_index(
     depth: int,
     bounds: Bounds,
     refresh_seconds: float = 5.0,
-    window_widths: Sequence[int] = default("window_widths"),
+    window_widths: Sequence[int] = RetrievalSettings.window_widths,
 ) -> MemoryIndex | None:
     """The snapshot of tier ``depth`` (1 or 2); ``None`` when no record is in an active tier yet.
 
@@ -126,7 +126,7 @@ def note_moves(store: Any, user_id: str, rows: Sequence[Any]) -> None:
 
 
 def refresh_tiers(store: Any, user_id: str) -> None:
-    """Have the user's next tiered read re-read which records are active, as ``tier_refresh_s`` would (a bench
+    """Have the user's next tiered read re-read which records are active, as ``tier.refresh_s`` would (a bench
     models a pause this way); the held snapshots are kept and take only the sessions that joined or left.
     """
     caches = store.caches

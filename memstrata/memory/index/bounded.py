@@ -1,6 +1,6 @@
 """The bounded search path: a snapshot of only the part of a large user's memory a question can reach.
 
-Below ``Context.snapshot_max_turns`` raw turns, every query process holds the
+Below ``Context.scale.max_turns`` raw turns, every query process holds the
 user's whole memory (:class:`~memstrata.memory.index.snapshot.MemoryIndex`).
 Above it, that would cost gigabytes per process (issue 12), so each retrieval
 reads candidates from Chroma instead and builds the same ``MemoryIndex`` over
@@ -53,10 +53,10 @@ from typing import Any
 
 import numpy as np
 
-from memstrata.context import default
 from memstrata.memory import levels
 from memstrata.memory.index.snapshot import MemoryIndex, kind_table
 from memstrata.memory.levels import TreeNode
+from memstrata.memory.search.settings import RetrievalSettings
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]{3,}")
 _STOP = frozenset(
@@ -146,7 +146,7 @@ class Bounds:
     No defaults here: :func:`memstrata.runtime.search.bounds` builds them from the ``bounded_*`` settings of
     :class:`~memstrata.context.Context` (``latest_seconds``: how long the memory's latest time, read from the tree's
     year nodes, is trusted; this process's writes drop it at once, another process's are seen after this long. It is
-    ``snapshot_large_recheck_s``, as long as a large scope's size is trusted: re-read every 5 s, as it was, it cost
+    ``scale.large_recheck_s``, as long as a large scope's size is trusted: re-read every 5 s, as it was, it cost
     0.3 s of a 1M-turn user's questions).
     """
 
@@ -183,7 +183,7 @@ class WorkingSet:
         user_id: str,
         conversation_id: str | None = None,
         bounds: Bounds,
-        window_widths: Sequence[int] = default("window_widths"),
+        window_widths: Sequence[int] = RetrievalSettings.window_widths,
     ) -> None:
         self.store, self.user_id, self.conversation_id = store, user_id, conversation_id
         self.bounds = bounds
@@ -467,7 +467,7 @@ def working_set(
     conversation_id: str | None,
     run: str,
     bounds: Bounds,
-    window_widths: Sequence[int] = default("window_widths"),
+    window_widths: Sequence[int] = RetrievalSettings.window_widths,
 ) -> WorkingSet:
     """The working set of one retrieval run (kept on the store, ``store.caches.runs``, until the run's answer
     releases it, :func:`release_run`; at most the last ``_RUNS`` runs of the store).

@@ -10,12 +10,12 @@ user first (never by a store's ``id``):
   (:mod:`~memstrata.memory.index.bounded`);
 - ``tiers``: HMO's held active tiers, per (user, conversation) (:mod:`~memstrata.memory.index.active`);
 - ``sessions``: the whole sessions the bounded path read (:mod:`~memstrata.memory.index.sessions`), bounded on its own
-  by ``Context.bounded_cache_units``;
+  by ``Context.scale.cache_units``;
 - ``facts``: the facts and episodes of the conversations ingestion wrote last, with their theme graph's edges and
   their speakers, per (user, conversation), the latest :data:`~memstrata.memory.store.held_facts.MAX_HELD` of them
   (:mod:`memstrata.memory.store.held_facts`);
-- ``sizes``: whether each scope is past ``snapshot_max_turns``, per (user, conversation, threshold), and ``vectors``:
-  query vectors by text, the latest ``Context.query_vector_cache`` of them (:mod:`memstrata.runtime.search`).
+- ``sizes``: whether each scope is past ``scale.max_turns``, per (user, conversation, threshold), and ``vectors``:
+  query vectors by text, the latest ``Context.scale.query_vectors`` of them (:mod:`memstrata.runtime.search`).
 
 Each has its own lock, as each module had before they moved here, so a slow read under one (the active tiers' lock
 is held while their membership is read) never blocks a lookup in another.

@@ -1,7 +1,7 @@
 """Whole sessions the bounded search path read, kept per process for the next retrievals.
 
 A bounded retrieval (:mod:`memstrata.memory.index.bounded`) loads up to
-``Context.bounded_sessions`` whole sessions, turns and turn views, and that read
+``Context.scale.sessions`` whole sessions, turns and turn views, and that read
 is about a third of its time on a large store: Chroma returns each record's
 metadata with its JSON payload. Questions of one user come back to the same
 sessions, so this process keeps the last sessions it read, up to

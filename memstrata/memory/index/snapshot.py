@@ -7,7 +7,7 @@ Chroma is the store of record. For query latency, every searched kind of
 over their text). The raw kind gets what turn search needs on top: neighbour
 links, the aligned vectors of every ``view`` kind, and BM25 over each turn,
 from which the BM25 of windows of 0, 1, 2, 4 and 8 neighbours each side
-(``window_widths``; the wider windows stand for the scene the turn belongs to)
+(``retrieval.window_widths``; the wider windows stand for the scene the turn belongs to)
 is computed at query time (:meth:`MemoryIndex.window_bm25`). Nothing here names
 a kind: a new kind's module is enough for it to be indexed.
 
@@ -38,13 +38,14 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 
-from memstrata.context import default
 from memstrata.memory import levels
 from memstrata.memory.conversation import session_order
 from memstrata.memory.index.bm25 import Bm25, tokenize
 from memstrata.memory.index.rows import Rows
+from memstrata.memory.index.settings import ScaleSettings
 from memstrata.memory.levels import Level, Turn
 from memstrata.memory.models import Unit
+from memstrata.memory.search.settings import RetrievalSettings
 
 UnitT = TypeVar("UnitT", bound=Unit)
 
@@ -164,7 +165,7 @@ class MemoryIndex:
         self,
         tables: dict[str, KindTable],
         *,
-        window_widths: Sequence[int] = default("window_widths"),
+        window_widths: Sequence[int] = RetrievalSettings.window_widths,
         version: int = 0,
         counts: tuple[int, ...] = (),
     ) -> None:
@@ -266,8 +267,8 @@ class MemoryIndex:
         *,
         user_id: str,
         conversation_id: str | None = None,
-        refresh_seconds: float = default("snapshot_refresh_s"),
-        window_widths: Sequence[int] = default("window_widths"),
+        refresh_seconds: float = ScaleSettings.refresh_s,
+        window_widths: Sequence[int] = RetrievalSettings.window_widths,
         freeze: bool = False,
     ) -> MemoryIndex:
         """The cached snapshot, updated in place after this process's writes, rebuilt after other processes'.
@@ -303,7 +304,7 @@ class MemoryIndex:
         conversation_id: str | None,
         *,
         version: int = 0,
-        window_widths: Sequence[int] = default("window_widths"),
+        window_widths: Sequence[int] = RetrievalSettings.window_widths,
     ) -> MemoryIndex:
         """Read every searched kind of one user from the store into a new snapshot."""
         tables = {}

@@ -1,7 +1,7 @@
 """A speaker's persona from their facts: the offline distillation, and the checks a model's distillation must pass.
 
 Offline (:func:`offline_dimensions`): each of the speaker's current facts joins the dimension whose cue
-(``Context.persona_cues``, embedded like any text) it is nearest, if it is at least ``floor`` similar to it. Facts
+(``Context.persona.cues``, embedded like any text) it is nearest, if it is at least ``floor`` similar to it. Facts
 at least ``same`` similar are one item said again: the item keeps the earliest wording and gathers the others' ids
 and turns. Items are ranked by centrality (similarity to the centroid of their dimension's facts) times
 ``1 + ln(sessions)``, the number of sessions that say it (recurrence), and each dimension keeps its best

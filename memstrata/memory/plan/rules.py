@@ -27,6 +27,7 @@ from memstrata.context import default
 from memstrata.memory.plan.temporal_hints import hint_interval
 from memstrata.memory.search.hmem_score import Interval
 from memstrata.memory.search.query import Hit, Query, Scope
+from memstrata.memory.search.settings import RetrievalSettings
 from memstrata.memory.text import STOPWORDS, content_words, proper_nouns, words_in
 from memstrata.memory.timeparse import RELATIVE_PATTERN, resolve_relative
 
@@ -168,7 +169,7 @@ def follow_up_query(query: str, texts: Sequence[str], *, speakers: Iterable[str]
     return " ".join(dict.fromkeys([*entities, *missing]))
 
 
-def expand_query(query: str, texts: Sequence[str], *, terms: int = default("rewrite_terms")) -> str:
+def expand_query(query: str, texts: Sequence[str], *, terms: int = RetrievalSettings.rewrite_terms) -> str:
     """Pseudo-relevance feedback: add the evidence's most telling new names and words."""
     have = set(query_terms(query))
     names = Counter(n for t in texts for n in proper_nouns(" x " + t) if n.lower() not in have)
@@ -178,7 +179,7 @@ def expand_query(query: str, texts: Sequence[str], *, terms: int = default("rewr
     return f"{query} {' '.join(extra)}".strip() if extra else query
 
 
-def evidence_anchors(top: Sequence[Hit], *, limit: int = default("anchor_names")) -> list[str]:
+def evidence_anchors(top: Sequence[Hit], *, limit: int = RetrievalSettings.anchor_names) -> list[str]:
     """The concrete anchors of the best evidence: its speakers and the names it mentions, best first."""
     names: list[str] = []
     for hit in top:
@@ -188,7 +189,7 @@ def evidence_anchors(top: Sequence[Hit], *, limit: int = default("anchor_names")
 
 
 def anchored_follow_up(
-    query: str, texts: Sequence[str], top: Sequence[Hit], *, names: int = default("anchor_names")
+    query: str, texts: Sequence[str], top: Sequence[Hit], *, names: int = RetrievalSettings.anchor_names
 ) -> str | None:
     """H-Mem's missing-info query, offline: the slot the evidence lacks, anchored on what the evidence found.
 
@@ -227,7 +228,7 @@ def has_anchor(query: str, texts: Sequence[str]) -> bool:
     return bool(words & haystack)
 
 
-def dependent_rewrite(query: str, found: Sequence[Hit], *, names: int = default("anchor_names")) -> str:
+def dependent_rewrite(query: str, found: Sequence[Hit], *, names: int = RetrievalSettings.anchor_names) -> str:
     """A dependent sub-query rewritten, offline, with the names and dates its prerequisite's best evidence found.
 
     Example:

@@ -9,7 +9,7 @@ temporal relevance to the query's hint and Ebbinghaus robustness. A question tha
 for a time ("When did...") also boosts the turns that tell one (:func:`when_match`).
 
 An event unit (a summary, a tree node, a fact) scores its dense and BM25 match fused by rank
-(:func:`score_events`); with ``Context.event_fusion="eq3"`` it is ranked by H-Mem's Eq. 3 as well, that score
+(:func:`score_events`); with ``Context.weights.events="eq3"`` it is ranked by H-Mem's Eq. 3 as well, that score
 its S (:func:`fused_events`).
 
 Example:
@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -31,6 +30,7 @@ from memstrata.memory.index import KindTable, MemoryIndex
 from memstrata.memory.plan.temporal_hints import asks_when
 from memstrata.memory.search.hmem_score import Interval, fuse
 from memstrata.memory.search.query import Query
+from memstrata.memory.search.weights import Weights
 from memstrata.memory.timeparse import mentions_time
 from memstrata.memory.tree.search import (
     event_relevance,
@@ -41,28 +41,6 @@ from memstrata.memory.tree.search import (
 )
 
 RRF_K = 60
-
-
-@dataclass(frozen=True)
-class Weights:
-    """Fusion settings (``eta`` weighs the reinforcement the temporal tree records; ``events`` is how event units
-    are ranked, see :func:`fused_events`).
-
-    No defaults here: :func:`memstrata.runtime.search.weights` builds them from the run's
-    :class:`~memstrata.context.Context`, where each is described.
-    """
-
-    semantic: float
-    temporal: float
-    robustness: float
-    tau_days: float
-    eta: float
-    episode_prior: float
-    neighbour: float
-    speaker: float
-    when: float
-    lam: float
-    events: Literal["rank", "eq3"]
 
 
 def ranks_to_unit(scores: np.ndarray) -> np.ndarray:

@@ -101,7 +101,7 @@ def light_lookup(
     through the entity graph bring their turns too (``found_by="entity_graph"``), and the event summaries
     holding those turns join the coarse pool (:func:`~memstrata.memory.search.scoring.graph_events`), and with
     ``graph.tree_walk``, for a query whose scope searches the tree nodes, the week, month and year nodes above them
-    (:func:`~memstrata.memory.search.scoring.graph_ancestors`). ``level1_rank``
+    (:func:`~memstrata.memory.search.scoring.graph_ancestors`). ``retrieval.level1_rank``
     orders the summaries (see :func:`rerank_summaries`). A query whose time hint selects tree windows also
     brings its ``window_k`` best turns inside them, whatever its scope (``found_by="tree_window"``). With
     ``themes``, a query whose scope searches the theme kind takes the theme path: the facts it admits bring their

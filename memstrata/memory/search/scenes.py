@@ -5,7 +5,8 @@ Each line is one theme (Bi-Mem's scene): its id, its text with any compensatory 
 (:meth:`~memstrata.memory.levels.level1.theme.Theme.embed_text`), and the raw turns of its most central facts it
 rests on, cited as the context's turn lines cite them. The block opens with ``[scenes]``, so
 :func:`~memstrata.memory.search.packing.parse_context` skips it like the persona line. The answer node admits lines
-while they fit a share of the budget (``Context.scene_share``); off by default (``Context.scene_lines`` 0): on
+while they fit a share of the budget (``Context.persona.scene_share``); off by default
+(``Context.experimental.scene_lines`` 0): on
 LoCoMo and LongMemEval the metric counts raw turns, so every token a scene takes is a token no turn gets, and the
 value of a scene line is to a reader.
 
@@ -14,7 +15,7 @@ Example:
     ['theme:0 Ann adopted a grey cat named Miso. (cites s1:t0, s1:t2)']
 
 A line longer than the room left is cut to its first words that fit (:meth:`SceneLine.fitted`), so a long
-offline theme text (up to ``theme_words`` words) still gives the reader its gist.
+offline theme text (up to ``themes.words`` words) still gives the reader its gist.
 """
 
 from __future__ import annotations

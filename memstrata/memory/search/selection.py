@@ -23,9 +23,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from memstrata.context import default
 from memstrata.memory.index import MemoryIndex, tokenize
 from memstrata.memory.search.query import Hit
+from memstrata.memory.search.settings import RetrievalSettings
 
 
 def _rows(index: MemoryIndex, hits: Sequence[Hit]) -> list[int | None]:
@@ -55,7 +55,12 @@ def drop_near_duplicates(
 
 
 def mmr(
-    candidates: Sequence[Hit], index: MemoryIndex, *, penalty: float, head: int = default("mmr_head"), picks: int = 80
+    candidates: Sequence[Hit],
+    index: MemoryIndex,
+    *,
+    penalty: float,
+    head: int = RetrievalSettings.mmr_head,
+    picks: int = 80,
 ) -> list[Hit]:
     """Rank by score minus ``penalty`` x the best similarity to what is already ranked (MMR).
 

@@ -72,7 +72,7 @@ THEME_FINDERS = (THEME_FOUND_BY, SPREAD_FOUND_BY, ASSOCIATIVE_FOUND_BY)
 @dataclass(frozen=True)
 class ThemeSearch:
     """One query's theme path settings, built from ``Context``'s theme retrieval section only
-    (:func:`memstrata.runtime.search.theme_search`; ``None`` there when ``theme_search_k`` is 0).
+    (:func:`memstrata.runtime.search.theme_search`; ``None`` there when ``themes.search_k`` is 0).
     """
 
     themes: int

@@ -5,7 +5,8 @@ text, and a re-sent message is the same text too. :class:`EncodedTexts` (one per
 from memory and sends only the new texts to the embedder, in one call. It holds at most ``max_texts`` vectors
 (least recently used go first), exactly as the embedder gave them: 10,000 MiniLM vectors take about 31 MB.
 
-Asked to (``keep_tokens``: the turns a write stores, when ``Context.span_vectors`` pools), it also keeps the token
+Asked to (``keep_tokens``: the turns a write stores, when ``Context.episodes.span_vectors`` pools), it also keeps the
+token
 vectors of the texts it encodes, if the embedder gives them
 (:meth:`memstrata.memory.embeddings.MiniLMEmbeddings.embed_with_tokens`), so that the facts and summaries cut from
 those turns get their vectors pooled from them (:mod:`memstrata.memory.late_chunking`). At most ``max_tokens`` token

@@ -13,7 +13,7 @@ label propagation finds its communities (:func:`label_propagation`).
     g(s_k) = exp(-(s_k - m)^2 / (2 sigma^2)),  s_k = max_{j != k} cos(mu_k, mu_j),
     m = median(s),  sigma = median(|s - m|) + eps.
 
-``eps`` (``Context.theme_scale_floor``) is the smallest spread of nearest-theme similarities taken to matter.
+``eps`` (``Context.themes.scale_floor``) is the smallest spread of nearest-theme similarities taken to matter.
 The paper only says it is small; with a handful of themes the median absolute deviation can be nearly 0, and
 then g crushes any theme whose nearest similarity differs from the median by a rounding error, so a split of
 an obviously mixed theme would lower f. A floor of 0.05 (cosines of MiniLM sentence vectors that close are
@@ -41,7 +41,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from memstrata.context import default
+from memstrata.memory.themes.settings import ThemeSettings
 
 LabelT = TypeVar("LabelT", bound=Hashable)  # a theme label: the centroids come back under the labels given
 
@@ -107,7 +107,7 @@ def centroids(vectors: np.ndarray, labels: Sequence[LabelT]) -> tuple[list[Label
     return keys, unit_rows(_group_sums(x, [index[k] for k in labels], len(keys)))
 
 
-def sem_score(vectors: np.ndarray, labels: Sequence[Hashable], *, eps: float = default("theme_scale_floor")) -> float:
+def sem_score(vectors: np.ndarray, labels: Sequence[Hashable], *, eps: float = ThemeSettings.scale_floor) -> float:
     """Eq. 3 of xMemory: mean over themes of (mean cosine of a member to its centroid) * g(nearest-theme cosine)."""
     if len(labels) == 0:
         return 0.0
@@ -161,7 +161,7 @@ def _f(sizes: np.ndarray, sums: np.ndarray, eps: float) -> float:
     return sparsity_score(sizes.astype(int).tolist()) + _sem(sizes, sums, eps)
 
 
-def objective(vectors: np.ndarray, labels: Sequence[Hashable], *, eps: float = default("theme_scale_floor")) -> float:
+def objective(vectors: np.ndarray, labels: Sequence[Hashable], *, eps: float = ThemeSettings.scale_floor) -> float:
     """Eq. 1 of xMemory: f(P) = SparsityScore(P) + SemScore(P)."""
     if len(labels) == 0:
         return 0.0
@@ -299,7 +299,7 @@ def best_split(
     theme: Hashable,
     *,
     parts: Sequence[int] = (2, 3),
-    eps: float = default("theme_scale_floor"),
+    eps: float = ThemeSettings.scale_floor,
 ) -> list[Hashable]:
     """The labels after splitting ``theme`` by the candidate that maximises f(P) (:meth:`Partition.split`);
     a theme that cannot be split is returned unchanged.
@@ -315,7 +315,7 @@ def best_merge(
     theme: Hashable,
     *,
     neighbours: int = 3,
-    eps: float = default("theme_scale_floor"),
+    eps: float = ThemeSettings.scale_floor,
 ) -> list[Hashable]:
     """The labels after merging ``theme`` into whichever of its ``neighbours`` nearest themes (by centroid)
     gives the highest f(P) (:meth:`Partition.merge`). With no other theme, the labels are returned unchanged.

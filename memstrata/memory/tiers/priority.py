@@ -16,7 +16,7 @@ The seed's text lost both formulas. What the prose fixes, and the form we take:
   resistance, and is 1 for a record never recalled, so the decay stays finite and a new record keeps its base. A
   gain that multiplies needs no weight of its own: ten recalls (ln 11 ≈ 2.4) multiply a record's priority by 3.4
   whatever its base, where an added term would need a fourth coefficient to be weighed against I and A.
-- Coefficients (``Context.tier_alpha``, ``tier_beta``, ``tier_decay_days``): α = 0.6 and β = 0.4,
+- Coefficients (``Context.tier.alpha``, ``tier.beta``, ``tier.decay_days``): α = 0.6 and β = 0.4,
   importance first because §3.1 prefers the evaluator's many-sided judgement to similarity alone, alignment second
   as the cheap term that follows the persona; τ = 30 days, so a record untouched for a month keeps
   e^-1 of its priority when never recalled and more the more it was (H-Mem's τ of a year ranks relevance over the

@@ -13,7 +13,7 @@
 - :func:`turn_robustness`: H-Mem's Eq. 2 per turn with the reinforcement (n_m, r_m) of the event
   summary that holds it, read from the counters store by :func:`load_reinforcement`;
 - :func:`event_relevance` and :func:`event_robustness`: Eq. 1 and Eq. 2 for the event units themselves
-  (summaries, tree nodes, facts), for H-Mem's Eq. 3 on them (``Context.event_fusion="eq3"``).
+  (summaries, tree nodes, facts), for H-Mem's Eq. 3 on them (``Context.weights.events="eq3"``).
 
 Example:
     >>> windows = select_windows(index, query.hint)  # doctest: +SKIP

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from memstrata.context import default
+from memstrata.memory.tree.settings import TreeSettings
 
 LEVELS = ("day", "week", "month", "year")
 UPPER = LEVELS[1:]
@@ -41,7 +41,7 @@ class TreeLevel:
     alpha: float
 
 
-def tree_levels(alphas: Sequence[float] = default("tree_alphas")) -> list[TreeLevel]:
+def tree_levels(alphas: Sequence[float] = TreeSettings.alphas) -> list[TreeLevel]:
     """The upper levels with their thresholds, week first."""
     if len(alphas) != len(UPPER) or not all(0.0 <= a <= 1.0 for a in alphas):
         msg = f"tree thresholds: give {len(UPPER)} values in [0, 1] for {UPPER}, got {list(alphas)}"

@@ -1,9 +1,9 @@
 """Ingestion stage 2: each touched session's turns with their neighbours (the ``turn_context`` view).
 
 A write that only appended to a session's open tail reads just the tail's last turns and rewrites the views of the
-appended turns and of the ``context_width`` turns before them.
+appended turns and of the ``episodes.context_width`` turns before them.
 
-A view's vector is its text encoded, or its turns' stored vectors pooled (``Context.context_vectors``).
+A view's vector is its text encoded, or its turns' stored vectors pooled (``Context.episodes.context_vectors``).
 
 The same sessions' turns longer than the encoder reads are stored as passages here too
 (:mod:`memstrata.memory.levels.level2.passage`): a rebuild, which stores no new turn, rewrites them with the views.
@@ -45,30 +45,32 @@ async def write_turn_contexts(state: IngestState, runtime: Runtime[Context]) -> 
     started = time.perf_counter()
     run = await open_node(runtime, "write_turn_contexts", ingest=True)
     store = run.store
-    pooled = ctx.context_vectors == "pooled"
+    pooled = ctx.episodes.context_vectors == "pooled"
     sessions = await asyncio.to_thread(
         read_sessions, store, ctx.user_id, state.get("sessions", []), with_vectors=pooled
     )
     appended = state.get("appended", [])
     if appended:  # turns appended to an open tail: only their views and their predecessors' change
         sessions |= await asyncio.to_thread(
-            read_session_ends, store, ctx.user_id, appended, back=2 * ctx.context_width, with_vectors=pooled
+            read_session_ends, store, ctx.user_id, appended, back=2 * ctx.episodes.context_width, with_vectors=pooled
         )
     views = []
     vectors: dict[tuple[str, str], list[float]] = {}
     for turns, vecs in sessions.values():
-        session_views = turn_contexts(turns, width=ctx.context_width)
+        session_views = turn_contexts(turns, width=ctx.episodes.context_width)
         views += session_views
         if pooled:
             assert vecs is not None, "sessions are read with their vectors when contexts are pooled"
             vectors |= {
                 (v.conversation_id, v.id): p
-                for v, p in zip(session_views, pooled_vectors(vecs, width=ctx.context_width).tolist(), strict=True)
+                for v, p in zip(
+                    session_views, pooled_vectors(vecs, width=ctx.episodes.context_width).tolist(), strict=True
+                )
             }
     stored = await asyncio.to_thread(_stored, store, ctx.user_id, state.get("sessions", []))
     stored |= await asyncio.to_thread(_stored_views, store, ctx.user_id, views if appended else [])
     # only what changed; of an appended tail's turns read for their neighbours only, no view is rewritten
-    edge = {(c, str(s)): int(p) - ctx.context_width for c, s, p in appended}
+    edge = {(c, str(s)): int(p) - ctx.episodes.context_width for c, s, p in appended}
     context_only = {
         (t.conversation_id, t.id)
         for turns, _ in sessions.values()
@@ -89,8 +91,8 @@ async def write_turn_contexts(state: IngestState, runtime: Runtime[Context]) -> 
         if t.position >= first.get((t.conversation_id, t.session_id), 0)
     ]
     parts = await asyncio.to_thread(_write_passages, store, ctx, long, state.get("sessions", []))
-    for start in range(0, len(views), ctx.embed_batch):
-        batch = views[start : start + ctx.embed_batch]
+    for start in range(0, len(views), ctx.episodes.embed_batch):
+        batch = views[start : start + ctx.episodes.embed_batch]
         await asyncio.to_thread(
             store.upsert,
             "turn_context",
@@ -150,8 +152,8 @@ def _write_passages(store: MemoryStore, ctx: Context, long: list[Any], sessions:
     for conv_id, ids in by_conversation([[c, i] for c, i in stored if (c, i) not in keep]).items():
         store.delete(PASSAGE.kind, user_id=ctx.user_id, conversation_id=conv_id, unit_ids=ids)
     changed = [p for p in fresh if stored.get((p.conversation_id, p.id)) != p.embed_text()]
-    for start in range(0, len(changed), ctx.embed_batch):
-        batch = changed[start : start + ctx.embed_batch]
+    for start in range(0, len(changed), ctx.episodes.embed_batch):
+        batch = changed[start : start + ctx.episodes.embed_batch]
         store.upsert(
             PASSAGE.kind, batch, documents=[p.embed_text() for p in batch], extra=[p.metadata() for p in batch]
         )

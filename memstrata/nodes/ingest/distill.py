@@ -88,8 +88,8 @@ async def distill_batch(batch: EpisodeBatch, runtime: Runtime[Context]) -> dict[
             (summaries, episodes, facts),
             vectors,
             quoted,
-            ctx.embed_batch,
-            pooled=ctx.span_vectors,
+            ctx.episodes.embed_batch,
+            pooled=ctx.episodes.span_vectors,
         )
         progress("facts", f"extracted {len(facts)} facts from {len(episodes)} episodes", done=len(episodes))
         progress("summaries", f"summarized and stored {len(summaries)} episodes (Level-1)", done=len(summaries))
@@ -137,7 +137,7 @@ def _write(
 ) -> dict[str, float]:
     """Summaries, then episodes, then facts (parents first); the seconds each part took, and how many summaries
     and facts got their vectors pooled from their turns' tokens (:mod:`memstrata.memory.late_chunking`; ``pooled``
-    is ``Context.span_vectors``).
+    is ``Context.episodes.span_vectors``).
     """
     summaries, episodes, facts = units
     started = time.perf_counter()

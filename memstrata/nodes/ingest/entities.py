@@ -5,7 +5,7 @@ back, names are resolved to entities (:mod:`memstrata.memory.entity_graph.resolu
 relations and overlap edges are written to the edge store, entities (with their
 profiles) are written as units, and supersession is decided: offline by the
 conservative rule, with a model by the model on the rule's candidate pairs (at
-most ``Context.supersede_pairs`` per conversation, all in one call; the rule
+most ``Context.graph.supersede_pairs`` per conversation, all in one call; the rule
 decides the rest and any garbage). Facts whose subject, entities or validity changed are
 rewritten with their stored vectors (nothing is re-embedded); entities and edges
 the conversation no longer yields are deleted, so re-running adds nothing.
@@ -61,15 +61,15 @@ async def link_entities(state: IngestState, runtime: Runtime[Context]) -> dict[s
             resolve,
             facts,
             speakers=_speakers(facts),
-            typo_ratio=ctx.entity_typo_ratio,
-            recent_events=ctx.entity_recent_events,
+            typo_ratio=ctx.graph.typo_ratio,
+            recent_events=ctx.graph.recent_events,
         )
         fresh = {
             f.id
             for f in facts
             if (conv_id, f.episode_id) in new_episodes or conv_id in missing or conv_id in state.get("repaired", [])
         }
-        replaced = await _supersession(step, linked.facts, fresh, ctx.supersede_pairs)
+        replaced = await _supersession(step, linked.facts, fresh, ctx.graph.supersede_pairs)
         counts = await asyncio.to_thread(_write, store, ctx.user_id, conv_id, facts, linked, replaced, vectors)
         totals = {k: totals[k] + counts[k] for k in totals}
     progress(

@@ -4,12 +4,12 @@ A session's tail is its turns after the last closed episode; closed episodes are
 cut again, so a message written alone costs the same however long its session is. The tail is
 replayed as if its messages had come one at a time (:func:`~memstrata.memory.segmentation.replay_tail`),
 so one call and a stream of the same messages close the same episodes: a message joins the open
-episode until the tail is full (``max_episode_turns``) or a silence precedes it; then the tail is cut
+episode until the tail is full (``episodes.max_turns``) or a silence precedes it; then the tail is cut
 (offline cuts: topic shifts, time gaps, a length cap; or the model's boundaries in LLM mode, asked over
 the tail only once it is full or done), and every episode of it but the last is closed. The open episode
 runs to the tail's last turn (a write that only appends to it and closes nothing never reaches this
 stage: its turns wait raw after it, see :mod:`.turns`). The last closes at the length cap, when a
-later session exists, when it has gone quiet (``episode_quiet_minutes``, by the write's present) or when the
+later session exists, when it has gone quiet (``episodes.quiet_minutes``, by the write's present) or when the
 write asks (``close``). Episodes a re-cut replaced are deleted with their summaries and
 facts (facts first, summaries last, so no reader ever meets a unit whose parent is
 gone). New episodes are not stored here: :mod:`.distill` stores each one after its
@@ -77,14 +77,14 @@ async def segment_episodes(state: IngestState, runtime: Runtime[Context]) -> dic
             open_span=_open_span(old, turns, start),
             present=datetime.fromisoformat(state["present"]),
             closing=closing,
-            max_turns=ctx.max_episode_turns,
-            quiet=timedelta(minutes=ctx.episode_quiet_minutes),
+            max_turns=ctx.episodes.max_turns,
+            quiet=timedelta(minutes=ctx.episodes.quiet_minutes),
             model_cuts=_model_cuts(step, turns) if step.model is not None else None,
-            min_turns=ctx.min_episode_turns,
-            overlap=ctx.episode_overlap,
-            max_gap=timedelta(minutes=ctx.episode_max_gap_minutes),
-            window=ctx.segment_window,
-            depth=ctx.segment_depth,
+            min_turns=ctx.episodes.min_turns,
+            overlap=ctx.episodes.overlap,
+            max_gap=timedelta(minutes=ctx.episodes.max_gap_minutes),
+            window=ctx.episodes.window,
+            depth=ctx.episodes.depth,
         )
         episodes = [
             e.model_copy(update={"open": not shut})
@@ -204,7 +204,7 @@ async def _llm_cuts(step: Step, turns: list[Turn]) -> set[int] | None:
         node="segment",
         fallback=lambda: Boundaries(starts=[-1]),
         validate=valid,
-        max_turns=step.ctx.max_episode_turns,
+        max_turns=step.ctx.episodes.max_turns,
     )
     if outcome not in GOOD_OUTCOMES:
         return None

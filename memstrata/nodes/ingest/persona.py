@@ -4,14 +4,14 @@ and, with a model, the scenes' calibration (§4.2.2, Eq. 8).
 Runs after the themes, for every conversation with newly closed episodes (and any with themes but no persona yet).
 A speaker's persona is stale when the facts it was built from changed (a new closed fact, a fact superseded, an item
 a user removed): then it is rebuilt, offline from the facts' cues, centrality and recurrence, or with a model from
-the speaker's scenes and facts (at most ``Context.persona_llm_calls`` speakers per ingest; a failed call, or a draft
+the speaker's scenes and facts (at most ``Context.persona.llm_calls`` speakers per ingest; a failed call, or a draft
 with no statement, leaves the offline items). Each dimension whose items changed gets a new version; the old one
 stays as history (:mod:`memstrata.memory.persona.versions`). With a model, scenes whose present form was not checked
 yet are
-calibrated against their speaker's persona (at most ``Context.persona_calibrations_per_episode`` per newly closed
-episode and ``Context.persona_calibrations`` per ingest; the others stay due for later writes); offline there is no
+calibrated against their speaker's persona (at most ``Context.persona.calibrations_per_episode`` per newly closed
+episode and ``Context.persona.calibrations`` per ingest; the others stay due for later writes); offline there is no
 calibration. With a model the persona is rebuilt when a fact a current item cites stops being current, or once the
-speaker's current facts have grown by ``Context.persona_llm_growth`` since the last model build (so a chat's
+speaker's current facts have grown by ``Context.persona.llm_growth`` since the last model build (so a chat's
 model calls per message do not grow with its length); offline it is rebuilt whenever its facts change.
 """
 
@@ -68,8 +68,8 @@ async def distill_persona(state: IngestState, runtime: Runtime[Context]) -> dict
     ctx, store, step = run.ctx, run.store, run.step
     touched, missing = await conversations_to_redo(state, store, ctx.user_id, _without_persona)
     calls = {
-        "distill": ctx.persona_llm_calls if step.model is not None else 0,
-        "calibrate": per_write(state, ctx.persona_calibrations_per_episode, ctx.persona_calibrations)
+        "distill": ctx.persona.llm_calls if step.model is not None else 0,
+        "calibrate": per_write(state, ctx.persona.calibrations_per_episode, ctx.persona.calibrations)
         if step.model is not None
         else 0,
     }
@@ -88,7 +88,7 @@ async def distill_persona(state: IngestState, runtime: Runtime[Context]) -> dict
             continue
         if cues is None:
             cues = np.asarray(
-                await asyncio.to_thread(store.encoded.embed, list(ctx.persona_cues))
+                await asyncio.to_thread(store.encoded.embed, list(ctx.persona.cues))
             )  # held after the first
         written: list[Persona] = []
         for speaker in src.speakers:
@@ -158,7 +158,7 @@ async def _speaker(
     excluded = {d: list(p.excluded) if p else [] for d, p in current.items()}
     digest = basis(mine, [f for d in DIMENSIONS for f in excluded[d]])
     held = [p for p in current.values() if p is not None]
-    if sum(f.current for f in mine) < ctx.persona_min_facts and not held:
+    if sum(f.current for f in mine) < ctx.persona.min_facts and not held:
         return []
     totals["persona_speakers"] += 1
     if held and all(p.basis == digest for p in held):
@@ -169,7 +169,7 @@ async def _speaker(
         step.model is not None
         and held
         and not _lost_citation(held, by_id)
-        and live < ctx.persona_llm_growth * max(p.built_from for p in held)
+        and live < ctx.persona.llm_growth * max(p.built_from for p in held)
     ):
         return []  # with a model, wait until the facts have grown enough: a write's cost stays flat
     totals["persona_rebuilt"] += 1
@@ -179,9 +179,9 @@ async def _speaker(
             mine,
             src.x[rows],
             cues,
-            floor=ctx.persona_floor,
-            same=ctx.persona_same,
-            per_dimension=ctx.persona_items,
+            floor=ctx.persona.floor,
+            same=ctx.persona.same,
+            per_dimension=ctx.persona.items,
             theme_of=theme_of,
         )
         if mine
@@ -242,7 +242,7 @@ async def _draft(
     theme_of: dict[str, str],
 ) -> dict[str, list[PersonaItem]] | None:
     """Bi-Mem Eq. 7 with the model: the speaker's scenes and facts in, five dimensions of cited statements out."""
-    shown = [facts[i] for i in offered_facts(facts, x, limit=ctx.persona_llm_facts, same=ctx.persona_same)]
+    shown = [facts[i] for i in offered_facts(facts, x, limit=ctx.persona.llm_facts, same=ctx.persona.same)]
     ids = {f.id for f in shown}
     scenes = [t for t in themes if ids & set(t.fact_ids)]
     listing = "\n".join(f"<scene>{t.text}</scene>" for t in scenes)
@@ -258,7 +258,7 @@ async def _draft(
     )
     if how not in GOOD_OUTCOMES or not any(getattr(draft, d) for d in DIMENSIONS):
         return None  # a failed call, or a draft that says nothing: the offline items stand
-    return llm_items(draft, {f.id: f for f in shown}, per_dimension=ctx.persona_items, theme_of=theme_of)
+    return llm_items(draft, {f.id: f for f in shown}, per_dimension=ctx.persona.items, theme_of=theme_of)
 
 
 async def _calibrate(
@@ -266,7 +266,7 @@ async def _calibrate(
 ) -> list[Theme]:
     """With a model: the scenes not yet checked against their speakers' present persona, each with one more check
     recorded per speaker (and its condition appended when the model found the scene at odds with the persona).
-    One call makes up to ``persona_calibration_batch`` checks, of one speaker's scenes or of several speakers'.
+    One call makes up to ``persona.calibration_batch`` checks, of one speaker's scenes or of several speakers'.
     """
     if calls["calibrate"] <= 0:
         return []
@@ -281,7 +281,7 @@ async def _calibrate(
         speaker: "\n".join(f"<{p.dimension}>{p.text}</{p.dimension}>" for p in persona[speaker]) for speaker in due
     }
     items = [(speaker, scene) for speaker, scenes in due.items() for scene in scenes]
-    for chunk in chunks(items, ctx.persona_calibration_batch):
+    for chunk in chunks(items, ctx.persona.calibration_batch):
         if calls["calibrate"] <= 0:
             break
         calls["calibrate"] -= 1

@@ -25,7 +25,9 @@ class KeyInformation(BaseModel):
 async def episode_summary(step: Step, ep: Episode, turns: list[Turn]) -> EventSummary:
     """The episode's Level-1 summary: extractive offline, the model's key information otherwise."""
     ctx = step.ctx
-    summary = offline_summary(ep, turns, max_sentences=ctx.summary_max_sentences, max_words=ctx.summary_max_words)
+    summary = offline_summary(
+        ep, turns, max_sentences=ctx.episodes.summary_sentences, max_words=ctx.episodes.summary_words
+    )
     return await _llm_summary(step, ep, summary) if step.model is not None else summary
 
 

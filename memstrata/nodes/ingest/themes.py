@@ -5,7 +5,7 @@ label propagation; later writes attach the new facts and split or merge only the
 guided by xMemory's f(P) (:mod:`memstrata.memory.themes`). A theme whose member was superseded since its text
 was built is stale and rebuilt too (its old text kept in ``history``). A changed theme's text is its most central
 current facts offline; with a model, a summary of them (Bi-Mem's aggregation operator, Eq. 6; at most
-``Context.theme_llm_per_episode`` per newly closed episode and ``Context.theme_llm_calls`` per ingest, else the
+``Context.themes.llm_per_episode`` per newly closed episode and ``Context.themes.llm_calls`` per ingest, else the
 extractive text), as many themes to a call as the completion cap holds. The kNN graph over facts and
 themes is kept in the edge store.
 """
@@ -55,7 +55,9 @@ async def group_themes(state: IngestState, runtime: Runtime[Context]) -> dict[st
     ctx, store, step = run.ctx, run.store, run.step
     touched, missing = await conversations_to_redo(state, store, ctx.user_id, _ungrouped)
     # model summaries in proportion to the write; the extractive text does the rest
-    calls = {"left": per_write(state, ctx.theme_llm_per_episode, ctx.theme_llm_calls) if step.model is not None else 0}
+    calls = {
+        "left": per_write(state, ctx.themes.llm_per_episode, ctx.themes.llm_calls) if step.model is not None else 0
+    }
     totals = {
         "themes_written": 0,
         "themes_stale": 0,
@@ -77,13 +79,13 @@ async def group_themes(state: IngestState, runtime: Runtime[Context]) -> dict[st
             [f.id for f in facts],
             x,
             previous,
-            tau=ctx.theme_tau,
-            attach_at=ctx.theme_attach,
-            cap=ctx.theme_cap,
-            floor=ctx.theme_floor,
-            knn=ctx.theme_knn,
-            max_steps=ctx.theme_max_steps,
-            eps=ctx.theme_scale_floor,
+            tau=ctx.themes.tau,
+            attach_at=ctx.themes.attach,
+            cap=ctx.themes.cap,
+            floor=ctx.themes.floor,
+            knn=ctx.themes.knn,
+            max_steps=ctx.themes.max_steps,
+            eps=ctx.themes.scale_floor,
         )
         before = {r.unit_id: Theme.model_validate(r.payload) for r in stored}
         stale = stale_themes(grouped, before, facts)
@@ -147,7 +149,7 @@ def _theme(
     row = {f.id: i for i, f in enumerate(facts)}
     members = [facts[row[f]] for f in grouped.themes[theme_id]]
     live = _live(members)
-    text, shown = theme_text([f.text for f in live], x[[row[f.id] for f in live]], words=ctx.theme_words)
+    text, shown = theme_text([f.text for f in live], x[[row[f.id] for f in live]], words=ctx.themes.words)
     first = {live[i].id for i in shown}
     members = [live[i] for i in shown] + [f for f in members if f.id not in first]
     times = sorted(t for f in members if (t := f.span()[0]) is not None)
@@ -188,11 +190,11 @@ async def _summarized(
     step: Step, ctx: Context, units: list[Theme], facts: dict[str, Fact], calls: dict[str, int]
 ) -> list[Theme]:
     """With a model, the first ``calls["left"]`` themes of more than one fact summarized by it, as many to a call as
-    ``llm_max_tokens`` holds at ``theme_words`` words each; a theme the reply leaves out keeps its extractive text.
+    ``llm_max_tokens`` holds at ``themes.words`` words each; a theme the reply leaves out keeps its extractive text.
     """
     due = [i for i, t in enumerate(units) if len(t.fact_ids) > 1][: max(0, calls["left"])]
     calls["left"] -= len(due)
-    per_call = max(1, ctx.llm_max_tokens // (2 * ctx.theme_words))  # about two tokens a word, with the JSON around
+    per_call = max(1, ctx.llm_max_tokens // (2 * ctx.themes.words))  # about two tokens a word, with the JSON around
     out = list(units)
     for start in range(0, len(due), per_call):
         chunk = due[start : start + per_call]
@@ -206,13 +208,13 @@ async def _summarized(
             f"<themes>\n{listing}\n</themes>",
             node="group_themes",
             fallback=ThemeSummaries,
-            words=ctx.theme_words,
+            words=ctx.themes.words,
         )
         if outcome not in GOOD_OUTCOMES:
             continue
         said: dict[int, str] = {}
         for entry in value.entries:  # the first entry of a number stands
-            summary = " ".join(entry.summary.split()[: ctx.theme_words])
+            summary = " ".join(entry.summary.split()[: ctx.themes.words])
             if 0 <= entry.theme < len(chunk) and summary:
                 said.setdefault(entry.theme, summary)
         for n, summary in said.items():
@@ -265,7 +267,7 @@ def _write(
         ctx.user_id,
         conv_id,
         KINDS,
-        lambda stored: graph_changes(conv_id, ids, x, grouped.themes, centre, stored, k=ctx.theme_knn),
+        lambda stored: graph_changes(conv_id, ids, x, grouped.themes, centre, stored, k=ctx.themes.knn),
     )
 
 

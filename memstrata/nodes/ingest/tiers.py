@@ -5,12 +5,13 @@ its Level-1 summary (:mod:`memstrata.memory.tiers`). For the write's newly close
 
 1. reads the current persona of each conversation those records are in (:mod:`memstrata.memory.tiers.persona`):
    its items' text and its embedding (the mean of its speakers' current dimension vectors);
-2. scores the initial importance (HMO §3.1, Eq. 3): with a model, one call per ``importance_batch`` records with our
+2. scores the initial importance (HMO §3.1, Eq. 3): with a model, one call per ``tier.importance_batch`` records with
+our
    own wording of Appendix A's rubric (``IMPORTANCE_PROMPT``), which hears the persona of the batch's conversations
    as bounded data (``<persona>``, or "none yet"), a schema and the offline score as the fallback; offline,
    :func:`memstrata.memory.tiers.importance.offline_importance` (which reads no persona);
 3. runs the drift gate per conversation (Eq. 6, :func:`memstrata.memory.tiers.anchor.drift_gate`): a conversation
-   whose persona moved past ``tier_drift`` from its own anchor has its active records (tiers 1-2) scored again with
+   whose persona moved past ``tier.drift`` from its own anchor has its active records (tiers 1-2) scored again with
    the new alignment, and its anchor moves; the other active records keep their stored priorities, carried on to
    the write's memory time by Eq. 5's decay (:func:`~memstrata.memory.tiers.priority.priority_at`). A record's
    alignment A is always with its own conversation's persona;
@@ -210,7 +211,7 @@ async def _importance(
     if step.model is None:
         return offline, 0
     scores, fallbacks = list(offline), 0
-    size = ctx.importance_batch
+    size = ctx.tier.importance_batch
     for start in range(0, len(fresh), size):
         batch = fresh[start : start + size]
         persona = persona_block(personas[c] for c in dict.fromkeys(r.item[0] for r in batch) if c in personas)
@@ -257,7 +258,7 @@ def _place(
     ``personas``: the persona vector of each conversation of ``fresh``; every alignment is with the record's own.
     """
     active = store.counters.active(ctx.user_id)
-    gate = drift_gate(personas, read_anchor(store, ctx.user_id, list(personas)), threshold=ctx.tier_drift)
+    gate = drift_gate(personas, read_anchor(store, ctx.user_id, list(personas)), threshold=ctx.tier.drift)
     times = [r.time for r in fresh if r.time is not None] + [c.record_time for c in active if c.record_time]
     now = max(times, default=0.0)
     new = {
@@ -292,7 +293,7 @@ def _place(
         if c.item not in new
     ]
     tiers = assign_tiers(
-        pool, recent_sessions=ctx.tier_recent_sessions, pivotal=ctx.tier_pivotal, buffer=ctx.tier_buffer
+        pool, recent_sessions=ctx.tier.recent_sessions, pivotal=ctx.tier.pivotal, buffer=ctx.tier.buffer
     )
     moves = changes({c.item: c.tier for c in active}, tiers)
     writes: dict[tuple[str, str, str], dict[str, Any]] = {

@@ -4,7 +4,7 @@ The leaves are the summaries of closed episodes (an open session tail joins once
 the tree is never recomputed per message). For each conversation with newly closed episodes (or
 a tree that misses some, after a crash), new leaves are placed bottom-up in their windows, and only the nodes
 whose children changed, and their ancestors, are recomputed: with a model, the
-consolidation prompt (at most ``Context.tree_llm_calls`` per ingest), else
+consolidation prompt (at most ``Context.tree.llm_calls`` per ingest), else
 the extractive consolidation. A node whose window still holds the conversation's
 newest turn is consolidated extractively, and once by the model when a later
 turn falls past its window, so a chat's tree costs the same model calls as a batch.
@@ -62,7 +62,7 @@ async def consolidate_tree(state: IngestState, runtime: Runtime[Context]) -> dic
     # open episodes join the tree once they close; a repaired conversation is checked again
     touched = touched_conversations(state)
     convs = await asyncio.to_thread(_to_update, store, ctx.user_id, touched, state.get("conversations", []))
-    calls = {"left": ctx.tree_llm_calls if step.model is not None else 0}
+    calls = {"left": ctx.tree.llm_calls if step.model is not None else 0}
     written: dict[str, int] = dict.fromkeys(UPPER, 0)
     for conv_id in convs:
         # Another writer of the conversation (two processes through one Chroma server) may delete a summary between
@@ -101,7 +101,7 @@ async def _update_tree(
     update = await asyncio.to_thread(
         load_tree, store, ctx.user_id, conv_id, skip={r.payload.get("summary_id") for r in tails}
     )
-    update.grow(tree_levels(ctx.tree_alphas))
+    update.grow(tree_levels(ctx.tree.alphas))
     if step.model is not None:  # windows that closed since: their extractive text is now consolidated once
         for node_id in finished_offline(update):
             update.forest.nodes[node_id].stale = True
@@ -160,7 +160,7 @@ async def _recompute(
     window still receiving messages would be consolidated again at every episode that closes in it), else the
     extractive one.
     """
-    caps = dict(zip(UPPER, ctx.tree_token_caps, strict=True))
+    caps = dict(zip(UPPER, ctx.tree.token_caps, strict=True))
     counter = TokenCounter()
     text = offline_text(update, node_id, caps, counter.count)
     method = "extractive"
@@ -181,7 +181,7 @@ async def _recompute(
         summary = value.summary.strip() if isinstance(value.summary, str) else ""
         if outcome in GOOD_OUTCOMES and summary:
             text, method = _capped(f"[{header(update, node_id)}] {summary}", caps[node.level], counter), "llm"
-    return refresh(update, node_id, text, method=method, leaves_per_node=ctx.tree_node_leaves)
+    return refresh(update, node_id, text, method=method, leaves_per_node=ctx.tree.node_leaves)
 
 
 def _capped(text: str, cap: int, counter: TokenCounter) -> str:

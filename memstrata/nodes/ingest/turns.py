@@ -76,12 +76,12 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
                 conv,
                 fresh,
                 present=present,
-                max_turns=ctx.max_episode_turns,
-                quiet=timedelta(minutes=ctx.episode_quiet_minutes),
-                max_gap=timedelta(minutes=ctx.episode_max_gap_minutes),
+                max_turns=ctx.episodes.max_turns,
+                quiet=timedelta(minutes=ctx.episodes.quiet_minutes),
+                max_gap=timedelta(minutes=ctx.episodes.max_gap_minutes),
             )
-        for start in range(0, len(fresh), ctx.embed_batch):
-            batch = fresh[start : start + ctx.embed_batch]
+        for start in range(0, len(fresh), ctx.episodes.embed_batch):
+            batch = fresh[start : start + ctx.episodes.embed_batch]
             await asyncio.to_thread(
                 store.upsert,
                 "turn",
@@ -89,7 +89,7 @@ async def store_turns(state: IngestState, runtime: Runtime[Context]) -> dict[str
                 documents=[t.embed_text() for t in batch],
                 extra=[t.metadata() for t in batch],
                 # the facts and summaries cut from these turns pool their vectors from them (late chunking, when on)
-                keep_tokens=ctx.span_vectors != "encoded",
+                keep_tokens=ctx.episodes.span_vectors != "encoded",
             )
             added += len(batch)
             progress(
@@ -147,9 +147,9 @@ async def find_pending(state: IngestState, runtime: Runtime[Context]) -> dict[st
         conv_id,
         state.get("pending"),
         now=_naive(ctx.now),
-        max_turns=ctx.max_episode_turns,
-        quiet=timedelta(minutes=ctx.episode_quiet_minutes),
-        max_gap=timedelta(minutes=ctx.episode_max_gap_minutes),
+        max_turns=ctx.episodes.max_turns,
+        quiet=timedelta(minutes=ctx.episodes.quiet_minutes),
+        max_gap=timedelta(minutes=ctx.episodes.max_gap_minutes),
     )
     progress("pending", f"{conv_id}: {len(found.sessions)} session(s) to derive", conversation_id=conv_id)
     return {
@@ -223,7 +223,7 @@ def _normalize(state: IngestState, ctx: Context, store: MemoryStore, clock: date
         conversation_id=state.get("conversation_id") or ctx.conversation_id,
         source=name,
         only_conversation=state.get("only_conversation"),
-        session_gap=timedelta(hours=ctx.session_gap_hours),
+        session_gap=timedelta(hours=ctx.episodes.session_gap_hours),
         tail=lambda conv_id: stored_tail(store, ctx.user_id, conv_id),
         metadata=state.get("metadata"),
         stamp=clock if ctx.stamp_untimed else None,

@@ -52,13 +52,13 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     ranked = mmr(
         candidates,
         index,
-        penalty=ctx.diversity,
-        head=ctx.mmr_head,
-        picks=ctx.context_budget // ctx.mmr_tokens_per_pick,
+        penalty=ctx.retrieval.diversity,
+        head=ctx.retrieval.mmr_head,
+        picks=ctx.context_budget // ctx.retrieval.mmr_tokens_per_pick,
     )
-    backbone = int(ctx.theme_share * ctx.context_budget / ctx.mmr_tokens_per_pick)
+    backbone = int(ctx.themes.share * ctx.context_budget / ctx.retrieval.mmr_tokens_per_pick)
     ranked = found_first(ranked, THEME_FINDERS, backbone)  # the theme path's admitted turns first
-    ranked = window_first(ranked, ctx.window_turns)
+    ranked = window_first(ranked, ctx.retrieval.window_turns)
     ranked = mark_captions(ranked, [state["query"], *(q.text for q in state.get("sub_queries", []))])
     counter = TokenCounter()
     block, why, reserved = _persona(state, index, ctx, counter)  # reserved: the block's tokens and its newline
@@ -89,7 +89,7 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     if use is not None and trace["tiers"] is None:
         trace["tier_use"] = use  # counted below the tiers' threshold
     trace["persona"] = {**state["persona"], "included": bool(block), "why": why} if state.get("persona") else None
-    if ctx.scene_lines > 0:
+    if ctx.experimental.scene_lines > 0:
         trace["scenes"] = {"found": len(state.get("scenes", [])), "lines": scenes.count("\n"), "tokens": scene_tokens}
     trace["budget"] = {
         "llm_token_budget": ctx.llm_token_budget,
@@ -151,22 +151,22 @@ def _persona(state: RetrievalState, index: Any, ctx: Context, counter: TokenCoun
     if not block:
         return "", "left out: the search snapshot no longer holds that version", 0
     cost = counter.count(block) + 1
-    if cost > ctx.persona_share * ctx.context_budget:
-        why = f"left out: the dimension would take more than persona_share ({ctx.persona_share:g}) of the budget"
+    if cost > ctx.persona.share * ctx.context_budget:
+        why = f"left out: the dimension would take more than persona_share ({ctx.persona.share:g}) of the budget"
         return "", why, 0
     return block, match["why"], cost
 
 
 def _scenes(state: RetrievalState, index: Any, ctx: Context, counter: TokenCounter) -> tuple[str, int]:
     """The scene lines the context opens with after the persona (Bi-Mem's Eq. 11), and the tokens they take with
-    their newlines: the theme path's picked themes, best first, while they fit ``scene_share`` of the budget.
+    their newlines: the theme path's picked themes, best first, while they fit ``persona.scene_share`` of the budget.
     """
-    if ctx.scene_lines <= 0 or not state.get("scenes"):
+    if ctx.experimental.scene_lines <= 0 or not state.get("scenes"):
         return "", 0
     header = f"[{SCENES_LABEL}]"
     kept, cost = [], counter.count(header) + 1
-    for scene in scene_lines(index, state["scenes"][: ctx.scene_lines]):
-        line = scene.fitted(int(ctx.scene_share * ctx.context_budget) - cost - 1, counter.count)
+    for scene in scene_lines(index, state["scenes"][: ctx.experimental.scene_lines]):
+        line = scene.fitted(int(ctx.persona.scene_share * ctx.context_budget) - cost - 1, counter.count)
         if line is None:
             break
         kept.append(line)

@@ -1,9 +1,9 @@
 """Retrieval: HyMem's deep module. Follow the chosen Level-1 events back to their verbatim Level-2 turns.
 
 With a model, its selection decides: the turns of the selected episodes enter
-the context first (``selection_priority`` lifts them above every turn that only
+the context first (``retrieval.selection_priority`` lifts them above every turn that only
 scored well; those fill what budget is left). A selection of nothing falls back,
-explicitly and in the trace, to the best ``select_fallback`` episodes of the
+explicitly and in the trace, to the best ``retrieval.select_fallback`` episodes of the
 coarse top-N. Offline every coarse episode's turns are reranked with the best
 raw turns, by score alone.
 """
@@ -32,9 +32,13 @@ def chosen_episodes(state: RetrievalState, ctx: Context) -> tuple[list[Hit], str
     if not ran:
         return coarse, "coarse-top-n", 0.0
     keys = {key for r, key in state.get("selected", []) if r == round_no}
-    priority = ctx.selection_priority
+    priority = ctx.retrieval.selection_priority
     if not keys:
-        return coarse[: ctx.select_fallback], f"selection-empty: fallback to coarse top-{ctx.select_fallback}", priority
+        return (
+            coarse[: ctx.retrieval.select_fallback],
+            f"selection-empty: fallback to coarse top-{ctx.retrieval.select_fallback}",
+            priority,
+        )
     return [c for c in coarse if c.key in keys], "llm-selection", priority
 
 
@@ -65,13 +69,13 @@ async def backtrack_level2(state: RetrievalState, runtime: Runtime[Context]) -> 
     assert vectors is not None  # set for the queries (with none, backtrack's zip would fail on None anyway)
     picked, how, priority = chosen_episodes(state, ctx)
     progress("backtrack_level2", f"going deeper: {len(picked)} episodes ({how})")
-    limit = max(ctx.backtrack_keep, int(ctx.context_budget * ctx.backtrack_keep_per_token))
+    limit = max(ctx.retrieval.backtrack_keep, int(ctx.context_budget * ctx.retrieval.backtrack_keep_per_token))
     found = backtrack(
         index,
         queries,
         vectors,
         event_turn_rows(index, picked),
-        raw_top=ctx.backtrack_raw_top,
+        raw_top=ctx.retrieval.backtrack_raw_top,
         weights=weights,
         now=run.now,
         scope_kinds=run.scope_kinds,
@@ -79,7 +83,7 @@ async def backtrack_level2(state: RetrievalState, runtime: Runtime[Context]) -> 
         top_events=len(picked),
         chosen_bonus=priority,
     )
-    kept, redundant = drop_near_duplicates(found, index, max_items=limit, threshold=ctx.duplicate_threshold)
+    kept, redundant = drop_near_duplicates(found, index, max_items=limit, threshold=ctx.retrieval.duplicate_threshold)
     return {
         "candidates": kept,
         "opens": run.opens,

@@ -87,7 +87,9 @@ async def decompose(state: RetrievalState, runtime: Runtime[Context]) -> dict[st
         ),
     )
     subs = [_labelled(Query(id="q0", text=text), plan)] + [
-        _labelled(Query(id=p.id, text=p.question.strip(), depends_on=p.depends_on, weight=ctx.sub_query_weight), p)
+        _labelled(
+            Query(id=p.id, text=p.question.strip(), depends_on=p.depends_on, weight=ctx.retrieval.sub_query_weight), p
+        )
         for p in plan.sub_queries
         if p.question.strip() != text
     ]

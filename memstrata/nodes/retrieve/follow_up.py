@@ -61,7 +61,7 @@ def follow_up_sends(state: RetrievalState, ctx: Context) -> list[Send]:
                 {
                     "question": state["query"],
                     "query": query,
-                    "evidence": (own or ranked)[: ctx.follow_up_evidence],
+                    "evidence": (own or ranked)[: ctx.retrieval.follow_up_evidence],
                     "prerequisites": prereq,
                     "pool": state.get("pool", []),
                     "main": i == 0,
@@ -100,12 +100,18 @@ async def follow_up(task: SubQueryTask, runtime: Runtime[Context]) -> dict[str, 
     """Answer one sub-query from its evidence and search once more for what it lacks."""
     ctx = runtime.context
     query, evidence = task["query"], task["evidence"]
-    texts = coverage_texts(evidence, ctx.follow_up_texts)
-    rule = anchored_follow_up(query.text, texts, evidence[: ctx.anchor_hits], names=ctx.anchor_names)
+    texts = coverage_texts(evidence, ctx.retrieval.follow_up_texts)
+    rule = anchored_follow_up(
+        query.text, texts, evidence[: ctx.retrieval.anchor_hits], names=ctx.retrieval.anchor_names
+    )
     run = await open_node(runtime, "follow_up", task)
     step = run.step.sibling(offline=True) if task.get("offline") else run.step
     # the model's prompt; offline the rule decides and no line is rendered
-    lines = ranked_lines(evidence, budget=ctx.reason_tokens, counter=TokenCounter()) if step.model is not None else []
+    lines = (
+        ranked_lines(evidence, budget=ctx.retrieval.reason_tokens, counter=TokenCounter())
+        if step.model is not None
+        else []
+    )
     info, how = await step.decide(
         SubAnswer,
         "FOLLOW_UP_PROMPT",
@@ -139,7 +145,7 @@ async def follow_up(task: SubQueryTask, runtime: Runtime[Context]) -> dict[str, 
         id=f"{query.id}.follow_up",
         text=info.query.strip(),
         scope="Short",
-        weight=ctx.follow_up_weight,
+        weight=ctx.retrieval.follow_up_weight,
         dense_text=None if modelled else query.embed_text,
     )
     return {**update, "missing": [{"iteration": task["iteration"], "round": task["round"], "query": missing}]}
@@ -161,7 +167,7 @@ async def search_missing(state: RetrievalState, runtime: Runtime[Context]) -> di
             [query],
             vectors[i : i + 1],
             [],
-            raw_top=ctx.follow_up_turns,
+            raw_top=ctx.retrieval.follow_up_turns,
             weights=weights,
             now=run.now,
             scope_kinds=run.scope_kinds,

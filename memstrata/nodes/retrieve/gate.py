@@ -70,10 +70,15 @@ def offline_confidence(state: RetrievalState, ctx: Context, *, tiered: bool = Fa
     the lookup): a tier that lacks one of them holds only part of what the archive would rank first.
     """
     light = [c for c in state.get("candidates", []) if c.level == "level1"]
-    cov = coverage(state["query"], coverage_texts(light, ctx.gate_texts))
+    cov = coverage(state["query"], coverage_texts(light, ctx.retrieval.gate_texts))
     top = max((c.parts.get("own", 0.0) for c in light), default=0.0)
     short = any(q.scope == "Short" for q in state.get("active", []))
-    ok = bool(state.get("level1")) and cov >= ctx.gate_coverage and top >= ctx.gate_threshold and (tiered or not short)
+    ok = (
+        bool(state.get("level1"))
+        and cov >= ctx.retrieval.gate_coverage
+        and top >= ctx.retrieval.gate_threshold
+        and (tiered or not short)
+    )
     why = f"coverage {cov:.2f}, best turn {top:.2f}, short-scope {short}"
     if tiered and (probe := state.get("tier_probe")) and probe[1]:
         ok = ok and probe[0] == probe[1]
@@ -95,7 +100,7 @@ async def gate(
     ok, why = offline_confidence(state, ctx, tiered=0 < tier < 3)
     run = await open_node(runtime, "gate", state)
     step = deciding(run.step, state)
-    streamed = ctx.light_check == "streamed" and ctx.generate_answer
+    streamed = ctx.retrieval.light_check == "streamed" and ctx.generate_answer
     if step.model is not None and streamed and not 0 < tier < 3 and not waiting(state):
         return await checked_gate(state, run, step, ok, why)
     memory = "\n".join(f"[{h.time}] {h.text}" for h in light_summaries(state))
@@ -220,7 +225,8 @@ def _pooled(state: RetrievalState, round_no: int, answer: str) -> dict[str, Any]
 
 
 def _deepen(state: RetrievalState, ctx: Context, step: Step, round_no: int) -> list[Send]:
-    """One selection branch per batch of the coarse top-N (HyMem's Eq. 1: batches of d = ``llm_batch_size``), reading
+    """One selection branch per batch of the coarse top-N (HyMem's Eq. 1: batches of d =
+    ``retrieval.llm_batch_size``), reading
     this round's query q_i (none offline).
 
     The model reads HyMem's N best entries over every event kind (the coarse pool holds each kind's N). Each branch
@@ -229,7 +235,7 @@ def _deepen(state: RetrievalState, ctx: Context, step: Step, round_no: int) -> l
     if step.model is None or not affords(ctx, state.get("events", [])):
         return []  # offline, or no room left for the selection's call: the coarse top-N is backtracked as it is
     coarse = state.get("coarse", [])[: ctx.coarse_n]
-    size = ctx.llm_batch_size
+    size = ctx.retrieval.llm_batch_size
     batches = [coarse[i : i + size] for i in range(0, len(coarse), size)][: ctx.max_fanout]
     query = (state.get("active") or state["sub_queries"])[0]
     calls = state.get("llm_calls", [])

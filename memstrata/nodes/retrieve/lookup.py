@@ -44,12 +44,12 @@ async def lookup_level1(state: RetrievalState, runtime: Runtime[Context]) -> dic
         raw_per_query=run.pool_size,
         graph=run.graph,
         themes=run.themes,
-        superseded=ctx.superseded_weight,
-        level1_rank=ctx.level1_rank,
-        window_k=ctx.window_turns,
-        persona=ctx.persona_similarity if ctx.persona_search else None,
+        superseded=ctx.graph.superseded_weight,
+        level1_rank=ctx.retrieval.level1_rank,
+        window_k=ctx.retrieval.window_turns,
+        persona=ctx.persona.similarity if ctx.persona.search else None,
     )
-    step = deciding(run.step, state, ctx.theme_stage2_checks)
+    step = deciding(run.step, state, ctx.themes.stage2_checks)
     turns, stage2 = await reader_stage2(step, index, state["query"], found.turns, scenes=found.scenes())
     persona = max((m.trace() for m in found.persona.values()), key=lambda m: m["similarity"], default=None)
     held = state.get("persona")

@@ -39,11 +39,13 @@ def offline_reflection(state: RetrievalState, ctx: Context) -> tuple[Reflection,
 
     Returns the verdict and ``(rewrite, the sub-query it came from)`` pairs.
     """
-    texts = coverage_texts(state.get("candidates", []), ctx.reflect_texts)
-    uncovered = [q.text for q in state.get("sub_queries", []) if coverage(q.text, texts) < ctx.reflect_coverage]
+    texts = coverage_texts(state.get("candidates", []), ctx.retrieval.reflect_texts)
+    uncovered = [
+        q.text for q in state.get("sub_queries", []) if coverage(q.text, texts) < ctx.retrieval.reflect_coverage
+    ]
     if not uncovered:
         return Reflection(finished=True), []
-    rewrites = [(expand_query(q, texts, terms=ctx.rewrite_terms), q) for q in uncovered]
+    rewrites = [(expand_query(q, texts, terms=ctx.retrieval.rewrite_terms), q) for q in uncovered]
     return Reflection(finished=False, new_question=rewrites[0][0]), rewrites
 
 
@@ -92,7 +94,7 @@ async def reflect(state: RetrievalState, runtime: Runtime[Context]) -> Command[L
         return Command(update={**update, "events": [event]}, goto="answer")
     # The model's rewrite is a new question (embedded); a rule rewrite searches densely as its source question.
     pairs = [(verdict.new_question.strip(), None)] if how in GOOD_OUTCOMES else rewrites
-    weight = ctx.rewrite_decay**iteration
+    weight = ctx.retrieval.rewrite_decay**iteration
     active = [
         Query(id=f"r{iteration}.{i}", text=t, scope="Mixed", weight=weight, dense_text=source)
         for i, (t, source) in enumerate(pairs)

@@ -41,7 +41,7 @@ async def select_level1(batch: SelectBatch, runtime: Runtime[Context]) -> dict[s
         f"<question>{batch['query'].text}</question>\n<memory>\n{listing}\n</memory>",
         node="select_level1",
         validate=check,
-        fallback=lambda: Selection(ids=list(range(min(ctx.select_fallback, len(entries))))),
+        fallback=lambda: Selection(ids=list(range(min(ctx.retrieval.select_fallback, len(entries))))),
     )
     chosen = [[batch["round"], entries[i].key] for i in dict.fromkeys(sel.ids)]
     return {

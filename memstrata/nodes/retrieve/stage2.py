@@ -3,24 +3,27 @@ which admitted episodes are expanded to their other turns.
 
 The theme path (:mod:`memstrata.memory.search.themes`) brings the turns of the facts Stage I chose, and the themes
 it picked. The coarse context is those themes' lines (:func:`~memstrata.memory.search.scenes.scene_lines`), whether
-or not the reader's context opens with them (``Context.scene_lines``).
+or not the reader's context opens with them (``Context.experimental.scene_lines``).
 
-With a model and ``theme_stage2`` on, the reader makes self-checks (:class:`SelfCheck`: how sure it is that the
+With a model and ``experimental.theme_stage2`` on, the reader makes self-checks (:class:`SelfCheck`: how sure it is
+that the
 lines shown could answer the question). The uncertainty is 1 - that stated confidence: xMemory measures the reader's
 predictive entropy from its output probabilities, which a chat model's API does not give, so a stated confidence
 stands in for it. The first check is on the coarse lines alone; then the episodes are offered in order of support,
 each with one check on the lines admitted so far plus its turns, and admitted only when it lowers the uncertainty
-below the best so far; after ``theme_patience`` episodes in a row that lower nothing, or at 0, the stage stops
-(:class:`~memstrata.memory.themes.select.UncertaintyGate`). With ``theme_stage2_expand``, right after an episode
+below the best so far; after ``themes.patience`` episodes in a row that lower nothing, or at 0, the stage stops
+(:class:`~memstrata.memory.themes.select.UncertaintyGate`). With ``experimental.theme_stage2_expand``, right after an
+episode
 is admitted, its other turns (:func:`~memstrata.memory.search.themes.episode_rest`) are offered as one expansion:
 one more check on the lines with the whole episode, and they join only when it is lower than after the admission
 (a refused expansion does not count towards early stopping). Every check, the coarse one and the expansions'
-included, takes one of the ``theme_stage2_checks``; the stage stops when they are spent, or when the query's token
+included, takes one of the ``themes.stage2_checks``; the stage stops when they are spent, or when the query's token
 budget skips a check. A check that fails falls back to the offline proxy: the share of the query's words the lines
 leave unsaid. The theme turns of episodes not admitted leave the candidates; turns other paths found stay.
 
 Offline the theme path admits the episodes itself (its proxy, from the same coarse start); with
-``theme_stage2_expand`` this step then offers each admitted episode's other turns, in order of support, judged by
+``experimental.theme_stage2_expand`` this step then offers each admitted episode's other turns, in order of support,
+judged by
 the proxy on the coarse lines, the admitted episodes and the expansions joined so far (free, so no check budget: one
 offer per admitted episode). Without expansion this step does nothing offline. A model that ``llm_depth`` leaves no
 room for the checks makes this step offline too, but the theme path, built for a reader, then ran no proxy: every
@@ -75,7 +78,7 @@ class _Reading:
     gate: UncertaintyGate = field(init=False)
 
     def __post_init__(self) -> None:
-        self.gate = UncertaintyGate(1.0, patience=self.step.ctx.theme_patience)
+        self.gate = UncertaintyGate(1.0, patience=self.step.ctx.themes.patience)
 
     @property
     def judged(self) -> bool:
@@ -84,10 +87,10 @@ class _Reading:
 
     @property
     def spent(self) -> bool:
-        """No check is left: the query's budget skipped one, or ``theme_stage2_checks`` are made (offline the proxy
+        """No check is left: the query's budget skipped one, or ``themes.stage2_checks`` are made (offline the proxy
         is free: never).
         """
-        return self.judged and (self.halted or self.checks >= self.step.ctx.theme_stage2_checks)
+        return self.judged and (self.halted or self.checks >= self.step.ctx.themes.stage2_checks)
 
     async def start(self) -> float | None:
         """The coarse lines' own uncertainty, where the gate starts (``None`` without coarse lines: from 1.0)."""
@@ -157,7 +160,7 @@ class _Reading:
                 if self.judged
                 else "offline proxy: the share of the query's words the lines leave unsaid"
             ),
-            **({"expanded": self.expanded, "added": added} if self.step.ctx.theme_stage2_expand else {}),
+            **({"expanded": self.expanded, "added": added} if self.step.ctx.experimental.theme_stage2_expand else {}),
         }
 
 
@@ -172,7 +175,7 @@ async def reader_stage2(
     uncertainty starts from (1.0 when there are none).
     """
     ctx = step.ctx
-    if not ctx.theme_stage2 or (step.model is None and not ctx.theme_stage2_expand):
+    if not ctx.experimental.theme_stage2 or (step.model is None and not ctx.experimental.theme_stage2_expand):
         return turns, None
     offers = episode_rounds(index, turns)
     if not offers:
@@ -188,7 +191,7 @@ async def reader_stage2(
         if not await reading.admit(hits):
             continue
         keep.update(id(h) for h in hits)
-        rest = episode_rest(index, episode, hits) if ctx.theme_stage2_expand else []
+        rest = episode_rest(index, episode, hits) if ctx.experimental.theme_stage2_expand else []
         if await reading.expand(episode, before, hits, rest):
             added += rest
     kept = [h for h in turns if h.found_by not in THEME_FINDERS or id(h) in keep]

@@ -50,8 +50,8 @@ async def rewrite_dependent(state: RetrievalState, query: Query, step: Step) -> 
     """The sub-query rewritten from its prerequisites' results, and how."""
     top = sorted(
         (h for h in state.get("candidates", []) if h.query_id in query.depends_on), key=lambda h: (-h.score, h.key)
-    )[: step.ctx.anchor_hits]
-    offline = dependent_rewrite(query.text, top, names=step.ctx.anchor_names)
+    )[: step.ctx.retrieval.anchor_hits]
+    offline = dependent_rewrite(query.text, top, names=step.ctx.retrieval.anchor_names)
     answers = prerequisite_answers(state, query)
     if step.model is None or not answers:
         return replace(query, text=offline), "offline" if step.model is None else "no-prerequisite-answer"

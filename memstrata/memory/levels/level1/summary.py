@@ -25,12 +25,12 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from memstrata.context import default
 from memstrata.memory.extractive import extractive_summary
 from memstrata.memory.levels.base import Level, register
 from memstrata.memory.levels.level2.episode import Episode, summary_id
 from memstrata.memory.levels.level2.turn import Turn
 from memstrata.memory.models import Unit
+from memstrata.memory.segmentation import EpisodeSettings
 
 
 class EventSummary(Unit):
@@ -68,8 +68,8 @@ def offline_summary(
     episode: Episode,
     turns: Sequence[Turn],
     *,
-    max_sentences: int = default("summary_max_sentences"),
-    max_words: int = default("summary_max_words"),
+    max_sentences: int = EpisodeSettings.summary_sentences,
+    max_words: int = EpisodeSettings.summary_words,
 ) -> EventSummary:
     """The extractive Level-1 summary of one episode."""
     summary = extractive_summary(

@@ -1,7 +1,7 @@
 """Themes: a conversation's facts grouped by what they are about (xMemory's themes, Bi-Mem's scenes).
 
 A theme holds the ids of its member facts (``fact_ids``), a text (offline: its most central facts, in
-order of centrality, within ``Context.theme_words``; with a model, a summary of them) and, as provenance,
+order of centrality, within ``Context.themes.words``; with a model, a summary of them) and, as provenance,
 the raw turns its facts come from (``turn_ids``: deleting any of them drops the theme, and the next
 ingest of the conversation groups its facts again). Its vector is the centroid of its members'
 vectors. Grouping and maintenance live in :mod:`memstrata.memory.themes`; ids are ``theme:<n>`` per

@@ -3,7 +3,7 @@ r"""A search view of the raw turns: each turn read with its neighbours in the se
 A reply like "Went swimming with the kids!" says little alone; next to the
 question it answers, its vector matches what it is about. One unit per turn,
 linked by ``turn_id``; the turn itself stays verbatim and is what retrieval returns.
-Its vector is either the window's text encoded by the model, or (``Context.context_vectors
+Its vector is either the window's text encoded by the model, or (``Context.episodes.context_vectors
 = "pooled"``) the window's turn vectors pooled by :func:`pooled_vectors`, which costs no
 model call.
 
@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 from pydantic import Field, model_validator
 
-from memstrata.context import default
 from memstrata.memory.levels.base import Level, register
 from memstrata.memory.levels.level2.turn import Turn
 from memstrata.memory.models import Unit
+from memstrata.memory.segmentation import EpisodeSettings
 
 
 class TurnContext(Unit):
@@ -53,7 +53,7 @@ class TurnContext(Unit):
         return {**super().metadata(), "turn_id": self.turn_id}
 
 
-def turn_contexts(session_turns: Sequence[Turn], *, width: int = default("context_width")) -> list[TurnContext]:
+def turn_contexts(session_turns: Sequence[Turn], *, width: int = EpisodeSettings.context_width) -> list[TurnContext]:
     """Each turn of one session (in order) rendered with up to ``width`` turns before and after it."""
     out = []
     for i, turn in enumerate(session_turns):
@@ -73,7 +73,7 @@ def turn_contexts(session_turns: Sequence[Turn], *, width: int = default("contex
 
 
 def pooled_vectors(
-    turn_vectors: np.ndarray, *, width: int = default("context_width"), neighbour_weight: float = 0.5
+    turn_vectors: np.ndarray, *, width: int = EpisodeSettings.context_width, neighbour_weight: float = 0.5
 ) -> np.ndarray:
     """Each turn's contextual vector from the turn vectors alone (no model call), one row per turn.
 
