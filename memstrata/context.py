@@ -133,18 +133,18 @@ class Context:
             "store",
             "after a whole-memory snapshot is built, freeze the process's objects out of Python's garbage "
             "collector scans (process-wide; unfreezes and collects first): full collections of a large "
-            "snapshot cost a query after a write several tenths of a second",
+            "snapshot cost a query after a write several tenths of a second; opt-in, as it changes the process",
         ),
-    ] = True
+    ] = False
     blas_threads: Annotated[
         int | None,
         _s(
             "store",
             "numpy BLAS threads of this process, set when a store opens (process-wide; None leaves them "
             "alone). memstrata's matrix products are small, and multi-threaded OpenBLAS spins threads that "
-            "slow the embedding model on a few cores",
+            "slow the embedding model on a few cores; opt-in (1 is what the benches run with)",
         ),
-    ] = 1
+    ] = None
     # ---- the model ------------------------------------------------------------------
     model: Annotated[
         BaseChatModel | str | None,

@@ -107,7 +107,7 @@ def test_telemetry_is_off(data_dir, hash_embeddings) -> None:
     assert store.client.get_settings().anonymized_telemetry is False
 
 
-def test_opening_a_store_caps_blas_threads_unless_told_not_to(tmp_path, hash_embeddings) -> None:
+def test_opening_a_store_leaves_blas_threads_alone_unless_told_to_cap_them(tmp_path, hash_embeddings) -> None:
     from threadpoolctl import threadpool_info, threadpool_limits
 
     from memstrata.context import Context
@@ -121,10 +121,10 @@ def test_opening_a_store_caps_blas_threads_unless_told_not_to(tmp_path, hash_emb
     with threadpool_limits(limits=2, user_api="blas"):
         if blas_threads() != {2}:
             pytest.skip("this BLAS cannot run 2 threads here")
-        left = Context(user_id="u", data_dir=str(tmp_path / "a"), embeddings=hash_embeddings, blas_threads=None)
+        left = Context(user_id="u", data_dir=str(tmp_path / "a"), embeddings=hash_embeddings)
         resolve_store(left)
-        assert blas_threads() == {2}  # None leaves the process's BLAS alone
-        capped = Context(user_id="u", data_dir=str(tmp_path / "b"), embeddings=hash_embeddings)
+        assert blas_threads() == {2}  # the default (None) leaves the process's BLAS alone: process tuning is opt-in
+        capped = Context(user_id="u", data_dir=str(tmp_path / "b"), embeddings=hash_embeddings, blas_threads=1)
         resolve_store(capped)
-        assert blas_threads() == {1}  # the default: one thread
+        assert blas_threads() == {1}  # asked for: one thread
         release_store(left), release_store(capped)

@@ -29,6 +29,7 @@ from langchain_core.embeddings import Embeddings
 
 from memstrata.bench.locomo import LocomoConversation, load_locomo
 from memstrata.bench.metric import score_context
+from memstrata.bench.tuning import TUNED
 from memstrata.memory.timeparse import parse_timestamp
 
 USER = "bench-chat"
@@ -146,8 +147,8 @@ def run_chat(
     rows = chat_messages(conv, messages, one_session=one_session, ids=ids)
     times = [parse_timestamp(r["timestamp"]) for r in rows]
     folders = [tempfile.mkdtemp(prefix="memstrata-chat-stream-"), tempfile.mkdtemp(prefix="memstrata-chat-batch-")]
-    stream = Memstrata(path=folders[0], embeddings=embeddings, model=_model(model, reader_model))
-    batch = Memstrata(path=folders[1], embeddings=embeddings, model=_model(model, reader_model))
+    stream = Memstrata(path=folders[0], embeddings=embeddings, model=_model(model, reader_model), **TUNED)
+    batch = Memstrata(path=folders[1], embeddings=embeddings, model=_model(model, reader_model), **TUNED)
     per: list[dict[str, Any]] = []
     for i, (row, now) in enumerate(zip(rows, times, strict=True)):
         started = time.perf_counter()

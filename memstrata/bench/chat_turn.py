@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 
+from memstrata.bench.tuning import TUNED
 from memstrata.testing import ScriptedChatModel
 
 if TYPE_CHECKING:
@@ -195,7 +196,7 @@ async def run_chat_turn(
         msg = f"modes: unknown {unknown}; choose from {', '.join(MODES)}"
         raise ValueError(msg)
     with tempfile.TemporaryDirectory(prefix="memstrata-chat-turn-") as tmp:
-        mem = Memstrata(path=data_dir or tmp, embeddings=embeddings)
+        mem = Memstrata(path=data_dir or tmp, embeddings=embeddings, **TUNED)
         await mem.aingest(str(EXAMPLE), user_id=USER)
         out: dict[str, Any] = {"latency_ms": latency_ms, "reader": reader or "scripted", "modes": {}}
         for mode in chosen:

@@ -21,10 +21,9 @@ from rich.console import Console
 from memstrata.bench.provenance import provenance
 from memstrata.bench.report import plot_recall, results_tables
 from memstrata.bench.runner import DEFAULT_BUDGETS, METHOD_NAMES, run_locomo
+from memstrata.bench.tuning import BLAS_THREADS  # the cap every method of a bench run runs under
 from memstrata.context import GROUPS, Context, nested
 from memstrata.runtime.process import limit_blas
-
-BLAS_THREADS = Context.blas_threads  # memstrata's default cap, applied to every method of a bench run
 
 bench_app = typer.Typer(name="bench", help="Benchmarks: evidence recall under a token budget.", no_args_is_help=True)
 

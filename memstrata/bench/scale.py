@@ -56,6 +56,7 @@ from memstrata.bench.chroma_run import start_chroma
 from memstrata.bench.locomo import load_locomo
 from memstrata.bench.scale_copies import USER, copy_conversation
 from memstrata.bench.scale_queries import query_in_child
+from memstrata.bench.tuning import TUNED
 from memstrata.context import Context
 
 if TYPE_CHECKING:
@@ -194,9 +195,9 @@ class GrowingStore:
             from memstrata import Memstrata
 
             self._mem = (
-                Memstrata(url=self.url, embeddings=self.embeddings)
+                Memstrata(url=self.url, embeddings=self.embeddings, **TUNED)
                 if self.url
-                else Memstrata(path=self.folder, embeddings=self.embeddings)
+                else Memstrata(path=self.folder, embeddings=self.embeddings, **TUNED)
             )
         return self._mem
 

@@ -18,6 +18,7 @@ from typing import Any
 from memstrata.bench.locomo import HEADLINE_CATEGORIES, LocomoConversation, load_locomo
 from memstrata.bench.metric import RecallTally
 from memstrata.bench.scale_copies import USER
+from memstrata.bench.tuning import TUNED
 
 
 def _peak_mb() -> float:
@@ -114,7 +115,7 @@ def child_main() -> None:
     from memstrata.memory.index.active import refresh_tiers
 
     job = json.loads(sys.stdin.read())
-    mem = Memstrata(url=job["url"]) if job.get("url") else Memstrata(path=job["folder"])
+    mem = Memstrata(url=job["url"], **TUNED) if job.get("url") else Memstrata(path=job["folder"], **TUNED)
     settings = SEARCH_PATHS[job["search"]]
     start = time.perf_counter()
     mem.retrieve("warm up", user_id=USER, **settings)  # loads the model, and the snapshot on that path

@@ -18,6 +18,7 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 
 from memstrata.bench.locomo import LocomoConversation
+from memstrata.bench.tuning import TUNED
 
 BENCH_USER = "bench"
 
@@ -45,7 +46,7 @@ class MemstrataMethod:
 
         self.close()
         self._tmpdir = tempfile.mkdtemp(prefix=f"memstrata-bench-{conversation.sample_id}-")
-        self._mem = Memstrata(path=self._tmpdir, embeddings=self.embeddings, **self.settings)
+        self._mem = Memstrata(path=self._tmpdir, embeddings=self.embeddings, **{**TUNED, **self.settings})
         self.stats = self._mem.ingest(conversation.raw, user_id=BENCH_USER, close=True)  # a finished record
 
     def context(self, question: str, conversation: LocomoConversation, budget: int) -> str:

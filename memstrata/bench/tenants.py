@@ -41,6 +41,7 @@ import numpy as np
 from memstrata.bench.locomo import HEADLINE_CATEGORIES, LocomoConversation, LocomoQuestion, load_locomo
 from memstrata.bench.scale_copies import copied_edges, renamer
 from memstrata.bench.scale_queries import own_peak_mb, run_child
+from memstrata.bench.tuning import TUNED
 
 SOURCE = "tenant-0000"
 NOBODY = "tenants-bench-nobody"  # the warm-up query's user: it holds nothing, so the query loads only the model
@@ -152,7 +153,7 @@ def child_main() -> None:
     job = json.loads(sys.stdin.read())
     conv = load_locomo(Path(job["path"]), conversations=[job["conversation"]])[0]
     questions = questions_within(conv, job["sessions"])
-    mem = Memstrata(url=job["url"]) if job.get("url") else Memstrata(path=job["folder"])
+    mem = Memstrata(url=job["url"], **TUNED) if job.get("url") else Memstrata(path=job["folder"], **TUNED)
     start = time.perf_counter()
     empty = mem.retrieve("what did we talk about?", user_id=NOBODY)
     warm_up_ms = (time.perf_counter() - start) * 1000
@@ -217,7 +218,7 @@ def run_tenants(
     if not questions:
         msg = f"{conversation} has no headline question within its first {sessions} sessions"
         raise ValueError(msg)
-    mem = Memstrata(url=url) if url else Memstrata(path=folder)
+    mem = Memstrata(url=url, **TUNED) if url else Memstrata(path=folder, **TUNED)
     start = time.perf_counter()
     source_turns = mem.ingest(first_sessions(conv, sessions), user_id=SOURCE)["turns_seen"]
     ingest_s = time.perf_counter() - start
@@ -227,7 +228,7 @@ def run_tenants(
     progress(f"{SOURCE}: {source_turns} turns ingested in {ingest_s:.1f} s; asking it alone")
     alone = run_child(__name__, {**job, "warm_users": [0], "served_users": []})
     alone_server_peak = server_peak()
-    mem = Memstrata(url=url) if url else Memstrata(path=folder)
+    mem = Memstrata(url=url, **TUNED) if url else Memstrata(path=folder, **TUNED)
     start, batch = time.perf_counter(), 50
     for first in range(1, users, batch):
         copy_tenants(mem.store, conv, range(first, min(first + batch, users)), noise=noise)
