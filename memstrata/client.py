@@ -255,9 +255,8 @@ class Memstrata:
                 nothing) and no earlier round had an answer; its ``result`` holds the evidence and the trace.
         """
         result = await self._run_retrieval(query, self.context(user_id=user_id, **overrides))
-        note = str(result.trace.get("answer", ""))
-        if result.answer is None and note.startswith("answer failed: "):
-            msg = f"{note} (the evidence and the trace are on this error's .result)"
+        if result.answer is None and result.answer_error is not None:
+            msg = f"answer failed: {result.answer_error} (the evidence and the trace are on this error's .result)"
             raise AnswerError(msg, result)
         return result
 

@@ -49,6 +49,9 @@ class RetrievalResult(BaseModel):
 
     query: str
     answer: str | None = None
+    answer_error: str | None = Field(
+        default=None, description="why the model's answer failed, when it did (unreachable, timing out, empty)"
+    )
     evidence: list[Evidence] = Field(default_factory=list)
     context: str = ""
     context_tokens: int = 0
@@ -60,6 +63,7 @@ class RetrievalResult(BaseModel):
         return cls(
             query=state.get("query", ""),
             answer=state.get("answer"),
+            answer_error=state.get("answer_error"),
             evidence=[Evidence.model_validate(e) for e in state.get("evidence", [])],
             context=state.get("context", ""),
             context_tokens=state.get("context_tokens", 0),

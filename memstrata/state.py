@@ -112,6 +112,7 @@ class RetrievalOutput(TypedDict, total=False):
 
     query: str
     answer: str | None
+    answer_error: str | None  # why the model's answer failed (unreachable, timing out, replying with nothing)
     evidence: list[dict[str, Any]]
     context: str
     context_tokens: int
@@ -142,6 +143,7 @@ class RetrievalState(TypedDict, total=False):
     persona: dict[str, Any]  # the persona dimension the question takes (the best any lookup found), for the context
     scenes: Annotated[list[list[str]], union]  # [conversation_id, theme id] the theme path picked, for the context
     answer: str | None
+    answer_error: str | None  # why the model's answer failed (the answer node sets it)
     evidence: list[dict[str, Any]]
     context: str
     context_tokens: int

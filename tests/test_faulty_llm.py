@@ -180,6 +180,7 @@ def test_a_query_against_a_broken_server_ends_with_the_trace_saying_why(
     records: list[dict[str, Any]] = result.trace["llm"]["records"]
     assert records and all(r["outcome"] in ("error", "skipped_budget") for r in records)
     assert result.answer is None and result.trace["answer"].startswith("answer failed: ")
+    assert result.answer_error and result.trace["answer"] == f"answer failed: {result.answer_error}"  # typed
     assert result.evidence  # the offline path still found the evidence
     attempts, says = (2, "Error code: 500") if fault == "500" else (1, "EmptyReplyError")
     for r in (r for r in records if r["outcome"] == "error"):

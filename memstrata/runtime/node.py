@@ -95,6 +95,20 @@ class NodeRun:
             return None
         return await search.archive_probe(self.ctx, self.store, self.index, self.vectors)
 
+    async def record_use(self, chosen: Sequence[Any]) -> dict[str, Any] | None:
+        """HMO's read-side update for the query's cited turns when tiers are on (:func:`memstrata.runtime.search.
+        record_use`); ``None`` when they are off or nothing was cited.
+        """
+        if not self.ctx.tiers or not chosen:
+            return None
+        return await search.record_use(self.ctx, self.store, chosen, now=self.now)
+
+    async def query_vectors(self, queries: Sequence[Query]) -> np.ndarray:
+        """One vector per query, from the store's cache of query vectors (:func:`memstrata.runtime.search.
+        query_vectors`).
+        """
+        return await search.query_vectors(self.ctx, self.store, list(queries))
+
     async def release(self) -> None:
         """The query's candidates are chosen: drop a bounded run's working set and hand its heap back."""
         await search.close_index(self.ctx, self.store, run=self.run_key)

@@ -35,9 +35,9 @@ from memstrata.memory.tokens import TokenCounter
 from memstrata.nodes.common import progress
 from memstrata.nodes.retrieve.depth import depth
 from memstrata.nodes.retrieve.prompting import pool_block
-from memstrata.runtime import llm, search
+from memstrata.runtime import llm
 from memstrata.runtime.llm import CallRecord, Meter
-from memstrata.runtime.node import open_node
+from memstrata.runtime.node import NodeRun, open_node
 from memstrata.runtime.step import Step
 from memstrata.state import RetrievalState, merge_dicts
 
@@ -76,10 +76,10 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     await run.release()  # the candidates are chosen: a bounded run's working set can go
     # HMO's use (Eq. 5's recall count n) is counted on every query once tiers are on, not only on tiered ones, so a
     # user's records carry their history when the user grows past snapshot_max_turns and tiers start to apply
-    use = await search.record_use(ctx, run.store, chosen, now=run.now) if ctx.tiers and chosen else None
-    text, note = None, "offline: no model configured"
+    use = await run.record_use(chosen)
+    text, note, error = None, "offline: no model configured", None
     if step.model is not None and ctx.generate_answer:
-        text, note = await _answer_text(state, context, step)
+        text, note, error = await _answer_text(state, context, step)
         if text and note != "streamed" and not _streamed_by_gate(state):
             await llm.relay_text(text, node="answer")  # an answer written earlier reaches the stream too
     calls = [*state.get("llm_calls", []), *step.records]
@@ -103,6 +103,7 @@ async def answer(state: RetrievalState, runtime: Runtime[Context]) -> dict[str, 
     trace["sequential_calls"] = depth(state.get("events", [])) + (note == "streamed")  # up to the first token
     return {
         "answer": text,
+        "answer_error": error,
         "context": context,
         "context_tokens": tokens,
         "trace": trace,
@@ -123,7 +124,7 @@ def _candidates(state: RetrievalState, ctx: Context) -> tuple[list[Hit], dict[st
 
 
 async def _excerpts(
-    state: RetrievalState, ctx: Context, run: Any, ranked: list[Hit], counter: TokenCounter
+    state: RetrievalState, ctx: Context, run: NodeRun, ranked: list[Hit], counter: TokenCounter
 ) -> Excerpts | None:
     """What quotes a long turn by its matching passage when the whole turn does not fit; ``None`` (and no query
     vector read) when no candidate is longer than the encoder reads.
@@ -131,7 +132,7 @@ async def _excerpts(
     if not any(is_long(h.speaker, h.text) for h in ranked):
         return None
     queries = [Query(id="q0", text=state["query"]), *state.get("sub_queries", [])]
-    vectors = await search.query_vectors(ctx, run.store, queries)
+    vectors = await run.query_vectors(queries)
     return Excerpts(run.index, vectors, " ".join(q.text for q in queries), counter)
 
 
@@ -191,18 +192,23 @@ def open_tail_turns(index: Any) -> set[tuple[str, str]]:
     return held
 
 
-async def _answer_text(state: RetrievalState, context: str, step: Step) -> tuple[str | None, str]:
+async def _answer_text(state: RetrievalState, context: str, step: Step) -> tuple[str | None, str, str | None]:
+    """The answer, what the trace says of it, and why the model's answer failed (``None``: it did not)."""
     pool = [p for p in state.get("pool", []) if p.get("answer")]
     latest = pool[-1]["answer"] if pool else None
     halted = state.get("halted") or step.halted
     if halted:
-        return latest, (
-            f"llm_token_budget reached at {halted}: stopped deepening and answered with "
-            f"{'the latest intermediate answer' if latest else 'nothing (no answer was found yet)'}"
+        return (
+            latest,
+            (
+                f"llm_token_budget reached at {halted}: stopped deepening and answered with "
+                f"{'the latest intermediate answer' if latest else 'nothing (no answer was found yet)'}"
+            ),
+            None,
         )
     if pool and all(p["path"] == "light" for p in pool) and not state.get("sub_answers"):
         progress("answer", "answered from the summaries", answer=latest)
-        return latest, "light answer: the summaries sufficed, no call read the raw context"
+        return latest, "light answer: the summaries sufficed, no call read the raw context", None
     ctx = step.ctx
     extra = pool_block(pool) + _sub_answers(state)
     messages = [
@@ -210,9 +216,8 @@ async def _answer_text(state: RetrievalState, context: str, step: Step) -> tuple
         HumanMessage(f"<memory>\n{context}\n</memory>{extra}\n<question>{state['query']}</question>"),
     ]
     if not step.meter.affords(TokenCounter().count("\n".join(str(m.content) for m in messages))):
-        return latest, "llm_token_budget exhausted before the answer; " + (
-            "answered with the latest intermediate answer" if latest else "no answer"
-        )
+        spent = "answered with the latest intermediate answer" if latest else "no answer"
+        return latest, f"llm_token_budget exhausted before the answer; {spent}", None
     progress("answer", "writing the answer")
     assert step.model is not None  # the answer is written only with a model (the caller checks)
     try:
@@ -226,8 +231,8 @@ async def _answer_text(state: RetrievalState, context: str, step: Step) -> tuple
             max_tokens=ctx.llm_max_tokens,
         )
     except llm.LLMError as exc:
-        return latest, f"answer failed: {exc}"
-    return text, "streamed"
+        return latest, f"answer failed: {exc}", str(exc)
+    return text, "streamed", None
 
 
 def _sub_answers(state: RetrievalState) -> str:
