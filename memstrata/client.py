@@ -24,10 +24,10 @@ from typing import IO, TYPE_CHECKING, Any
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 
-from memstrata import memories
 from memstrata.backlog import Backlog
 from memstrata.context import Context, nested, with_settings
 from memstrata.errors import AnswerError
+from memstrata.memories import Memories
 from memstrata.memory.levels import DIMENSIONS, Persona
 from memstrata.memory.persona.versions import valid_at
 from memstrata.memory.store import MemoryStore
@@ -84,6 +84,7 @@ class Memstrata:
         self._worker: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None
         self._loop_lock = threading.Lock()
         self._backlog = Backlog(self._loop, self.acomplete)
+        self.managed = Memories(lambda: self.store, self.ingest)  # single memories: list, get, update, delete
         self._hold_lock = threading.Lock()
         self._held: StoreKey | None = None  # the store this instance holds open (see close)
         self._hold()
@@ -292,41 +293,41 @@ class Memstrata:
         state = await graph.ainvoke({"query": query}, context=ctx)
         return RetrievalResult.from_state(state)
 
-    # ---- single memories (memstrata.memories) ------------------------------------
+    # ---- single memories (memstrata.memories.Memories) ----------------------------
     def conversations(self, *, user_id: str) -> list[dict[str, Any]]:
         """The user's conversations: id, turns, sessions, first and last time."""
-        return memories.conversations(self, user_id=user_id)
+        return self.managed.conversations(user_id=user_id)
 
     def memories(self, *, user_id: str, **filters: Any) -> list[dict[str, Any]]:
         """One page of the user's memories: ``kind`` ("turn", "fact", "summary"...), ``conversation_id``,
         ``speaker``, ``since``, ``until``, ``metadata`` (what the app attached at write time), ``limit``,
         ``offset``.
         """
-        return memories.memories(self, user_id=user_id, **filters)
+        return self.managed.memories(user_id=user_id, **filters)
 
     def memory(
         self, memory_id: str, *, user_id: str, kind: str = "turn", conversation_id: str | None = None
     ) -> dict[str, Any]:
         """One memory by id (``LookupError`` when there is none)."""
-        return memories.memory(self, memory_id, user_id=user_id, kind=kind, conversation_id=conversation_id)
+        return self.managed.memory(memory_id, user_id=user_id, kind=kind, conversation_id=conversation_id)
 
     def update(self, turn_id: str, text: str, *, user_id: str, conversation_id: str) -> dict[str, Any]:
         """Replace what a turn says; what was built from it is rebuilt (after the conversation's background
         derivations, which could otherwise write what the update removes).
         """
         self._backlog.wait(user_id, conversation_id)
-        return memories.update(self, turn_id, text, user_id=user_id, conversation_id=conversation_id)
+        return self.managed.update(turn_id, text, user_id=user_id, conversation_id=conversation_id)
 
     def delete(self, turn_id: str | None = None, *, user_id: str, conversation_id: str) -> dict[str, int]:
         """Delete one turn (its session rebuilt without it), or the whole conversation, once the conversation's
         background derivations are done.
         """
         self._backlog.wait(user_id, conversation_id)
-        return memories.delete(self, turn_id, user_id=user_id, conversation_id=conversation_id)
+        return self.managed.delete(turn_id, user_id=user_id, conversation_id=conversation_id)
 
     def history(self, *, user_id: str, conversation_id: str | None = None) -> list[dict[str, Any]]:
         """What was updated or deleted, oldest first."""
-        return memories.history(self, user_id=user_id, conversation_id=conversation_id)
+        return self.managed.history(user_id=user_id, conversation_id=conversation_id)
 
     # ---- persona ----------------------------------------------------------------
     def persona(
@@ -449,7 +450,7 @@ class Memstrata:
         for user in [user_id] if user_id is not None else self.users():
             done["users"] += 1
             for conv in self.conversations(user_id=user):
-                stats = memories.replay(self, user_id=user, conversation_id=conv["conversation_id"], tiers=True)
+                stats = self.managed.replay(user_id=user, conversation_id=conv["conversation_id"], tiers=True)
                 done["conversations"] += 1
                 done["records_scored"] += int(stats.get("records_scored", 0))
         return done

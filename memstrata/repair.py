@@ -3,7 +3,8 @@
 :func:`rebuild` deletes every derived unit of the user's conversations (turn contexts, episodes, summaries, facts,
 entities, tree nodes, themes, persona versions, and any kind registered later), their edges and their counters,
 then ingests the stored turns again with their ids, sessions, positions, times and metadata, as
-:func:`memstrata.memories.update` rebuilds one session. A session whose episodes were all closed is closed again.
+:meth:`memstrata.memories.Memories.update` rebuilds one session. A session whose episodes were all closed is closed
+again.
 
 Kept as they are: the raw turns and their counters, the LangGraph store items, the journal, the tombstones and each
 session's position counter. The facts a user removed from a persona (:meth:`Memstrata.forget_persona_item`) live
@@ -124,13 +125,11 @@ def _clear(store: MemoryStore, user_id: str, conv_id: str) -> int:
 
 def _reingest(mem: Memstrata, user_id: str, conv_id: str, sessions: list[str], closed: set[str]) -> None:
     """Ingest the conversation's stored turns again: the closed sessions closed, then the others as a write would."""
-    from memstrata.memories import rebuild_sessions
-
     shut = [s for s in sessions if s in closed]
     if shut:
-        rebuild_sessions(mem, set(shut), user_id=user_id, conversation_id=conv_id, close=True)
+        mem.managed.rebuild_sessions(set(shut), user_id=user_id, conversation_id=conv_id, close=True)
     if rest := [s for s in sessions if s not in closed]:
-        rebuild_sessions(mem, set(rest), user_id=user_id, conversation_id=conv_id, close=False)
+        mem.managed.rebuild_sessions(set(rest), user_id=user_id, conversation_id=conv_id, close=False)
 
 
 def persona_exclusions(store: MemoryStore, user_id: str, conversations: list[str] | None = None) -> list[Exclusion]:

@@ -99,7 +99,8 @@ def test_user_id_is_keyword_only_on_every_management_call(tmp_path: Path) -> Non
     """A user id passed by position is refused before anything is read or written (issue 55, item 6)."""
     import inspect
 
-    from memstrata import memories, repair
+    from memstrata import repair
+    from memstrata.memories import Memories
     from memstrata.portable import export_user
 
     mem = Memstrata(path=tmp_path / "store", embeddings=HashEmbeddings())
@@ -122,7 +123,7 @@ def test_user_id_is_keyword_only_on_every_management_call(tmp_path: Path) -> Non
         lambda: mem.acomplete("ann", "c1"),
         lambda: mem.complete_later("ann", "c1"),
         lambda: mem.queued("ann"),
-        lambda: memories.history(mem, "ann"),
+        lambda: mem.managed.history("ann"),
         lambda: export_user(mem, "ann", tmp_path / "ann.jsonl"),
     ]
     for call in refused:
@@ -130,7 +131,8 @@ def test_user_id_is_keyword_only_on_every_management_call(tmp_path: Path) -> Non
             call()
     # the rule, for every public method of the facade and every public function that takes one: keyword-only
     public = [getattr(Memstrata, n) for n in dir(Memstrata) if not n.startswith("_")]
-    public += [getattr(m, n) for m in (memories, repair) for n in dir(m) if not n.startswith("_")]
+    public += [getattr(Memories, n) for n in dir(Memories) if not n.startswith("_")]
+    public += [getattr(repair, n) for n in dir(repair) if not n.startswith("_")]
     takes_user = [
         fn
         for fn in [*public, export_user]

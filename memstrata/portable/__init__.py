@@ -16,7 +16,7 @@ export therefore carries only what no ingestion can rebuild, one JSON object a l
 
 Records are sorted and serialized with sorted keys, so exporting, importing into an empty store and exporting again
 gives the same bytes. :func:`import_user` validates the whole file before it writes anything, then re-ingests the
-turns in their places (as :func:`memstrata.memories.update` rebuilds a session) and restores the rest.
+turns in their places (as :meth:`memstrata.memories.Memories.update` rebuilds a session) and restores the rest.
 
 Example:
     >>> export_user(mem, "ann.jsonl", user_id="ann")  # doctest: +SKIP
