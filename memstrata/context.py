@@ -34,7 +34,7 @@ from memstrata.memory.entity_graph.settings import GraphSettings
 from memstrata.memory.experimental import Experimental
 from memstrata.memory.index.settings import ScaleSettings
 from memstrata.memory.persona.settings import PersonaSettings
-from memstrata.memory.search.settings import RetrievalSettings
+from memstrata.memory.plan.settings import RetrievalSettings
 from memstrata.memory.search.weights import Weights
 from memstrata.memory.segmentation import EpisodeSettings
 from memstrata.memory.themes.settings import ThemeSettings

@@ -1,8 +1,8 @@
 """Graph states with narrow input and output schemas, and their reducers.
 
 Ingestion carries ids and counts from stage to stage (the store is the hand-off);
-retrieval carries typed :class:`~memstrata.memory.search.query.Query` and
-:class:`~memstrata.memory.search.query.Hit` objects from decomposition to evidence.
+retrieval carries typed :class:`~memstrata.memory.query.Query` and
+:class:`~memstrata.memory.query.Hit` objects from decomposition to evidence.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from typing_extensions import TypedDict  # pydantic needs it on Python 3.11 to build the API schemas
 
-from memstrata.memory.search.query import Hit, Query, keep_best
+from memstrata.memory.query import Hit, Query, keep_best
 
 
 def merge_dicts(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:

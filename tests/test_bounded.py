@@ -15,7 +15,7 @@ from memstrata.context import Context
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.index.bounded import WorkingSet, content_words
 from memstrata.memory.levels import levels
-from memstrata.memory.search.query import Query
+from memstrata.memory.query import Query
 from memstrata.memory.search.scoring import score_query
 from memstrata.memory.tree.search import _REINFORCEMENT, load_reinforcement
 from memstrata.runtime.search import bounds as bounds_of

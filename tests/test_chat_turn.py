@@ -241,7 +241,7 @@ def test_a_repeated_question_yields_to_the_turn_that_answers_it(tmp_path) -> Non
 
 
 def test_statements_are_not_demoted() -> None:
-    from memstrata.memory.search.query import Hit
+    from memstrata.memory.query import Hit
     from memstrata.memory.search.selection import statements_first
 
     hits = [

@@ -12,6 +12,7 @@ from memstrata import Memstrata
 from memstrata.context import Context
 from memstrata.memory.index import KindTable, MemoryIndex, tokenize
 from memstrata.memory.levels import FACT, SUMMARY, TREE_NODE, TURN, EventSummary, Fact, TreeNode, Turn
+from memstrata.memory.query import Query
 from memstrata.memory.search.fusion import Weights, fused_events, ranked_events, score_events
 from memstrata.memory.search.hmem_score import (
     Interval,
@@ -20,7 +21,6 @@ from memstrata.memory.search.hmem_score import (
     temporal_relevance,
     temporal_relevance_array,
 )
-from memstrata.memory.search.query import Query
 from memstrata.memory.search.scoring import score_query
 from memstrata.memory.tree.search import event_robustness, load_reinforcement, unit_window
 from memstrata.runtime.search import weights as weights_of

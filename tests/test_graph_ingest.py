@@ -14,7 +14,7 @@ from memstrata import Memstrata
 from memstrata.context import Context
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels import Fact, levels
-from memstrata.memory.search.query import Query
+from memstrata.memory.query import Query
 from memstrata.memory.search.scoring import score_query
 from memstrata.prompts.ingestion import FACT_PROMPT, SUPERSEDE_PROMPT
 from memstrata.runtime.search import weights as weights_of

@@ -30,8 +30,8 @@ from memstrata.memory.entity_graph.expansion import (
 )
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels import Entity, TreeNode
+from memstrata.memory.query import Hit, Query, Scope
 from memstrata.memory.search.light import LightResult, light_lookup
-from memstrata.memory.search.query import Hit, Query, Scope
 from memstrata.memory.search.scoring import graph_ancestors, query_graph
 from memstrata.runtime import search
 

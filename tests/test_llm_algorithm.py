@@ -16,7 +16,7 @@ from memstrata import Memstrata
 from memstrata.bench.oracle_reader import OracleReader
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.plan.rules import anchored_follow_up, dependent_rewrite
-from memstrata.memory.search.query import Hit
+from memstrata.memory.query import Hit
 from memstrata.runtime import llm, node, step
 from memstrata.runtime.llm import Meter, branch_budget, decide, usage_of
 from memstrata.runtime.step import MeterView, SharedMeter

@@ -11,10 +11,10 @@ from memstrata.context import Context, default
 from memstrata.memory.index import KindTable, MemoryIndex, tokenize
 from memstrata.memory.levels import TURN, Turn
 from memstrata.memory.plan.rules import coverage, decompose_query, follow_up_query, predict_scope, temporal_hint
+from memstrata.memory.query import Hit, Interval, Query
 from memstrata.memory.search.fusion import hybrid_semantic, score_turns, standardize, turn_semantic, when_match
-from memstrata.memory.search.hmem_score import Interval, robustness, temporal_relevance
+from memstrata.memory.search.hmem_score import robustness, temporal_relevance
 from memstrata.memory.search.packing import pack_context, parse_context, render
-from memstrata.memory.search.query import Hit, Query
 from memstrata.memory.search.selection import mark_captions
 from memstrata.runtime.search import weights as weights_of
 

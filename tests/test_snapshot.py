@@ -15,7 +15,7 @@ from memstrata import Memstrata
 from memstrata.context import Context
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.index.snapshot import _Frozen
-from memstrata.memory.search.query import Query
+from memstrata.memory.query import Query
 from memstrata.memory.search.scoring import score_query
 from memstrata.runtime.search import weights as weights_of
 

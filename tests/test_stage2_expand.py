@@ -18,7 +18,7 @@ from test_theme_retrieval import _scripted_reader, theme_mem  # noqa: F401 - the
 
 from memstrata.context import Context, with_settings
 from memstrata.memory.index import MemoryIndex
-from memstrata.memory.search.query import Hit
+from memstrata.memory.query import Hit
 from memstrata.memory.search.themes import episode_rest, episode_turn_rows
 from memstrata.nodes.retrieve.stage2 import reader_stage2
 from memstrata.prompts import PROMPTS

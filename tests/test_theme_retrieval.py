@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from memstrata.memory.search.query import Hit
+from memstrata.memory.query import Hit
 from memstrata.memory.search.selection import found_first
 from memstrata.memory.search.themes import knn_weights
 from memstrata.memory.themes.select import admit_by_coverage, objective, representatives

@@ -6,8 +6,8 @@ import json
 import random
 from pathlib import Path
 
+from memstrata.memory.query import Hit
 from memstrata.memory.search.packing import pack_context
-from memstrata.memory.search.query import Hit
 from memstrata.memory.tokens import TokenCounter
 
 

@@ -20,7 +20,7 @@ from memstrata.context import Context
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels import EventSummary, scope_table
 from memstrata.memory.plan.temporal_hints import Offset, apply_offset, parse_hint, resolve
-from memstrata.memory.search.query import Hit
+from memstrata.memory.query import Hit
 from memstrata.memory.search.selection import window_first
 from memstrata.memory.timeparse import resolve_relative
 from memstrata.memory.tree import Forest, Item, active_levels, grow, tree_levels, window_key

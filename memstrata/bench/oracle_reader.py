@@ -36,7 +36,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from memstrata.memory.plan.rules import anchored_follow_up, decompose_query, expand_query
-from memstrata.memory.search.query import Hit
+from memstrata.memory.query import Hit
 from memstrata.testing import ScriptedChatModel
 
 _ROLE = re.compile(r"<role>(.*?)</role>", re.S)

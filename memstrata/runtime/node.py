@@ -28,8 +28,8 @@ import numpy as np
 from memstrata.context import Context
 from memstrata.memory.entity_graph.expansion import GraphSearch
 from memstrata.memory.index import MemoryIndex
+from memstrata.memory.query import Query
 from memstrata.memory.search.fusion import Weights
-from memstrata.memory.search.query import Query
 from memstrata.memory.search.themes import ThemeSearch
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.tiers.priority import PriorityWeights

@@ -27,8 +27,8 @@ from memstrata.memory.index.bounded import Bounds, release_run, working_set
 from memstrata.memory.index.held import PerConversation, moved
 from memstrata.memory.index.snapshot import cached_snapshot, forget_snapshot
 from memstrata.memory.levels import ENTITY, FACT, SUMMARY, TREE_NODE, Entity, Fact, levels, scope_table
+from memstrata.memory.query import Query
 from memstrata.memory.search.fusion import Weights
-from memstrata.memory.search.query import Query
 from memstrata.memory.search.themes import ThemeSearch
 from memstrata.memory.store import MemoryStore
 from memstrata.memory.tiers.priority import PriorityWeights

@@ -28,7 +28,7 @@ from typing import Any
 
 from memstrata.memory.index.bounded import Bounds, WorkingSet
 from memstrata.memory.index.snapshot import MemoryIndex
-from memstrata.memory.search.settings import RetrievalSettings
+from memstrata.memory.plan.settings import RetrievalSettings
 
 CACHE, BUFFER = "cache", "buffer"
 

@@ -56,7 +56,7 @@ import numpy as np
 from memstrata.memory import levels
 from memstrata.memory.index.snapshot import MemoryIndex, kind_table
 from memstrata.memory.levels import TreeNode
-from memstrata.memory.search.settings import RetrievalSettings
+from memstrata.memory.plan.settings import RetrievalSettings
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]{3,}")
 _STOP = frozenset(

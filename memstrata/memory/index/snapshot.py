@@ -45,7 +45,7 @@ from memstrata.memory.index.rows import Rows
 from memstrata.memory.index.settings import ScaleSettings
 from memstrata.memory.levels import Level, Turn
 from memstrata.memory.models import Unit
-from memstrata.memory.search.settings import RetrievalSettings
+from memstrata.memory.plan.settings import RetrievalSettings
 
 UnitT = TypeVar("UnitT", bound=Unit)
 

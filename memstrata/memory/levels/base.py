@@ -29,16 +29,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal
 
 from memstrata.memory.models import Unit
 
-if TYPE_CHECKING:
-    from memstrata.memory.levels.level2.turn import Turn
-
 Role = Literal["raw", "view", "container", "event", "node"]
 SCOPES = ("Short", "Long", "Mixed")
-Deriver = Callable[[Sequence["Turn"]], list[Unit]]
+# A plugin kind's builder: one conversation's turns (memstrata.memory.levels.Turn, which registers itself here, so
+# this module names no turn type) in, its units out.
+Deriver = Callable[[Sequence[Any]], list[Unit]]
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,9 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from memstrata.context import default
+from memstrata.memory.plan.settings import RetrievalSettings
 from memstrata.memory.plan.temporal_hints import hint_interval
-from memstrata.memory.search.hmem_score import Interval
-from memstrata.memory.search.query import Hit, Query, Scope
-from memstrata.memory.search.settings import RetrievalSettings
+from memstrata.memory.query import Hit, Interval, Query, Scope
 from memstrata.memory.text import STOPWORDS, content_words, proper_nouns, words_in
 from memstrata.memory.timeparse import RELATIVE_PATTERN, resolve_relative
 

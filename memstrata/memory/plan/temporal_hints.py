@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from memstrata.memory.search.hmem_score import Interval
+from memstrata.memory.query import Interval
 from memstrata.memory.timeparse import COUNT, NUMBER_WORDS, resolve_relative, weekend_start
 
 _MONTH_NAMES = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}

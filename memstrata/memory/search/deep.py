@@ -26,8 +26,8 @@ import numpy as np
 
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels.level1.theme import THEME
+from memstrata.memory.query import Hit, Query
 from memstrata.memory.search.fusion import Weights
-from memstrata.memory.search.query import Hit, Query
 from memstrata.memory.search.scoring import score_query, turn_hits
 from memstrata.memory.tree.search import tag_hits
 

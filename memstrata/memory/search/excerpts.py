@@ -9,7 +9,7 @@ they hold; a passage with no stored vector (a snapshot that lacks it) is scored 
 
 Example:
     >>> import re
-    >>> from memstrata.memory.search.query import Hit
+    >>> from memstrata.memory.query import Hit
     >>> class Words:
     ...     def spans(self, text):
     ...         return [m.span() for m in re.finditer(r"\S+", text)]
@@ -44,8 +44,8 @@ from memstrata.memory.levels.level2.passage import (
     passage_id,
     spans_of,
 )
+from memstrata.memory.query import Hit
 from memstrata.memory.search.packing import line
-from memstrata.memory.search.query import Hit
 
 ELLIPSIS = "…"
 MIN_ROOM = 32

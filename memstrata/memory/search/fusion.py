@@ -28,8 +28,8 @@ import numpy as np
 
 from memstrata.memory.index import KindTable, MemoryIndex
 from memstrata.memory.plan.temporal_hints import asks_when
-from memstrata.memory.search.hmem_score import Interval, fuse
-from memstrata.memory.search.query import Query
+from memstrata.memory.query import Interval, Query
+from memstrata.memory.search.hmem_score import fuse
 from memstrata.memory.search.weights import Weights
 from memstrata.memory.timeparse import mentions_time
 from memstrata.memory.tree.search import (

@@ -21,27 +21,15 @@ Example:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 
+from memstrata.memory.query import Interval
+
 DAY = 86400.0
 EPS = 1.0  # Eq. 1's small constant, in seconds: it only keeps the ratios defined for two instants
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A closed time interval (naive datetimes)."""
-
-    start: datetime
-    end: datetime
-
-    @property
-    def center(self) -> float:
-        """The interval's midpoint, in epoch seconds."""
-        return (self.start.timestamp() + self.end.timestamp()) / 2
 
 
 def temporal_relevance(unit: Interval | None, hint: Interval | None, *, lam: float, eps: float = EPS) -> float:

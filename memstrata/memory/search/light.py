@@ -40,9 +40,9 @@ from memstrata.memory.levels.level1.persona import PERSONA
 from memstrata.memory.levels.level1.summary import SUMMARY
 from memstrata.memory.levels.level1.theme import THEME
 from memstrata.memory.levels.level1.tree_node import TREE_NODE
+from memstrata.memory.query import Hit, Query
 from memstrata.memory.search.fusion import RRF_K, Weights
 from memstrata.memory.search.persona import PERSONA_FOUND_BY, PersonaMatch, persona_match, ranked_persona
-from memstrata.memory.search.query import Hit, Query
 from memstrata.memory.search.scoring import (
     event_hit,
     graph_ancestors,

@@ -15,7 +15,7 @@ the session. Other ids are written in full on their line. Turn text is always
 verbatim.
 
 Example:
-    >>> from memstrata.memory.search.query import Hit
+    >>> from memstrata.memory.query import Hit
     >>> class Words:
     ...     def count(self, text):
     ...         return len(text.split())
@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from memstrata.memory.conversation import session_order
-from memstrata.memory.search.query import Hit
+from memstrata.memory.query import Hit
 
 
 class Counter(Protocol):

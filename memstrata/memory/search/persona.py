@@ -24,7 +24,7 @@ import numpy as np
 
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.levels.level1.persona import PERSONA, Persona
-from memstrata.memory.search.query import Query
+from memstrata.memory.query import Query
 from memstrata.memory.themes.partition import unit_rows
 
 PERSONA_FOUND_BY = "persona"

@@ -1,4 +1,4 @@
-"""Scoring one query against the snapshot, and turning rows into :class:`~memstrata.memory.search.query.Hit` objects.
+"""Scoring one query against the snapshot, and turning rows into :class:`~memstrata.memory.query.Hit` objects.
 
 Shared by HyMem's light and deep modules and the follow-up: the query-only
 parts (event scores per kind, each turn's own fused score) are computed once
@@ -21,6 +21,7 @@ from memstrata.memory.levels.entity import ENTITY
 from memstrata.memory.levels.level1.fact import FACT
 from memstrata.memory.levels.level1.summary import SUMMARY
 from memstrata.memory.levels.level1.tree_node import TREE_NODE, TreeNode
+from memstrata.memory.query import Hit, Query
 from memstrata.memory.search.associative import JOINT_KINDS, joint_top
 from memstrata.memory.search.fusion import (
     Weights,
@@ -32,7 +33,6 @@ from memstrata.memory.search.fusion import (
     score_turns,
     turn_semantic,
 )
-from memstrata.memory.search.query import Hit, Query
 from memstrata.memory.search.themes import ThemeReach, ThemeSearch, theme_prior_rows, theme_reach
 from memstrata.memory.timeparse import format_date
 

@@ -24,8 +24,8 @@ from functools import lru_cache
 import numpy as np
 
 from memstrata.memory.index import MemoryIndex, tokenize
-from memstrata.memory.search.query import Hit
-from memstrata.memory.search.settings import RetrievalSettings
+from memstrata.memory.plan.settings import RetrievalSettings
+from memstrata.memory.query import Hit
 
 
 def _rows(index: MemoryIndex, hits: Sequence[Hit]) -> list[int | None]:

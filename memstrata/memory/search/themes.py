@@ -55,7 +55,7 @@ from memstrata.memory.levels.level1.persona import PERSONA
 from memstrata.memory.levels.level1.summary import SUMMARY
 from memstrata.memory.levels.level1.theme import THEME, Theme
 from memstrata.memory.levels.level2.episode import summary_id
-from memstrata.memory.search.query import Hit, Query
+from memstrata.memory.query import Hit, Query
 from memstrata.memory.search.scenes import scene_lines
 from memstrata.memory.themes.graph import nearest_rows
 from memstrata.memory.themes.partition import unit_rows

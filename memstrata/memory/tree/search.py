@@ -34,6 +34,7 @@ from memstrata.memory.index import MemoryIndex, tokenize
 from memstrata.memory.index.held import PerConversation
 from memstrata.memory.levels.level1.tree_node import TREE_NODE, TreeNode
 from memstrata.memory.plan.temporal_hints import parse_hint, resolve
+from memstrata.memory.query import Hit, Query, Scope
 from memstrata.memory.search.hmem_score import (
     DAY,
     Interval,
@@ -41,7 +42,6 @@ from memstrata.memory.search.hmem_score import (
     temporal_relevance,
     temporal_relevance_array,
 )
-from memstrata.memory.search.query import Hit, Query, Scope
 from memstrata.memory.tree.windows import level_for_span, window_key, window_level, window_span, windows_between
 
 SUMMARY_KIND = "summary"

@@ -23,11 +23,11 @@ from langgraph.runtime import Runtime
 
 from memstrata.context import Context
 from memstrata.memory.levels.level2.passage import is_long
+from memstrata.memory.query import Hit, Query
 from memstrata.memory.search.excerpts import Excerpts
 from memstrata.memory.search.light import pending_rows
 from memstrata.memory.search.packing import pack_context
 from memstrata.memory.search.persona import persona_block
-from memstrata.memory.search.query import Hit, Query
 from memstrata.memory.search.scenes import SCENES_LABEL, scene_lines
 from memstrata.memory.search.selection import found_first, mark_captions, mmr, statements_first, window_first
 from memstrata.memory.search.themes import THEME_FINDERS

@@ -15,8 +15,8 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from memstrata.context import Context
+from memstrata.memory.query import Hit
 from memstrata.memory.search.deep import backtrack
-from memstrata.memory.search.query import Hit
 from memstrata.memory.search.scoring import event_turn_rows
 from memstrata.memory.search.selection import drop_near_duplicates
 from memstrata.nodes.common import progress

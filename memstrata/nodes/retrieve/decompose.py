@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from memstrata.context import Context
 from memstrata.memory.plan.rules import decompose_query
-from memstrata.memory.search.query import Query
+from memstrata.memory.query import Query
 from memstrata.memory.timeparse import format_date
 from memstrata.nodes.common import progress
 from memstrata.nodes.retrieve.depth import deciding, sequential

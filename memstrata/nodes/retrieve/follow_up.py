@@ -21,8 +21,8 @@ from pydantic import BaseModel, Field
 
 from memstrata.context import Context
 from memstrata.memory.plan.rules import anchored_follow_up, has_anchor
+from memstrata.memory.query import Query
 from memstrata.memory.search.deep import backtrack
-from memstrata.memory.search.query import Query
 from memstrata.memory.search.selection import coverage_texts
 from memstrata.memory.tokens import TokenCounter
 from memstrata.nodes.common import progress

@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 from memstrata.context import Context
 from memstrata.memory.levels.level1.summary import SUMMARY
 from memstrata.memory.plan.rules import coverage
-from memstrata.memory.search.query import Hit
+from memstrata.memory.query import Hit
 from memstrata.memory.search.selection import coverage_texts
 from memstrata.memory.tiers.assign import TIER_NAMES
 from memstrata.nodes.common import progress

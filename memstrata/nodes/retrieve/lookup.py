@@ -12,8 +12,8 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from memstrata.context import Context
+from memstrata.memory.query import Fresh
 from memstrata.memory.search.light import light_lookup
-from memstrata.memory.search.query import Fresh
 from memstrata.memory.tiers.assign import TIER_NAMES
 from memstrata.nodes.common import progress
 from memstrata.nodes.retrieve.depth import deciding, sequential

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from memstrata.memory.query import Hit
 from memstrata.memory.search.packing import Counter
-from memstrata.memory.search.query import Hit
 
 
 def pool_block(pool: Sequence[dict[str, Any]]) -> str:

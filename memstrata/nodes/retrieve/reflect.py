@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from memstrata.context import Context
 from memstrata.memory.plan.rules import coverage, expand_query
-from memstrata.memory.search.query import Query
+from memstrata.memory.query import Query
 from memstrata.memory.search.selection import coverage_texts
 from memstrata.nodes.common import progress
 from memstrata.nodes.retrieve.depth import deciding, sequential

@@ -16,7 +16,7 @@ from langgraph.runtime import Runtime
 
 from memstrata.context import Context
 from memstrata.memory.plan.rules import predict_scope as rule_scope
-from memstrata.memory.search.query import Query
+from memstrata.memory.query import Query
 from memstrata.memory.tree.search import select_windows, with_anchor
 from memstrata.nodes.common import progress
 from memstrata.runtime.node import open_node

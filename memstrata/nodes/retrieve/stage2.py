@@ -38,7 +38,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from memstrata.memory.index import MemoryIndex, tokenize
-from memstrata.memory.search.query import Hit
+from memstrata.memory.query import Hit
 from memstrata.memory.search.scenes import scene_lines
 from memstrata.memory.search.themes import THEME_FINDERS, episode_rest, episode_rounds
 from memstrata.memory.themes.select import UncertaintyGate, unsaid

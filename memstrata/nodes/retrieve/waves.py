@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from memstrata.context import Context
 from memstrata.memory.plan.rules import dependent_rewrite
-from memstrata.memory.search.query import Query
+from memstrata.memory.query import Query
 from memstrata.nodes.common import progress
 from memstrata.nodes.retrieve.depth import deciding, sequential
 from memstrata.runtime.node import open_node

@@ -1,11 +1,11 @@
-"""The two types a query's journey uses: :class:`Query` from decomposition to evidence, :class:`Hit` for what it finds.
+"""The types a query's journey uses: :class:`Query` from decomposition to evidence, :class:`Hit` for what it finds,
+and the :class:`Interval` of time a hint or a unit spans.
 
-A ``Query`` is made by decomposition, gets its scope and time hint from scope
-prediction, and is what every search function reads; rewrites and follow-ups
-are ``Query`` objects too. A ``Hit`` is one scored unit of any kind: an event
-(a Level-1 summary, or any later ``event`` kind) or a raw turn. A turn hit
-carries what the context packer and the evidence need; ``found_by`` names the
-kind whose search led to it.
+They sit below planning, search and the tree, which all read them. A ``Query`` is made by decomposition, gets its
+scope and time hint from scope prediction, and is what every search function reads; rewrites and follow-ups are
+``Query`` objects too. A ``Hit`` is one scored unit of any kind: an event (a Level-1 summary, or any later ``event``
+kind) or a raw turn. A turn hit carries what the context packer and the evidence need; ``found_by`` names the kind
+whose search led to it.
 
 Example:
     >>> q = Query(id="q0", text="Where does Ann live?")
@@ -19,9 +19,20 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal
 
-from memstrata.memory.search.hmem_score import Interval
-
 Scope = Literal["Short", "Long", "Mixed"]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A closed time interval (naive datetimes)."""
+
+    start: datetime
+    end: datetime
+
+    @property
+    def center(self) -> float:
+        """The interval's midpoint, in epoch seconds."""
+        return (self.start.timestamp() + self.end.timestamp()) / 2
 
 
 @dataclass
