@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -14,6 +14,9 @@ from memstrata.cli import FLAG, ChromaUrl, DataDir, User, _fail, _read_mem, _wri
 from memstrata.errors import StoreError
 from memstrata.memory import levels
 from memstrata.memory.index.active import tier_sizes
+
+if TYPE_CHECKING:
+    from memstrata.memory.store import MemoryStore
 
 
 def inspect(
@@ -102,7 +105,7 @@ def inspect(
         _fail(exc)
 
 
-def _tree(store: Any, user: str, conversation: str | None) -> Tree:
+def _tree(store: MemoryStore, user: str, conversation: str | None) -> Tree:
     counts = {lv.kind: store.count(lv.kind, user_id=user, conversation_id=conversation) for lv in levels.levels()}
     episodes = store.get("episode", user_id=user, conversation_id=conversation)
     # episode ids repeat across conversations (ep:s1:0-5): a summary is its conversation's
@@ -145,7 +148,7 @@ def _add_episode(session: Tree, p: dict[str, Any], summary: Any) -> None:
         )
 
 
-def _show_unit(store: Any, user: str, conversation: str | None, unit: str) -> None:
+def _show_unit(store: MemoryStore, user: str, conversation: str | None, unit: str) -> None:
     """One unit of any kind, what it contains one level down, and its raw turns."""
     found = [
         (lv, r)

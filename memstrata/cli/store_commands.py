@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -24,6 +24,9 @@ from memstrata.cli import (
     console,
 )
 from memstrata.memory import levels
+
+if TYPE_CHECKING:
+    from memstrata.memory.store import MemoryStore
 
 
 def check(
@@ -55,9 +58,9 @@ def check(
     console.print(f"checked {_checked(store, user, conversation)}: no problems", markup=False)
 
 
-def _checked(store: Any, user: str, conversation: str | None) -> str:
+def _checked(store: MemoryStore, user: str, conversation: str | None) -> str:
     """What ``check`` covered, so a clean result shows it read the memory: "user 'ann': 3 conversations, ..."."""
-    scope = {"user_id": user, "conversation_id": conversation}
+    scope: dict[str, Any] = {"user_id": user, "conversation_id": conversation}
     turns = store.get(levels.raw_kind(), **scope)
     units = sum(store.count(lv.kind, **scope) for lv in levels.levels())
     what = f"conversation {conversation!r} of user {user!r}" if conversation else f"user {user!r}"

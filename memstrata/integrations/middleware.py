@@ -45,6 +45,7 @@ from typing import Any, Literal, NamedTuple
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langgraph.runtime import Runtime
 
 from memstrata.client import Memstrata
 from memstrata.integrations.cite import chronological, citation
@@ -173,7 +174,7 @@ class MemstrataMiddleware(AgentMiddleware):
         )
 
     # ---- after the agent's turn -----------------------------------------------------------
-    async def aafter_agent(self, state: AgentState, runtime: Any) -> dict[str, Any] | None:
+    async def aafter_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """The async form of :meth:`after_agent`."""
         messages = self._messages(state) if self.write_back else []
         if messages:
@@ -184,7 +185,7 @@ class MemstrataMiddleware(AgentMiddleware):
             self._derive_later(user, conversation, stats)
         return None
 
-    def after_agent(self, state: AgentState, runtime: Any) -> dict[str, Any] | None:
+    def after_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Write the turn's user and assistant messages to the run's user's memory (with ``write_back``), in the
         run's conversation (its context's ``conversation_id``, else its ``thread_id``, else ``conversation_id``);
         the agent's state is left as it is. With ``derive="background"`` the raw messages and their views are

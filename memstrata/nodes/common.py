@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memstrata.memory.store import MemoryStore
 
 logger = logging.getLogger("memstrata")
 
@@ -38,7 +41,7 @@ def touched_conversations(state: Mapping[str, Any]) -> list[str]:
 
 
 async def conversations_to_redo(
-    state: Mapping[str, Any], store: Any, user_id: str, lacking: Callable[[Any, str, list[str]], list[str]]
+    state: Mapping[str, Any], store: MemoryStore, user_id: str, lacking: Callable[[Any, str, list[str]], list[str]]
 ) -> tuple[list[str], list[str]]:
     """(touched, missing): the touched conversations, and those of the write's other conversations that ``lacking``
     (run on a worker thread) finds without what the stage builds (written before the stage existed, or stopped).

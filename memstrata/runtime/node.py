@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
+from langgraph.runtime import Runtime
 
 from memstrata.context import Context
 from memstrata.memory.entity_graph.expansion import GraphSearch
@@ -115,7 +116,7 @@ class NodeRun:
 
 
 async def open_node(
-    runtime: Any,
+    runtime: Runtime[Context],
     node: str,
     state: Mapping[str, Any] | None = None,
     *,

@@ -9,7 +9,7 @@ Example:
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rapidfuzz import fuzz
 from rich.console import Group
@@ -19,12 +19,15 @@ from rich.text import Text
 from memstrata.errors import StoreError
 from memstrata.memory.levels import Entity, Fact, raw_kind
 
+if TYPE_CHECKING:
+    from memstrata.memory.store import MemoryStore
 
-def _entities(store: Any, user: str, conversation: str | None) -> list[Entity]:
+
+def _entities(store: MemoryStore, user: str, conversation: str | None) -> list[Entity]:
     return [Entity.model_validate(r.payload) for r in store.get("entity", user_id=user, conversation_id=conversation)]
 
 
-def entity_table(store: Any, user: str, conversation: str | None) -> Table:
+def entity_table(store: MemoryStore, user: str, conversation: str | None) -> Table:
     """Every entity with its type, conversation, fact count, relation count and aliases, most facts first."""
     entities = sorted(_entities(store, user, conversation), key=lambda e: (-len(e.fact_ids), e.name))
     degree = Counter(
@@ -47,7 +50,7 @@ def entity_table(store: Any, user: str, conversation: str | None) -> Table:
     return table
 
 
-def find_entity(store: Any, user: str, conversation: str | None, name: str) -> list[Entity]:
+def find_entity(store: MemoryStore, user: str, conversation: str | None, name: str) -> list[Entity]:
     """Entities whose name or alias is ``name`` (any case), else the closest names by ``rapidfuzz``."""
     entities = _entities(store, user, conversation)
     exact = [e for e in entities if name.casefold() in {a.casefold() for a in [e.name, *e.aliases]}]
@@ -57,7 +60,7 @@ def find_entity(store: Any, user: str, conversation: str | None, name: str) -> l
     return [e for s, e in scored if s >= 85][:3]
 
 
-def entity_detail(store: Any, user: str, conversation: str | None, name: str) -> list[Any]:
+def entity_detail(store: MemoryStore, user: str, conversation: str | None, name: str) -> list[Any]:
     """The profile, the relations and the facts (with their raw turns) of the entities named ``name``."""
     found = find_entity(store, user, conversation, name)
     if not found:
@@ -66,7 +69,7 @@ def entity_detail(store: Any, user: str, conversation: str | None, name: str) ->
     return [_detail(store, user, e) for e in found]
 
 
-def _detail(store: Any, user: str, entity: Entity) -> Group:
+def _detail(store: MemoryStore, user: str, entity: Entity) -> Group:
     conv = entity.conversation_id
     facts = {
         r.unit_id: Fact.model_validate(r.payload)
@@ -112,7 +115,7 @@ def _facts_table(title: str, ids: list[str], facts: dict[str, Fact], turns: dict
     return table
 
 
-def _relations(store: Any, user: str, entity: Entity) -> Table:
+def _relations(store: MemoryStore, user: str, entity: Entity) -> Table:
     table = Table(title="relations", title_justify="left")
     for column in ("from", "label", "to", "turns"):
         table.add_column(column)

@@ -17,11 +17,14 @@ Example:
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment
 
 from memstrata.memory import levels
+
+if TYPE_CHECKING:
+    from memstrata.memory.store import MemoryStore
 
 _ENV = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True)
 
@@ -126,9 +129,9 @@ _TRACE = _ENV.from_string("""<!doctype html><html lang="en"><head><meta charset=
 <script>{{ script|safe }}</script></body></html>""")  # noqa: E501 - the page's markup, kept byte for byte
 
 
-def memory_page(store: Any, *, user_id: str, conversation_id: str | None = None) -> str:
+def memory_page(store: MemoryStore, *, user_id: str, conversation_id: str | None = None) -> str:
     """The HTML page of one user's memory: every level, linked, collapsible and searchable."""
-    scope = {"user_id": user_id, "conversation_id": conversation_id}
+    scope: dict[str, Any] = {"user_id": user_id, "conversation_id": conversation_id}
     counts = {lv.kind: store.count(lv.kind, **scope) for lv in levels.levels()}
     turns = {(r.metadata["conversation_id"], r.unit_id): r.document for r in store.get("turn", **scope)}
     summaries = {
@@ -182,7 +185,7 @@ def memory_page(store: Any, *, user_id: str, conversation_id: str | None = None)
 
 
 def _with_facts(
-    store: Any, scope: dict[str, Any], themes: list[dict[str, Any]], turns: dict[tuple[str, str], str]
+    store: MemoryStore, scope: dict[str, Any], themes: list[dict[str, Any]], turns: dict[tuple[str, str], str]
 ) -> None:
     """Each theme's member facts, with the raw turns each fact comes from."""
     facts = {r.unit_id: r for r in store.get("fact", **scope)} if themes else {}
@@ -203,7 +206,7 @@ def _with_facts(
 
 
 def _with_items(
-    store: Any, scope: dict[str, Any], dimensions: list[dict[str, Any]], turns: dict[tuple[str, str], str]
+    store: MemoryStore, scope: dict[str, Any], dimensions: list[dict[str, Any]], turns: dict[tuple[str, str], str]
 ) -> None:
     """Each persona version's items with the raw turns they cite; the version's dates (and whether it is history)
     in its title, current versions first.
@@ -227,7 +230,7 @@ def _with_items(
 
 
 def _graph(
-    store: Any, user_id: str, conversation_id: str | None, *, size: int = 900, limit: int = 300
+    store: MemoryStore, user_id: str, conversation_id: str | None, *, size: int = 900, limit: int = 300
 ) -> dict[str, Any] | None:
     """The user's edges (entity graph, tree links) laid out with networkx, as SVG coordinates.
 

@@ -7,7 +7,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from rich.tree import Tree
@@ -15,13 +15,16 @@ from rich.tree import Tree
 from memstrata.memory.levels import DIMENSIONS, Persona, Theme, raw_kind
 from memstrata.memory.store.reads import read_personas
 
+if TYPE_CHECKING:
+    from memstrata.memory.store import MemoryStore
+
 
 def _when(p: Persona) -> str:
     start = f"{p.valid_from:%-d %b %Y}" if p.valid_from else "untimed"
     return f"{start} – {p.valid_to:%-d %b %Y}" if p.valid_to else f"since {start}"
 
 
-def persona_view(store: Any, user: str, conversation: str | None, speaker: str) -> list[Any]:
+def persona_view(store: MemoryStore, user: str, conversation: str | None, speaker: str) -> list[Any]:
     """One tree: dimension > current items > raw turns they cite; then each dimension's earlier versions, and how
     the speaker's scenes were calibrated (or that calibration needs a model).
     """

@@ -8,15 +8,18 @@ Example:
 from __future__ import annotations
 
 from statistics import median
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from rich.tree import Tree
 
 from memstrata.memory.levels import Fact, Theme, raw_kind
 
+if TYPE_CHECKING:
+    from memstrata.memory.store import MemoryStore
 
-def themes_of(store: Any, user: str, conversation: str | None) -> list[Theme]:
+
+def themes_of(store: MemoryStore, user: str, conversation: str | None) -> list[Theme]:
     """The user's themes, largest first."""
     return sorted(
         (Theme.model_validate(r.payload) for r in store.get("theme", user_id=user, conversation_id=conversation)),
@@ -36,7 +39,7 @@ def theme_stats(themes: list[Theme]) -> dict[str, Any]:
     }
 
 
-def theme_view(store: Any, user: str, conversation: str | None, *, facts_shown: int = 5) -> list[Any]:
+def theme_view(store: MemoryStore, user: str, conversation: str | None, *, facts_shown: int = 5) -> list[Any]:
     """One tree per conversation: themes > their most central facts > each fact's raw turns."""
     themes = themes_of(store, user, conversation)
     if not themes:

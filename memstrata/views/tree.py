@@ -12,7 +12,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Group
 from rich.markup import escape
@@ -23,22 +23,25 @@ from memstrata.errors import StoreError
 from memstrata.memory.levels import EventSummary, TreeNode
 from memstrata.memory.tree.windows import UNTIMED, window_key, window_level, window_span
 
+if TYPE_CHECKING:
+    from memstrata.memory.store import MemoryStore
+
 _SHOWN = 140
 
 
-def _nodes(store: Any, user: str, conversation: str | None) -> list[TreeNode]:
+def _nodes(store: MemoryStore, user: str, conversation: str | None) -> list[TreeNode]:
     return [
         TreeNode.model_validate(r.payload) for r in store.get("tree_node", user_id=user, conversation_id=conversation)
     ]
 
 
-def _summaries(store: Any, user: str, conversation: str | None) -> list[EventSummary]:
+def _summaries(store: MemoryStore, user: str, conversation: str | None) -> list[EventSummary]:
     return [
         EventSummary.model_validate(r.payload) for r in store.get("summary", user_id=user, conversation_id=conversation)
     ]
 
 
-def tree_view(store: Any, user: str, conversation: str | None) -> Tree:
+def tree_view(store: MemoryStore, user: str, conversation: str | None) -> Tree:
     """Per conversation: its year (or top) nodes, down to weeks, then days with their event summaries."""
     nodes = _nodes(store, user, conversation)
     summaries = {(s.conversation_id, s.id): s for s in _summaries(store, user, conversation)}
@@ -82,7 +85,7 @@ def _add(
             day_branch.add(f"[magenta]{escape(s.id)}[/] {escape(s.text[:_SHOWN])}")
 
 
-def window_view(store: Any, user: str, conversation: str | None, key: str) -> Group:
+def window_view(store: MemoryStore, user: str, conversation: str | None, key: str) -> Group:
     """What one window holds: its tree nodes and the event summaries dated inside it."""
     level = window_level(key)
     if level is None and key != UNTIMED:

@@ -24,11 +24,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memstrata.memory.index.bounded import Bounds, WorkingSet
 from memstrata.memory.index.snapshot import MemoryIndex
 from memstrata.memory.plan.settings import RetrievalSettings
+
+if TYPE_CHECKING:
+    from memstrata.memory.store import MemoryStore
 
 CACHE, BUFFER = "cache", "buffer"
 
@@ -51,7 +54,7 @@ def active_sessions(rows: Sequence[Any]) -> dict[int, tuple[str, ...]]:
 
 
 def active_index(
-    store: Any,
+    store: MemoryStore,
     *,
     user_id: str,
     conversation_id: str | None,
@@ -79,7 +82,7 @@ def active_index(
     return ws.hold_sessions(list(keys))
 
 
-def _refreshed(store: Any, user_id: str, conversation_id: str | None, refresh_seconds: float) -> _Held:
+def _refreshed(store: MemoryStore, user_id: str, conversation_id: str | None, refresh_seconds: float) -> _Held:
     """The held tiers of one scope, read again when due; called under ``store.caches.tiers_lock``."""
     tiers, key = store.caches.tiers, (user_id, conversation_id)
     version = store.versions.get(user_id)
@@ -94,7 +97,9 @@ def _refreshed(store: Any, user_id: str, conversation_id: str | None, refresh_se
     return held
 
 
-def held_active(store: Any, *, user_id: str, conversation_id: str | None, refresh_seconds: float = 5.0) -> list[Any]:
+def held_active(
+    store: MemoryStore, *, user_id: str, conversation_id: str | None, refresh_seconds: float = 5.0
+) -> list[Any]:
     """The counters of the records in the active tiers, as this process holds them: read from the counters store
     every ``refresh_seconds`` at most, with this process's own moves since then (:func:`note_moves`).
 
@@ -106,7 +111,7 @@ def held_active(store: Any, *, user_id: str, conversation_id: str | None, refres
         return list(_refreshed(store, user_id, conversation_id, refresh_seconds).rows)
 
 
-def note_moves(store: Any, user_id: str, rows: Sequence[Any]) -> None:
+def note_moves(store: MemoryStore, user_id: str, rows: Sequence[Any]) -> None:
     """Take this process's new counters of some records (after a use wrote them) into the held active rows of the
     user, in every held scope they belong to; the held sessions still change only at the next refresh.
     """
@@ -125,7 +130,7 @@ def note_moves(store: Any, user_id: str, rows: Sequence[Any]) -> None:
             held.rows = list(by_item.values())
 
 
-def refresh_tiers(store: Any, user_id: str) -> None:
+def refresh_tiers(store: MemoryStore, user_id: str) -> None:
     """Have the user's next tiered read re-read which records are active, as ``tier.refresh_s`` would (a bench
     models a pause this way); the held snapshots are kept and take only the sessions that joined or left.
     """
@@ -136,7 +141,7 @@ def refresh_tiers(store: Any, user_id: str) -> None:
                 held.checked = float("-inf")
 
 
-def tier_sizes(store: Any, user_id: str, conversation_id: str | None = None) -> dict[str, int]:
+def tier_sizes(store: MemoryStore, user_id: str, conversation_id: str | None = None) -> dict[str, int]:
     """How many records each active tier holds, and their sessions."""
     rows = store.counters.active(user_id, conversation_id=conversation_id)
     sessions = active_sessions(rows)

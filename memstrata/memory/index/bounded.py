@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -57,6 +57,9 @@ from memstrata.memory import levels
 from memstrata.memory.index.snapshot import MemoryIndex, kind_table
 from memstrata.memory.levels import TreeNode
 from memstrata.memory.plan.settings import RetrievalSettings
+
+if TYPE_CHECKING:
+    from memstrata.memory.store import MemoryStore
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]{3,}")
 _STOP = frozenset(
@@ -178,7 +181,7 @@ class WorkingSet:
 
     def __init__(
         self,
-        store: Any,
+        store: MemoryStore,
         *,
         user_id: str,
         conversation_id: str | None = None,
@@ -280,7 +283,8 @@ class WorkingSet:
         return out
 
     def _gather(self, texts: list[str], vecs: np.ndarray) -> None:
-        b, store, scope = self.bounds, self.store, {"user_id": self.user_id, "conversation_id": self.conversation_id}
+        b, store = self.bounds, self.store
+        scope: dict[str, Any] = {"user_id": self.user_id, "conversation_id": self.conversation_id}
         raw = levels.raw_kind()
         # Every read is independent: (whether its units are kept as candidates, the read). Chroma runs them
         # on a few threads; results are used in this fixed order, so the candidates do not depend on timing.
@@ -461,7 +465,7 @@ def _one(read: Callable[..., list[Any]], *args: Any, **kwargs: Any) -> list[list
 
 
 def working_set(
-    store: Any,
+    store: MemoryStore,
     *,
     user_id: str,
     conversation_id: str | None,
@@ -488,7 +492,7 @@ def working_set(
         return found
 
 
-def release_run(store: Any, *, user_id: str, conversation_id: str | None, run: str) -> bool:
+def release_run(store: MemoryStore, *, user_id: str, conversation_id: str | None, run: str) -> bool:
     """Drop a finished retrieval's working set (its candidates and snapshot); whether one was held.
 
     The run's last node calls it, so a process holds the working sets of the runs in flight only; the

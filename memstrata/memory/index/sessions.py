@@ -28,7 +28,10 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memstrata.memory.store import MemoryStore
 
 Key = tuple[str, str]  # (user, session key)
 
@@ -43,7 +46,13 @@ class SessionCache:
         self.units = 0
 
     def take(
-        self, store: Any, *, user_id: str, conversation_id: str | None, keys: Sequence[str], kinds: Sequence[str]
+        self,
+        store: MemoryStore,
+        *,
+        user_id: str,
+        conversation_id: str | None,
+        keys: Sequence[str],
+        kinds: Sequence[str],
     ) -> tuple[dict[str, dict[str, list[Any]]], list[str]]:
         """The cached sessions among ``keys`` that still hold the same units, and the keys to read instead."""
         self._sync(store, user_id)
@@ -86,7 +95,7 @@ class SessionCache:
                 _, dropped = self._entries.popitem(last=False)
                 self.units -= _size(dropped)
 
-    def _sync(self, store: Any, user_id: str) -> None:
+    def _sync(self, store: MemoryStore, user_id: str) -> None:
         """Forget the user's sessions after a write of this process the write log cannot describe (a reset)."""
         version, seen = store.versions.get(user_id), self._versions.get(user_id)
         if seen is not None and seen != version and store.versions.since(user_id, seen) is None:

@@ -34,7 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
@@ -46,6 +46,9 @@ from memstrata.memory.index.settings import ScaleSettings
 from memstrata.memory.levels import Level, Turn
 from memstrata.memory.models import Unit
 from memstrata.memory.plan.settings import RetrievalSettings
+
+if TYPE_CHECKING:
+    from memstrata.memory.store import MemoryStore
 
 UnitT = TypeVar("UnitT", bound=Unit)
 
@@ -248,7 +251,7 @@ class MemoryIndex:
     # ---- loading -----------------------------------------------------------
     @classmethod
     def fresh(
-        cls, store: Any, *, user_id: str, conversation_id: str | None = None, refresh_seconds: float = 5.0
+        cls, store: MemoryStore, *, user_id: str, conversation_id: str | None = None, refresh_seconds: float = 5.0
     ) -> MemoryIndex | None:
         """The cached snapshot when it needs no I/O to trust (same version, checked recently), else ``None``."""
         cached = cached_snapshot(store, user_id, conversation_id)
@@ -263,7 +266,7 @@ class MemoryIndex:
     @classmethod
     def load(
         cls,
-        store: Any,
+        store: MemoryStore,
         *,
         user_id: str,
         conversation_id: str | None = None,
@@ -299,7 +302,7 @@ class MemoryIndex:
     @classmethod
     def build(
         cls,
-        store: Any,
+        store: MemoryStore,
         user_id: str,
         conversation_id: str | None,
         *,
@@ -502,21 +505,21 @@ class _Frozen:
     count = 0
 
 
-def cached_snapshot(store: Any, user_id: str, conversation_id: str | None) -> MemoryIndex | None:
+def cached_snapshot(store: MemoryStore, user_id: str, conversation_id: str | None) -> MemoryIndex | None:
     """The whole-memory snapshot this process holds for one scope, if any (however old)."""
     caches = store.caches
     with caches.snapshots_lock:
         return caches.snapshots.get((user_id, conversation_id))
 
 
-def forget_snapshot(store: Any, user_id: str, conversation_id: str | None) -> None:
+def forget_snapshot(store: MemoryStore, user_id: str, conversation_id: str | None) -> None:
     """Drop one scope's cached snapshot (it grew past the whole-memory path)."""
     caches = store.caches
     with caches.snapshots_lock:
         caches.snapshots.pop((user_id, conversation_id), None)
 
 
-def _counts(store: Any, user_id: str, conversation_id: str | None) -> tuple[int, ...]:
+def _counts(store: MemoryStore, user_id: str, conversation_id: str | None) -> tuple[int, ...]:
     return tuple(
         store.count(lv.kind, user_id=user_id, conversation_id=conversation_id) for lv in levels.levels(searched=True)
     )

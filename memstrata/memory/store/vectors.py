@@ -345,7 +345,7 @@ class VectorStore:
         kind: str,
         *,
         user_id: str,
-        vectors: Sequence[Sequence[float] | np.ndarray],
+        vectors: Sequence[Sequence[float] | np.ndarray] | np.ndarray,
         k: int,
         conversation_id: str | None = None,
     ) -> list[list[Record]]:

@@ -23,7 +23,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,12 +31,15 @@ from memstrata.memory.store import tenant
 from memstrata.memory.store.tables import TableRow
 from memstrata.memory.tiers.priority import drift
 
+if TYPE_CHECKING:
+    from memstrata.memory.store import MemoryStore
+
 
 def _anchor_key(user_id: str, conversation_id: str) -> str:
     return tenant.storage_key(user_id, conversation_id, "persona_anchor", namespace="tiers")
 
 
-def read_anchor(store: Any, user_id: str, conversations: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+def read_anchor(store: MemoryStore, user_id: str, conversations: Sequence[str] | None = None) -> dict[str, np.ndarray]:
     """Each conversation's anchor, of ``conversations`` (``None``: of every conversation of the user)."""
     rows = (
         store.tier_state.get(user_id=user_id, keys=[_anchor_key(user_id, c) for c in dict.fromkeys(conversations)])
@@ -50,7 +53,7 @@ def read_anchor(store: Any, user_id: str, conversations: Sequence[str] | None = 
     }
 
 
-def write_anchor(store: Any, user_id: str, vectors: Mapping[str, np.ndarray]) -> None:
+def write_anchor(store: MemoryStore, user_id: str, vectors: Mapping[str, np.ndarray]) -> None:
     """Move the anchors of these conversations to their vectors (one that is not finite is skipped)."""
     rows = [
         TableRow(

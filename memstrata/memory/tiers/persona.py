@@ -26,12 +26,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from memstrata.memory.levels.level1.persona import DIMENSIONS
 from memstrata.memory.tiers.priority import persona_vector
+
+if TYPE_CHECKING:
+    from memstrata.memory.store import MemoryStore
 
 PROMPT_ITEMS = 12  # persona items an importance call hears, at most: a short profile, not the whole persona
 PROMPT_CHARS = 1200  # and characters of them in all, so the records keep most of the call
@@ -62,7 +65,7 @@ class ConversationPersona:
     lines: tuple[PersonaLine, ...] = ()
 
 
-def read_personas(store: Any, user_id: str, conversations: Sequence[str]) -> dict[str, ConversationPersona]:
+def read_personas(store: MemoryStore, user_id: str, conversations: Sequence[str]) -> dict[str, ConversationPersona]:
     """The current persona of each of ``conversations`` (one read of its current dimensions each)."""
     out = {}
     for conv in dict.fromkeys(conversations):

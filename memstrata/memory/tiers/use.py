@@ -15,7 +15,7 @@ take the change at their next refresh (:mod:`memstrata.memory.index.active`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,8 +24,11 @@ from memstrata.memory.store.counters import UnitCounters
 from memstrata.memory.tiers.assign import ARCHIVE, Record, place_recalled
 from memstrata.memory.tiers.priority import PriorityWeights, alignment, priority, priority_at
 
+if TYPE_CHECKING:
+    from memstrata.memory.store import MemoryStore
 
-def used_records(store: Any, user_id: str, turns: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+
+def used_records(store: MemoryStore, user_id: str, turns: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
     """The records (closed episodes' summaries) holding these ``(conversation, session, turn id)`` turns."""
     if not turns:
         return []
@@ -43,7 +46,7 @@ def used_records(store: Any, user_id: str, turns: Sequence[tuple[str, str, str]]
 
 
 def record_use(
-    store: Any,
+    store: MemoryStore,
     user_id: str,
     items: list[tuple[str, str, str]],
     *,
