@@ -132,6 +132,7 @@ class RetrievalState(TypedDict, total=False):
     level1: list[Hit]  # this round's top-k Level-1 events (HyMem's light evidence)
     coarse: list[Hit]  # this round's top-N Level-1 events (the deep module's pool)
     selected: Annotated[list[list[Any]], add]  # [round, key] of the Level-1 events the model chose
+    selection_rounds: Annotated[list[int], add]  # the rounds whose coarse entries went through a selection branch
     candidates: Annotated[list[Hit], keep_best]  # raw turns, best score per turn
     pool: Annotated[list[dict[str, Any]], add]  # HyMem's M_i: the intermediate answers, one per round
     sub_answers: Annotated[list[dict[str, Any]], add]  # H-Mem's A_k: one answer per sub-query searched

@@ -28,8 +28,7 @@ def chosen_episodes(state: RetrievalState, ctx: Context) -> tuple[list[Hit], str
     """The coarse entries whose episodes are backtracked, how they were chosen, and their turns' priority."""
     coarse = state.get("coarse", [])
     round_no = state.get("round", 0)
-    ran = any(e["node"] == "select_level1" and e.get("round") == round_no for e in state.get("events", []))
-    if not ran:
+    if round_no not in state.get("selection_rounds", []):
         return coarse, "coarse-top-n", 0.0
     keys = {key for r, key in state.get("selected", []) if r == round_no}
     priority = ctx.retrieval.selection_priority

@@ -46,6 +46,7 @@ async def select_level1(batch: SelectBatch, runtime: Runtime[Context]) -> dict[s
     chosen = [[batch["round"], entries[i].key] for i in dict.fromkeys(sel.ids)]
     return {
         "selected": chosen,
+        "selection_rounds": [batch["round"]],
         "llm_calls": step.records,
         "opens": run.opens,
         "events": [
