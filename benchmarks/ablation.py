@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from memstrata_bench.locomo import LocomoConversation, load_locomo
 
-from memstrata.bench.locomo import LocomoConversation, load_locomo
 from memstrata.context import default
 from memstrata.memory.embeddings import MiniLMEmbeddings
 from memstrata.memory.index import Bm25 as _Bm25

@@ -17,10 +17,10 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+from memstrata_bench.locomo import load_locomo
+from memstrata_bench.metric import score_context
 
 from memstrata import Memstrata
-from memstrata.bench.locomo import load_locomo
-from memstrata.bench.metric import score_context
 from memstrata.memory.embeddings import MiniLMEmbeddings
 from memstrata.memory.levels.level2.turn_context import TurnContext, pooled_vectors
 

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from langchain_openai import ChatOpenAI
+from memstrata_bench.locomo import load_locomo
+from memstrata_bench.provenance import provenance
 
 from memstrata import Memstrata
-from memstrata.bench.locomo import load_locomo
-from memstrata.bench.provenance import provenance
 
 
 def _session_no(key: str) -> int | None:

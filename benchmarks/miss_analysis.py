@@ -23,8 +23,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from memstrata_bench.locomo import load_locomo
+
 from memstrata import Memstrata
-from memstrata.bench.locomo import load_locomo
 
 FULL = 60000
 

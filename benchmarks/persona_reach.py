@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from memstrata_bench.locomo import load_locomo
+from memstrata_bench.metric import score_context
+
 from memstrata import Memstrata
-from memstrata.bench.locomo import load_locomo
-from memstrata.bench.metric import score_context
 from memstrata.memory.embeddings import MiniLMEmbeddings
 
 

@@ -10,8 +10,9 @@ import json
 import tempfile
 import time
 
+from memstrata_bench.locomo import load_locomo
+
 from memstrata import Memstrata
-from memstrata.bench.locomo import load_locomo
 
 
 def main() -> None:

@@ -30,11 +30,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from memstrata_bench.locomo import load_locomo
+from memstrata_bench.longmemeval import parse_record, read_records, select_records
+from memstrata_bench.metric import score_context
+from memstrata_bench.provenance import provenance
+
 from memstrata import Memstrata
-from memstrata.bench.locomo import load_locomo
-from memstrata.bench.longmemeval import parse_record, read_records, select_records
-from memstrata.bench.metric import score_context
-from memstrata.bench.provenance import provenance
 from memstrata.memory.embeddings import MiniLMEmbeddings
 from memstrata.memory.levels import FACT, TREE_NODE, register, scope_table
 from memstrata.memory.search import fusion, scoring

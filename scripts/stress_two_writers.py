@@ -243,7 +243,7 @@ def server(url: str | None) -> Iterator[str]:
     if url:
         yield url
         return
-    from memstrata.bench.chroma_run import start_chroma
+    from memstrata_bench.chroma_run import start_chroma
 
     shm = Path("/dev/shm")  # the server fsyncs every write: in memory when the machine allows
     with tempfile.TemporaryDirectory(prefix="memstrata-stress-", dir=shm if shm.is_dir() else None) as tmp:

@@ -21,7 +21,8 @@ if ! ls "$WHEELS"/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1; then
     $PIP wheel --quiet --no-cache-dir --no-deps -w "$WHEELS" "$LLAMA"
 fi
 $PIP install --quiet --disable-pip-version-check "$WHEELS"/llama_cpp_python-0.3.36-*.whl
-$PIP install --quiet --disable-pip-version-check -e ".[dev,llm-tests]"
+# the library with its test extras, and the benchmark distribution beside it (benchmarks/: `memstrata bench`)
+$PIP install --quiet --disable-pip-version-check -e ".[dev,llm-tests]" -e ./benchmarks
 # Lint and type check before the tests (both configured in pyproject.toml; mypy checks memstrata/, its `packages`).
 # `|| exit 1`: set -e does not stop at a failed left side of &&.
 "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check . || exit 1

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from conftest import run_bench
 from langchain_core.embeddings import Embeddings
+from memstrata_bench.baselines import RandomMethod, reciprocal_rank_fusion
+from memstrata_bench.locomo import LocomoConversation, LocomoTurn, load_locomo, normalize_evidence, parse_conversation
+from memstrata_bench.metric import is_present, score_context
+from memstrata_bench.packing import pack_lines
+from memstrata_bench.report import llm_table
+from memstrata_bench.runner import run_locomo
 
-from memstrata.bench.baselines import RandomMethod, reciprocal_rank_fusion
-from memstrata.bench.locomo import LocomoConversation, LocomoTurn, load_locomo, normalize_evidence, parse_conversation
-from memstrata.bench.metric import is_present, score_context
-from memstrata.bench.packing import pack_lines
-from memstrata.bench.report import llm_table
-from memstrata.bench.runner import run_locomo
 from memstrata.memory.tokens import TokenCounter
 
 BUDGETS = (500, 1000, 1500, 2000, 4000)
@@ -223,9 +223,8 @@ def test_rrf_and_random_are_deterministic() -> None:
 
 
 def test_cli_writes_json_and_plot(tiny_path: Path, tmp_path: Path) -> None:
+    from memstrata_bench.cli import bench_app
     from typer.testing import CliRunner
-
-    from memstrata.bench.cli import bench_app
 
     out, plot = tmp_path / "r.json", tmp_path / "r.png"
     args = [
@@ -256,7 +255,7 @@ def test_cli_writes_json_and_plot(tiny_path: Path, tmp_path: Path) -> None:
 
 
 def test_provenance_names_the_commit_the_machine_and_the_command() -> None:
-    from memstrata.bench.provenance import NOT_RECORDED, git_commit, provenance
+    from memstrata_bench.provenance import NOT_RECORDED, git_commit, provenance
 
     block = provenance("memstrata bench locomo data.json")
     assert block["command"] == "memstrata bench locomo data.json"
@@ -266,7 +265,7 @@ def test_provenance_names_the_commit_the_machine_and_the_command() -> None:
 
 
 def test_the_recall_plot_is_titled_with_its_dataset(tiny_path: Path) -> None:
-    from memstrata.bench.report import dataset_name, recall_figure, recall_table
+    from memstrata_bench.report import dataset_name, recall_figure, recall_table
 
     result = run_locomo(tiny_path, budgets=(500, 1000), methods=[ScriptedMethod()], progress=False, command="test")
     title = recall_figure(result).axes[0].get_title()
@@ -277,9 +276,8 @@ def test_the_recall_plot_is_titled_with_its_dataset(tiny_path: Path) -> None:
 
 
 def test_cli_rejects_unknown_method(tiny_path: Path) -> None:
+    from memstrata_bench.cli import bench_app
     from typer.testing import CliRunner
-
-    from memstrata.bench.cli import bench_app
 
     outcome = CliRunner().invoke(bench_app, ["locomo", str(tiny_path), "--methods", "bm25,nope"])
     assert outcome.exit_code != 0
@@ -408,7 +406,7 @@ def test_bench_scale_reports_each_path_as_soon_as_it_is_measured(
     tmp_path, locomo_path, monkeypatch, hash_embeddings
 ) -> None:
     """A long run stopped midway keeps the paths it measured: ``report`` gets the size's row after each path."""
-    from memstrata.bench import scale
+    from memstrata_bench import scale
 
     grown = scale.GrowingStore
     monkeypatch.setattr(scale, "GrowingStore", lambda *a, **kw: grown(*a, **{**kw, "embeddings": hash_embeddings}))
@@ -431,7 +429,8 @@ def test_bench_scale_reports_each_path_as_soon_as_it_is_measured(
 def test_a_kept_scale_store_stopped_midway_is_grown_on_to_exactly_a_clean_store(
     tmp_path, locomo_path, hash_embeddings
 ) -> None:
-    from memstrata.bench import scale
+    from memstrata_bench import scale
+
     from memstrata.memory.store.invariants import check_store
 
     folder = tmp_path / "kept"
@@ -486,7 +485,7 @@ def test_bench_scale_through_a_chroma_server(tmp_path, locomo_path) -> None:
 
 def test_a_server_reader_waits_as_long_as_its_client(hash_embeddings) -> None:  # type: ignore[no-untyped-def]
     """A local server answers parallel selection branches one at a time; the run's call timeout is the client's."""
-    from memstrata.bench.reader import READER_TIMEOUT_S, ReaderMethod
+    from memstrata_bench.reader import READER_TIMEOUT_S, ReaderMethod
 
     url = ReaderMethod(embeddings=hash_embeddings, reader="http://127.0.0.1:9/v1")
     assert url.settings["llm_timeout_s"] == READER_TIMEOUT_S == url.model.request_timeout
@@ -497,8 +496,7 @@ def test_a_server_reader_waits_as_long_as_its_client(hash_embeddings) -> None:  
 
 def test_bench_set_reads_context_fields_and_refuses_unknown_ones() -> None:
     import typer
-
-    from memstrata.bench.cli import _settings
+    from memstrata_bench.cli import _settings
 
     assert _settings(["themes.search_k=0", "themes.select=top", "experimental.theme_stage2=true", "level1_k=5"]) == {
         "themes": {"search_k": 0, "select": "top"},
@@ -518,7 +516,8 @@ def test_a_signal_stops_growth_after_the_conversation_being_written(
     """
     import signal
 
-    from memstrata.bench import scale
+    from memstrata_bench import scale
+
     from memstrata.memory.store.invariants import check_store
 
     folder = tmp_path / "kept"
@@ -557,8 +556,8 @@ def test_the_grower_hands_its_store_back_before_a_size_is_measured_and_grows_on(
     share the machine with a parent holding every index it wrote (10.5 GB at 1M turns); ``grow`` opens it again.
     """
     from chromadb.api.shared_system_client import SharedSystemClient
+    from memstrata_bench import scale
 
-    from memstrata.bench import scale
     from memstrata.memory.store.invariants import check_store
 
     grower = scale.GrowingStore(locomo_path, embeddings=hash_embeddings, workdir=tmp_path, prefix="s-", originals=1)
@@ -571,3 +570,30 @@ def test_the_grower_hands_its_store_back_before_a_size_is_measured_and_grows_on(
     assert grower.turns == 2 * original == grower.mem.store.count("turn", user_id=scale.USER)
     assert check_store(grower.mem.store, scale.USER, None) == []
     grower.close()
+
+
+def test_the_bench_is_its_own_distribution_and_says_how_to_install_it_when_missing() -> None:
+    """``memstrata bench`` comes from ``benchmarks/`` (package ``memstrata_bench``), not from the library: the
+    library's modules never import it, and without it the command says how to install it and exits 2.
+    """
+    import memstrata_bench
+
+    import memstrata
+
+    assert Path(memstrata_bench.__file__).parent.parent.name == "benchmarks"
+    assert not (Path(memstrata.__file__).parent / "bench").exists()
+    hide = (
+        "import sys, importlib.abc\n"
+        "class Hide(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] == 'memstrata_bench':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Hide())\n"
+        "from memstrata.cli import app\n"
+        "app(['bench', 'locomo', 'x.json', '--conversations', 'conv-26'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "pip install -e benchmarks/" in done.stderr and "Traceback" not in done.stderr
+    installed = run_bench("--help", timeout=120)
+    assert installed.returncode == 0 and "locomo" in installed.stdout

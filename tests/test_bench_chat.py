@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from conftest import HashEmbeddings
+from memstrata_bench.chat import chat_messages, run_chat
+from memstrata_bench.locomo import load_locomo
 from typer.testing import CliRunner
 
-from memstrata.bench.chat import chat_messages, run_chat
-from memstrata.bench.locomo import load_locomo
 from memstrata.cli import app
 from memstrata.nodes.ingest.entities import Replacements
 from memstrata.nodes.ingest.episodes import Boundaries

@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 from langchain_core.embeddings import Embeddings
-
-from memstrata.bench.locomo import LocomoConversation
-from memstrata.bench.longmemeval import (
+from memstrata_bench.locomo import LocomoConversation
+from memstrata_bench.longmemeval import (
     ABSTENTION,
     SharedEncoding,
     dcg,
@@ -27,7 +26,7 @@ from memstrata.bench.longmemeval import (
     select_records,
     shard_of,
 )
-from memstrata.bench.longmemeval_run import merge_longmemeval, read_log, run_longmemeval
+from memstrata_bench.longmemeval_run import merge_longmemeval, read_log, run_longmemeval
 
 REPO = Path(__file__).resolve().parents[1]
 CAT = "I adopted a grey cat named Miso last spring."
@@ -299,8 +298,8 @@ def test_dense_and_hybrid_encode_each_turn_once(tiny_path: Path, tmp_path: Path)
 
 def test_the_encoder_is_loaded_before_any_timed_ingestion() -> None:
     """Whichever method prepared first used to pay the encoder's one-time load inside its ingestion time."""
-    from memstrata.bench.longmemeval_run import build_methods
-    from memstrata.bench.runner import resolve_methods
+    from memstrata_bench.longmemeval_run import build_methods
+    from memstrata_bench.runner import resolve_methods
 
     for build in (
         lambda e: resolve_methods(["bm25", "dense"], embeddings=e),
@@ -328,9 +327,8 @@ def test_a_stopped_run_resumes_where_its_log_ends(tiny_path: Path, tmp_path: Pat
 
 
 def test_shards_merge_into_what_one_run_gives(tiny_path: Path, tmp_path: Path) -> None:
+    from memstrata_bench.cli import bench_app
     from typer.testing import CliRunner
-
-    from memstrata.bench.cli import bench_app
 
     def run(*args: str) -> dict[str, Any]:
         out = tmp_path / f"{len(list(tmp_path.iterdir()))}.json"
@@ -368,9 +366,8 @@ def test_merging_logs_of_other_settings_is_refused(tiny_path: Path, tmp_path: Pa
 
 
 def test_the_cli_writes_results_a_plot_and_tables_and_render_makes_a_section(tiny_path: Path, tmp_path: Path) -> None:
+    from memstrata_bench.cli import bench_app
     from typer.testing import CliRunner
-
-    from memstrata.bench.cli import bench_app
 
     out = tmp_path / "lme.json"
     args = ["longmemeval", str(tiny_path), "--methods", "bm25,random", "--per-type", "1", "--out", str(out)]
@@ -397,9 +394,8 @@ def test_the_cli_writes_results_a_plot_and_tables_and_render_makes_a_section(tin
 @pytest.mark.integration
 @pytest.mark.slow  # about 60 s on 2 busy cores: MiniLM and three memstrata stores; tests/conftest.py's SLOW may list it
 def test_the_command_with_minilm_runs_bm25_dense_and_memstrata(tiny_path: Path, tmp_path: Path) -> None:
+    from memstrata_bench.cli import bench_app
     from typer.testing import CliRunner
-
-    from memstrata.bench.cli import bench_app
 
     out = tmp_path / "lme.json"
     args = ["longmemeval", str(tiny_path), "--methods", "bm25,dense,memstrata", "--budgets", "50,500"]

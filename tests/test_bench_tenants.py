@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 from conftest import run_bench
+from memstrata_bench.locomo import load_locomo
+from memstrata_bench.tenants import SOURCE, copy_tenants, first_sessions, moved, questions_within, tenant
 
 from memstrata import Memstrata
-from memstrata.bench.locomo import load_locomo
-from memstrata.bench.tenants import SOURCE, copy_tenants, first_sessions, moved, questions_within, tenant
 
 
 def test_the_copies_are_other_users_with_their_own_names_and_vectors(tmp_path: Path, locomo_path: Path, minilm) -> None:

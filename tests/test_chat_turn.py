@@ -356,7 +356,7 @@ async def test_the_agents_stream_holds_its_answer_and_nothing_of_memorys_model(d
 
 
 async def test_the_chat_turn_bench_counts_the_waits() -> None:
-    from memstrata.bench.chat_turn import run_chat_turn
+    from memstrata_bench.chat_turn import run_chat_turn
 
     out = await run_chat_turn(latency_ms=20, modes=["light", "deep", "chat"], embeddings=HashEmbeddings())
     summary = {mode: row["summary"] for mode, row in out["modes"].items()}

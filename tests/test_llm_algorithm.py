@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage
+from memstrata_bench.oracle_reader import OracleReader
 from pydantic import BaseModel
 
 from memstrata import Memstrata
-from memstrata.bench.oracle_reader import OracleReader
 from memstrata.memory.index import MemoryIndex
 from memstrata.memory.plan.rules import anchored_follow_up, dependent_rewrite
 from memstrata.memory.query import Hit

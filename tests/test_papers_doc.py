@@ -26,7 +26,7 @@ from conftest import REPO
 PAGE = REPO / "docs" / "papers.md"
 PAPERS = ("HyMem", "H-Mem", "xMemory", "Bi-Mem", "HMO")
 STATUSES = ("faithful", "adapted", "absent")
-REFERENCE = re.compile(r"`(memstrata(?:\.\w+)+)`")
+REFERENCE = re.compile(r"`(memstrata(?:_bench)?(?:\.\w+)+)`")
 # "Eq. 3", "Eqs. 1-3", "Eq. (5)", "Eqs. 9, 10 and 11", "Equation 4"
 LABEL = re.compile(
     r"\b(?:Eqs?\.|Equations?)\s*\(?(\d+)\)?((?:\s*(?:[-–]|,|and)\s*\(?\d+\)?)*)",

@@ -26,9 +26,9 @@ import pytest
 import uvicorn
 from conftest import REPO, HashEmbeddings, assert_store_ok
 from langchain_core.messages import HumanMessage
+from memstrata_bench.chroma_run import free_port
 
 from memstrata import Memstrata
-from memstrata.bench.chroma_run import free_port
 from memstrata.testing import ScriptedChatModel
 
 USERS = [f"user{i:02d}" for i in range(20)]

@@ -12,13 +12,13 @@ problems; 130 when an ingest is interrupted (the same command resumes it).
 
 This module holds the app, the options and errors every command shares, and the store a command opens; the
 commands live in ``ingest_command``, ``ask_command``, ``inspect_command``, ``memory_commands`` (single memories)
-and ``store_commands`` (the store and whole users), and ``bench`` in :mod:`memstrata.bench.cli`.
+and ``store_commands`` (the store and whole users); ``bench`` comes from the benchmark distribution
+(``benchmarks/``, :mod:`memstrata_bench.cli`) when it is installed.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypedDict
@@ -282,11 +282,31 @@ def _add_commands() -> None:
     app.command()(reindex)
 
 
+BENCH_MISSING = (
+    "memstrata bench needs the benchmark package, which is not part of the library: from a clone of the repository, "
+    "pip install -e benchmarks/"
+)
+
+
 def _mount_bench() -> None:
+    """``memstrata bench`` from the benchmark distribution (``benchmarks/``, package ``memstrata_bench``) when it is
+    installed; otherwise a command that says how to install it and exits 2.
+    """
     try:
-        from memstrata.bench.cli import bench_app
-    except ImportError as exc:  # pragma: no cover - the bench ships with the package
-        logging.getLogger(__name__).debug("bench unavailable: %s", exc)
+        from memstrata_bench.cli import bench_app
+    except ImportError as exc:
+        missing = exc.name is not None and exc.name.split(".")[0] == "memstrata_bench"
+        why = BENCH_MISSING if missing else f"memstrata bench is unavailable: {exc}"
+
+        @app.command(
+            "bench",
+            help="Benchmarks (needs the benchmark package: pip install -e benchmarks/).",
+            context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+        )
+        def bench_unavailable(ctx: typer.Context) -> None:
+            typer.echo(f"error: {why}", err=True)
+            raise typer.Exit(2)
+
         return
     app.add_typer(bench_app, name="bench", help="Benchmarks (LoCoMo evidence recall under a token budget).")
 

@@ -3,7 +3,7 @@
 The ``chroma`` command ships with chromadb, next to the test interpreter. Without
 it the tests that need a server are skipped locally and fail under CI (``$CI``
 set), which must run them. ``tests/conftest.py`` lists this module in ``pytest_plugins``. The server is
-:mod:`memstrata.bench.chroma_run`'s, which ``memstrata bench scale --server`` starts too.
+:mod:`memstrata_bench.chroma_run`'s, which ``memstrata bench scale --server`` starts too.
 
 Example:
     >>> def test_roundtrip(chroma_server):  # doctest: +SKIP
@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
-
-from memstrata.bench.chroma_run import ChromaServer, ChromaStartError, chroma_executable
-from memstrata.bench.chroma_run import start_chroma as _start
+from memstrata_bench.chroma_run import ChromaServer, ChromaStartError, chroma_executable
+from memstrata_bench.chroma_run import start_chroma as _start
 
 __all__ = ["ChromaServer", "chroma_server", "start_chroma"]
 
@@ -36,7 +35,7 @@ def _unavailable(reason: str) -> NoReturn:
 
 
 def start_chroma(path: Path, *, timeout: float = STARTUP_TIMEOUT_S) -> ChromaServer:
-    """:func:`memstrata.bench.chroma_run.start_chroma`, as a test wants it: skipped locally (failed under CI) when
+    """:func:`memstrata_bench.chroma_run.start_chroma`, as a test wants it: skipped locally (failed under CI) when
     ``chroma`` is missing, and a test failure with the server's log when it does not start.
     """
     if not chroma_executable().is_file():

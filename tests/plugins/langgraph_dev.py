@@ -24,8 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-
-from memstrata.bench.chroma_run import free_port
+from memstrata_bench.chroma_run import free_port
 
 STARTUP_S = 120.0
 

@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 import pytest
-
-from memstrata.bench.chroma_run import free_port
+from memstrata_bench.chroma_run import free_port
 
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 STARTUP_TIMEOUT_S = 120.0

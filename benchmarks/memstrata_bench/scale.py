@@ -28,8 +28,8 @@ server's own peak memory is reported beside the query process's.
 The chat pattern alternates, on one store, a read-only query with "write one
 new message to a growing session, then query", and compares the two latencies.
 
-The copies are written by :mod:`memstrata.bench.scale_copies`, and the questions asked by the query process of
-:mod:`memstrata.bench.scale_queries`.
+The copies are written by :mod:`memstrata_bench.scale_copies`, and the questions asked by the query process of
+:mod:`memstrata_bench.scale_queries`.
 
 Example:
     $ memstrata bench scale ../shared/data/locomo/locomo10.json --sizes 10000,100000 --chat-rounds 200
@@ -52,12 +52,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from memstrata.bench.chroma_run import start_chroma
-from memstrata.bench.locomo import load_locomo
-from memstrata.bench.scale_copies import USER, copy_conversation
-from memstrata.bench.scale_queries import query_in_child
-from memstrata.bench.tuning import TUNED
 from memstrata.context import Context
+from memstrata_bench.chroma_run import start_chroma
+from memstrata_bench.locomo import load_locomo
+from memstrata_bench.scale_copies import USER, copy_conversation
+from memstrata_bench.scale_queries import query_in_child
+from memstrata_bench.tuning import TUNED
 
 if TYPE_CHECKING:
     from memstrata.client import Memstrata
@@ -106,7 +106,7 @@ class GrowingStore:
     """One user's store, grown in steps: the originals through the graph once, then perturbed copies.
 
     ``server``: the store is served by a ``chroma run`` over its folder, not embedded
-    (:func:`~memstrata.bench.chroma_run.start_chroma`).
+    (:func:`~memstrata_bench.chroma_run.start_chroma`).
     ``folder``: grow the store there and keep it (default: a new temporary folder under ``workdir``). Its growth is
     recorded in :data:`PROGRESS` after each conversation, so a run stopped midway (a 1M-turn user takes hours to grow)
     is grown on from the last whole conversation (:meth:`_resume`).
@@ -233,8 +233,8 @@ def _pass(got: dict[str, Any], budget: int) -> dict[str, Any]:
 def measure(
     store: GrowingStore, path: Path, *, questions: int, budget: int, search: str, revisits: int = 0
 ) -> dict[str, Any]:
-    """One size on one search path (a key of :data:`~memstrata.bench.scale_queries.SEARCH_PATHS`); ``revisits``: see
-    :func:`~memstrata.bench.scale_queries.child_main`.
+    """One size on one search path (a key of :data:`~memstrata_bench.scale_queries.SEARCH_PATHS`); ``revisits``: see
+    :func:`~memstrata_bench.scale_queries.child_main`.
     """
     got = query_in_child(
         store.folder,

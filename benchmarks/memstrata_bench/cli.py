@@ -2,7 +2,7 @@ r"""``memstrata bench``: benchmark commands (mounted by the main CLI as a sub-ap
 chat-turn, scale, tenants.
 
 Example:
-    $ python -m memstrata.bench.cli locomo ../shared/data/locomo/locomo10.json \
+    $ python -m memstrata_bench.cli locomo ../shared/data/locomo/locomo10.json \
         --methods bm25,dense,hybrid_rrf,random
 """
 
@@ -18,12 +18,12 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from memstrata.bench.provenance import provenance
-from memstrata.bench.report import plot_recall, results_tables
-from memstrata.bench.runner import DEFAULT_BUDGETS, METHOD_NAMES, run_locomo
-from memstrata.bench.tuning import BLAS_THREADS  # the cap every method of a bench run runs under
 from memstrata.context import GROUPS, Context, nested
 from memstrata.runtime.process import limit_blas
+from memstrata_bench.provenance import provenance
+from memstrata_bench.report import plot_recall, results_tables
+from memstrata_bench.runner import DEFAULT_BUDGETS, METHOD_NAMES, run_locomo
+from memstrata_bench.tuning import BLAS_THREADS  # the cap every method of a bench run runs under
 
 bench_app = typer.Typer(name="bench", help="Benchmarks: evidence recall under a token budget.", no_args_is_help=True)
 
@@ -205,7 +205,7 @@ def longmemeval(
     ] = None,
 ) -> None:
     """LongMemEval-S: evidence recall@B and the paper's ranked metrics of memstrata and the baselines, in one run."""
-    from memstrata.bench.longmemeval_run import merge_longmemeval, plot_recall, results_tables, run_longmemeval
+    from memstrata_bench.longmemeval_run import merge_longmemeval, plot_recall, results_tables, run_longmemeval
 
     settings = _settings(set_ or [])
     log = log or out.with_suffix(".jsonl")
@@ -284,8 +284,8 @@ def chat(
     ),
 ) -> None:
     """One conversation written a message at a time, against the same messages in one call."""
-    from memstrata.bench.chat import plot_chat, run_chat
     from memstrata.memory.embeddings import MiniLMEmbeddings
+    from memstrata_bench.chat import plot_chat, run_chat
 
     limit_blas(BLAS_THREADS)
     result = run_chat(
@@ -334,7 +334,7 @@ def chat_turn(
 
     from rich.table import Table
 
-    from memstrata.bench.chat_turn import run_chat_turn
+    from memstrata_bench.chat_turn import run_chat_turn
 
     limit_blas(BLAS_THREADS)
     result = asyncio.run(
@@ -399,8 +399,8 @@ def scale(
     import shutil
     import tempfile
 
-    from memstrata.bench.scale import NOTE, GrowthStoppedError, chat_pattern, plot_scale, run_sizes
     from memstrata.context import Context
+    from memstrata_bench.scale import NOTE, GrowthStoppedError, chat_pattern, plot_scale, run_sizes
 
     try:
         targets = [int(s) for s in _split(sizes) or []]
@@ -481,8 +481,8 @@ def tenants(
     import shutil
     import tempfile
 
-    from memstrata.bench.chroma_run import start_chroma
-    from memstrata.bench.tenants import NOTE, plot_tenants, run_tenants
+    from memstrata_bench.chroma_run import start_chroma
+    from memstrata_bench.tenants import NOTE, plot_tenants, run_tenants
 
     console = Console()
     if workdir is not None:

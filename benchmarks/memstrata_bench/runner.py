@@ -29,18 +29,18 @@ from langchain_core.embeddings import Embeddings
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from memstrata.bench.baselines import BASELINE_NAMES, make_baseline
-from memstrata.bench.locomo import (
+from memstrata.memory.tokens import TokenCounter
+from memstrata_bench.baselines import BASELINE_NAMES, make_baseline
+from memstrata_bench.locomo import (
     ADVERSARIAL_CATEGORY,
     HEADLINE_CATEGORIES,
     LocomoConversation,
     LocomoQuestion,
     load_locomo,
 )
-from memstrata.bench.method import Method
-from memstrata.bench.metric import RecallTally, merge_tallies, score_context
-from memstrata.bench.provenance import provenance
-from memstrata.memory.tokens import TokenCounter
+from memstrata_bench.method import Method
+from memstrata_bench.metric import RecallTally, merge_tallies, score_context
+from memstrata_bench.provenance import provenance
 
 DEFAULT_BUDGETS: tuple[int, ...] = (500, 1000, 1500, 2000, 4000)
 LATENCY_BUDGET = 1500
@@ -125,7 +125,7 @@ def _build_method(
         msg = f"methods: unknown method {name!r}; choose from {list(METHOD_NAMES)}"
         raise ValueError(msg)
     if name == "memstrata" and reader:
-        from memstrata.bench.reader import ReaderMethod
+        from memstrata_bench.reader import ReaderMethod
 
         return ReaderMethod(
             embeddings=embeddings,
@@ -134,7 +134,7 @@ def _build_method(
             settings=settings,
         )
     if name == "memstrata":
-        from memstrata.bench.system import MemstrataMethod
+        from memstrata_bench.system import MemstrataMethod
 
         return MemstrataMethod(embeddings=embeddings, settings=settings)
     return make_baseline(name, embeddings=embeddings, counter=counter)  # type: ignore[arg-type]
@@ -166,7 +166,7 @@ def run_locomo(
         embeddings: the embedder shared by dense, hybrid and memstrata (packaged MiniLM by default).
         command: the command line to record (default: this process's ``sys.argv``).
         reader: run memstrata in LLM mode with this reader and report its LLM cost (see
-            :mod:`memstrata.bench.reader`); ``None`` runs it offline.
+            :mod:`memstrata_bench.reader`); ``None`` runs it offline.
         reader_model: the model name sent to a URL reader.
         settings: :class:`~memstrata.context.Context` fields memstrata runs with (an ablation row; the CLI records
             them in the results).
@@ -199,7 +199,7 @@ def run_locomo(
     for method in active:
         rows = getattr(method, "rows", None)
         if rows is not None:
-            from memstrata.bench.reader import cost_report
+            from memstrata_bench.reader import cost_report
 
             result["methods"][method.name]["llm"] = {
                 "reader": reader,

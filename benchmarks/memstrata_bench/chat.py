@@ -27,10 +27,10 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
-from memstrata.bench.locomo import LocomoConversation, load_locomo
-from memstrata.bench.metric import score_context
-from memstrata.bench.tuning import TUNED
 from memstrata.memory.timeparse import parse_timestamp
+from memstrata_bench.locomo import LocomoConversation, load_locomo
+from memstrata_bench.metric import score_context
+from memstrata_bench.tuning import TUNED
 
 USER = "bench-chat"
 # the model's call sites in the order a write reaches them

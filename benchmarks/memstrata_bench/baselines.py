@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from memstrata.bench.locomo import LocomoConversation
-from memstrata.bench.packing import pack_lines
 from memstrata.memory.tokens import CountsTokens, TokenCounter
+from memstrata_bench.locomo import LocomoConversation
+from memstrata_bench.packing import pack_lines
 
 RRF_K = 60
 RANDOM_SEED = 0

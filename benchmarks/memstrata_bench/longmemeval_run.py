@@ -27,9 +27,10 @@ from langchain_core.embeddings import Embeddings
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from memstrata.bench import report
-from memstrata.bench.baselines import make_baseline
-from memstrata.bench.longmemeval import (
+from memstrata.memory.tokens import TokenCounter
+from memstrata_bench import report
+from memstrata_bench.baselines import make_baseline
+from memstrata_bench.longmemeval import (
     ABSTENTION,
     KS,
     LEVELS,
@@ -44,10 +45,10 @@ from memstrata.bench.longmemeval import (
     select_records,
     shard_of,
 )
-from memstrata.bench.method import Method
-from memstrata.bench.metric import score_context
-from memstrata.bench.provenance import provenance
-from memstrata.bench.runner import (
+from memstrata_bench.method import Method
+from memstrata_bench.metric import score_context
+from memstrata_bench.provenance import provenance
+from memstrata_bench.runner import (
     METHOD_NAMES,
     check_budgets,
     check_unique,
@@ -55,7 +56,6 @@ from memstrata.bench.runner import (
     peak_memory_mb,
     warm_encoder,
 )
-from memstrata.memory.tokens import TokenCounter
 
 DEFAULT_BUDGETS: tuple[int, ...] = (1000, 2000, 4000, 8000)
 LATENCY_BUDGET = 2000

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 
-from memstrata.bench.tuning import TUNED
 from memstrata.testing import ScriptedChatModel
+from memstrata_bench.tuning import TUNED
 
 if TYPE_CHECKING:
     from langchain_core.callbacks import AsyncCallbackManagerForLLMRun

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from memstrata.bench.locomo import LocomoConversation
+from memstrata_bench.locomo import LocomoConversation
 
 
 @runtime_checkable

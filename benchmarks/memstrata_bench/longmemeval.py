@@ -32,9 +32,9 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
-from memstrata.bench.baselines import RankedTurnsMethod
-from memstrata.bench.locomo import LocomoConversation, LocomoTurn
-from memstrata.bench.system import BENCH_USER, MemstrataMethod
+from memstrata_bench.baselines import RankedTurnsMethod
+from memstrata_bench.locomo import LocomoConversation, LocomoTurn
+from memstrata_bench.system import BENCH_USER, MemstrataMethod
 
 QUESTION_TYPES: tuple[str, ...] = (
     "single-session-user",
@@ -315,7 +315,7 @@ def retrieval_scores(
 class MemstrataAtQuestionTime(MemstrataMethod):
     """memstrata asked at the question's date (``Context.now``); its cited turns, in rank order, are its ranking.
 
-    Each haystack goes into a fresh store (see :class:`~memstrata.bench.system.MemstrataMethod`), so each question
+    Each haystack goes into a fresh store (see :class:`~memstrata_bench.system.MemstrataMethod`), so each question
     has a fresh user. The evidence of a retrieval is the packed turns in the order they were admitted, which is
     rank order; the ranking scored is that of the ``rank_budget`` call.
 

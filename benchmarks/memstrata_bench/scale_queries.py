@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memstrata.bench.locomo import HEADLINE_CATEGORIES, LocomoConversation, load_locomo
-from memstrata.bench.metric import RecallTally
-from memstrata.bench.scale_copies import USER
-from memstrata.bench.tuning import TUNED
+from memstrata_bench.locomo import HEADLINE_CATEGORIES, LocomoConversation, load_locomo
+from memstrata_bench.metric import RecallTally
+from memstrata_bench.scale_copies import USER
+from memstrata_bench.tuning import TUNED
 
 
 def _peak_mb() -> float:
@@ -82,7 +82,7 @@ def query_in_child(
         "search": search,
         "originals": originals,
     }
-    return run_child("memstrata.bench.scale_queries", job)
+    return run_child("memstrata_bench.scale_queries", job)
 
 
 def run_child(module: str, job: dict[str, Any]) -> dict[str, Any]:
@@ -132,7 +132,7 @@ def child_main() -> None:
         line["revisit"] = {"recall": recall, "latencies": latencies, "answered": again}
     mem.close()
     line["peak_mb"] = own_peak_mb()
-    print(json.dumps(line))  # noqa: T201 (stdout is the result channel: run_child parses this last line)
+    print(json.dumps(line))
 
 
 def own_peak_mb() -> float:

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from memstrata.bench.locomo import LocomoConversation
+from memstrata_bench.locomo import LocomoConversation
 
 USER = "scale"  # the one user a scale store holds: its conversations are copied, and it is asked the questions
 NAMES = [

@@ -1,6 +1,6 @@
 """Presenting a LoCoMo run: ``rich`` tables and a recall-vs-budget plot.
 
-Both read only the results dict that :func:`memstrata.bench.runner.run_locomo`
+Both read only the results dict that :func:`memstrata_bench.runner.run_locomo`
 returns (or its JSON file), so old runs can be re-rendered.
 
 Example:
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from memstrata.bench.locomo import CATEGORY_NAMES, HEADLINE_CATEGORIES
+from memstrata_bench.locomo import CATEGORY_NAMES, HEADLINE_CATEGORIES
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -1,6 +1,6 @@
 """LLM mode under the benchmark: memstrata asked with a reader model, and the cost of every query.
 
-``--reader oracle`` uses :class:`~memstrata.bench.oracle_reader.OracleReader`, an
+``--reader oracle`` uses :class:`~memstrata_bench.oracle_reader.OracleReader`, an
 upper-bound instrument that knows the gold evidence (``oracle-deep`` is the same
 with the light self-check always failing: the pipeline forced onto the deep
 path). ``--reader URL`` uses a real OpenAI-compatible server. Ingestion stays
@@ -18,9 +18,9 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
-from memstrata.bench.locomo import HEADLINE_CATEGORIES, LocomoConversation, LocomoQuestion
-from memstrata.bench.oracle_reader import OracleReader, summary_links
-from memstrata.bench.system import BENCH_USER, MemstrataMethod
+from memstrata_bench.locomo import HEADLINE_CATEGORIES, LocomoConversation, LocomoQuestion
+from memstrata_bench.oracle_reader import OracleReader, summary_links
+from memstrata_bench.system import BENCH_USER, MemstrataMethod
 
 READER_TIMEOUT_S = 120.0
 

@@ -38,10 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from memstrata.bench.locomo import HEADLINE_CATEGORIES, LocomoConversation, LocomoQuestion, load_locomo
-from memstrata.bench.scale_copies import copied_edges, renamer
-from memstrata.bench.scale_queries import own_peak_mb, run_child
-from memstrata.bench.tuning import TUNED
+from memstrata_bench.locomo import HEADLINE_CATEGORIES, LocomoConversation, LocomoQuestion, load_locomo
+from memstrata_bench.scale_copies import copied_edges, renamer
+from memstrata_bench.scale_queries import own_peak_mb, run_child
+from memstrata_bench.tuning import TUNED
 
 SOURCE = "tenant-0000"
 NOBODY = "tenants-bench-nobody"  # the warm-up query's user: it holds nothing, so the query loads only the model
@@ -185,7 +185,7 @@ def child_main() -> None:
         "source_cited": source_cited,
         "peak_mb": own_peak_mb(),
     }
-    print(json.dumps(line))  # noqa: T201 (stdout is the result channel: run_child parses this last line)
+    print(json.dumps(line))
 
 
 def _p(values: Sequence[float], q: float) -> float:

@@ -17,8 +17,8 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
-from memstrata.bench.locomo import LocomoConversation
-from memstrata.bench.tuning import TUNED
+from memstrata_bench.locomo import LocomoConversation
+from memstrata_bench.tuning import TUNED
 
 BENCH_USER = "bench"
 
