@@ -226,8 +226,7 @@ def _pooled(state: RetrievalState, round_no: int, answer: str) -> dict[str, Any]
 
 def _deepen(state: RetrievalState, ctx: Context, step: Step, round_no: int) -> list[Send]:
     """One selection branch per batch of the coarse top-N (HyMem's Eq. 1: batches of d =
-    ``retrieval.llm_batch_size``), reading
-    this round's query q_i (none offline).
+    ``retrieval.llm_batch_size``), reading this round's query q_i (none offline).
 
     The model reads HyMem's N best entries over every event kind (the coarse pool holds each kind's N). Each branch
     gets an equal share of what the token budget has left (``llm_budget``), so together they cannot overspend it.
