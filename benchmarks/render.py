@@ -7,7 +7,7 @@ Rerun a bench, then::
     python benchmarks/render.py           # rewrite the part between the markers
     python benchmarks/render.py --check   # exit 1 if BENCHMARKS.md is not what the JSON renders to
 
-``tests/test_benchmarks_doc.py`` runs the check.
+``tests/unit_tests/test_benchmarks_doc.py`` runs the check.
 """
 
 from __future__ import annotations

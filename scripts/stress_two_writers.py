@@ -10,7 +10,7 @@ Usage:
     python scripts/stress_two_writers.py --runs 50
     python scripts/stress_two_writers.py --runs 5 --embeddings minilm --url http://127.0.0.1:8000
 
-``tests/test_two_writers_stress.py`` runs :func:`stress` for a few runs in CI.
+``tests/unit_tests/test_two_writers_stress.py`` runs :func:`stress` for a few runs in CI.
 """
 
 from __future__ import annotations

@@ -21,6 +21,12 @@ os.environ.pop("MEMSTRATA_MODEL", None)
 pytest_plugins = ["plugins.llm_server", "plugins.chroma_server"]
 
 REPO = Path(__file__).resolve().parents[1]
+# The tests live in unit_tests/ and integration_tests/ (by what most of a file's tests use; each test's own marker is
+# set below). A test module imports another's helpers and fixtures, and a test's subprocess imports this module
+# first, whichever folder it is in: both folders are importable.
+for _folder in ("integration_tests", "unit_tests"):
+    if str(REPO / "tests" / _folder) not in sys.path:
+        sys.path.insert(0, str(REPO / "tests" / _folder))
 LOCOMO = REPO.parent / "shared" / "data" / "locomo" / "locomo10.json"
 EXAMPLE = REPO / "examples" / "conversation.json"
 # one short session about Ann, for persona tests: where she lives, her work, a hobby and a value

@@ -49,7 +49,7 @@ class EpisodeSettings:
         setting(
             "a session's open tail closes into episodes once its latest message is this much older than the "
             "write's present (Context.now, else the write's newest message time, else the clock); messages "
-            "without a time never go quiet. Closing also happens at a boundary, at max_episode_turns, when a "
+            "without a time never go quiet. Closing also happens at a boundary, at max_turns, when a "
             "later session starts, or on request"
         ),
     ] = 30.0

@@ -87,7 +87,7 @@ class TokenCounter:
         r"""The tokens of ``"\n".join(lines)``, summed from the memoized lines' counts.
 
         Exact when the tokenizer's pre-tokenizer splits on whitespace (MiniLM's WordPiece does), so no token
-        spans two lines (``tests/test_tokens.py`` checks it on LoCoMo's turns); another tokenizer file counts
+        spans two lines (``tests/unit_tests/test_tokens.py`` checks it on LoCoMo's turns); another tokenizer file counts
         the joined text.
         """
         if not _splits_on_whitespace(self.tokenizer_file):

@@ -2,8 +2,8 @@
 loopback port, and stopped (its whole process group) when the ``with`` block ends.
 
 The server runs in a temp folder (its ``.langgraph_api`` persistence stays out of the repo) holding links to what
-the config names; the tests of Studio (``tests/test_studio.py``) and of a locked deployment
-(``tests/test_deploy_auth.py``) use it.
+the config names; the tests of Studio (``tests/integration_tests/test_studio.py``) and of a locked deployment
+(``tests/unit_tests/test_deploy_auth.py``) use it.
 
 Example:
     >>> with langgraph_dev(home, "langgraph.json", {"MEMSTRATA_DATA_DIR": "/tmp/d"}) as url:  # doctest: +SKIP

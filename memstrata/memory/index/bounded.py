@@ -32,7 +32,7 @@ What differs from the full snapshot, by construction: a unit outside the
 candidates cannot be found; BM25's statistics (document frequencies, mean
 length) are the candidate set's; a time hint selects windows among the tree
 nodes the dense search found, not among all of them. On a store small enough that the candidates
-cover everything, both paths score every unit alike (``tests/test_bounded.py``).
+cover everything, both paths score every unit alike (``tests/unit_tests/test_bounded.py``).
 
 Example:
     >>> ws = WorkingSet(store, user_id="alice")  # doctest: +SKIP

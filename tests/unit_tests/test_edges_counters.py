@@ -28,7 +28,7 @@ from memstrata.memory.store.edges import Edge, EdgeStore
 from memstrata.memory.store.sqlite_table import SqliteTable
 from memstrata.memory.store.tables import SQLITE_FILE, TABLE_PREFIX, Table, TableRow, open_table
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TURN = ("c1", "turn", "s1:t0")
 
 

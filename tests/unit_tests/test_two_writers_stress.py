@@ -2,7 +2,8 @@
 
 Each writer reads the conversation, cuts its open tail, deletes the episodes the cut replaced (facts, episode,
 summary) and stores the new ones (summary, episode, facts). The first tests put one interleaving of two writers in
-order on an embedded store, as ``tests/test_chat_writes.py`` does, by wrapping a function to run the other writer's
+order on an embedded store, as ``tests/unit_tests/test_chat_writes.py`` does, by wrapping a function to run the other
+writer's
 step at the right moment; each fails without its fix. The last runs ``scripts/stress_two_writers.py`` against a real
 ``chroma run`` for a few runs.
 """

@@ -11,7 +11,7 @@ from conftest import EXAMPLE, assert_store_ok
 from memstrata import Memstrata
 from memstrata.errors import IngestError
 
-SNAPSHOTS = Path(__file__).parent / "snapshots"
+SNAPSHOTS = Path(__file__).parents[1] / "snapshots"
 
 
 @pytest.fixture

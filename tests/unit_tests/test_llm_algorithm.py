@@ -22,7 +22,7 @@ from memstrata.runtime.llm import Meter, branch_budget, decide, usage_of
 from memstrata.runtime.step import MeterView, SharedMeter
 from memstrata.testing import ScriptedChatModel
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "conversation.json"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "conversation.json"
 QUESTION = "Where does Priya work?"
 MARKERS = {
     "plan memory lookups": "decompose",

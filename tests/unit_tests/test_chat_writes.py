@@ -22,7 +22,7 @@ from memstrata import Memstrata
 from memstrata.cli import app
 from memstrata.testing import ScriptedChatModel
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CAT = ["I adopted a cat named Miso.", "She is grey and loves boxes.", "Tomorrow I fly to Lisbon."]
 
 
@@ -149,7 +149,7 @@ def test_closed_episodes_are_never_cut_again_and_the_tail_stays_open_until_done(
         closed = [(s, e) for s, e, o in eps if not o]
         assert set(closed) >= set(previous)  # what was closed stays as it was
         previous = closed
-        assert all(e - s + 1 <= mem.context(user_id="u").max_episode_turns + 1 for s, e, _ in eps)
+        assert all(e - s + 1 <= mem.context(user_id="u").episodes.max_turns + 1 for s, e, _ in eps)
     # quiet: an hour later, the next write closes the tail
     mem.ingest(
         [

@@ -28,7 +28,7 @@ from memstrata_bench.longmemeval import (
 )
 from memstrata_bench.longmemeval_run import merge_longmemeval, read_log, run_longmemeval
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CAT = "I adopted a grey cat named Miso last spring."
 RECIPE = "For the lentil soup, simmer the lentils for exactly 25 minutes with cumin."
 LISBON = "I moved to Lisbon for a new job at a bakery."

@@ -15,7 +15,7 @@ from memstrata.memory.search.packing import split_id
 from memstrata.memory.tokens import TokenCounter
 from memstrata.testing import ScriptedChatModel
 
-SNAPSHOTS = Path(__file__).parent / "snapshots"
+SNAPSHOTS = Path(__file__).parents[1] / "snapshots"
 NODES = [
     "decompose",
     "predict_scope",

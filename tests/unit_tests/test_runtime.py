@@ -13,8 +13,8 @@ from memstrata import Memstrata
 from memstrata.graphs.retrieval import graph as retrieval
 from memstrata.runtime.step import Step
 
-PACKAGE = Path(__file__).resolve().parents[1] / "memstrata"
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "conversation.json"
+PACKAGE = Path(__file__).resolve().parents[2] / "memstrata"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "conversation.json"
 
 
 async def _node_runs(mem: Memstrata, question: str, **overrides: Any) -> tuple[Counter[str], dict[str, Any]]:
