@@ -132,7 +132,7 @@ def child_main() -> None:
         line["revisit"] = {"recall": recall, "latencies": latencies, "answered": again}
     mem.close()
     line["peak_mb"] = own_peak_mb()
-    print(json.dumps(line))
+    print(json.dumps(line))  # noqa: T201 (stdout is the result channel: run_child parses this last line)
 
 
 def own_peak_mb() -> float:

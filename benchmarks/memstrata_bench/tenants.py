@@ -185,7 +185,7 @@ def child_main() -> None:
         "source_cited": source_cited,
         "peak_mb": own_peak_mb(),
     }
-    print(json.dumps(line))
+    print(json.dumps(line))  # noqa: T201 (stdout is the result channel: run_child parses this last line)
 
 
 def _p(values: Sequence[float], q: float) -> float:
