@@ -260,11 +260,20 @@ class VectorStore:
         if not ids:
             return []
         include = ["documents", "metadatas"] + (["embeddings"] if with_vectors else [])
-        found = _concat(
-            _owned(self._read(kind, "get", ids=ids[start : start + MAX_BATCH], include=include), user_id, None)
+        return _records(kind, self._by_keys(kind, ids, include, user_id, None), with_vectors)
+
+    def _by_keys(
+        self, kind: str, ids: Sequence[str], include: list[str], user_id: str, conversation_id: str | None
+    ) -> dict[str, Any]:
+        """A read by storage key, in batches Chroma accepts, kept to the tenant (:func:`_owned`)."""
+        return _concat(
+            _owned(
+                self._read(kind, "get", ids=list(ids[start : start + MAX_BATCH]), include=include),
+                user_id,
+                conversation_id,
+            )
             for start in range(0, len(ids), MAX_BATCH)
         )
-        return _records(kind, found, with_vectors)
 
     def recheck(
         self,
@@ -285,17 +294,7 @@ class VectorStore:
         now = set(self._read(kind, "get", where=where, include=[])["ids"])
         known = set(known)
         new = sorted(now - known)
-        found: list[Record] = []
-        for start in range(0, len(new), MAX_BATCH):
-            found += _records(
-                kind,
-                _owned(
-                    self._read(kind, "get", ids=new[start : start + MAX_BATCH], include=["documents", "metadatas"]),
-                    user_id,
-                    conversation_id,
-                ),
-                False,
-            )
+        found = _records(kind, self._by_keys(kind, new, ["documents", "metadatas"], user_id, conversation_id), False)
         return now & known, found
 
     def _get_ids_any_conversation(
@@ -414,11 +413,7 @@ class VectorStore:
         best = self.lexicon.ranked(kind, user_id=user_id, words=words, limit=limit, conversation_id=conversation_id)
         if not best:
             return []
-        include = ["documents", "metadatas", "embeddings"]
-        found = _concat(
-            _owned(self._read(kind, "get", ids=best[i : i + MAX_BATCH], include=include), user_id, conversation_id)
-            for i in range(0, len(best), MAX_BATCH)
-        )
+        found = self._by_keys(kind, best, ["documents", "metadatas", "embeddings"], user_id, conversation_id)
         order = {key: i for i, key in enumerate(best)}
         records = sorted(zip(found["ids"], _records(kind, found, True), strict=True), key=lambda p: order[p[0]])
         return [r for _, r in records]
