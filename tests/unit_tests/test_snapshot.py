@@ -14,7 +14,8 @@ from conftest import EXAMPLE, REPO
 from memstrata import Memstrata
 from memstrata.context import Context
 from memstrata.memory.index import MemoryIndex
-from memstrata.memory.index.snapshot import _Frozen
+from memstrata.memory.index.snapshot import TRACKED_PER_RECORD, _Frozen, forget_snapshot
+from memstrata.memory.levels import levels
 from memstrata.memory.query import Query
 from memstrata.memory.search.scoring import score_query
 from memstrata.runtime.search import weights as weights_of
@@ -261,12 +262,14 @@ def _garbage_cycle() -> Any:
     return weakref.ref(cycle)
 
 
-def test_a_new_whole_memory_snapshot_is_frozen_out_of_gc_scans(data_dir, hash_embeddings) -> None:
+def test_a_new_whole_memory_snapshot_is_frozen_out_of_gc_scans(data_dir, hash_embeddings, monkeypatch) -> None:
     import gc
 
     mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
     mem.ingest({"conversation_id": "c", "messages": json.loads(EXAMPLE.read_text())["messages"]}, user_id="u")
     gc.unfreeze()  # nothing frozen yet: the first snapshot of a process settles
+    monkeypatch.setattr(_Frozen, "count", 0)  # as in a new process (an earlier test's settle left its count)
+    monkeypatch.setattr(_Frozen, "pending", 0)
     alive = _garbage_cycle()
     try:
         index = MemoryIndex.load(mem.store, user_id="u", freeze=True)
@@ -298,6 +301,43 @@ def test_a_small_snapshot_beside_many_frozen_objects_skips_the_full_collection(
         index = MemoryIndex.load(mem.store, user_id="u", freeze=True)
         assert alive() is not None  # no full collection ran
         assert any(obj is index for obj in gc.get_objects())  # left to the collector, not frozen
+    finally:
+        gc.unfreeze()
+        gc.collect()
+
+
+def test_the_settle_check_does_not_count_objects_while_the_snapshots_read_since_cannot_be_due(
+    data_dir, hash_embeddings, monkeypatch
+) -> None:
+    """Counting the objects not frozen walks them; a small user's snapshot among many frozen objects skips even that,
+    and the check counts again once enough records were read for a settle to be due.
+    """
+    import gc
+
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    mem.ingest({"conversation_id": "c", "messages": json.loads(EXAMPLE.read_text())["messages"]}, user_id="u")
+    records = sum(MemoryIndex.build(mem.store, "u", None).counts)
+    frozen = records * TRACKED_PER_RECORD * 4 * 3  # three such snapshots' worth of reads before a settle can be due
+    monkeypatch.setattr(_Frozen, "count", frozen)
+    monkeypatch.setattr(_Frozen, "pending", 0)
+    walks: list[int] = []
+    real = gc.get_objects
+
+    def counted(*args: Any) -> list[Any]:
+        walks.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(gc, "get_objects", counted)
+    for _ in range(2):
+        forget_snapshot(mem.store, "u", None)
+        MemoryIndex.load(mem.store, user_id="u", freeze=True)
+    assert walks == []  # two snapshots read: not yet a quarter of the frozen objects
+    assert _Frozen.pending == 2 * records
+    monkeypatch.setattr(_Frozen, "pending", 3 * records)
+    try:
+        forget_snapshot(mem.store, "u", None)
+        MemoryIndex.load(mem.store, user_id="u", freeze=True)
+        assert walks  # due by the records read: the objects are counted (and a settle runs when they say so)
     finally:
         gc.unfreeze()
         gc.collect()
@@ -337,3 +377,39 @@ def test_closing_forgets_the_sizes_and_latest_times_checked_on_the_store(data_di
     assert any(k[0] == "u" for k in caches.sizes) and any(k[0] == "u" for k in caches.latest)
     mem.close()
     assert not caches.sizes and not caches.latest and caches.is_empty()
+
+
+def test_a_new_snapshot_reads_each_kind_by_key_and_holds_what_the_filtered_reads_hold(
+    data_dir, hash_embeddings, monkeypatch
+) -> None:
+    """The keys come from the word index (and a turn's view from its turn); a user among others with the same ids
+    gets exactly their own units, per kind and per conversation, as Chroma's filtered reads give them.
+    """
+    mem = Memstrata(path=data_dir, embeddings=hash_embeddings)
+    messages = json.loads(EXAMPLE.read_text())["messages"]
+    for user in ("alice", "bob"):  # the same ids on both sides
+        for conv in ("c", "d"):
+            mem.ingest({"conversation_id": conv, "messages": messages}, user_id=user)
+    mem.ingest({"conversation_id": "c", "messages": [{"speaker": "Bob", "text": "Only bob says Oslo."}]}, user_id="bob")
+    store = mem.store
+
+    def held(records: list[Any]) -> dict[tuple[str, str], tuple[str, list[float]]]:
+        return {
+            (r.metadata["conversation_id"], r.unit_id): (r.document, np.round(r.metadata["_vector"], 6).tolist())
+            for r in records
+        }
+
+    filtered = store.get
+    for conv in (None, "c"):
+        index = MemoryIndex.build(store, "alice", conv)
+        for lv in levels(searched=True):
+            want = held(filtered(lv.kind, user_id="alice", conversation_id=conv, with_vectors=True))
+            assert held(store.read_all(lv.kind, user_id="alice", conversation_id=conv, with_vectors=True)) == want
+            table = index.tables[lv.kind]
+            assert {(u.conversation_id, u.id) for u in table.units} == set(want), lv.kind
+            assert all("Oslo" not in u.model_dump_json() for u in table.units)
+    assert len(index.tables["turn_context"]) == len(index.turns) > 0
+    calls: list[str] = []
+    monkeypatch.setattr(store.units.lexicon, "keys", lambda kind, **_: calls.append(kind))  # a server's: no list
+    turns = store.read_all("turn", user_id="bob", with_vectors=True)
+    assert calls == ["turn"] and held(turns) == held(filtered("turn", user_id="bob", with_vectors=True))

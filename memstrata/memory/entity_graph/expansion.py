@@ -26,11 +26,11 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from rapidfuzz import fuzz
+from rapidfuzz import fuzz, process
 
 from memstrata.memory.levels import Entity, Fact
 from memstrata.memory.store.edges import Edge
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 Node = tuple[str, str]  # (conversation_id, entity id)
 _TITLE = re.compile(r"^(?:mr|ms|mrs|dr|prof) ")
+TYPO_RATIO = 90
+"""The rapidfuzz ratio at which a query word of 5+ letters names a one-word alias (a typo of it)."""
 
 
 @dataclass
@@ -99,6 +101,22 @@ class GraphPart:
             part.aliases += [(k, node) for k in _alias_keys(e.name, tuple(e.aliases))]
         part.link(edges)
         return part
+
+    @cached_property
+    def alias_index(self) -> tuple[dict[str, list[Node]], dict[str, tuple[list[str], list[Node]]]]:
+        """The nodes of each alias, and the one-word aliases of 5+ letters (with their nodes) by first letter,
+        which a typo may match (:meth:`GraphView.seeds`); built on first use, as ``aliases`` is only set by
+        :meth:`build`.
+        """
+        exact: dict[str, list[Node]] = {}
+        fuzzy: dict[str, tuple[list[str], list[Node]]] = {}
+        for alias, node in self.aliases:
+            exact.setdefault(alias, []).append(node)
+            if len(alias) >= 5 and " " not in alias:
+                letter = fuzzy.setdefault(alias[0], ([], []))
+                letter[0].append(alias)
+                letter[1].append(node)
+        return exact, fuzzy
 
     def link(self, edges: Sequence[Edge]) -> None:
         """Add the relation edges between two of the part's entities (others are left out)."""
@@ -241,21 +259,22 @@ class GraphView:
         return sorted(found)
 
     def _match(self, words: list[str], extra: Sequence[str] = ()) -> set[Node]:
+        """The nodes with an alias among the text's 1- to 4-word grams, or a one-word alias of 5+ letters that a
+        word of 5+ letters with the same first letter matches at a rapidfuzz ratio of 90 or more.
+        """
         grams = {" ".join(words[i : i + n]) for n in range(1, 5) for i in range(len(words) - n + 1)}
         grams |= {g.removesuffix("'s") for g in grams} | set(extra)
         long_words = [w for w in words if len(w) >= 5]
-        return {
-            node
-            for part in self.parts.values()
-            for alias, node in part.aliases
-            if alias in grams
-            or (
-                long_words
-                and len(alias) >= 5
-                and " " not in alias
-                and any(w[0] == alias[0] and fuzz.ratio(w, alias) >= 90 for w in long_words)
-            )
-        }
+        found: set[Node] = set()
+        for part in self.parts.values():
+            exact, fuzzy = part.alias_index
+            for gram in grams & exact.keys():
+                found.update(exact[gram])
+            for word in long_words:
+                aliases, nodes = fuzzy.get(word[0], ((), ()))
+                for _, _, i in process.extract_iter(word, aliases, scorer=fuzz.ratio, score_cutoff=TYPO_RATIO):
+                    found.add(nodes[i])
+        return found
 
 
 @lru_cache(maxsize=65536)

@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -68,6 +69,7 @@ class Bm25:
         self._total = 0
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._length_array: np.ndarray | None = None
+        self._window_norms: tuple[tuple[int, ...], list[np.ndarray]] | None = None
 
     @classmethod
     def build(cls, texts: list[str]) -> Bm25:
@@ -121,7 +123,7 @@ class Bm25:
             self._arrays.pop(term, None)
         self._total += len(tokens) - self.lengths[i]
         self.lengths[i], self.docs[i] = len(tokens), new
-        self._length_array = None
+        self._length_array = self._window_norms = None
 
     def pop(self) -> None:
         """Remove the last document."""
@@ -129,7 +131,7 @@ class Bm25:
         self.set_doc(last, [])
         self.lengths.pop()
         self.docs.pop()
-        self._length_array = None
+        self._length_array = self._window_norms = None
 
     def _postings(self, term: str) -> tuple[np.ndarray, np.ndarray]:
         if term not in self._arrays:
@@ -140,27 +142,38 @@ class Bm25:
             )
         return self._arrays[term]
 
-    def window_scores(self, query_tokens: list[str], windows: list[np.ndarray]) -> np.ndarray:
-        """BM25 of each document read as a window of documents, as if the windows were indexed themselves.
+    def window_scores(
+        self, query_tokens: list[str], steps: Sequence[np.ndarray], widths: Sequence[int]
+    ) -> list[np.ndarray]:
+        """BM25 of each document read as a window of documents, as if the windows were indexed themselves, for the
+        windows of each width in ``widths``.
 
-        ``windows`` lists, per offset, the document each document's window takes at that offset
-        (``-1``: none). A window's term frequency and length are its members' sums; its document
-        frequency counts the windows holding the term. Equal to indexing every window's joined tokens,
-        without storing one posting list per window.
+        ``steps[s - 1]`` gives, for each document, the documents ``s`` steps before and after it (``-1``: none), so a
+        window of width ``w`` is the document and ``steps[:w]``. A window's term frequency and length are its
+        members' sums; its document frequency counts the windows holding the term. Equal to indexing every window's
+        joined tokens, without storing one posting list per window. The wider windows hold the narrower ones, so
+        each sum grows from the last width's instead of starting again. The windows' lengths are kept until a
+        document changes or :meth:`windows_changed` says the windows did.
         """
         n = len(self.lengths)
-        out = np.zeros(n)
         known = [t for t in query_tokens if self.postings.get(t)]
         if not known:
-            return out
-        length = _window_sum(np.asarray(self.lengths, dtype=np.float64), windows)
-        norm = K1 * ((1 - B) + B * length / length.mean())
+            return [np.zeros(n) for _ in widths]
+        key = tuple(widths)
+        if self._window_norms is None or self._window_norms[0] != key:
+            lengths = _nested_sums(np.asarray(self.lengths, dtype=np.float64), steps, widths)
+            self._window_norms = (key, [K1 * ((1 - B) + B * length / length.mean()) for length in lengths])
+        norms = self._window_norms[1]
+        out = [np.zeros(n) for _ in widths]
         for term in known:  # a repeated query word counts again, as in bm25s
-            tf = _window_sum(self.frequencies(term), windows)
-            df = int(np.count_nonzero(tf))
-            idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
-            out += idf * tf / (norm + tf)
+            for scores, norm, tf in zip(out, norms, _nested_sums(self.frequencies(term), steps, widths), strict=True):
+                df = int(np.count_nonzero(tf))
+                scores += np.log(1 + (n - df + 0.5) / (df + 0.5)) * tf / (norm + tf)
         return out
+
+    def windows_changed(self) -> None:
+        """Drop the windows' lengths kept by :meth:`window_scores` (the documents' neighbours changed)."""
+        self._window_norms = None
 
     def scores(self, query_tokens: list[str]) -> np.ndarray:
         """One score per document; zeros when no query word is in the vocabulary."""
@@ -179,10 +192,15 @@ class Bm25:
         return out
 
 
-def _window_sum(values: np.ndarray, windows: list[np.ndarray]) -> np.ndarray:
-    """Each document's value plus the values of its window's other members (``-1`` adds nothing)."""
+def _nested_sums(values: np.ndarray, steps: Sequence[np.ndarray], widths: Sequence[int]) -> list[np.ndarray]:
+    """Each document's value summed over its window of each width (``steps``: see
+    :meth:`Bm25.window_scores`), in the order of ``widths``.
+    """
     padded = np.append(values, 0.0)
-    out = values.copy()
-    for members in windows:
-        out += padded[members]  # -1 reads the padding zero
-    return out
+    acc, by_width = values.copy(), {0: values}
+    for s, step in enumerate(steps[: max(widths, default=0)], start=1):
+        for members in step:
+            acc += padded[members]  # -1 reads the padding zero
+        if s in widths:
+            by_width[s] = acc.copy()
+    return [by_width[w] for w in widths]

@@ -61,7 +61,9 @@ def turn_hits(
     if not rows:
         return []
     names = [k for k in parts if k != "score"]
-    columns = [np.round(parts[k][rows], 4).tolist() for k in names]
+    columns = (
+        np.round(np.array([parts[k][rows] for k in names]), 4).tolist() if names else []
+    )  # one call, not one a part
     scores = parts["score"][rows].tolist()
     dates = turn_dates(index)
     out = []

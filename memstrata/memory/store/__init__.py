@@ -114,6 +114,7 @@ class MemoryStore:
     upsert = _of_units(VectorStore.upsert)
     get = _of_units(VectorStore.get)
     get_keys = _of_units(VectorStore.get_keys)
+    read_all = _of_units(VectorStore.read_all)
     recheck = _of_units(VectorStore.recheck)
     query = _of_units(VectorStore.query)
     nearest = _of_units(VectorStore.nearest)

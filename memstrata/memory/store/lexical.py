@@ -66,6 +66,11 @@ class Lexicon(Protocol):
     def holds_more_than(self, kind: str, n: int, *, user_id: str, conversation_id: str | None) -> bool | None:
         """Whether the user has more than ``n`` units of the kind, or ``None`` when the index cannot say."""
 
+    def keys(self, kind: str, *, user_id: str, conversation_id: str | None) -> list[str] | None:
+        """The storage keys of every unit of the kind the user holds (in one conversation, when named), or ``None``
+        when the index cannot list them.
+        """
+
     def rebuild(self, *, progress: Any = None) -> dict[str, int]:
         """Index every stored unit of every kind it holds again; how many per kind."""
 
@@ -121,6 +126,15 @@ class WordLexicon(Lexicon):
         if not indexes_words(kind):
             return None
         return self._index.holds_more_than(kind, n, user_id=user_id, conversation_id=conversation_id)
+
+    @override
+    def keys(self, kind: str, *, user_id: str, conversation_id: str | None) -> list[str] | None:
+        # the tag's posting list in SQLite: milliseconds, where Chroma's filtered read grows with the collection
+        # (41 ms for a user's 133 facts among 1,000 users' 133k, ids only)
+        if not indexes_words(kind):
+            return None
+        pairs = self._index.units(kind, user_id=user_id, conversation_id=conversation_id)
+        return sorted(tenant.storage_key(user_id, conv, unit) for conv, unit in pairs)
 
     @override
     def rebuild(self, *, progress: Any = None) -> dict[str, int]:
@@ -196,6 +210,10 @@ class TermLexicon(Lexicon):
     @override
     def holds_more_than(self, kind: str, n: int, *, user_id: str, conversation_id: str | None) -> bool | None:
         return None
+
+    @override
+    def keys(self, kind: str, *, user_id: str, conversation_id: str | None) -> list[str] | None:
+        return None  # the terms hold no list of a user's units
 
     @override
     def rebuild(self, *, progress: Any = None) -> dict[str, int]:

@@ -252,6 +252,21 @@ class VectorStore:
             res = _owned(self.chroma.paged(kind, where=scope, include=include), user_id, conversation_id)
         return _records(kind, res, with_vectors)
 
+    def read_all(
+        self, kind: str, *, user_id: str, conversation_id: str | None = None, with_vectors: bool = False
+    ) -> list[Record]:
+        """Every unit of one user's kind (of one conversation, when named), as :meth:`get` without ids or ``where``.
+
+        Read by the storage keys the lexical index lists when it can (an embedded store's word index holds every
+        unit of the kinds it covers): Chroma's read by key costs what it returns, its filtered read grows with the
+        collection (a user's 58 turns among 1,000 users: 6.5 against 35.5 ms). Else Chroma's filtered read.
+        """
+        keys = self.lexicon.keys(kind, user_id=user_id, conversation_id=conversation_id)
+        if keys is None:
+            return self.get(kind, user_id=user_id, conversation_id=conversation_id, with_vectors=with_vectors)
+        include = ["documents", "metadatas"] + (["embeddings"] if with_vectors else [])
+        return _records(kind, self._by_keys(kind, keys, include, user_id, conversation_id), with_vectors)
+
     def get_keys(
         self, kind: str, *, user_id: str, keys: Sequence[tuple[str, str]], with_vectors: bool = False
     ) -> list[Record]:

@@ -175,15 +175,17 @@ class WordIndex:
                     return nothing
                 raise
 
-    def units(self, kind: str, *, user_id: str) -> set[tuple[str, str]]:
-        """Every ``(conversation_id, unit_id)`` of one user the kind's index holds (for the store check)."""
-        name = _table(kind)
+    def units(self, kind: str, *, user_id: str, conversation_id: str | None = None) -> set[tuple[str, str]]:
+        """Every ``(conversation_id, unit_id)`` of one user (of one conversation, when named) the kind's index
+        holds: the store check's list, and the keys a new search snapshot reads the units by.
+        """
+        name, tag = _table(kind), _searched_tag(user_id, conversation_id)
         return self._read(
             lambda db: {
                 (str(c), str(u))
                 for c, u in db.execute(
-                    f'SELECT conv, unit FROM "{name}" WHERE "{name}" MATCH ? AND user = ?',
-                    (f'tag:"{_user_tag(user_id)}"', user_id),
+                    f'SELECT conv, unit FROM "{name}" WHERE "{name}" MATCH ? AND user = ? AND (? IS NULL OR conv = ?)',
+                    (f'tag:"{tag}"', user_id, conversation_id, conversation_id),
                 )
             },
             set(),

@@ -41,8 +41,13 @@ class TurnContext(Unit):
     @model_validator(mode="after")
     def _derive_id(self) -> TurnContext:
         if not self.id:
-            self.id = "ctx:" + self.turn_id
+            self.id = self.view_id(self.turn_id)
         return self
+
+    @staticmethod
+    def view_id(turn_id: str) -> str:
+        """The id of a turn's view (one per turn), so a reader that holds the turns can read their views by key."""
+        return "ctx:" + turn_id
 
     def linked_turn_ids(self) -> list[str]:
         """The turn it reads in its context."""
