@@ -17,6 +17,7 @@ back through it (:meth:`NodeRun.release`).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -161,8 +162,13 @@ async def open_node(
             run.tier = state["tier"]
         else:
             run.tier, large = await search.first_tier(ctx, store)
-        run.index = await search.open_index(ctx, store, run=key, queries=queries, tier=run.tier, large=large)
-    if queries:
+        opening = search.open_index(ctx, store, run=key, queries=queries, tier=run.tier, large=large)
+        if queries and large is False and run.tier == 0:  # a whole-memory snapshot needs no query vector to open:
+            # a user's first query reads it from the store while the queries are encoded (both leave the GIL)
+            run.index, run.vectors = await asyncio.gather(opening, search.query_vectors(ctx, store, queries))
+        else:
+            run.index = await opening
+    if queries and run.vectors is None:
         run.vectors = await search.query_vectors(ctx, store, queries)
     if graph and run.index is not None:
         run.graph = await search.graph_search(ctx, store, run.index)
