@@ -163,8 +163,8 @@ async def open_node(
         else:
             run.tier, large = await search.first_tier(ctx, store)
         opening = search.open_index(ctx, store, run=key, queries=queries, tier=run.tier, large=large)
-        if queries and large is False and run.tier == 0:  # a whole-memory snapshot needs no query vector to open:
-            # a user's first query reads it from the store while the queries are encoded (both leave the GIL)
+        if queries and large is False:  # a whole-memory snapshot (no tier: not large) needs no query vector to
+            # open: a user's first query reads it from the store while the queries are encoded (both leave the GIL)
             run.index, run.vectors = await asyncio.gather(opening, search.query_vectors(ctx, store, queries))
         else:
             run.index = await opening

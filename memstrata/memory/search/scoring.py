@@ -61,9 +61,8 @@ def turn_hits(
     if not rows:
         return []
     names = [k for k in parts if k != "score"]
-    columns = (
-        np.round(np.array([parts[k][rows] for k in names]), 4).tolist() if names else []
-    )  # one call, not one a part
+    # one rounding call for every part, not one a part
+    columns = np.round(np.array([parts[k][rows] for k in names]), 4).tolist() if names else []
     scores = parts["score"][rows].tolist()
     dates = turn_dates(index)
     out = []
