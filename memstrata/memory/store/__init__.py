@@ -35,6 +35,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -46,7 +47,8 @@ from memstrata.memory.store.counters import CounterStore
 from memstrata.memory.store.edges import Edge, EdgeStore
 from memstrata.memory.store.format import STORE_FORMAT
 from memstrata.memory.store.sequences import Sequences
-from memstrata.memory.store.tables import Table, open_table
+from memstrata.memory.store.sqlite_table import Connections
+from memstrata.memory.store.tables import SQLITE_FILE, Table, open_table
 from memstrata.memory.store.tenant import stable_hash
 from memstrata.memory.store.tombstones import Tombstones
 from memstrata.memory.store.vectors import Record, VectorStore
@@ -100,14 +102,17 @@ class MemoryStore:
         self.versions = self.units.versions  # the write log search snapshots replay
         self.location = self.units.location
         folder = Path(path) if path is not None and not url else None
+        # one file holds every table of an embedded store: its tables take turns on the same kept connections
+        self.sqlite = Connections(folder / SQLITE_FILE) if folder is not None else None
+        table = partial(open_table, path=folder, client=self.client, connections=self.sqlite)
         # a question's graph reads the entity edges of the conversations it names: 1.5% of their rows at 1M turns
-        self.edges = EdgeStore(open_table("edges", path=folder, client=self.client, scoped=("src_kind",)))
-        self.counters = CounterStore(open_table("counters", path=folder, client=self.client, indexed=("tier",)))
-        self.items = open_table("items", path=folder, client=self.client)  # what a LangGraph store user put
-        self.sequences = Sequences(open_table("sequences", path=folder, client=self.client))
-        self.journal = open_table("journal", path=folder, client=self.client)  # what was updated or deleted
-        self.tombstones = Tombstones(open_table("tombstones", path=folder, client=self.client))
-        self.tier_state = open_table("tier_state", path=folder, client=self.client)  # HMO's persona anchors
+        self.edges = EdgeStore(table("edges", scoped=("src_kind",)))
+        self.counters = CounterStore(table("counters", indexed=("tier",)))
+        self.items = table("items")  # what a LangGraph store user put
+        self.sequences = Sequences(table("sequences"))
+        self.journal = table("journal")  # what was updated or deleted
+        self.tombstones = Tombstones(table("tombstones"))
+        self.tier_state = table("tier_state")  # HMO's persona anchors
         self.caches = SearchCaches()  # what this process's searches keep of it, per user (cleared by close)
 
     # ---- the units part (memstrata.memory.store.vectors) ----------------------
@@ -141,10 +146,13 @@ class MemoryStore:
 
     def close(self) -> None:
         """Drop every search cache this process holds of the store (:class:`SearchCaches`), then hand back what an
-        embedded store's Chroma client holds (:meth:`VectorStore.close`). A later use reads everything again.
+        embedded store's Chroma client and SQLite files hold (:meth:`VectorStore.close`, the idle connections). A
+        later use reads everything again.
         """
         self.caches.clear()
         self.units.close()
+        if self.sqlite is not None:
+            self.sqlite.close()
 
     def tables(self) -> dict[str, Table]:
         """Every record table of the store, by name."""

@@ -1,15 +1,18 @@
 """The record table's embedded backend: rows in one SQLite file of the data folder.
 
 :class:`SqliteTable` is the :class:`~memstrata.memory.store.tables.Table` of an embedded store
-(:func:`~memstrata.memory.store.tables.open_table` opens it); :func:`sqlite_connection` and
-:func:`sqlite_transaction` are the connections every SQLite file of the data folder is opened with
-(the word index's too). WAL and a 30 s busy timeout let several threads and processes read and write it.
+(:func:`~memstrata.memory.store.tables.open_table` opens it). A store keeps each SQLite file's connections open
+between calls (:class:`Connections`, the word index's too), since opening one costs more than most of the reads
+made on it; :func:`sqlite_connection` opens one for a one-off use. Every connection has the same settings: WAL and
+a 30 s busy timeout let several threads and processes read and write the file.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -34,36 +37,119 @@ BUSY_TIMEOUT_S = 30.0
 
 @contextmanager
 def sqlite_connection(path: Path) -> Iterator[sqlite3.Connection]:
-    """A connection of its own to a SQLite file of the data folder (never shared between threads)."""
-    # isolation_level=None: no implicit transactions, so every write states its own BEGIN IMMEDIATE.
-    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    """A connection of its own to a SQLite file of the data folder, closed on leaving (a one-off use)."""
+    db = _open(path)
     try:
-        db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-        # With WAL, NORMAL survives a killed process intact and skips the fsync of every commit;
-        # only a power cut can lose the last commits.
-        db.execute("PRAGMA synchronous=NORMAL")
         yield db
     finally:
         db.close()
 
 
+def _open(path: Path) -> sqlite3.Connection:
+    # isolation_level=None: no implicit transactions, so every write states its own BEGIN IMMEDIATE.
+    # check_same_thread=False: a kept connection serves one thread at a time, not always the same one.
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+    db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+    # With WAL, NORMAL survives a killed process intact and skips the fsync of every commit;
+    # only a power cut can lose the last commits.
+    db.execute("PRAGMA synchronous=NORMAL")
+    return db
+
+
 @contextmanager
-def sqlite_transaction(path: Path) -> Iterator[sqlite3.Connection]:
+def _in_transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """A write transaction that takes the write lock up front (``BEGIN IMMEDIATE``) and waits for it."""
-    with sqlite_connection(path) as db:
-        db.execute("BEGIN IMMEDIATE")
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+# Idle connections a file keeps: one per thread that reads at once (a new snapshot reads with 4).
+KEEP_IDLE = 4
+
+
+class Connections:
+    """The connections to one SQLite file, kept open between uses and lent to one thread at a time.
+
+    Opening a connection (and reading the file's schema on its first statement) cost 0.5-3 ms here, more than the
+    reads a chat write or a user's first query makes on it. A connection is taken for one call and given back; at
+    most :data:`KEEP_IDLE` wait, the others are closed. One that met an error, or is given back inside a transaction,
+    is closed rather than kept. Every statement outside ``BEGIN`` sees the file's latest commit, as on a new
+    connection. A forked child never uses its parent's connections; :meth:`close` closes the idle ones, and a later
+    use opens new ones.
+
+    Example:
+        >>> import tempfile
+        >>> files = Connections(Path(tempfile.mkdtemp()) / "t.sqlite3")
+        >>> with files.transaction() as db:
+        ...     _ = db.execute("CREATE TABLE t (x)")
+        >>> with files.connection() as db:
+        ...     db.execute("SELECT count(*) FROM t").fetchone()
+        (0,)
+        >>> files.idle()
+        1
+    """
+
+    def __init__(self, path: Path, *, keep: int = KEEP_IDLE) -> None:
+        self.path, self.keep = Path(path), keep
+        self._idle: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    @contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection]:
+        """A connection for one call, given back (or closed) on leaving."""
+        db = self._take()
         try:
             yield db
         except BaseException:
-            db.execute("ROLLBACK")
+            db.close()
             raise
-        db.execute("COMMIT")
+        self._give(db)
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (``BEGIN IMMEDIATE``) on a kept connection."""
+        with self.connection() as db, _in_transaction(db) as open_db:
+            yield open_db
+
+    def idle(self) -> int:
+        """How many connections wait unused."""
+        with self._lock:
+            return len(self._idle)
+
+    def close(self) -> None:
+        """Close the idle connections (one in use is closed when given back only if more than ``keep`` wait)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for db in idle:
+            db.close()
+
+    def _take(self) -> sqlite3.Connection:
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child: the parent's connections are the parent's
+                self._idle, self._pid = [], os.getpid()
+            if self._idle:
+                return self._idle.pop()
+        return _open(self.path)
+
+    def _give(self, db: sqlite3.Connection) -> None:
+        if not db.in_transaction:
+            with self._lock:
+                if self._pid == os.getpid() and len(self._idle) < self.keep:
+                    self._idle.append(db)
+                    return
+        db.close()
 
 
 class SqliteTable:
     """Rows in a SQLite file, safe from several threads and processes.
 
-    Each call opens its own connection (no connection is shared between threads);
+    Each call takes a connection of its own from ``connections`` (no two threads use one at once);
     writes run inside ``BEGIN IMMEDIATE``, so they take the write lock up front and
     wait for it (up to the busy timeout) instead of failing when another process writes.
 
@@ -75,10 +161,21 @@ class SqliteTable:
         scoped: fields a ``match`` within one conversation often selects few rows by (the edges' ``src_kind``):
             each gets an index on the user, the conversation and the field, so such a read costs what it returns,
             not a scan of the conversation's rows.
+        connections: the file's kept connections, shared by the tables of one file (a store's); by default the
+            table keeps its own.
     """
 
-    def __init__(self, path: Path, name: str, *, indexed: Sequence[str] = (), scoped: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        path: Path,
+        name: str,
+        *,
+        indexed: Sequence[str] = (),
+        scoped: Sequence[str] = (),
+        connections: Connections | None = None,
+    ) -> None:
         self.path, self.name = Path(path), check_name(name)
+        self.connections = connections if connections is not None else Connections(self.path)
         self.indexed = frozenset(check_name(f, "field name") for f in indexed)
         self.scoped = frozenset(check_name(f, "field name") for f in scoped)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -99,10 +196,10 @@ class SqliteTable:
                 db.execute(f'CREATE INDEX IF NOT EXISTS "{name}_scoped_{field}" ON "{name}" ({columns})')
 
     def _connect(self) -> AbstractContextManager[sqlite3.Connection]:
-        return sqlite_connection(self.path)
+        return self.connections.connection()
 
     def _write(self) -> AbstractContextManager[sqlite3.Connection]:
-        return sqlite_transaction(self.path)
+        return self.connections.transaction()
 
     def upsert(self, rows: Sequence[TableRow]) -> int:
         """Write whole rows in one transaction, replacing a stored row with the same key (not another user's)."""

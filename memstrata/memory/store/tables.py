@@ -193,7 +193,13 @@ _OPEN_LOCK = threading.Lock()
 
 
 def open_table(
-    name: str, *, path: Path | None, client: Any, indexed: Sequence[str] = (), scoped: Sequence[str] = ()
+    name: str,
+    *,
+    path: Path | None,
+    client: Any,
+    indexed: Sequence[str] = (),
+    scoped: Sequence[str] = (),
+    connections: Any = None,
 ) -> Table:
     """The table ``name`` of a store.
 
@@ -205,6 +211,8 @@ def open_table(
         indexed: fields a ``match`` often selects few rows by (``SqliteTable``; Chroma indexes every
             metadata field itself).
         scoped: fields a ``match`` within one conversation often selects few rows by (``SqliteTable``).
+        connections: the SQLite file's kept connections (a
+            :class:`~memstrata.memory.store.sqlite_table.Connections`), shared by a store's tables.
 
     Returns:
         A :class:`~memstrata.memory.store.sqlite_table.SqliteTable` (embedded mode) or a
@@ -216,7 +224,7 @@ def open_table(
 
     if path is not None:
         with _OPEN_LOCK:  # two stores of one process opening the same file create its schema one after the other
-            return SqliteTable(Path(path) / SQLITE_FILE, name, indexed=indexed, scoped=scoped)
+            return SqliteTable(Path(path) / SQLITE_FILE, name, indexed=indexed, scoped=scoped, connections=connections)
     if client is None:
         msg = f"table {name!r} needs a data folder or a Chroma client"
         raise StoreError(msg)

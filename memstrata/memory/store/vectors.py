@@ -113,8 +113,12 @@ class VectorStore:
         return self.chroma.stored_kinds()
 
     def close(self) -> None:
-        """Hand back what an embedded store's Chroma client holds (:meth:`UnitCollections.close`)."""
+        """Hand back what an embedded store's Chroma client holds (:meth:`UnitCollections.close`) and close its word
+        index's idle connections.
+        """
         self.chroma.close()
+        if self.words is not None:
+            self.words.close()
 
     def reindex(self, *, progress: Any = None) -> dict[str, int]:
         """Re-embed every collection with this store's embedder (after a model change)."""

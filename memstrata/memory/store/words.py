@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from memstrata.memory.store import tenant
-from memstrata.memory.store.sqlite_table import sqlite_connection, sqlite_transaction
+from memstrata.memory.store.sqlite_table import Connections
 
 WORDS_FILE = "memstrata_words.sqlite3"
 _TOKEN = re.compile(r"[^\W_]+")  # what FTS5's unicode61 tokenizer keeps as one token
@@ -103,15 +103,20 @@ class WordIndex:
         self._shares: dict[tuple[str, str], tuple[float, bool]] = {}
         self._totals: dict[str, tuple[float, int]] = {}
         self._shares_lock = threading.Lock()
+        self.connections = Connections(self.path)  # kept open: a chat write and a first query make several reads
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
 
+    def close(self) -> None:
+        """Close the idle connections; a later use opens new ones."""
+        self.connections.close()
+
     def _connect(self) -> AbstractContextManager[sqlite3.Connection]:
-        return sqlite_connection(self.path)
+        return self.connections.connection()
 
     @contextmanager
     def _write(self, kind: str) -> Iterator[sqlite3.Connection]:
-        with sqlite_transaction(self.path) as db:
+        with self.connections.transaction() as db:
             self._ensure(db, kind)
             yield db
 
