@@ -128,3 +128,30 @@ def test_opening_a_store_leaves_blas_threads_alone_unless_told_to_cap_them(tmp_p
         resolve_store(capped)
         assert blas_threads() == {1}  # asked for: one thread
         release_store(left), release_store(capped)
+
+
+def test_collections_save_their_index_every_hnsw_sync_records_old_ones_too(data_dir, hash_embeddings) -> None:
+    """Chroma keeps each write in its log until the collection's index is saved, and later writes pay for that log
+    (issue 50: a chat message 66 -> 150 ms over 300 messages at Chroma's default of 1,000).
+    """
+    import chromadb
+
+    from memstrata.memory.embeddings import embedder_identity
+    from memstrata.memory.store.tables import COLLECTION_PREFIX
+    from memstrata.memory.store.unit_collections import HNSW_SYNC
+
+    store = MemoryStore(path=data_dir, embeddings=hash_embeddings)
+    _write(store, _turns("alice"))
+    assert store.collection("turn").configuration["hnsw"]["sync_threshold"] == HNSW_SYNC
+    store.close()
+    # a collection made with Chroma's default, as stores written before HNSW_SYNC were
+    name, dim = embedder_identity(hash_embeddings)
+    client = chromadb.PersistentClient(path=str(data_dir))
+    old = client.get_or_create_collection(
+        COLLECTION_PREFIX + "fact", metadata={"embedder": name, "dimension": dim, "hnsw:space": "cosine"}
+    )
+    assert old.configuration["hnsw"]["sync_threshold"] > HNSW_SYNC
+    reopened = MemoryStore(path=data_dir, embeddings=hash_embeddings)
+    assert reopened.collection("fact").configuration["hnsw"]["sync_threshold"] == HNSW_SYNC
+    assert client.get_collection(COLLECTION_PREFIX + "fact").configuration["hnsw"]["sync_threshold"] == HNSW_SYNC
+    assert [r.unit_id for r in reopened.get("turn", user_id="alice")] == ["s1:t0", "s1:t1", "s1:t2"]
