@@ -171,7 +171,7 @@ class WordIndex:
 
     # ---- reads ----------------------------------------------------------------
     def _read(self, read: Callable[[sqlite3.Connection], T], nothing: T) -> T:
-        """``read`` on a connection of its own; ``nothing`` when it met a kind that was never indexed."""
+        """``read`` on a kept connection (one thread at a time); ``nothing`` when it met a kind never indexed."""
         with self._connect() as db:
             try:
                 return read(db)
