@@ -122,3 +122,11 @@ def test_a_store_s_tables_share_one_file_s_connections_and_close_them(tmp_path: 
     store.close()
     assert store.sqlite.idle() == 0 and store.words.connections.idle() == 0
     assert [r.fields["v"] for r in store.journal.get(user_id="u")] == [2]  # a later use opens a new connection
+
+
+def test_a_table_refuses_connections_to_another_file(tmp_path: Path) -> None:
+    from memstrata.errors import StoreError
+    from memstrata.memory.store.sqlite_table import SqliteTable
+
+    with pytest.raises(StoreError, match="its connections are to"):
+        SqliteTable(tmp_path / "a.sqlite3", "items", connections=Connections(tmp_path / "b.sqlite3"))

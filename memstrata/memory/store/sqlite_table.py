@@ -123,7 +123,9 @@ class Connections:
             return len(self._idle)
 
     def close(self) -> None:
-        """Close the idle connections (one in use is closed when given back only if more than ``keep`` wait)."""
+        """Close the idle connections; one in use now is given back as any other (kept while fewer than ``keep``
+        wait).
+        """
         with self._lock:
             idle, self._idle = self._idle, []
         for db in idle:
@@ -176,6 +178,9 @@ class SqliteTable:
     ) -> None:
         self.path, self.name = Path(path), check_name(name)
         self.connections = connections if connections is not None else Connections(self.path)
+        if self.connections.path != self.path:
+            msg = f"table {name!r} is in {self.path}, but its connections are to {self.connections.path}"
+            raise StoreError(msg)
         self.indexed = frozenset(check_name(f, "field name") for f in indexed)
         self.scoped = frozenset(check_name(f, "field name") for f in scoped)
         self.path.parent.mkdir(parents=True, exist_ok=True)

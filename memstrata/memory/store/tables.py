@@ -28,10 +28,13 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memstrata.errors import StoreError
 from memstrata.memory.store import tenant
+
+if TYPE_CHECKING:  # sqlite_table builds on this module: imported at run time inside open_table only
+    from memstrata.memory.store.sqlite_table import Connections
 
 __all__ = [
     "COLLECTION_PREFIX",
@@ -199,7 +202,7 @@ def open_table(
     client: Any,
     indexed: Sequence[str] = (),
     scoped: Sequence[str] = (),
-    connections: Any = None,
+    connections: Connections | None = None,
 ) -> Table:
     """The table ``name`` of a store.
 
