@@ -409,6 +409,19 @@ def test_a_new_snapshot_reads_each_kind_by_key_and_holds_what_the_filtered_reads
             assert {(u.conversation_id, u.id) for u in table.units} == set(want), lv.kind
             assert all("Oslo" not in u.model_dump_json() for u in table.units)
     assert len(index.tables["turn_context"]) == len(index.turns) > 0
+    # the views are read by their vectors alone: the stored vectors, each on its turn's row, and no text
+    views = index.tables["turn_context"]
+    stored = held(filtered("turn_context", user_id="alice", conversation_id="c", with_vectors=True))
+    for (conv, unit_id), (_, vector) in stored.items():
+        unit = views.units[views.by_key[(conv, unit_id)]]
+        assert np.round(views.vecs[views.by_key[(conv, unit_id)]], 6).tolist() == vector
+        assert np.round(index.views[0][index.by_key[(conv, unit.turn_id)]], 6).tolist() == vector
+        assert "text" not in unit.model_dump()
+    bobs = [r.unit_id for r in store.get("turn_context", user_id="bob", conversation_id="c") if "Oslo" in r.document]
+    assert bobs and store.vectors_by_key("turn_context", user_id="alice", keys=[("c", b) for b in bobs]) == {}
+    assert set(store.vectors_by_key("turn_context", user_id="bob", keys=[(c, b) for b in bobs for c in "cd"])) == {
+        ("c", b) for b in bobs
+    }
     calls: list[str] = []
     monkeypatch.setattr(store.units.lexicon, "keys", lambda kind, **_: calls.append(kind))  # a server's: no list
     turns = store.read_all("turn", user_id="bob", with_vectors=True)

@@ -320,26 +320,30 @@ class MemoryIndex:
         The kinds are read at once, ``READERS`` at a time: each is a Chroma read whose fixed cost dominates a small
         user's (eleven reads of 2-30 ms for a user of 58 turns among 200 users), and Chroma's reads leave the GIL.
         Each is read by key where the keys are known without Chroma's filtered read, which grows with the
-        collection (:meth:`~memstrata.memory.store.vectors.VectorStore.read_all`); a view kind whose unit names
-        its id after its turn's (``view_id``) is read by those keys once the turns are in.
+        collection (:meth:`~memstrata.memory.store.vectors.VectorStore.read_all`). A view kind whose unit names
+        its id after its turn's (``view_id``) and stands for itself by its turn (``reference``) is read once the
+        turns are in, by those keys and its vectors alone: a view is searched by its vector, never by its text.
         """
 
         def table(level: Level) -> KindTable:
             records = store.read_all(level.kind, user_id=user_id, conversation_id=conversation_id, with_vectors=True)
             return kind_table(level, records)
 
-        def view_table(level: Level, turns: Sequence[Unit]) -> KindTable:
-            view_id = getattr(level.unit, "view_id", None)
-            if view_id is None:
+        def view_table(level: Level, raw: KindTable) -> KindTable:
+            view_id, reference = getattr(level.unit, "view_id", None), getattr(level.unit, "reference", None)
+            if view_id is None or reference is None:
                 return table(level)
-            keys = [(t.conversation_id, view_id(t.id)) for t in turns]
-            return kind_table(level, store.get_keys(level.kind, user_id=user_id, keys=keys, with_vectors=True))
+            keys = [(t.conversation_id, view_id(t.id)) for t in raw.units]
+            vectors = store.vectors_by_key(level.kind, user_id=user_id, keys=keys)
+            held = [(t, vec) for t, key in zip(raw.units, keys, strict=True) if (vec := vectors.get(key)) is not None]
+            vecs = np.asarray([vec for _, vec in held], dtype=np.float32).reshape(-1, raw.vecs.shape[1])
+            return KindTable(level, [reference(t) for t, _ in held], vecs)
 
         searched = levels.levels(searched=True)
         raw = next(lv.kind for lv in searched if lv.role == "raw")
         with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="memstrata-snapshot") as pool:
             read = {lv.kind: pool.submit(table, lv) for lv in searched if lv.role != "view"}
-            turns = read[raw].result().units
+            turns = read[raw].result()
             read |= {lv.kind: pool.submit(view_table, lv, turns) for lv in searched if lv.role == "view"}
             tables = {lv.kind: read[lv.kind].result() for lv in searched}
         return cls(tables, window_widths=window_widths, version=version, counts=tuple(len(t) for t in tables.values()))
@@ -420,6 +424,8 @@ class MemoryIndex:
             if row is None:
                 return False  # a view of a turn this snapshot lacks: rebuild
             self._views[self.view_tables.index(table)].set(row, vec)
+            reference = getattr(table.level.unit, "reference", None)
+            unit = reference(self.turns[row]) if reference is not None else unit  # as a build holds it
         table.upsert(unit, vec)
         touched.setdefault(table.kind, set()).add((unit.conversation_id, unit.id))
         return True

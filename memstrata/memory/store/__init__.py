@@ -119,6 +119,7 @@ class MemoryStore:
     upsert = _of_units(VectorStore.upsert)
     get = _of_units(VectorStore.get)
     get_keys = _of_units(VectorStore.get_keys)
+    vectors_by_key = _of_units(VectorStore.vectors_by_key)
     read_all = _of_units(VectorStore.read_all)
     recheck = _of_units(VectorStore.recheck)
     query = _of_units(VectorStore.query)

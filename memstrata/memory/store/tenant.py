@@ -9,7 +9,9 @@ Every Chroma record carries the ``scope`` stamp (a 128-bit hash of the user and 
 :func:`scope_key`), so a read naming a conversation is filtered by that one clause: Chroma evaluates every
 clause of a filter over every record it matches, and the user's clause matches all of the user's records
 (measured on one user's 6,301 turns: 44.5 ms for user + conversation + session, 8 ms without the user).
-The store still checks the user and conversation of every record it returns.
+The store still checks the user and conversation of every record it returns. A read of vectors alone
+(``VectorStore.vectors_by_key``) returns no record: it asks for keys derived from the user, which no other tenant's
+record has, and keeps only the keys it asked for.
 
 Example:
     >>> where(user_id="alice")

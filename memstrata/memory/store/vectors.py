@@ -281,6 +281,28 @@ class VectorStore:
         include = ["documents", "metadatas"] + (["embeddings"] if with_vectors else [])
         return _records(kind, self._by_keys(kind, ids, include, user_id, None), with_vectors)
 
+    def vectors_by_key(
+        self, kind: str, *, user_id: str, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], np.ndarray]:
+        """The vectors of one user's units by (conversation, unit id), and nothing else (no text, no metadata).
+
+        For a reader that holds what it needs of the units but their vectors (a turn's search view, whose turn it
+        has). Chroma's metadata is most of the cost of a read by key: a user's 58 turn contexts among 1,000 users
+        took 23.7 ms with it and 3.6 ms without. No record leaves here, so no stamp is checked: the keys are derived
+        from the user (:func:`~memstrata.memory.store.tenant.storage_key`) and only the keys asked are kept.
+        A unit not stored is missing from the answer.
+        """
+        asked = {self.storage_key(user_id, conv, unit): (conv, unit) for conv, unit in keys}
+        ids = list(asked)
+        out: dict[tuple[str, str], np.ndarray] = {}
+        for start in range(0, len(ids), MAX_BATCH):
+            res = self._read(kind, "get", ids=ids[start : start + MAX_BATCH], include=["embeddings"])
+            vectors = res.get("embeddings")
+            for key, vec in zip(res["ids"], vectors if vectors is not None else [], strict=True):
+                if key in asked:
+                    out[asked[key]] = np.asarray(vec, dtype=np.float32)
+        return out
+
     def _by_keys(
         self, kind: str, ids: Sequence[str], include: list[str], user_id: str, conversation_id: str | None
     ) -> dict[str, Any]:

@@ -49,6 +49,24 @@ class TurnContext(Unit):
         """The id of a turn's view (one per turn), so a reader that holds the turns can read their views by key."""
         return "ctx:" + turn_id
 
+    @classmethod
+    def reference(cls, turn: Turn) -> TurnContext:
+        """The turn's view as a search snapshot holds it: its id and links, not its text.
+
+        A view is searched by its vector alone, so a snapshot reads only the vectors
+        (:meth:`~memstrata.memory.store.vectors.VectorStore.vectors_by_key`). Built without validation: reading
+        its ``text`` raises ``AttributeError`` rather than giving a text that was never read.
+        """
+        return cls.model_construct(
+            id=cls.view_id(turn.id),
+            user_id=turn.user_id,
+            conversation_id=turn.conversation_id,
+            turn_id=turn.id,
+            session_id=turn.session_id,
+            timestamp=turn.timestamp,
+            timestamp_raw=turn.timestamp_raw,
+        )
+
     def linked_turn_ids(self) -> list[str]:
         """The turn it reads in its context."""
         return [self.turn_id]
