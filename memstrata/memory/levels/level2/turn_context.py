@@ -57,15 +57,16 @@ class TurnContext(Unit):
         (:meth:`~memstrata.memory.store.vectors.VectorStore.vectors_by_key`). Built without validation: reading
         its ``text`` raises ``AttributeError`` rather than giving a text that was never read.
         """
-        return cls.model_construct(
-            id=cls.view_id(turn.id),
-            user_id=turn.user_id,
-            conversation_id=turn.conversation_id,
-            turn_id=turn.id,
-            session_id=turn.session_id,
-            timestamp=turn.timestamp,
-            timestamp_raw=turn.timestamp_raw,
-        )
+        links: dict[str, Any] = {
+            "id": cls.view_id(turn.id),
+            "user_id": turn.user_id,
+            "conversation_id": turn.conversation_id,
+            "turn_id": turn.id,
+            "session_id": turn.session_id,
+            "timestamp": turn.timestamp,
+            "timestamp_raw": turn.timestamp_raw,
+        }
+        return cls.model_construct(**links)  # no text: the one field a view's search never reads
 
     def linked_turn_ids(self) -> list[str]:
         """The turn it reads in its context."""
