@@ -294,14 +294,15 @@ class VectorStore:
         """
         asked = {self.storage_key(user_id, conv, unit): (conv, unit) for conv, unit in keys}
         ids = list(asked)
-        out: dict[tuple[str, str], np.ndarray] = {}
-        for start in range(0, len(ids), MAX_BATCH):
-            res = self._read(kind, "get", ids=ids[start : start + MAX_BATCH], include=["embeddings"])
-            vectors = res.get("embeddings")
-            for key, vec in zip(res["ids"], vectors if vectors is not None else [], strict=True):
-                if key in asked:
-                    out[asked[key]] = np.asarray(vec, dtype=np.float32)
-        return out
+        res = _concat(
+            self._read(kind, "get", ids=ids[start : start + MAX_BATCH], include=["embeddings"])
+            for start in range(0, len(ids), MAX_BATCH)
+        )
+        return {
+            asked[key]: np.asarray(vec, dtype=np.float32)
+            for key, vec in zip(res["ids"], res["embeddings"], strict=True)
+            if key in asked
+        }
 
     def _by_keys(
         self, kind: str, ids: Sequence[str], include: list[str], user_id: str, conversation_id: str | None
